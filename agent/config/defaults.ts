@@ -1,0 +1,46 @@
+/** Defaults follow kubeadm and kubelet conventions. */
+import type { Config } from './types.js';
+
+export const DEFAULT_CONFIG_FILE = '/etc/kubeboot/config.yaml';
+export const DEFAULT_LISTEN = '127.0.0.1:10258';
+
+export function defaultConfig(nodeName: string): Config {
+  return {
+    configFile: DEFAULT_CONFIG_FILE,
+    bootstrapKubeconfig: '/etc/kubernetes/bootstrap-kubelet.conf',
+    stateDir: '/var/lib/kubeboot',
+    nodeName,
+    keyAlgorithm: 'ecdsa-p256',
+    expirationSeconds: null,
+    caCertHashes: [],
+    unsafeSkipCaVerification: false,
+    unsafeAllowInsecureBootstrap: false,
+    kubelet: {
+      kubeconfig: '/etc/kubernetes/kubelet.conf',
+      certDir: '/var/lib/kubelet/pki',
+      hooks: [],
+    },
+    kubeProxy: {
+      enabled: true,
+      kubeconfig: '/etc/kubernetes/kube-proxy.conf',
+      certDir: '/var/lib/kube-proxy/pki',
+      commonName: 'system:kube-proxy',
+      organizations: [],
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      hooks: [],
+    },
+    kubeletServing: {
+      enabled: false,
+      certDir: '/var/lib/kubelet/pki',
+      dnsNames: [],
+      ipAddresses: [],
+      hooks: [],
+    },
+    waitTimeout: 900,
+    pendingNoticeInterval: 60,
+    renewal: { margin: 0, reuseKey: false, hookTimeout: 60 },
+    listen: DEFAULT_LISTEN,
+    log: { level: 'info', format: 'auto' },
+    cloudInitPaths: ['/var/lib/cloud/instance/user-data.txt', '/var/lib/cloud/instance/scripts'],
+  };
+}

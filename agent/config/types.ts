@@ -1,0 +1,59 @@
+/**
+ * The resolved configuration: config file < KUBEBOOT_* environment < flags.
+ * Every duration is in seconds. Paths are absolute after loading.
+ */
+import type { KeyAlgorithm, IdentityName } from '../identity.js';
+
+export interface Config {
+  /** File the settings were read from (may not exist; then only defaults/env/flags apply). */
+  configFile: string;
+  bootstrapKubeconfig: string;
+  stateDir: string;
+  nodeName: string;
+  keyAlgorithm: KeyAlgorithm;
+  /** spec.expirationSeconds to request; null lets the signer decide. At least 600. */
+  expirationSeconds: number | null;
+  /** `sha256:<64 hex>` pins for CA discovery through kube-public/cluster-info. */
+  caCertHashes: string[];
+  unsafeSkipCaVerification: boolean;
+  /** Permits `insecure-skip-tls-verify: true` in the bootstrap kubeconfig. */
+  unsafeAllowInsecureBootstrap: boolean;
+  kubelet: {
+    kubeconfig: string;
+    certDir: string;
+    hooks: string[][];
+  };
+  kubeProxy: {
+    enabled: boolean;
+    kubeconfig: string;
+    certDir: string;
+    commonName: string;
+    organizations: string[];
+    signerName: string;
+    hooks: string[][];
+  };
+  kubeletServing: {
+    enabled: boolean;
+    certDir: string;
+    dnsNames: string[];
+    ipAddresses: string[];
+    hooks: string[][];
+  };
+  /** Give up waiting for a CSR after this long (bootstrap exits 4). */
+  waitTimeout: number;
+  /** While a CSR is pending longer than this, log the approve command once per this interval. */
+  pendingNoticeInterval: number;
+  renewal: {
+    /** Renew when less than this much lifetime remains, even before the 70–90 % point. */
+    margin: number;
+    reuseKey: boolean;
+    hookTimeout: number;
+  };
+  /** Address:port for /healthz, /readyz and /metrics; null disables the listener. */
+  listen: string | null;
+  log: { level: 'error' | 'warn' | 'info' | 'debug'; format: 'json' | 'text' | 'auto' };
+  /** cloud-init caches checked for a leftover copy of the bootstrap token. */
+  cloudInitPaths: string[];
+}
+
+export type { IdentityName };

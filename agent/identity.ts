@@ -1,0 +1,53 @@
+/**
+ * An identity is one credential kubeboot keeps alive: who it claims to be,
+ * which signer issues it, and where its files live. Bootstrap, renewal,
+ * status and metrics all take this one value; no module keeps its own copy
+ * of "the kubelet paths".
+ */
+import path from 'node:path';
+
+export type IdentityName = 'kubelet' | 'kube-proxy' | 'kubelet-serving';
+
+export type KeyAlgorithm = 'ecdsa-p256' | 'ecdsa-p384' | 'rsa-2048' | 'rsa-3072' | 'rsa-4096';
+export const KEY_ALGORITHMS: readonly KeyAlgorithm[] = ['ecdsa-p256', 'ecdsa-p384', 'rsa-2048', 'rsa-3072', 'rsa-4096'];
+
+/** Key usages as spelled in certificates.k8s.io/v1 `spec.usages`. */
+export type KeyUsage = 'digital signature' | 'key encipherment' | 'client auth' | 'server auth';
+
+export interface Subject {
+  commonName: string;
+  organizations: string[];
+}
+
+export interface Identity {
+  name: IdentityName;
+  subject: Subject;
+  signerName: string;
+  usages: KeyUsage[];
+  /** Subject alternative names; only the kubelet serving identity has any. */
+  dnsNames: string[];
+  ipAddresses: string[];
+  /** Directory of `<prefix>-<timestamp>.pem` files and the `<prefix>-current.pem` link. */
+  certDir: string;
+  filePrefix: string;
+  /** Kubeconfig that points at `<prefix>-current.pem`; null for the serving identity. */
+  kubeconfigPath: string | null;
+  /** Argv lists run (without a shell) after this identity's certificate changed. */
+  hooks: string[][];
+}
+
+export const KUBELET_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
+export const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';
+export const KUBELET_SERVING_SIGNER = 'kubernetes.io/kubelet-serving';
+
+/** matches kubelet: key encipherment is requested only for RSA keys. */
+export function usagesFor(algorithm: KeyAlgorithm, purpose: 'client' | 'server'): KeyUsage[] {
+  const usages: KeyUsage[] = ['digital signature'];
+  if (algorithm.startsWith('rsa-')) usages.push('key encipherment');
+  usages.push(purpose === 'client' ? 'client auth' : 'server auth');
+  return usages;
+}
+
+export function currentCertPath(identity: Identity): string {
+  return path.join(identity.certDir, `${identity.filePrefix}-current.pem`);
+}

@@ -1,0 +1,59 @@
+/**
+ * Logging: JSON lines for journald, readable lines on a terminal. Secrets
+ * never reach a transport: fields with secret-looking names are replaced,
+ * and token or PEM private-key text inside any string is scrubbed.
+ */
+import winston from 'winston';
+
+const SECRET_FIELD = /^(token|password|authorization|key|client-key-data|token-secret|bearer)$/i;
+const PEM_KEY = /-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)/g;
+const BOOTSTRAP_TOKEN = /\b([a-z0-9]{6})\.[a-z0-9]{16}\b/g;
+const BEARER = /(Bearer\s+)[A-Za-z0-9._~+/=-]+/gi;
+
+export function scrub(text: string): string {
+  return text
+    .replace(PEM_KEY, '[private key redacted]')
+    .replace(BEARER, '$1[redacted]')
+    .replace(BOOTSTRAP_TOKEN, '$1.[redacted]');
+}
+
+function scrubValue(key: string, value: unknown): unknown {
+  if (SECRET_FIELD.test(key) && value !== undefined && value !== null && value !== '') return '[redacted]';
+  if (typeof value === 'string') return scrub(value);
+  return value;
+}
+
+const redact = winston.format((info) => {
+  for (const key of Object.keys(info)) {
+    (info as Record<string, unknown>)[key] = scrubValue(key, info[key]);
+  }
+  return info;
+});
+
+export type LogFormat = 'json' | 'text' | 'auto';
+export type Logger = winston.Logger;
+
+export function createLogger(options: { level?: string; format?: LogFormat; stream?: NodeJS.WritableStream } = {}): Logger {
+  const stream = options.stream ?? process.stderr;
+  const tty = (stream as NodeJS.WriteStream).isTTY === true;
+  const format = options.format === 'auto' || options.format === undefined ? (tty ? 'text' : 'json') : options.format;
+  const text = winston.format.printf((info) => {
+    const { level, message, timestamp, ...rest } = info;
+    const extra = Object.keys(rest).length > 0 ? ' ' + JSON.stringify(rest) : '';
+    return `${String(timestamp)} ${level} ${String(message)}${extra}`;
+  });
+  return winston.createLogger({
+    level: options.level ?? 'info',
+    format: winston.format.combine(
+      redact(),
+      winston.format.timestamp(),
+      format === 'json' ? winston.format.json() : text,
+    ),
+    transports: [new winston.transports.Stream({ stream })],
+  });
+}
+
+/** A logger that drops everything; for tests and pure callers. */
+export function silentLogger(): Logger {
+  return winston.createLogger({ silent: true, transports: [new winston.transports.Console({ silent: true })] });
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver, kube-controller-manager and etcd from the Go module
+# proxy into .cache/k8s/v<K8S>/ (kept outside git, reused by later runs).
+#
+#   KUBEBOOT_K8S_VERSION   Kubernetes release to build (default: the committed wrapper's)
+#   KUBEBOOT_ETCD_VERSION  etcd release to build       (default: the committed wrapper's)
+#
+# The committed wrappers (kube/, etcd/) pin the default versions with go.sum.
+# Another version is built from a generated copy of the wrapper in the cache,
+# so a version matrix needs no edits to the tree.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+default_k8s=$(grep -oE 'k8s.io/kubernetes v[0-9]+\.[0-9]+\.[0-9]+' "$here/kube/go.mod" | head -n1 | cut -d' ' -f2)
+default_etcd=$(grep -oE 'go.etcd.io/etcd/server/v3 v[0-9]+\.[0-9]+\.[0-9]+' "$here/etcd/go.mod" | head -n1 | cut -d' ' -f2)
+k8s=${KUBEBOOT_K8S_VERSION:-$default_k8s}
+etcd=${KUBEBOOT_ETCD_VERSION:-$default_etcd}
+k8s=${k8s#v}; etcd=${etcd#v}; default_k8s=${default_k8s#v}; default_etcd=${default_etcd#v}
+out="$root/.cache/k8s/v$k8s"
+export GOFLAGS=-mod=mod
+
+log() { printf '[controlplane-build %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+have() { [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/etcd-$etcd" ]; }
+if have; then
+  log "reusing binaries in $out"
+  echo "$out"; exit 0
+fi
+mkdir -p "$out"
+
+# Wrapper module for a Kubernetes version: k8s.io/kubernetes pins its staging
+# modules at v0.0.0, so each one is replaced with its published v0.<minor>.<patch>.
+# The list comes from the release's own go.mod, never guessed.
+prepare_kube() {
+  local dir=$1
+  if [ "$k8s" = "$default_k8s" ]; then cp "$here/kube/go.mod" "$here/kube/go.sum" "$here/kube/tools.go" "$dir/"; return; fi
+  local mod; mod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$k8s" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  local gov; gov=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$mod")
+  local staging="v0.${k8s#1.}"
+  {
+    echo "module kubeboot.test/controlplane/kube"; echo; echo "go $gov"; echo
+    echo "require k8s.io/kubernetes v$k8s"; echo
+    echo "replace ("
+    sed -n 's/^\s*\(k8s.io\/[a-z0-9-]*\) => \.\/staging.*/\t\1 => \1 '"$staging"'/p' "$mod"
+    echo ")"
+  } > "$dir/go.mod"
+  cp "$here/kube/tools.go" "$dir/"
+  (cd "$dir" && go mod tidy >&2)
+}
+
+prepare_etcd() {
+  local dir=$1
+  if [ "$etcd" = "$default_etcd" ]; then cp "$here/etcd/go.mod" "$here/etcd/go.sum" "$here/etcd/tools.go" "$dir/"; return; fi
+  printf 'module kubeboot.test/controlplane/etcd\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 v%s\n' "$etcd" > "$dir/go.mod"
+  cp "$here/etcd/tools.go" "$dir/"
+  (cd "$dir" && go mod tidy >&2)
+}
+
+start=$(date +%s)
+work="$root/.cache/k8s/src-v$k8s"; mkdir -p "$work/kube" "$work/etcd"
+prepare_kube "$work/kube"
+prepare_etcd "$work/etcd"
+
+ver="-X k8s.io/component-base/version.gitVersion=v$k8s -X k8s.io/client-go/pkg/version.gitVersion=v$k8s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$k8s" | cut -d. -f2)"
+log "downloading modules for Kubernetes v$k8s and etcd v$etcd"
+(cd "$work/kube" && go mod download >&2)
+(cd "$work/etcd" && go mod download >&2)
+log "building etcd v$etcd"
+(cd "$work/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd-$etcd.tmp" go.etcd.io/etcd/server/v3 >&2)
+mv "$out/etcd-$etcd.tmp" "$out/etcd-$etcd"
+for cmd in kube-apiserver kube-controller-manager; do
+  log "building $cmd v$k8s (a cold build takes many minutes on 2 cores)"
+  (cd "$work/kube" && go build -trimpath -ldflags "-s -w $ver" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2)
+  mv "$out/$cmd.tmp" "$out/$cmd"
+done
+log "built in $(( $(date +%s) - start ))s"
+echo "$out"
