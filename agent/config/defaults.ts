@@ -2,7 +2,8 @@
 import type { Config } from './types.js';
 
 export const DEFAULT_CONFIG_FILE = '/etc/kubeboot/config.yaml';
-export const DEFAULT_LISTEN = '127.0.0.1:10258';
+// 10271: not a port any Kubernetes component uses (10250, 10256, 10257, 10258, 10259 are taken).
+export const DEFAULT_LISTEN = '127.0.0.1:10271';
 
 export function defaultConfig(nodeName: string): Config {
   return {

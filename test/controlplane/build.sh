@@ -4,6 +4,7 @@
 #
 #   KUBEBOOT_K8S_VERSION   Kubernetes release to build (default: the committed wrapper's)
 #   KUBEBOOT_ETCD_VERSION  etcd release to build       (default: the committed wrapper's)
+#   KUBEBOOT_BUILD_KUBECTL=1  also build kubectl (done anyway when none is on PATH)
 #
 # The committed wrappers (kube/, etcd/) pin the default versions with go.sum.
 # Another version is built from a generated copy of the wrapper in the cache,
@@ -22,7 +23,14 @@ export GOFLAGS=-mod=mod
 
 log() { printf '[controlplane-build %s] %s\n' "$(date +%T)" "$*" >&2; }
 
-have() { [ -x "$out/kube-apiserver" ] && [ -x "$out/kube-controller-manager" ] && [ -x "$out/etcd-$etcd" ]; }
+# The e2e tests drive the cluster with kubectl too; the machine's is preferred.
+cmds="kube-apiserver kube-controller-manager"
+if [ -n "${KUBEBOOT_BUILD_KUBECTL:-}" ] || ! command -v kubectl >/dev/null; then cmds="$cmds kubectl"; fi
+
+have() {
+  [ -x "$out/etcd-$etcd" ] || return 1
+  local cmd; for cmd in $cmds; do [ -x "$out/$cmd" ] || return 1; done
+}
 if have; then
   log "reusing binaries in $out"
   echo "$out"; exit 0
@@ -66,10 +74,13 @@ ver="-X k8s.io/component-base/version.gitVersion=v$k8s -X k8s.io/client-go/pkg/v
 log "downloading modules for Kubernetes v$k8s and etcd v$etcd"
 (cd "$work/kube" && go mod download >&2)
 (cd "$work/etcd" && go mod download >&2)
-log "building etcd v$etcd"
-(cd "$work/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd-$etcd.tmp" go.etcd.io/etcd/server/v3 >&2)
-mv "$out/etcd-$etcd.tmp" "$out/etcd-$etcd"
-for cmd in kube-apiserver kube-controller-manager; do
+if [ ! -x "$out/etcd-$etcd" ]; then
+  log "building etcd v$etcd"
+  (cd "$work/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd-$etcd.tmp" go.etcd.io/etcd/server/v3 >&2)
+  mv "$out/etcd-$etcd.tmp" "$out/etcd-$etcd"
+fi
+for cmd in $cmds; do
+  [ -x "$out/$cmd" ] && continue
   log "building $cmd v$k8s (a cold build takes many minutes on 2 cores)"
   (cd "$work/kube" && go build -trimpath -ldflags "-s -w $ver" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2)
   mv "$out/$cmd.tmp" "$out/$cmd"

@@ -1,0 +1,42 @@
+# The two commands a fresh machine needs (see README):
+#   make demo   bootstrap a node against a local control plane and show the result
+#   make test   everything CI runs
+# Both put the pinned Node (package.json "kubeboot.node") first on PATH, so
+# npm, tsc, tap and the agent all run on it; the machine's own Node only
+# fetches it once.
+SHELL := /bin/bash
+NODE_BIN := $(shell bash scripts/node.sh)
+export PATH := $(NODE_BIN):$(PATH)
+
+.PHONY: all deps system-deps controlplane test test-unit demo package bench clean
+all: test
+
+system-deps:
+	bash scripts/system-deps.sh
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+deps: node_modules/.installed
+
+controlplane:
+	bash test/controlplane/build.sh
+
+test: system-deps deps
+	npm test
+
+test-unit: deps
+	npm run test:unit
+
+demo: system-deps deps
+	npm run demo
+
+package: system-deps deps
+	npm run package
+
+bench: deps controlplane
+	npm run bench
+
+clean:
+	rm -rf dist .tap

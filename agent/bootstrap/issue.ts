@@ -1,0 +1,172 @@
+/**
+ * Obtains one identity's certificate from the API server and puts it on disk:
+ * key (persisted before the CSR leaves) → CSR → wait → verify → prove → store
+ * → kubeconfig. Used by first bootstrap and by renewal alike; only the client
+ * that authenticates the CSR differs.
+ */
+import { KubebootError } from '../errors.js';
+import type { Identity, KeyAlgorithm } from '../identity.js';
+import type { Logger } from '../log.js';
+import { KubeClient, type Endpoint } from '../kube/client.js';
+import { createCsr, waitForCertificate } from '../kube/csr.js';
+import type { CertificateSigningRequest } from '../kube/csr-state.js';
+import { whoAmI } from '../kube/whoami.js';
+import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
+import { createCsrPem, parseCsrPem } from '../pki/csr.js';
+import { csrName } from '../pki/csr-name.js';
+import { generateKey, parsePrivateKey, type PrivateKey } from '../pki/keys.js';
+import { renderClientKubeconfig } from '../kubeconfig/render.js';
+import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
+import { storeCredential } from '../store/cert-store.js';
+import { clearPendingKey, loadPendingKey, savePendingKey } from '../store/pending-key.js';
+
+export interface IssueContext {
+  /** The cluster the new kubeconfig points at (server and CA). */
+  cluster: Endpoint & { caPem: string };
+  /** Authenticates the CSR: the bootstrap token, or the current certificate on renewal. */
+  requester: KubeClient;
+  stateDir: string;
+  keyAlgorithm: KeyAlgorithm;
+  expirationSeconds: number | null;
+  /** On renewal with reuseKey, the current key; otherwise a fresh one is made. */
+  reuseKeyPem?: string | null;
+  waitTimeoutMs: number;
+  pendingNoticeMs: number;
+  logger: Logger;
+  now: () => Date;
+  signal?: AbortSignal;
+  observer?: WriteObserver;
+  onCsrWait?: (seconds: number) => void;
+}
+
+export interface Issued {
+  csrName: string;
+  certFile: string;
+  currentPath: string;
+  notAfter: Date;
+  /** Seconds between the CSR being created and its certificate arriving. */
+  waitedSeconds: number;
+  /** Milliseconds from the certificate arriving to the files being on disk. */
+  storeMillis: number;
+}
+
+export async function issueCredential(identity: Identity, ctx: IssueContext): Promise<Issued> {
+  const log = ctx.logger.child({ identity: identity.name });
+  const key = await keyFor(identity, ctx);
+  const requestPem = await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses });
+  const name = csrName(key.publicKeyDer, identity.subject, identity.usages);
+  const csr = await createCsr(
+    ctx.requester,
+    { name, requestPem, signerName: identity.signerName, usages: identity.usages, expirationSeconds: ctx.expirationSeconds },
+    (existing) => compatibility(existing, identity, key, ctx.now()),
+    ctx.signal,
+  );
+  log.info(`CSR ${name} submitted for ${identity.subject.commonName} (signer ${identity.signerName})`, { csr: name });
+
+  const waitStart = Date.now();
+  const certPem = await waitForCertificate(ctx.requester, csr, {
+    logger: log,
+    timeoutMs: ctx.waitTimeoutMs,
+    pendingNoticeMs: ctx.pendingNoticeMs,
+    ...(ctx.signal ? { signal: ctx.signal } : {}),
+  });
+  const arrived = Date.now();
+  const waitedSeconds = (arrived - waitStart) / 1000;
+  ctx.onCsrWait?.(waitedSeconds);
+
+  const problems = await checkIssuedCertificate({
+    certPem,
+    caPems: [ctx.cluster.caPem],
+    publicKeyDer: key.publicKeyDer,
+    subject: identity.subject,
+    usages: identity.usages,
+    now: ctx.now(),
+    dnsNames: identity.dnsNames,
+    ipAddresses: identity.ipAddresses,
+  });
+  if (problems.length > 0) {
+    // A fresh key makes the next attempt a fresh CSR instead of re-adopting this one.
+    await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
+    throw new KubebootError(`${identity.name}: CSR ${name} was signed but the certificate is not acceptable: ${problems.join('; ')}`);
+  }
+
+  if (identity.kubeconfigPath !== null) await proveIdentity(identity, ctx, certPem, key.pem);
+
+  const stored = await storeCredential(identity, certPem, key.pem, ctx.now(), optsOf(ctx));
+  if (identity.kubeconfigPath !== null) {
+    const kubeconfig = renderClientKubeconfig({
+      server: ctx.cluster.server,
+      caPem: ctx.cluster.caPem,
+      certFile: stored.currentPath,
+      keyFile: stored.currentPath,
+      userName: 'default-auth',
+      tlsServerName: ctx.cluster.tlsServerName ?? null,
+    });
+    await writeFileAtomic(identity.kubeconfigPath, kubeconfig, { mode: 0o600, ...optsOf(ctx) });
+  }
+  await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
+  const storeMillis = Date.now() - arrived;
+  const notAfter = parseCertificateChain(certPem)[0]!.notAfter;
+  log.info(`${identity.name} credential stored at ${stored.file}, valid until ${notAfter.toISOString()}`, { csr: name });
+  return { csrName: name, certFile: stored.file, currentPath: stored.currentPath, notAfter, waitedSeconds, storeMillis };
+}
+
+/** matches kubelet: the key for an in-flight CSR is on disk before the CSR is sent, so a restart reuses it. */
+async function keyFor(identity: Identity, ctx: IssueContext): Promise<PrivateKey> {
+  const pending = await loadPendingKey(ctx.stateDir, identity.name);
+  if (pending) {
+    try {
+      return await parsePrivateKey(pending);
+    } catch {
+      ctx.logger.warn(`${identity.name}: pending key in ${ctx.stateDir} is unreadable; generating a new one`);
+    }
+  }
+  const key = ctx.reuseKeyPem ? await parsePrivateKey(ctx.reuseKeyPem) : await generateKey(ctx.keyAlgorithm);
+  await savePendingKey(ctx.stateDir, identity.name, key.pem, optsOf(ctx));
+  return key;
+}
+
+/** matches client-go ensureCompatible, plus: a CSR already issued with an expired certificate is not ours to reuse (kubernetes#65991). */
+async function compatibility(existing: CertificateSigningRequest, identity: Identity, key: PrivateKey, now: Date): Promise<string | null> {
+  if (existing.spec.signerName !== identity.signerName) return `signer is ${existing.spec.signerName}, want ${identity.signerName}`;
+  let request;
+  try {
+    request = await parseCsrPem(Buffer.from(existing.spec.request, 'base64').toString('utf8'));
+  } catch {
+    return 'its request cannot be parsed';
+  }
+  if (!request.signatureValid || !Buffer.from(request.publicKeyDer).equals(Buffer.from(key.publicKeyDer))) return 'it was made with another key';
+  if (request.subject.commonName !== identity.subject.commonName || !sameSet(request.subject.organizations, identity.subject.organizations)) {
+    return `its subject is CN=${request.subject.commonName}, want CN=${identity.subject.commonName}`;
+  }
+  const issued = existing.status?.certificate;
+  if (issued) {
+    const leaf = parseCertificateChain(Buffer.from(issued, 'base64').toString('utf8'))[0];
+    if (leaf && leaf.notAfter <= now) return `its certificate expired at ${leaf.notAfter.toISOString()}`;
+  }
+  return null;
+}
+
+/** The new credential must authenticate as the requested subject before it replaces anything. */
+async function proveIdentity(identity: Identity, ctx: IssueContext, certPem: string, keyPem: string): Promise<void> {
+  const client = new KubeClient(ctx.cluster, { kind: 'client-certificate', certPem, keyPem });
+  try {
+    const user = await whoAmI(client, ctx.signal);
+    const missing = identity.subject.organizations.filter((o) => !user.groups.includes(o));
+    if (user.username !== identity.subject.commonName || missing.length > 0) {
+      throw new KubebootError(
+        `${identity.name}: the API server sees the new certificate as ${user.username} in [${user.groups.join(', ')}], want ${identity.subject.commonName} in [${identity.subject.organizations.join(', ')}]; keeping the previous credential`,
+      );
+    }
+  } finally {
+    await client.close();
+  }
+}
+
+function sameSet(a: string[], b: string[]): boolean {
+  return a.length === b.length && [...a].sort().join('\n') === [...b].sort().join('\n');
+}
+
+function optsOf(ctx: IssueContext): { observer?: WriteObserver } {
+  return ctx.observer ? { observer: ctx.observer } : {};
+}

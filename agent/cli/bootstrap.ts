@@ -1,0 +1,19 @@
+/** `kubeboot bootstrap`: run the flow once; exit 0 when every enabled identity holds a proven credential. */
+import { bootstrapNode } from '../bootstrap/flow.js';
+import type { Config } from '../config/types.js';
+import { ExitCode } from '../errors.js';
+import type { Logger } from '../log.js';
+
+export async function runBootstrap(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
+  const report = await bootstrapNode(config, { logger, now: () => new Date(), signal });
+  for (const outcome of report.outcomes) {
+    const issued = outcome.issued;
+    logger.info(
+      issued
+        ? `${outcome.identity}: issued via CSR ${issued.csrName} (approved after ${issued.waitedSeconds.toFixed(1)}s, on disk ${issued.storeMillis} ms later), valid until ${outcome.notAfter?.toISOString()}`
+        : `${outcome.identity}: kept the existing credential, valid until ${outcome.notAfter?.toISOString()}`,
+      { identity: outcome.identity, event: 'bootstrap-result' },
+    );
+  }
+  return ExitCode.ok;
+}

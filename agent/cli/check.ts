@@ -1,0 +1,69 @@
+/**
+ * `kubeboot check`: everything bootstrap would look at, nothing it would
+ * change. One line per check; the exit code is the first failure's.
+ */
+import { existingCredential, readOptional } from '../bootstrap/existing.js';
+import type { Config } from '../config/types.js';
+import { ExitCode, exitCodeOf, InputError } from '../errors.js';
+import { identitiesFor } from '../identities.js';
+import type { Logger } from '../log.js';
+import { KubeClient, type Credential, type Endpoint } from '../kube/client.js';
+import { whoAmI } from '../kube/whoami.js';
+import { parseBootstrapKubeconfig } from '../kubeconfig/parse.js';
+
+interface Line {
+  ok: boolean;
+  what: string;
+  detail: string;
+  code?: number;
+}
+
+export async function runCheck(config: Config, _logger: Logger, out: NodeJS.WritableStream = process.stdout): Promise<number> {
+  const lines: Line[] = [{ ok: true, what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
+  const now = new Date();
+  const identities = identitiesFor(config);
+  const kubelet = await existingCredential(identities[0]!, now, null);
+  for (const identity of identities) {
+    const e = identity === identities[0] ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? null);
+    lines.push({ ok: e.usable, what: `${identity.name} credential`, detail: e.usable ? `valid until ${e.notAfter?.toISOString()}` : e.reason, code: ExitCode.other });
+  }
+  const allUsable = lines.every((l) => l.ok);
+
+  let endpoint: Endpoint | null = kubelet.cluster;
+  let credential: Credential | null = kubelet.usable && kubelet.certPem && kubelet.keyPem ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
+  const text = await readOptional(config.bootstrapKubeconfig);
+  if (text === null) {
+    lines.push({ ok: allUsable, what: 'bootstrap kubeconfig', detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`, code: ExitCode.badInput });
+  } else {
+    try {
+      const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+      if (bootstrap.insecureSkipTlsVerify && !config.unsafeAllowInsecureBootstrap) {
+        throw new InputError(bootstrap.file, 'insecure-skip-tls-verify', 'refused: TLS verification must stay on (pass --unsafe-allow-insecure-bootstrap to accept it)');
+      }
+      lines.push({ ok: true, what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
+      if (bootstrap.caPem) {
+        endpoint = { server: bootstrap.server, caPem: bootstrap.caPem, tlsServerName: bootstrap.tlsServerName };
+        credential = bootstrap.auth.kind === 'client-certificate' ? { kind: 'client-certificate', certPem: bootstrap.auth.certPem, keyPem: bootstrap.auth.keyPem } : { kind: 'token', token: bootstrap.auth.token };
+      }
+    } catch (err) {
+      lines.push({ ok: false, what: 'bootstrap kubeconfig', detail: (err as Error).message, code: exitCodeOf(err) });
+    }
+  }
+
+  if (endpoint && credential) {
+    const client = new KubeClient(endpoint, credential);
+    try {
+      const user = await whoAmI(client);
+      lines.push({ ok: true, what: 'API server', detail: `${endpoint.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]` });
+    } catch (err) {
+      lines.push({ ok: false, what: 'API server', detail: (err as Error).message, code: ExitCode.other });
+    } finally {
+      await client.close();
+    }
+  }
+
+  for (const line of lines) out.write(`${line.ok ? 'ok  ' : 'FAIL'} ${line.what}: ${line.detail}\n`);
+  // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
+  const failures = lines.filter((l) => !l.ok && !(l.what.endsWith('credential') && text !== null));
+  return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
+}

@@ -1,0 +1,66 @@
+/**
+ * `kubeboot renew [--identity NAME]`: a running daemon (found by its pid
+ * file) is asked through a request file and SIGUSR1; with no daemon, the
+ * renewal is done here and now.
+ */
+import { readFile, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import { existingCredential } from '../bootstrap/existing.js';
+import { bootstrapNode } from '../bootstrap/flow.js';
+import type { Config } from '../config/types.js';
+import { ExitCode } from '../errors.js';
+import { identitiesFor } from '../identities.js';
+import type { IdentityName } from '../identity.js';
+import type { Logger } from '../log.js';
+import { renewIdentity } from '../daemon/renew.js';
+import { writeFileAtomic } from '../store/atomic.js';
+
+function requestFile(stateDir: string): string {
+  return path.join(stateDir, 'renew-request');
+}
+
+async function runningDaemon(stateDir: string): Promise<number | null> {
+  try {
+    const pid = Number((await readFile(path.join(stateDir, 'kubeboot.pid'), 'utf8')).trim());
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return null;
+    process.kill(pid, 0);
+    return pid;
+  } catch {
+    return null;
+  }
+}
+
+/** The daemon's side: which identities were asked for (and forget the request). */
+export async function takeRenewRequest(stateDir: string): Promise<IdentityName[] | 'all'> {
+  try {
+    const text = (await readFile(requestFile(stateDir), 'utf8')).trim();
+    await unlink(requestFile(stateDir));
+    return text === '' || text === 'all' ? 'all' : (text.split(/\s+/) as IdentityName[]);
+  } catch {
+    return 'all';
+  }
+}
+
+export async function runRenew(config: Config, logger: Logger, only: string | null, signal: AbortSignal): Promise<number> {
+  const pid = await runningDaemon(config.stateDir);
+  if (pid !== null) {
+    await writeFileAtomic(requestFile(config.stateDir), `${only ?? 'all'}\n`, { mode: 0o600 });
+    process.kill(pid, 'SIGUSR1');
+    logger.info(`asked the running daemon (pid ${pid}) to renew ${only ?? 'all identities'}`);
+    return ExitCode.ok;
+  }
+  const identities = identitiesFor(config);
+  const now = new Date();
+  const kubelet = await existingCredential(identities[0]!, now, null);
+  const deps = { logger, now: () => new Date(), signal };
+  if (!kubelet.usable) {
+    logger.info(`no daemon running and the kubelet credential is not usable (${kubelet.reason}); bootstrapping instead`);
+    await bootstrapNode(config, deps);
+    return ExitCode.ok;
+  }
+  for (const identity of identities.filter((i) => only === null || i.name === only)) {
+    const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? null);
+    await renewIdentity(config, identity, own, kubelet, deps);
+  }
+  return ExitCode.ok;
+}

@@ -1,0 +1,26 @@
+/** `kubeboot run`: the daemon, with SIGHUP = reload + renew and SIGUSR1 = `kubeboot renew`. */
+import type { Config } from '../config/types.js';
+import { ExitCode } from '../errors.js';
+import type { Logger } from '../log.js';
+import { Daemon } from '../daemon/daemon.js';
+import { takeRenewRequest } from './renew.js';
+
+export async function runDaemonCommand(config: Config, logger: Logger, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
+  const daemon = new Daemon({ config, logger, signal, reload });
+  const onHup = (): void => void daemon.reloadAndRenew();
+  const onUsr1 = (): void => {
+    void takeRenewRequest(daemon.config.stateDir).then((names) => {
+      logger.info(`renewal requested for ${names === 'all' ? 'all identities' : names.join(', ')}`);
+      daemon.nudge(names, true);
+    });
+  };
+  process.on('SIGHUP', onHup);
+  process.on('SIGUSR1', onUsr1);
+  try {
+    await daemon.run();
+  } finally {
+    process.off('SIGHUP', onHup);
+    process.off('SIGUSR1', onUsr1);
+  }
+  return ExitCode.ok;
+}

@@ -1,0 +1,73 @@
+/** `kubeboot status`: per identity, what is on disk and what the daemon last did. */
+import type { Config } from '../config/types.js';
+import { ExitCode } from '../errors.js';
+import { identitiesFor } from '../identities.js';
+import { currentCertPath } from '../identity.js';
+import { parseCertificateChain } from '../pki/certificate.js';
+import { loadCurrent } from '../store/cert-store.js';
+import { readDaemonState, type IdentityState } from '../daemon/state.js';
+
+export interface IdentityStatus {
+  identity: string;
+  subject: string | null;
+  issuer: string | null;
+  notBefore: string | null;
+  notAfter: string | null;
+  expired: boolean | null;
+  certificateFile: string | null;
+  currentLink: string;
+  kubeconfig: string | null;
+  error: string | null;
+  daemon: IdentityState | null;
+}
+
+export async function collectStatus(config: Config, now = new Date()): Promise<IdentityStatus[]> {
+  const daemon = await readDaemonState(config.stateDir);
+  const result: IdentityStatus[] = [];
+  for (const identity of identitiesFor(config)) {
+    const base = { identity: identity.name, currentLink: currentCertPath(identity), kubeconfig: identity.kubeconfigPath, daemon: daemon?.identities[identity.name] ?? null };
+    try {
+      const current = await loadCurrent(identity);
+      if (!current) {
+        result.push({ ...base, subject: null, issuer: null, notBefore: null, notAfter: null, expired: null, certificateFile: null, error: 'no certificate' });
+        continue;
+      }
+      const leaf = parseCertificateChain(current.certPem)[0]!;
+      result.push({
+        ...base,
+        subject: `CN=${leaf.subject.commonName}${leaf.subject.organizations.map((o) => `,O=${o}`).join('')}`,
+        issuer: `CN=${leaf.issuerCommonName}`,
+        notBefore: leaf.notBefore.toISOString(),
+        notAfter: leaf.notAfter.toISOString(),
+        expired: leaf.notAfter <= now,
+        certificateFile: current.file,
+        error: null,
+      });
+    } catch (err) {
+      result.push({ ...base, subject: null, issuer: null, notBefore: null, notAfter: null, expired: null, certificateFile: null, error: (err as Error).message });
+    }
+  }
+  return result;
+}
+
+export async function runStatus(config: Config, output: 'text' | 'json', out: NodeJS.WritableStream = process.stdout): Promise<number> {
+  const statuses = await collectStatus(config);
+  if (output === 'json') {
+    out.write(JSON.stringify({ identities: statuses }, null, 2) + '\n');
+  } else {
+    for (const s of statuses) {
+      out.write(`${s.identity}:\n`);
+      if (s.error) out.write(`  error:        ${s.error}\n`);
+      if (s.subject) {
+        out.write(`  subject:      ${s.subject}\n  issuer:       ${s.issuer}\n  not after:    ${s.notAfter}${s.expired ? ' (EXPIRED)' : ''}\n  file:         ${s.certificateFile}\n`);
+      }
+      out.write(`  current link: ${s.currentLink}\n`);
+      if (s.kubeconfig) out.write(`  kubeconfig:   ${s.kubeconfig}\n`);
+      if (s.daemon) {
+        out.write(`  next renewal: ${s.daemon.nextRenewal ?? 'not scheduled'}\n  last success: ${s.daemon.lastSuccess ?? 'never'}\n  last error:   ${s.daemon.lastError ?? 'none'}\n`);
+        for (const hook of s.daemon.lastHooks) out.write(`  hook:         ${hook.argv.join(' ')} -> ${hook.ok ? 'ok' : `failed (exit ${hook.exitCode ?? 'signal'})`} at ${hook.at}\n`);
+      }
+    }
+  }
+  return statuses.every((s) => s.subject !== null && s.expired === false) ? ExitCode.ok : ExitCode.other;
+}

@@ -1,0 +1,210 @@
+/**
+ * A small Kubernetes REST client over undici: one Agent per (endpoint,
+ * credential), JSON in and out, Status errors mapped to ApiError, and
+ * newline-delimited watch streams. Tokens travel only in the Authorization
+ * header and never appear in errors.
+ */
+import { Agent, request, type Dispatcher } from 'undici';
+import { KubebootError } from '../errors.js';
+
+export interface Endpoint {
+  server: string;
+  /** PEM bundle the server must chain to; null means the system roots. */
+  caPem: string | null;
+  tlsServerName?: string | null;
+  /** Only ever set behind an explicit unsafe option. */
+  unsafeSkipTlsVerify?: boolean;
+}
+
+export type Credential =
+  | { kind: 'token'; token: string }
+  | { kind: 'client-certificate'; certPem: string; keyPem: string }
+  | { kind: 'anonymous' };
+
+export interface ApiResponse<T> {
+  status: number;
+  body: T;
+  headers: Record<string, string | string[] | undefined>;
+}
+
+/** A non-2xx answer from the API server, with the Status reason and Retry-After. */
+export class ApiError extends KubebootError {
+  override readonly name = 'ApiError';
+  readonly status: number;
+  readonly reason: string;
+  readonly retryAfter: string | undefined;
+  constructor(method: string, path: string, status: number, reason: string, message: string, retryAfter?: string) {
+    super(`${method} ${path}: ${status} ${reason}${message ? `: ${message}` : ''}`);
+    this.status = status;
+    this.reason = reason;
+    this.retryAfter = retryAfter;
+  }
+}
+
+/** The server could not be reached or the TLS handshake failed. */
+export class TransportError extends KubebootError {
+  override readonly name = 'TransportError';
+}
+
+export interface RequestOptions {
+  body?: unknown;
+  query?: Record<string, string | number | boolean | undefined>;
+  signal?: AbortSignal;
+  /** Milliseconds to wait for response headers. */
+  timeoutMs?: number;
+  /** Statuses returned as a response instead of thrown (e.g. 404, 409). */
+  accept?: number[];
+}
+
+const USER_AGENT = 'kubeboot';
+
+export class KubeClient {
+  readonly endpoint: Endpoint;
+  readonly #credential: Credential;
+  readonly #dispatcher: Dispatcher;
+  readonly #base: URL;
+
+  constructor(endpoint: Endpoint, credential: Credential, dispatcher?: Dispatcher) {
+    this.endpoint = endpoint;
+    this.#credential = credential;
+    this.#base = new URL(endpoint.server.endsWith('/') ? endpoint.server : endpoint.server + '/');
+    this.#dispatcher = dispatcher ?? agentFor(endpoint, credential);
+  }
+
+  get identityHint(): string {
+    return this.#credential.kind;
+  }
+
+  url(path: string, query?: RequestOptions['query']): URL {
+    const url = new URL(path.replace(/^\//, ''), this.#base);
+    for (const [key, value] of Object.entries(query ?? {})) {
+      if (value !== undefined) url.searchParams.set(key, String(value));
+    }
+    return url;
+  }
+
+  #headers(json: boolean): Record<string, string> {
+    const headers: Record<string, string> = { accept: 'application/json', 'user-agent': USER_AGENT };
+    if (json) headers['content-type'] = 'application/json';
+    if (this.#credential.kind === 'token') headers.authorization = `Bearer ${this.#credential.token}`;
+    return headers;
+  }
+
+  async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<ApiResponse<T>> {
+    const url = this.url(path, options.query);
+    const hasBody = options.body !== undefined;
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await request(url, {
+        method: method as Dispatcher.HttpMethod,
+        headers: this.#headers(hasBody),
+        body: hasBody ? JSON.stringify(options.body) : null,
+        dispatcher: this.#dispatcher,
+        signal: options.signal ?? null,
+        headersTimeout: options.timeoutMs ?? 30_000,
+        bodyTimeout: options.timeoutMs ?? 30_000,
+      });
+    } catch (err) {
+      throw transportError(method, url, err);
+    }
+    const text = await res.body.text();
+    const body = parseJson(text);
+    const headers = res.headers as ApiResponse<T>['headers'];
+    if ((res.statusCode >= 200 && res.statusCode < 300) || options.accept?.includes(res.statusCode)) {
+      return { status: res.statusCode, body: body as T, headers };
+    }
+    throw apiError(method, url.pathname, res.statusCode, body, headers);
+  }
+
+  /**
+   * Streams watch events until the server ends the watch, the signal aborts,
+   * or the connection fails (which throws). Matches the API's watch framing:
+   * one JSON object per line.
+   */
+  async *watch<T = unknown>(path: string, query: RequestOptions['query'], signal: AbortSignal): AsyncGenerator<WatchEvent<T>> {
+    const url = this.url(path, { ...query, watch: true });
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await request(url, {
+        method: 'GET',
+        headers: this.#headers(false),
+        dispatcher: this.#dispatcher,
+        signal,
+        headersTimeout: 30_000,
+        // The server closes the watch after timeoutSeconds; the caller's signal bounds it too.
+        bodyTimeout: 0,
+      });
+    } catch (err) {
+      throw transportError('GET', url, err);
+    }
+    if (res.statusCode !== 200) {
+      const body = parseJson(await res.body.text());
+      throw apiError('WATCH', url.pathname, res.statusCode, body, res.headers as ApiResponse<T>['headers']);
+    }
+    let buffered = '';
+    try {
+      for await (const chunk of res.body) {
+        buffered += (chunk as Buffer).toString('utf8');
+        let newline: number;
+        while ((newline = buffered.indexOf('\n')) >= 0) {
+          const line = buffered.slice(0, newline).trim();
+          buffered = buffered.slice(newline + 1);
+          if (line) yield JSON.parse(line) as WatchEvent<T>;
+        }
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      throw transportError('WATCH', url, err);
+    } finally {
+      res.body.destroy();
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.#dispatcher.close();
+  }
+}
+
+export interface WatchEvent<T> {
+  type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
+  object: T;
+}
+
+export function agentFor(endpoint: Endpoint, credential: Credential): Agent {
+  const clientCert = credential.kind === 'client-certificate' ? { cert: credential.certPem, key: credential.keyPem } : {};
+  return new Agent({
+    connect: {
+      ...(endpoint.caPem ? { ca: endpoint.caPem } : {}),
+      ...(endpoint.tlsServerName ? { servername: endpoint.tlsServerName } : {}),
+      ...clientCert,
+      rejectUnauthorized: endpoint.unsafeSkipTlsVerify !== true,
+      timeout: 15_000,
+    },
+    keepAliveTimeout: 30_000,
+  });
+}
+
+function parseJson(text: string): unknown {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function apiError(method: string, path: string, status: number, body: unknown, headers: Record<string, string | string[] | undefined>): ApiError {
+  const statusObj = (typeof body === 'object' && body !== null ? body : {}) as { reason?: string; message?: string };
+  const reason = statusObj.reason ?? (status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error');
+  const message = typeof statusObj.message === 'string' ? statusObj.message : typeof body === 'string' ? body.slice(0, 200) : '';
+  const retryAfter = headers['retry-after'];
+  return new ApiError(method, path, status, reason, message, Array.isArray(retryAfter) ? retryAfter[0] : retryAfter);
+}
+
+function transportError(method: string, url: URL, err: unknown): KubebootError {
+  if (err instanceof Error && err.name === 'AbortError') return new KubebootError(`${method} ${url.pathname}: aborted`, undefined, { cause: err });
+  const cause = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+  const code = cause.code ?? cause.cause?.code;
+  const detail = cause.cause?.message ?? cause.message ?? String(err);
+  return new TransportError(`${method} ${url.origin}${url.pathname}: ${code ? code + ': ' : ''}${detail}`, undefined, { cause: err });
+}

@@ -1,0 +1,162 @@
+/**
+ * The CSR conversation with the API server: create (or adopt a compatible
+ * one after 409), then wait for a decision with list+watch, re-listing on
+ * every reconnect and falling back to polling when watching is refused.
+ */
+import { setTimeout as delay } from 'node:timers/promises';
+import { CsrRejectedError, KubebootError, TimedOutError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { ApiError, type KubeClient } from './client.js';
+import { csrState, pendingNotice, type CertificateSigningRequest } from './csr-state.js';
+import { nextDelay, retryAfterMs, DEFAULT_BACKOFF } from '../renewal/backoff.js';
+
+const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+
+export interface CsrRequest {
+  name: string;
+  requestPem: string;
+  signerName: string;
+  usages: string[];
+  expirationSeconds: number | null;
+}
+
+/**
+ * Returns why an existing CSR of the same name cannot be ours, or null when
+ * it can (matches client-go ensureCompatible: same request key and subject,
+ * same signer, and no certificate that has already expired).
+ */
+export type CompatibilityCheck = (existing: CertificateSigningRequest) => Promise<string | null>;
+
+export async function createCsr(client: KubeClient, req: CsrRequest, isCompatible: CompatibilityCheck, signal?: AbortSignal): Promise<CertificateSigningRequest> {
+  const body: CertificateSigningRequest = {
+    apiVersion: 'certificates.k8s.io/v1',
+    kind: 'CertificateSigningRequest',
+    metadata: { name: req.name },
+    spec: {
+      request: Buffer.from(req.requestPem).toString('base64'),
+      signerName: req.signerName,
+      usages: req.usages,
+      ...(req.expirationSeconds !== null ? { expirationSeconds: req.expirationSeconds } : {}),
+    },
+  };
+  const created = await client.request<CertificateSigningRequest>('POST', CSR_PATH, { body, accept: [409], ...(signal ? { signal } : {}) });
+  if (created.status !== 409) return created.body;
+  const existing = await getCsr(client, req.name, signal);
+  if (!existing) throw new KubebootError(`CSR ${req.name} already existed but vanished while it was read; retrying will create it again`);
+  const problem = await isCompatible(existing);
+  if (problem) throw new KubebootError(`CSR ${req.name} already exists and is not compatible: ${problem}`);
+  return existing;
+}
+
+export async function getCsr(client: KubeClient, name: string, signal?: AbortSignal): Promise<CertificateSigningRequest | null> {
+  const res = await client.request<CertificateSigningRequest>('GET', `${CSR_PATH}/${encodeURIComponent(name)}`, { accept: [404], ...(signal ? { signal } : {}) });
+  return res.status === 404 ? null : res.body;
+}
+
+export interface WaitOptions {
+  logger: Logger;
+  /** Overall bound; exceeded → TimedOutError (exit 4). */
+  timeoutMs: number;
+  /** Log the approve command when pending this long, then once per this interval. */
+  pendingNoticeMs: number;
+  signal?: AbortSignal;
+  /** Seconds between lists when the watch is refused. */
+  pollIntervalMs?: number;
+  /** Called once with the CSR's pending time when the certificate arrives. */
+  random?: () => number;
+}
+
+interface CsrList {
+  metadata: { resourceVersion: string };
+  items: CertificateSigningRequest[];
+}
+
+/** Waits until the CSR named `name` with `uid` is issued; returns the certificate PEM. */
+export async function waitForCertificate(client: KubeClient, csr: CertificateSigningRequest, opts: WaitOptions): Promise<string> {
+  const { name, uid } = csr.metadata;
+  const signerName = csr.spec.signerName;
+  const started = Date.now();
+  const timeout = AbortSignal.timeout(opts.timeoutMs);
+  const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+  const random = opts.random ?? Math.random;
+  const notice = setInterval(() => {
+    opts.logger.warn(pendingNotice(name, (Date.now() - started) / 1000, signerName), { csr: name });
+  }, opts.pendingNoticeMs);
+  notice.unref();
+
+  const decide = (item: CertificateSigningRequest | undefined): string | null => {
+    if (!item) throw new KubebootError(`CSR ${name} was deleted while waiting for approval`);
+    if (uid && item.metadata.uid && item.metadata.uid !== uid) {
+      throw new KubebootError(`CSR ${name} was replaced by another object (uid changed) while waiting for approval`);
+    }
+    const state = csrState(item);
+    switch (state.state) {
+      case 'issued':
+        return state.certPem;
+      case 'denied':
+        throw new CsrRejectedError(`CSR ${name} was denied: ${state.reason}${state.message ? ` (${state.message})` : ''}`);
+      case 'failed':
+        throw new CsrRejectedError(`CSR ${name} failed: ${state.reason}${state.message ? ` (${state.message})` : ''}`);
+      case 'pending':
+        return null;
+    }
+  };
+
+  let attempt = 0;
+  let pollOnly = false;
+  try {
+    for (;;) {
+      try {
+        const list = await client.request<CsrList>('GET', CSR_PATH, { query: { fieldSelector: `metadata.name=${name}` }, signal });
+        const issued = decide(list.body.items[0]);
+        if (issued) return issued;
+        if (pollOnly) {
+          await delay(opts.pollIntervalMs ?? 5_000, undefined, { signal });
+          continue;
+        }
+        const remainingSeconds = Math.max(1, Math.floor((opts.timeoutMs - (Date.now() - started)) / 1000));
+        const events = client.watch<CertificateSigningRequest>(
+          CSR_PATH,
+          { fieldSelector: `metadata.name=${name}`, resourceVersion: list.body.metadata.resourceVersion, timeoutSeconds: Math.min(300, remainingSeconds), allowWatchBookmarks: true },
+          signal,
+        );
+        for await (const event of events) {
+          attempt = 0;
+          if (event.type === 'BOOKMARK') continue;
+          if (event.type === 'ERROR') break; // e.g. 410 Gone: re-list
+          if (event.type === 'DELETED') decide(undefined);
+          const done = decide(event.object);
+          if (done) return done;
+        }
+        // The server ended the watch (timeoutSeconds): re-list and watch again.
+      } catch (err) {
+        if (signal.aborted) throw err;
+        if (!(err instanceof ApiError) && err instanceof KubebootError && !isTransient(err)) throw err;
+        if (err instanceof ApiError && (err.status === 403 || err.status === 405) && !pollOnly && err.message.startsWith('WATCH')) {
+          opts.logger.warn(`watching CSR ${name} is not permitted; polling instead`, { csr: name });
+          pollOnly = true;
+          continue;
+        }
+        if (err instanceof ApiError && !retryable(err.status)) throw err;
+        const wait = (err instanceof ApiError ? retryAfterMs(err.retryAfter, new Date()) : null) ?? nextDelay(attempt++, DEFAULT_BACKOFF, random);
+        opts.logger.warn(`waiting for CSR ${name}: ${(err as Error).message}; retrying in ${Math.round(wait / 1000)}s`, { csr: name });
+        await delay(wait, undefined, { signal });
+      }
+    }
+  } catch (err) {
+    if (timeout.aborted && !(opts.signal?.aborted ?? false)) {
+      throw new TimedOutError(`timed out after ${Math.round(opts.timeoutMs / 1000)}s waiting for CSR ${name} to be approved and signed; approve it with: kubectl certificate approve ${name}`);
+    }
+    throw err;
+  } finally {
+    clearInterval(notice);
+  }
+}
+
+function retryable(status: number): boolean {
+  return status === 429 || status >= 500 || status === 410;
+}
+
+function isTransient(err: KubebootError): boolean {
+  return err.name === 'TransportError';
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build and tests use, when missing:
+# packaging tools (packaging/deps.txt) and systemd-notify/socat for the
+# readiness tests. Needs root (CI and the dev machines run as root).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+want=(systemd python3)
+[ -f "$root/packaging/deps.txt" ] && mapfile -t -O "${#want[@]}" want < <(grep -v '^\s*#' "$root/packaging/deps.txt" | sed '/^\s*$/d')
+missing=()
+for pkg in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then echo "system-deps: missing Debian packages (install as root): ${missing[*]}" >&2; exit 1; fi
+echo "system-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

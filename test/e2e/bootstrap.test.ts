@@ -1,0 +1,207 @@
+// The bootstrap flow against a real kube-apiserver + kube-controller-manager:
+// what an operator sees on a fresh node.
+import { execFile } from 'node:child_process';
+import { lstat, readFile, readlink, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import t from 'tap';
+import { caCertHash } from '../../agent/pki/pin.js';
+import { controlPlaneOrSkip } from '../support/controlplane.js';
+import { forbid, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
+import { writeKubeconfig } from '../support/kubeconfig.js';
+
+const run = promisify(execFile);
+
+const plane = await controlPlaneOrSkip(t, { name: 'bootstrap' });
+if (plane) {
+  const kubectl = plane.kubectlPath!;
+  const whoami = async (kubeconfig: string) => JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo as { username: string; groups: string[] };
+  const csrsFor = async (cn: string) => (await plane.admin.listCsrs()).filter((c) => csrCommonName(c) === cn);
+
+  // Group allowed to create CSRs but not auto-approved: CSRs from it stay pending until an admin decides.
+  await plane.admin.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
+    apiVersion: 'rbac.authorization.k8s.io/v1',
+    kind: 'ClusterRoleBinding',
+    metadata: { name: 'kubeboot-test-manual-bootstrappers' },
+    roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'system:node-bootstrapper' },
+    subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'kubeboot:manual-bootstrappers' }],
+  });
+  const manualBootstrapKubeconfig = async (file: string, who: string) => {
+    const cred = await plane.mintClientCert({ commonName: who, organizations: ['kubeboot:manual-bootstrappers'] });
+    forbid(cred.keyPem.split('\n').slice(1, -2).join(''));
+    await writeKubeconfig(file, plane.server, { pem: plane.caPem }, cred);
+  };
+
+  t.test('a node with only a bootstrap kubeconfig ends with a kubelet kubeconfig that kubectl accepts as system:node:<name>', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-1');
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    await writeFile(join(node.cloudDir, 'user-data.txt'), `#cloud-config\n# token: ${token.token}\n`);
+
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    t.equal(result.code, 0, `exit 0; output:\n${result.stderr}`);
+
+    const user = await whoami(node.kubeletKubeconfig);
+    t.equal(user.username, 'system:node:worker-1');
+    t.ok(user.groups.includes('system:nodes'), 'in group system:nodes');
+    await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'bootstrap kubeconfig deleted');
+    t.match(result.stderr, /bootstrap token is still present in .*user-data\.txt/, 'warns about the token left in cloud-init user-data');
+
+    const current = join(node.kubeletCertDir, 'kubelet-client-current.pem');
+    t.ok((await lstat(current)).isSymbolicLink(), 'kubelet-client-current.pem is a symlink');
+    const target = await readlink(current);
+    t.match(target, /kubelet-client-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}\.pem$/);
+    t.equal((await stat(target)).mode & 0o777, 0o600, 'credential file is 0600');
+    t.equal((await stat(node.kubeletKubeconfig)).mode & 0o777, 0o600, 'kubeconfig is 0600');
+
+    const csrs = await csrsFor('system:node:worker-1');
+    t.equal(csrs.length, 1, 'one CSR');
+    t.match(csrs[0]!.metadata.name, /^node-csr-/);
+    t.equal(csrs[0]!.spec.username, `system:bootstrap:${token.id}`, 'requested with the bootstrap token');
+
+    t.test('a second run with a valid kubeconfig makes no API call at all', async (t) => {
+      const again = await kubeboot(t, ['bootstrap', '--config', node.config, '--log-level', 'debug']);
+      t.equal(again.code, 0);
+      t.notMatch(again.stderr, /api request/, 'no request was traced');
+      t.match(again.stderr, /keeping it/);
+    });
+
+    t.test('status reports the subject, issuer and expiry', async (t) => {
+      const status = await kubeboot(t, ['status', '--config', node.config, '--output', 'json']);
+      t.equal(status.code, 0);
+      const kubelet = JSON.parse(status.stdout).identities[0];
+      t.equal(kubelet.identity, 'kubelet');
+      t.match(kubelet.subject, /CN=system:node:worker-1,O=system:nodes/);
+      t.equal(kubelet.expired, false);
+      t.equal(kubelet.certificateFile, target);
+    });
+  });
+
+  t.test('kube-proxy waits for an admin while the kubelet gets its kubeconfig', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-2', { kubeProxy: { enabled: true } });
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'file' });
+
+    const running = startKubeboot(['bootstrap', '--config', node.config, '--pending-notice-interval', '1s']);
+    const pending = await plane.admin.waitFor('the kube-proxy CSR', async () => (await csrsFor('system:kube-proxy')).find((c) => c.spec.username === `system:bootstrap:${token.id}`));
+    await running.waitForOutput(/kubectl certificate approve node-csr-/);
+    const kubeletUser = await plane.admin.waitFor('the kubelet kubeconfig', async () => whoami(node.kubeletKubeconfig).catch(() => undefined));
+    t.equal(kubeletUser.username, 'system:node:worker-2', 'kubelet kubeconfig works while kube-proxy is still pending');
+    t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig kept while kube-proxy is pending');
+
+    await plane.admin.approveCsr(pending.metadata.name);
+    const result = await running.done;
+    t.equal(result.code, 0, `exit 0; output:\n${result.stderr}`);
+    const proxyUser = await whoami(node.kubeProxyKubeconfig);
+    t.equal(proxyUser.username, 'system:kube-proxy');
+    await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'bootstrap kubeconfig deleted once both are proven');
+  });
+
+  t.test('a denied CSR exits 3 with the reason, writes nothing and keeps the bootstrap kubeconfig', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-3');
+    await manualBootstrapKubeconfig(node.bootstrapKubeconfig, 'manual-3');
+    const running = startKubeboot(['bootstrap', '--config', node.config]);
+    const csr = await plane.admin.waitFor('the kubelet CSR', async () => (await csrsFor('system:node:worker-3'))[0]);
+    await plane.admin.denyCsr(csr.metadata.name, 'NotOnTheInventory');
+    const result = await running.done;
+    t.equal(result.code, 3);
+    t.match(result.stderr, /denied: NotOnTheInventory/);
+    await t.rejects(stat(node.kubeletKubeconfig), { code: 'ENOENT' }, 'no kubeconfig written');
+    t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig kept');
+  });
+
+  t.test('killed while waiting and restarted, kubeboot reuses the same CSR', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-4');
+    await manualBootstrapKubeconfig(node.bootstrapKubeconfig, 'manual-4');
+    const first = startKubeboot(['bootstrap', '--config', node.config]);
+    const csr = await plane.admin.waitFor('the kubelet CSR', async () => (await csrsFor('system:node:worker-4'))[0]);
+    first.child.kill('SIGKILL');
+    await first.done;
+
+    const second = startKubeboot(['bootstrap', '--config', node.config]);
+    await second.waitForOutput(new RegExp(`CSR ${csr.metadata.name} submitted`));
+    await plane.admin.approveCsr(csr.metadata.name);
+    const result = await second.done;
+    t.equal(result.code, 0, `exit 0; output:\n${result.stderr}`);
+    t.equal((await csrsFor('system:node:worker-4')).length, 1, 'one CSR in the API, not two');
+    t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-4');
+  });
+
+  t.test('CA discovery with the right pin bootstraps a node whose bootstrap kubeconfig has no CA', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-5');
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'none' });
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--ca-cert-hash', caCertHash(plane.caPem)]);
+    t.equal(result.code, 0, `exit 0; output:\n${result.stderr}`);
+    t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-5');
+    const written = await readFile(node.kubeletKubeconfig, 'utf8');
+    t.match(written, /certificate-authority-data/, 'the discovered CA is in the new kubeconfig');
+  });
+
+  t.test('a wrong pin is refused and no CSR is made', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-6');
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'none' });
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--ca-cert-hash', `sha256:${'ab'.repeat(32)}`]);
+    t.equal(result.code, 1);
+    t.match(result.stderr, /matches none of the --ca-cert-hash pins/);
+    t.equal((await csrsFor('system:node:worker-6')).length, 0, 'no CSR');
+    t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig kept');
+  });
+
+  t.test('no CA and no pin is refused before anything is fetched', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-7');
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'none' });
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    t.equal(result.code, 2);
+    t.match(result.stderr, /no --ca-cert-hash was given/);
+  });
+
+  t.test('an expired bootstrap token gives a clear error, exit 2, and nothing is deleted', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-8');
+    const token = await plane.admin.createBootstrapToken({ expiration: new Date(Date.now() - 60_000) });
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    t.equal(result.code, 2, result.stderr);
+    t.match(result.stderr, /rejected the bootstrap credential \(401/);
+    t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig kept');
+  });
+
+  t.test('an unknown bootstrap token is refused the same way', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-9');
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, 'abcdef.0123456789abcdef', { ca: 'data' });
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    t.equal(result.code, 2, result.stderr);
+    t.match(result.stderr, /rejected the bootstrap credential \(401/);
+  });
+
+  t.test('check validates everything without changing anything', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-10');
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    const result = await kubeboot(t, ['check', '--config', node.config]);
+    t.equal(result.code, 0, result.stdout + result.stderr);
+    t.match(result.stdout, new RegExp(`authenticated as system:bootstrap:${token.id}`));
+    t.equal((await csrsFor('system:node:worker-10')).length, 0, 'no CSR made');
+    t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig untouched');
+  });
+}
+
+function csrCommonName(csr: { spec?: { request?: string } }): string {
+  const pem = Buffer.from(csr.spec?.request ?? '', 'base64').toString();
+  // A plain DER scan for the CN attribute: independent of the agent's own parser.
+  const der = Buffer.from(pem.replace(/-----[^-]+-----/g, '').replace(/\s+/g, ''), 'base64');
+  const cnOid = Buffer.from([0x06, 0x03, 0x55, 0x04, 0x03]);
+  const at = der.indexOf(cnOid);
+  if (at < 0) return '';
+  const len = der[at + 6]!;
+  return der.subarray(at + 7, at + 7 + len).toString('utf8');
+}
