@@ -1,0 +1,200 @@
+/**
+ * Every setting, once. The loader, `kubeboot --help` and the README's
+ * configuration reference are all generated from this table, so a flag that
+ * exists is documented and a documented flag exists.
+ *
+ * The config-file key is the setting's path in `Config` (`kubeProxy.enabled`),
+ * the flag is the kebab name, the environment variable is `KUBEBOOT_` plus
+ * the flag in upper snake case. Repeatable flags replace the list from the
+ * file or environment rather than appending to it; in the environment a list
+ * is comma-separated.
+ */
+import { KEY_ALGORITHMS } from '../identity.js';
+import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
+import type { Config } from './types.js';
+import { dns1123SubdomainProblem, formatDuration, ipProblem, signerNameProblem } from './values.js';
+
+/** Dotted paths to the leaves of Config: `nodeName`, `kubeProxy.enabled`, ... */
+type Leaves<T, P extends string = ''> = {
+  [K in keyof T & string]: T[K] extends unknown[] | string | number | boolean | null
+    ? `${P}${K}`
+    : Leaves<T[K], `${P}${K}.`>;
+}[keyof T & string];
+export type ConfigKey = Leaves<Config>;
+
+export type OptionType =
+  | 'string'
+  | 'path'
+  | 'bool'
+  | 'duration'
+  | 'enum'
+  | 'strings'
+  | 'paths'
+  | 'listen'
+  | 'pins'
+  | 'hooks';
+
+export interface OptionSpec {
+  key: ConfigKey;
+  /** Flag name without the leading `--`; null for config-file-only settings. */
+  flag: string | null;
+  env: string | null;
+  /** False only for `--config` itself. */
+  inFile: boolean;
+  type: OptionType;
+  /** Allowed values of an `enum`. */
+  values?: readonly string[];
+  /** Smallest accepted duration and why (shown in the error). */
+  min?: { seconds: number; why?: string };
+  /** A duration that may be left unset (YAML `null`). */
+  nullable?: boolean;
+  /** Extra check of each string item; returns a problem or null. */
+  check?: (value: string) => string | null;
+  metavar: string;
+  help: string;
+  /** Shown instead of the value from defaultConfig when that is not meaningful. */
+  defaultText?: string;
+}
+
+function envName(flag: string): string {
+  return `KUBEBOOT_${flag.toUpperCase().replaceAll('-', '_')}`;
+}
+
+type Spec = Omit<OptionSpec, 'flag' | 'env' | 'inFile' | 'metavar'> & { metavar?: string };
+
+function opt(flag: string, spec: Spec, inFile = true): OptionSpec {
+  return { flag, env: envName(flag), inFile, metavar: spec.metavar ?? METAVAR[spec.type], ...spec };
+}
+function fileOnly(spec: Spec): OptionSpec {
+  return { flag: null, env: null, inFile: true, metavar: spec.metavar ?? METAVAR[spec.type], ...spec };
+}
+
+const METAVAR: Record<OptionType, string> = {
+  string: 'STRING',
+  path: 'PATH',
+  bool: '',
+  duration: 'DURATION',
+  enum: 'NAME',
+  strings: 'STRING',
+  paths: 'PATH',
+  listen: 'HOST:PORT|off',
+  pins: 'sha256:HEX',
+  hooks: 'ARGV-LIST',
+};
+
+const atLeastOne = { seconds: 1 };
+
+export const OPTIONS: readonly OptionSpec[] = [
+  opt('config', { key: 'configFile', type: 'path', help: 'Config file (YAML); a missing default file is fine, a missing named file is an error' }, false),
+  opt('bootstrap-kubeconfig', { key: 'bootstrapKubeconfig', type: 'path', help: 'Bootstrap kubeconfig: API server, CA and bootstrap token (kept until the identity is proven)' }),
+  opt('state-dir', { key: 'stateDir', type: 'path', help: 'Directory for kubeboot state (pending keys, CSR names)' }),
+  opt('node-name', { key: 'nodeName', type: 'string', metavar: 'NAME', check: dns1123SubdomainProblem, defaultText: 'lower-cased hostname', help: 'Node name; the kubelet client certificate is issued to system:node:<name>' }),
+  opt('key-algorithm', { key: 'keyAlgorithm', type: 'enum', values: KEY_ALGORITHMS, help: 'Private key algorithm for new keys' }),
+  opt('expiration-seconds', {
+    key: 'expirationSeconds',
+    type: 'duration',
+    nullable: true,
+    min: { seconds: 600, why: 'the API rejects shorter' },
+    defaultText: 'unset (the signer decides)',
+    help: 'Certificate lifetime to request (spec.expirationSeconds); the signer may cap it',
+  }),
+  opt('ca-cert-hash', { key: 'caCertHashes', type: 'pins', help: 'Pin for CA discovery through kube-public/cluster-info (repeatable)' }),
+  opt('unsafe-skip-ca-verification', { key: 'unsafeSkipCaVerification', type: 'bool', help: 'Trust a CA discovered through cluster-info without a pin (unsafe)' }),
+  opt('unsafe-allow-insecure-bootstrap', { key: 'unsafeAllowInsecureBootstrap', type: 'bool', help: 'Accept insecure-skip-tls-verify in the bootstrap kubeconfig (unsafe)' }),
+  opt('kubelet-kubeconfig', { key: 'kubelet.kubeconfig', type: 'path', help: 'Kubeconfig written for the kubelet' }),
+  opt('kubelet-cert-dir', { key: 'kubelet.certDir', type: 'path', help: 'Directory of the kubelet client certificates' }),
+  fileOnly({ key: 'kubelet.hooks', type: 'hooks', help: 'Commands (argv lists, no shell) run after the kubelet client certificate changed' }),
+  opt('kube-proxy', { key: 'kubeProxy.enabled', type: 'bool', help: 'Also keep a kube-proxy client certificate (--no-kube-proxy disables)' }),
+  opt('kube-proxy-kubeconfig', { key: 'kubeProxy.kubeconfig', type: 'path', help: 'Kubeconfig written for kube-proxy' }),
+  opt('kube-proxy-cert-dir', { key: 'kubeProxy.certDir', type: 'path', help: 'Directory of the kube-proxy client certificates' }),
+  opt('kube-proxy-common-name', { key: 'kubeProxy.commonName', type: 'string', metavar: 'CN', help: 'Subject CN of the kube-proxy certificate' }),
+  opt('kube-proxy-organization', { key: 'kubeProxy.organizations', type: 'strings', metavar: 'ORG', help: 'Subject O of the kube-proxy certificate (repeatable)' }),
+  opt('kube-proxy-signer', { key: 'kubeProxy.signerName', type: 'string', metavar: 'SIGNER', check: signerNameProblem, help: 'Signer for the kube-proxy CSR (it needs an approver; nothing approves it by default)' }),
+  fileOnly({ key: 'kubeProxy.hooks', type: 'hooks', help: 'Commands (argv lists, no shell) run after the kube-proxy certificate changed' }),
+  opt('kubelet-serving', { key: 'kubeletServing.enabled', type: 'bool', help: 'Also keep a kubelet serving certificate (signer kubernetes.io/kubelet-serving)' }),
+  opt('kubelet-serving-cert-dir', { key: 'kubeletServing.certDir', type: 'path', help: 'Directory of the kubelet serving certificates' }),
+  opt('kubelet-serving-dns-name', { key: 'kubeletServing.dnsNames', type: 'strings', metavar: 'DNS-NAME', check: dns1123SubdomainProblem, defaultText: 'the node name', help: 'DNS SAN of the serving certificate (repeatable)' }),
+  opt('kubelet-serving-ip-address', { key: 'kubeletServing.ipAddresses', type: 'strings', metavar: 'IP', check: ipProblem, help: 'IP SAN of the serving certificate (repeatable)' }),
+  fileOnly({ key: 'kubeletServing.hooks', type: 'hooks', help: 'Commands (argv lists, no shell) run after the serving certificate changed' }),
+  opt('wait-timeout', { key: 'waitTimeout', type: 'duration', min: atLeastOne, help: 'Give up waiting for CSR approval after this long (exit 4)' }),
+  opt('pending-notice-interval', { key: 'pendingNoticeInterval', type: 'duration', min: atLeastOne, help: 'While a CSR is pending, repeat the approve command this often' }),
+  opt('renew-margin', { key: 'renewal.margin', type: 'duration', help: 'Renew when less lifetime than this remains, even before the 70-90 % point' }),
+  opt('reuse-key', { key: 'renewal.reuseKey', type: 'bool', help: 'Keep the private key on renewal instead of generating a new one' }),
+  opt('hook-timeout', { key: 'renewal.hookTimeout', type: 'duration', min: atLeastOne, help: 'Kill a hook that runs longer than this' }),
+  opt('listen', { key: 'listen', type: 'listen', help: 'Address for /healthz, /readyz and /metrics; off disables' }),
+  opt('log-level', { key: 'log.level', type: 'enum', values: ['error', 'warn', 'info', 'debug'], help: 'Log level' }),
+  opt('log-format', { key: 'log.format', type: 'enum', values: ['json', 'text', 'auto'], help: 'Log format; auto is text on a terminal, JSON otherwise' }),
+  opt('cloud-init-path', { key: 'cloudInitPaths', type: 'paths', help: 'cloud-init cache checked for a leftover bootstrap token (repeatable)' }),
+];
+
+/** Flags that only some commands take; not part of Config. */
+export interface CommandFlagSpec {
+  flag: string;
+  commands: readonly string[];
+  values?: readonly string[];
+  metavar: string;
+  help: string;
+}
+export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew'] as const;
+export type Command = (typeof COMMANDS)[number];
+
+export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
+  { flag: 'output', commands: ['status'], values: ['text', 'json'], metavar: 'text|json', help: 'status: output format' },
+  { flag: 'identity', commands: ['renew'], values: ['kubelet', 'kube-proxy', 'kubelet-serving'], metavar: 'NAME', help: 'renew: only this identity (kubelet, kube-proxy, kubelet-serving)' },
+];
+
+export function readKey(config: Config, key: ConfigKey): unknown {
+  let node: unknown = config;
+  for (const part of key.split('.')) node = (node as Record<string, unknown>)[part];
+  return node;
+}
+
+export function defaultText(spec: OptionSpec): string {
+  if (spec.defaultText !== undefined) return spec.defaultText;
+  if (spec.key === 'configFile') return DEFAULT_CONFIG_FILE;
+  const value = readKey(defaultConfig('node'), spec.key);
+  if (value === null) return spec.type === 'listen' ? 'off' : 'unset';
+  if (spec.type === 'duration' && typeof value === 'number') return formatDuration(value);
+  if (Array.isArray(value)) return value.length === 0 ? 'none' : value.map((v) => String(v)).join(', ');
+  return String(value);
+}
+
+function flagUsage(spec: OptionSpec): string {
+  if (spec.type === 'bool') return `--[no-]${spec.flag}`;
+  if (spec.type === 'enum') return `--${spec.flag} ${(spec.values ?? []).join('|')}`;
+  return `--${spec.flag} ${spec.metavar}`;
+}
+
+/** The options part of `kubeboot --help`. */
+export function renderOptionsHelp(): string {
+  const lines: string[] = ['Options (config file < KUBEBOOT_* environment < flags):'];
+  for (const spec of OPTIONS.filter((o) => o.flag !== null)) {
+    lines.push(`  ${flagUsage(spec)}`);
+    lines.push(`      ${spec.help}.`);
+    const where = [spec.env !== null ? `env ${spec.env}` : null, spec.inFile ? `file ${spec.key}` : null];
+    lines.push(`      ${where.filter((w) => w !== null).join(', ')}; default ${defaultText(spec)}`);
+  }
+  lines.push('', 'Config file only:');
+  for (const spec of OPTIONS.filter((o) => o.flag === null)) {
+    lines.push(`  ${spec.key}: [[argv...], ...]`, `      ${spec.help}.`);
+  }
+  lines.push('', 'Command options:');
+  for (const c of COMMAND_FLAGS) lines.push(`  --${c.flag} ${c.metavar}`, `      ${c.help}.`);
+  lines.push('', 'Durations are seconds or like 90s, 15m, 2h30m. Lists in the environment are comma-separated.');
+  return lines.join('\n') + '\n';
+}
+
+/** Markdown table for the README's configuration reference. */
+export function renderOptionsReference(): string {
+  const rows = OPTIONS.map((spec) => {
+    const cells = [
+      spec.inFile ? `\`${spec.key}\`` : '',
+      spec.flag !== null ? `\`${flagUsage(spec)}\`` : '',
+      spec.env !== null ? `\`${spec.env}\`` : '',
+      defaultText(spec),
+      spec.help,
+    ];
+    return `| ${cells.map((c) => c.replaceAll('|', '\\|')).join(' | ')} |`;
+  });
+  return ['| File key | Flag | Environment | Default | Meaning |', '|---|---|---|---|---|', ...rows].join('\n') + '\n';
+}

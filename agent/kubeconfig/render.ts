@@ -1,0 +1,42 @@
+/**
+ * The kubeconfig kubeboot writes for the kubelet and kube-proxy. Shaped like
+ * kubeadm's kubelet.conf: the CA is embedded, the client credential is a
+ * file reference to the `-current.pem` link, so renewals never rewrite it.
+ */
+import path from 'node:path';
+import { stringify } from 'yaml';
+import { KubebootError } from '../errors.js';
+
+export interface ClientKubeconfigOptions {
+  server: string;
+  caPem: string;
+  certFile: string;
+  keyFile: string;
+  clusterName?: string;
+  userName: string;
+  tlsServerName?: string | null;
+}
+
+export function renderClientKubeconfig(opts: ClientKubeconfigOptions): string {
+  // A relative path would be read relative to the kubeconfig's directory by clients: never intended here.
+  for (const file of [opts.certFile, opts.keyFile]) {
+    if (!path.isAbsolute(file)) throw new KubebootError(`kubeconfig credential path must be absolute, got ${file}`);
+  }
+  const clusterName = opts.clusterName ?? 'default-cluster';
+  const cluster: Record<string, string> = {
+    'certificate-authority-data': Buffer.from(opts.caPem, 'utf8').toString('base64'),
+    server: opts.server,
+  };
+  if (opts.tlsServerName) cluster['tls-server-name'] = opts.tlsServerName;
+  // Keys in kubectl's order (alphabetical) so the file diffs cleanly against kubeadm's.
+  const doc = {
+    apiVersion: 'v1',
+    clusters: [{ cluster, name: clusterName }],
+    contexts: [{ context: { cluster: clusterName, namespace: 'default', user: opts.userName }, name: 'default-context' }],
+    'current-context': 'default-context',
+    kind: 'Config',
+    preferences: {},
+    users: [{ name: opts.userName, user: { 'client-certificate': opts.certFile, 'client-key': opts.keyFile } }],
+  };
+  return stringify(doc, { indentSeq: false, lineWidth: 0 });
+}

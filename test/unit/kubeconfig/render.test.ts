@@ -1,0 +1,60 @@
+import t from 'tap';
+import { renderClientKubeconfig } from '../../../agent/kubeconfig/render.js';
+import { parseClientKubeconfig } from '../../../agent/kubeconfig/parse.js';
+
+const CA = '-----BEGIN CERTIFICATE-----\nMIIBfakeCA\n-----END CERTIFICATE-----\n';
+const CURRENT = '/var/lib/kubelet/pki/kubelet-client-current.pem';
+const PEM = '-----BEGIN CERTIFICATE-----\nMIIBleaf\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n';
+const opts = { server: 'https://10.0.0.1:6443', caPem: CA, certFile: CURRENT, keyFile: CURRENT, userName: 'default-auth' };
+
+t.test('renders a kubeadm-shaped kubelet.conf pointing at the -current.pem link', async (t) => {
+  const b64 = Buffer.from(CA).toString('base64');
+  t.equal(
+    renderClientKubeconfig(opts),
+    [
+      'apiVersion: v1',
+      'clusters:',
+      '- cluster:',
+      `    certificate-authority-data: ${b64}`,
+      '    server: https://10.0.0.1:6443',
+      '  name: default-cluster',
+      'contexts:',
+      '- context:',
+      '    cluster: default-cluster',
+      '    namespace: default',
+      '    user: default-auth',
+      '  name: default-context',
+      'current-context: default-context',
+      'kind: Config',
+      'preferences: {}',
+      'users:',
+      '- name: default-auth',
+      '  user:',
+      `    client-certificate: ${CURRENT}`,
+      `    client-key: ${CURRENT}`,
+      '',
+    ].join('\n'),
+  );
+});
+
+t.test('output is deterministic', async (t) => {
+  t.equal(renderClientKubeconfig({ ...opts }), renderClientKubeconfig({ ...opts }));
+});
+
+t.test('round-trips through parseClientKubeconfig, tls-server-name included', async (t) => {
+  const text = renderClientKubeconfig({ ...opts, tlsServerName: 'kubernetes.default', clusterName: 'prod' });
+  const parsed = await parseClientKubeconfig('/etc/kubernetes/kubelet.conf', text, async (p) => (p === CURRENT ? PEM : null));
+  t.same(parsed, {
+    file: '/etc/kubernetes/kubelet.conf',
+    server: 'https://10.0.0.1:6443',
+    caPem: CA,
+    insecureSkipTlsVerify: false,
+    tlsServerName: 'kubernetes.default',
+    certPem: PEM,
+    keyPem: PEM,
+  });
+});
+
+t.test('refuses relative credential paths, which clients would resolve against the kubeconfig directory', async (t) => {
+  t.throws(() => renderClientKubeconfig({ ...opts, keyFile: 'pki/key.pem' }), { message: 'kubeconfig credential path must be absolute, got pki/key.pem' });
+});
