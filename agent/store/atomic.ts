@@ -1,0 +1,169 @@
+/**
+ * Crash-safe file primitives. A reader (the kubelet, kube-proxy, kubectl)
+ * sees either the whole old file or the whole new one, never a prefix:
+ * content goes to a temp file in the same directory, is fsynced, renamed over
+ * the target, and the directory is fsynced so the rename survives power loss.
+ */
+import { randomBytes } from 'node:crypto';
+import * as fsp from 'node:fs/promises';
+import path from 'node:path';
+import { KubebootError } from '../errors.js';
+
+/**
+ * The file-system calls this module makes. Production uses node:fs/promises;
+ * tests pass a wrapper that fails one call to simulate a crash at that step.
+ */
+export interface FsOps {
+  open: typeof fsp.open;
+  rename: typeof fsp.rename;
+  unlink: typeof fsp.unlink;
+  symlink: typeof fsp.symlink;
+  link: typeof fsp.link;
+  mkdir: typeof fsp.mkdir;
+  chmod: typeof fsp.chmod;
+  lstat: typeof fsp.lstat;
+}
+
+export const realFs: FsOps = {
+  open: fsp.open,
+  rename: fsp.rename,
+  unlink: fsp.unlink,
+  symlink: fsp.symlink,
+  link: fsp.link,
+  mkdir: fsp.mkdir,
+  chmod: fsp.chmod,
+  lstat: fsp.lstat,
+};
+
+/**
+ * Told the final path before kubeboot replaces or removes it, so the file
+ * watcher can tell its own writes from an operator's. Temp names are not
+ * reported; `isTempName` recognises them.
+ */
+export interface WriteObserver {
+  willWrite(file: string): void;
+}
+
+export interface WriteOptions {
+  observer?: WriteObserver | undefined;
+  /** For tests only: inject failures. */
+  fs?: FsOps | undefined;
+}
+
+const TEMP_MARKER = '.tmp-';
+
+/** A unique sibling name for `file`: `<dir>/<prefix><base>.tmp-<hex>`. */
+export function tempPathFor(file: string, prefix = '.'): string {
+  return path.join(path.dirname(file), `${prefix}${path.basename(file)}${TEMP_MARKER}${randomBytes(6).toString('hex')}`);
+}
+
+/** True for names this module (or a crashed run of it) leaves while writing. */
+export function isTempName(name: string): boolean {
+  return /\.tmp-[0-9a-f]{12}$/.test(path.basename(name));
+}
+
+/** The errno name (`ENOENT`, ...) of a Node file-system error, if any. */
+export function errnoCode(err: unknown): string | undefined {
+  return (err as NodeJS.ErrnoException | null)?.code;
+}
+
+/** Makes a rename, link or unlink in `dir` durable. */
+export async function fsyncDir(dir: string, fs: FsOps = realFs): Promise<void> {
+  const handle = await fs.open(dir, 'r');
+  try {
+    await handle.sync();
+  } catch (err) {
+    // Some file systems (certain FUSE and network mounts) cannot fsync a
+    // directory; the rename itself is still atomic there.
+    if (errnoCode(err) !== 'EINVAL') throw err;
+  } finally {
+    await handle.close();
+  }
+}
+
+async function removeQuietly(file: string, fs: FsOps): Promise<void> {
+  try {
+    await fs.unlink(file);
+  } catch {
+    // Best effort: the caller is already reporting the original failure,
+    // and recoverStore sweeps leftover temp names at the next start.
+  }
+}
+
+/**
+ * Replaces `file` with `data` atomically. The temp file is created with
+ * `mode` (never wider, never chmod'ed after content is written); on any
+ * failure it is removed and `file` is untouched.
+ */
+export async function writeFileAtomic(file: string, data: string | Uint8Array, opts: WriteOptions & { mode: number }): Promise<void> {
+  const fs = opts.fs ?? realFs;
+  const tmp = tempPathFor(file);
+  const handle = await fs.open(tmp, 'wx', opts.mode);
+  try {
+    try {
+      // The umask may have narrowed the mode (0644 under umask 077); set it
+      // exactly while the file is still empty.
+      await handle.chmod(opts.mode);
+      await handle.writeFile(data);
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    opts.observer?.willWrite(file);
+    await fs.rename(tmp, file);
+  } catch (err) {
+    await removeQuietly(tmp, fs);
+    throw err;
+  }
+  await fsyncDir(path.dirname(file), fs);
+}
+
+/**
+ * Creates `dir` and any missing parents with exactly `mode` and returns the
+ * directories it created, outermost first. Existing directories keep their
+ * mode and owner: /var/lib/kubelet/pki is 0755 on kubeadm nodes and is not
+ * ours to tighten.
+ */
+export async function ensureDir(dir: string, mode: number, fs: FsOps = realFs): Promise<string[]> {
+  const missing: string[] = [];
+  for (let current = path.resolve(dir); ; current = path.dirname(current)) {
+    try {
+      const stat = await fs.lstat(current);
+      if (!stat.isDirectory()) throw new KubebootError(`${current} exists and is not a directory`);
+      break;
+    } catch (err) {
+      // ENOTDIR: a file further up is in the way; the walk reaches it and says so.
+      if (errnoCode(err) !== 'ENOENT' && errnoCode(err) !== 'ENOTDIR') throw err;
+      missing.unshift(current);
+      if (path.dirname(current) === current) break;
+    }
+  }
+  const created: string[] = [];
+  for (const d of missing) {
+    try {
+      await fs.mkdir(d, { mode });
+    } catch (err) {
+      // Someone else created it meanwhile: it is theirs, leave its mode.
+      if (errnoCode(err) === 'EEXIST') continue;
+      throw err;
+    }
+    // mkdir's mode is filtered by the umask; the directory is still empty.
+    await fs.chmod(d, mode);
+    await fsyncDir(path.dirname(d), fs);
+    created.push(d);
+  }
+  return created;
+}
+
+/** Unlinks `file` and makes that durable; a file already gone is not an error. */
+export async function removeFileDurably(file: string, opts: WriteOptions = {}): Promise<void> {
+  const fs = opts.fs ?? realFs;
+  opts.observer?.willWrite(file);
+  try {
+    await fs.unlink(file);
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return;
+    throw err;
+  }
+  await fsyncDir(path.dirname(file), fs);
+}
