@@ -14,7 +14,7 @@ import { whoAmI } from '../kube/whoami.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
 import { createCsrPem, parseCsrPem } from '../pki/csr.js';
 import { csrName } from '../pki/csr-name.js';
-import { generateKey, parsePrivateKey, type PrivateKey } from '../pki/keys.js';
+import { generateKey, parsePrivateKey, samePublicKey, type PrivateKey } from '../pki/keys.js';
 import { renderClientKubeconfig } from '../kubeconfig/render.js';
 import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
 import { storeCredential } from '../store/cert-store.js';
@@ -135,7 +135,7 @@ async function compatibility(existing: CertificateSigningRequest, identity: Iden
   } catch {
     return 'its request cannot be parsed';
   }
-  if (!request.signatureValid || !Buffer.from(request.publicKeyDer).equals(Buffer.from(key.publicKeyDer))) return 'it was made with another key';
+  if (!request.signatureValid || !samePublicKey(request.publicKeyDer, key.publicKeyDer)) return 'it was made with another key';
   if (request.subject.commonName !== identity.subject.commonName || !sameSet(request.subject.organizations, identity.subject.organizations)) {
     return `its subject is CN=${request.subject.commonName}, want CN=${identity.subject.commonName}`;
   }
