@@ -70,6 +70,12 @@ export class Daemon {
   readonly #env: NodeJS.ProcessEnv;
   readonly #slots = new Map<IdentityName, Slot>();
   readonly #selfWrites = createSelfWrites();
+  /**
+   * The kubelet credential last seen valid on disk. If an operator deletes
+   * the files, it still authenticates the re-issue (kubernetes#53288: certs
+   * lost on disk must not strand the node while a valid one is in memory).
+   */
+  #lastGoodKubelet: ExistingCredential | null = null;
   readonly metrics: KubebootMetrics;
   #notifier: Notifier;
   #readySent = false;
@@ -127,6 +133,12 @@ export class Daemon {
   async run(): Promise<void> {
     const config = this.#config;
     await ensureDir(config.stateDir, 0o700);
+    // The watcher needs the directories to exist; create missing ones as the store would.
+    for (const identity of identitiesFor(config)) {
+      await ensureDir(identity.certDir, 0o700);
+      if (identity.kubeconfigPath) await ensureDir(path.dirname(identity.kubeconfigPath), 0o755);
+    }
+    await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
     const pidFile = path.join(config.stateDir, 'kubeboot.pid');
     await writeFile(pidFile, `${process.pid}\n`, { mode: 0o600 });
     let http: StatusServer | null = null;
@@ -181,7 +193,8 @@ export class Daemon {
   async #step(identity: Identity, kubeletIdentity: Identity, slot: Slot): Promise<Date> {
     const now = this.#clock.now();
     const kubelet = await existingCredential(kubeletIdentity, now, null);
-    const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? null);
+    const requester = this.#requester(kubelet, now);
+    const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? requester?.cluster?.caPem ?? null);
     this.#observe(identity, slot, own);
     const force = slot.force;
     slot.force = false;
@@ -202,11 +215,11 @@ export class Daemon {
       observer: this.#selfWrites,
       onCsrWait: (seconds: number) => this.metrics.observeCsrWait(identity.name, seconds),
     };
-    if (!kubelet.usable) {
+    if (!requester) {
       if (identity.name !== 'kubelet') throw new NeedsBootstrapError(`${identity.name}: waiting for the kubelet credential (${kubelet.reason})`);
       await this.#rebootstrap({ ...deps, onCsrWait: (id: Identity, seconds: number) => this.metrics.observeCsrWait(id.name, seconds) });
     } else {
-      await renewIdentity(this.#config, identity, own, kubelet, deps);
+      await renewIdentity(this.#config, identity, own, requester, deps);
     }
     await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: this.#selfWrites });
     this.#succeeded(identity, slot, started);
@@ -225,6 +238,20 @@ export class Daemon {
     }
   }
 
+  /** What authenticates CSRs: the kubelet credential on disk, or the last good one from memory when the files went missing. */
+  #requester(onDisk: ExistingCredential, now: Date): ExistingCredential | null {
+    if (onDisk.usable) {
+      this.#lastGoodKubelet = onDisk;
+      return onDisk;
+    }
+    const remembered = this.#lastGoodKubelet;
+    if (remembered?.notAfter && remembered.notAfter > now && remembered.identity.subject.commonName === onDisk.identity.subject.commonName) {
+      this.#logger.warn(`kubelet: ${onDisk.reason}; authenticating with the credential kubeboot still holds in memory (valid until ${remembered.notAfter.toISOString()})`);
+      return remembered;
+    }
+    return null;
+  }
+
   #observe(identity: Identity, slot: Slot, own: ExistingCredential): void {
     slot.usable = own.usable;
     slot.notAfter = own.notAfter;
@@ -235,6 +262,7 @@ export class Daemon {
     if (slot.deadline?.certKey !== certKey) {
       const leaf = parseCertificateChain(own.certPem!)[0]!;
       slot.deadline = { certKey, at: renewalDeadline(leaf, { margin: this.#config.renewal.margin }, this.#random) };
+      this.#logger.info(`${own.identity.name}: certificate valid until ${leaf.notAfter.toISOString()}; renewal scheduled for ${slot.deadline.at.toISOString()}`, { identity: own.identity.name });
     }
     return slot.deadline.at;
   }

@@ -27,8 +27,8 @@ export class NeedsBootstrapError extends KubebootError {
   override readonly name = 'NeedsBootstrapError';
 }
 
-export async function renewIdentity(config: Config, identity: Identity, own: ExistingCredential, kubelet: ExistingCredential, deps: RenewDeps): Promise<Issued> {
-  const requesterCredential = identity.name === 'kubelet' ? own : kubelet;
+/** `requester` is the node's kubelet credential (for the kubelet itself, its current one). */
+export async function renewIdentity(config: Config, identity: Identity, own: ExistingCredential, requesterCredential: ExistingCredential, deps: RenewDeps): Promise<Issued> {
   if (!requesterCredential.usable || !requesterCredential.cluster || !requesterCredential.certPem || !requesterCredential.keyPem) {
     throw new NeedsBootstrapError(`${identity.name}: the kubelet credential cannot authenticate a renewal (${requesterCredential.reason})`);
   }

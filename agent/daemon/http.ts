@@ -1,0 +1,102 @@
+/**
+ * Optional status listener: /healthz (the daemon loop is alive), /readyz
+ * (every identity holds a valid certificate) and /metrics (Prometheus text).
+ *
+ * Default port 10271: the neighbours are taken — 10248 kubelet healthz, 10249
+ * kube-proxy metrics, 10250 kubelet, 10255 kubelet read-only, 10256
+ * kube-proxy healthz, 10257 kube-controller-manager, 10258
+ * cloud-controller-manager, 10259 kube-scheduler, 10260 cloud-controller-
+ * manager webhook (pkg/cluster/ports). Loopback only unless configured.
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import { KubebootError } from '../errors.js';
+import type { Logger } from '../log.js';
+
+export const DEFAULT_HTTP_HOST = '127.0.0.1';
+export const DEFAULT_HTTP_PORT = 10271;
+
+export interface Readiness {
+  ready: boolean;
+  /** One line per identity, e.g. "kubelet: valid until 2026-01-01T00:00:00Z". */
+  detail: string[];
+}
+
+export interface HttpOptions {
+  host?: string;
+  /** 0 picks a free port (tests). */
+  port?: number;
+  /** The daemon loop is alive; defaults to "the process answers". */
+  healthy?: () => boolean;
+  readiness: () => Readiness;
+  registry: Registry;
+  logger?: Logger;
+}
+
+export interface StatusServer {
+  /** What was actually bound. */
+  readonly address: { host: string; port: number };
+  close(): Promise<void>;
+}
+
+interface Reply {
+  status: number;
+  type: string;
+  body: string;
+}
+
+const text = (status: number, body: string): Reply => ({ status, type: 'text/plain; charset=utf-8', body });
+
+async function route(pathname: string, opts: HttpOptions): Promise<Reply> {
+  switch (pathname) {
+    case '/healthz':
+      return (opts.healthy?.() ?? true) ? text(200, 'ok\n') : text(503, 'daemon loop stalled\n');
+    case '/readyz': {
+      const r = opts.readiness();
+      return text(r.ready ? 200 : 503, r.detail.map((l) => l + '\n').join('') || (r.ready ? 'ok\n' : 'not ready\n'));
+    }
+    case '/metrics':
+      return { status: 200, type: opts.registry.contentType, body: await opts.registry.metrics() };
+    default:
+      return text(404, 'not found\n');
+  }
+}
+
+export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> {
+  const host = opts.host ?? DEFAULT_HTTP_HOST;
+  const port = opts.port ?? DEFAULT_HTTP_PORT;
+  const server = http.createServer((req, res) => {
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { allow: 'GET, HEAD' }).end();
+      return;
+    }
+    const pathname = new URL(req.url ?? '/', 'http://localhost').pathname;
+    route(pathname, opts)
+      .catch((err: unknown) => {
+        opts.logger?.error('status endpoint failed', { path: pathname, error: (err as Error).message });
+        return text(500, 'internal error\n');
+      })
+      .then((reply) => {
+        res.writeHead(reply.status, { 'content-type': reply.type, 'cache-control': 'no-store' });
+        res.end(req.method === 'HEAD' ? undefined : reply.body);
+      });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err) =>
+      reject(new KubebootError(`cannot listen on ${host}:${port} for /healthz, /readyz and /metrics: ${err.message}`, undefined, { cause: err })),
+    );
+    server.listen(port, host, () => resolve());
+  });
+  const addr = server.address() as AddressInfo;
+
+  return {
+    address: { host: addr.address, port: addr.port },
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.close((err) => (err ? reject(err) : resolve()));
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,134 @@
+/**
+ * Notices credential files changed by someone other than kubeboot: an
+ * operator restoring a backup, config management rewriting a kubeconfig, a
+ * new bootstrap kubeconfig dropped in to recover an expired node.
+ *
+ * Watches DIRECTORIES (depth 0) and filters names: a per-file watch goes
+ * deaf once the file is replaced by rename (chokidar#601, #1437), which is
+ * how every careful writer, kubeboot included, replaces files. Events only
+ * nudge the renewal loop to look again; its timer never depends on them.
+ */
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { watch } from 'chokidar';
+import { currentCertPath, type Identity, type IdentityName } from '../identity.js';
+import type { Logger } from '../log.js';
+import type { WriteObserver } from '../store/atomic.js';
+
+/** kubeboot's own writes, announced by the store just before it makes them. */
+export interface SelfWrites extends WriteObserver {
+  willWrite(file: string): void;
+  /** True while an announcement for `file` is younger than the TTL. */
+  isOwn(file: string, now?: number): boolean;
+}
+
+/** One write shows up as several events spread over a moment; a few seconds covers them. */
+export const SELF_WRITE_TTL_MS = 5_000;
+
+export function createSelfWrites(options: { ttlMs?: number; now?: () => number } = {}): SelfWrites {
+  const ttl = options.ttlMs ?? SELF_WRITE_TTL_MS;
+  const clock = options.now ?? (() => performance.now());
+  const announced = new Map<string, number>();
+  return {
+    willWrite(file) {
+      const now = clock();
+      for (const [f, at] of announced) if (now - at > ttl) announced.delete(f);
+      announced.set(path.resolve(file), now);
+    },
+    isOwn(file, now = clock()) {
+      const at = announced.get(path.resolve(file));
+      return at !== undefined && now - at <= ttl;
+    },
+  };
+}
+
+export type CredentialFile = 'certificate' | 'kubeconfig' | 'bootstrap-kubeconfig';
+
+export interface CredentialChange {
+  /** Null for the bootstrap kubeconfig, which concerns every identity. */
+  identity: IdentityName | null;
+  file: CredentialFile;
+  path: string;
+  kind: 'changed' | 'removed';
+}
+
+const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+
+/**
+ * What a path is to kubeboot, or null. Certificates are `<prefix>-current.pem`
+ * and the timestamped files it links to (client-go certificate_store names);
+ * temp files never match.
+ */
+export function classify(file: string, identities: Identity[], bootstrapKubeconfig: string): Omit<CredentialChange, 'kind' | 'path'> | null {
+  const abs = path.resolve(file);
+  if (abs === path.resolve(bootstrapKubeconfig)) return { identity: null, file: 'bootstrap-kubeconfig' };
+  for (const identity of identities) {
+    if (identity.kubeconfigPath && abs === path.resolve(identity.kubeconfigPath)) return { identity: identity.name, file: 'kubeconfig' };
+    if (path.dirname(abs) !== path.resolve(identity.certDir)) continue;
+    const name = new RegExp(`^${escape(identity.filePrefix)}-(current|\\d{4}(-\\d{2}){5})\\.pem$`);
+    if (name.test(path.basename(abs))) return { identity: identity.name, file: 'certificate' };
+  }
+  return null;
+}
+
+export interface WatchOptions {
+  identities: Identity[];
+  bootstrapKubeconfig: string;
+  selfWrites: SelfWrites;
+  logger: Logger;
+  onChange: (change: CredentialChange) => void;
+  /** Events for one path closer together than this are reported once. */
+  debounceMs?: number;
+}
+
+export interface CredentialWatcher {
+  close(): Promise<void>;
+}
+
+/** Resolves once the watcher is armed. */
+export async function watchCredentials(options: WatchOptions): Promise<CredentialWatcher> {
+  const { identities, bootstrapKubeconfig, selfWrites, logger } = options;
+  const debounceMs = options.debounceMs ?? 250;
+  const dirs = new Set<string>([path.dirname(path.resolve(bootstrapKubeconfig))]);
+  for (const identity of identities) {
+    dirs.add(path.dirname(currentCertPath(identity)));
+    if (identity.kubeconfigPath) dirs.add(path.dirname(path.resolve(identity.kubeconfigPath)));
+  }
+
+  const pending = new Map<string, { change: CredentialChange; timer: NodeJS.Timeout }>();
+  // followSymlinks off: `<prefix>-current.pem` is a link, and replacing the
+  // link is the change that matters.
+  const watcher = watch([...dirs], { depth: 0, ignoreInitial: true, followSymlinks: false });
+
+  // chokidar 5 reports symlinks found by its initial scan as 'add' even with
+  // ignoreInitial when followSymlinks is off; nothing before 'ready' is news.
+  let armed = false;
+  watcher.on('all', (event, file) => {
+    if (!armed) return;
+    if (event !== 'add' && event !== 'change' && event !== 'unlink') return;
+    const what = classify(file, identities, bootstrapKubeconfig);
+    if (!what || selfWrites.isOwn(file)) return;
+    const abs = path.resolve(file);
+    const change: CredentialChange = { ...what, path: abs, kind: event === 'unlink' ? 'removed' : 'changed' };
+    const before = pending.get(abs);
+    if (before) clearTimeout(before.timer);
+    const timer = setTimeout(() => {
+      pending.delete(abs);
+      options.onChange(change);
+    }, debounceMs);
+    pending.set(abs, { change, timer });
+  });
+  watcher.on('error', (err) => logger.warn('file watcher error; renewal timing is unaffected', { error: (err as Error).message }));
+
+  await new Promise<void>((resolve) => watcher.once('ready', () => resolve()));
+  armed = true;
+  logger.debug('watching credential directories', { dirs: [...dirs] });
+
+  return {
+    async close() {
+      for (const { timer } of pending.values()) clearTimeout(timer);
+      pending.clear();
+      await watcher.close();
+    },
+  };
+}

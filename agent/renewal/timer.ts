@@ -1,0 +1,74 @@
+/**
+ * "Wake me at wall-clock time T", safe for deadlines months away.
+ *
+ * Node's setTimeout overflows above 2^31−1 ms (~24.8 days) and fires at once,
+ * and its timers run on the monotonic clock, which ignores wall-clock steps
+ * and time spent suspended. So no timer is armed for longer than one chunk,
+ * and every wake re-checks `clock.now()` against the deadline: a year-long
+ * deadline does not fire on day one, and a clock that jumped past the
+ * deadline (or a resume from suspend) is noticed within one chunk.
+ */
+import type { Clock, TimerHandle } from './clock.js';
+
+/** How stale a wall-clock jump may go unnoticed. */
+export const DEFAULT_CHUNK_MS = 60 * 60 * 1000;
+
+export interface SleepOptions {
+  signal?: AbortSignal;
+  /** Longest single timer, ms. */
+  chunkMs?: number;
+}
+
+/** Resolves once `clock.now() >= deadline`; rejects with `signal.reason` on abort. */
+export function sleepUntil(deadline: Date, clock: Clock, options: SleepOptions = {}): Promise<void> {
+  const chunk = options.chunkMs ?? DEFAULT_CHUNK_MS;
+  return wait(options.signal, clock, (arm, done) => {
+    const check = (): void => {
+      const remaining = deadline.getTime() - clock.now().getTime();
+      if (remaining <= 0) done();
+      else arm(check, Math.min(remaining, chunk));
+    };
+    check();
+  });
+}
+
+/**
+ * Resolves after `ms` of monotonic time (unaffected by wall-clock steps);
+ * for retry back-off, where "2 s later" must not become "an hour later"
+ * because NTP stepped the clock back.
+ */
+export function delay(ms: number, clock: Clock, options: SleepOptions = {}): Promise<void> {
+  const chunk = options.chunkMs ?? DEFAULT_CHUNK_MS;
+  let remaining = Math.max(0, ms);
+  return wait(options.signal, clock, (arm, done) => {
+    const step = (): void => {
+      if (remaining <= 0) return done();
+      const slice = Math.min(remaining, chunk);
+      remaining -= slice;
+      arm(step, slice);
+    };
+    step();
+  });
+}
+
+type Arm = (fn: () => void, ms: number) => void;
+
+/** Shared plumbing: one live timer at a time, cleared on abort. */
+function wait(signal: AbortSignal | undefined, clock: Clock, run: (arm: Arm, done: () => void) => void): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    let handle: TimerHandle | undefined;
+    const onAbort = (): void => {
+      if (handle) clock.clearTimeout(handle);
+      reject(signal?.reason);
+    };
+    const done = (): void => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    run((fn, ms) => {
+      handle = clock.setTimeout(fn, ms);
+    }, done);
+  });
+}

@@ -1,0 +1,88 @@
+import t from 'tap';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import winston from 'winston';
+import { Writable } from 'node:stream';
+import { runHook, runIdentityHooks, STDERR_LIMIT } from '../../../agent/daemon/hooks.js';
+import { KUBELET_CLIENT_SIGNER, type Identity } from '../../../agent/identity.js';
+
+t.test('a hook that exits 0 is ok', async (t) => {
+  const r = await runHook(['/bin/true']);
+  t.same({ ok: r.ok, exitCode: r.exitCode, signal: r.signal, timedOut: r.timedOut }, { ok: true, exitCode: 0, signal: null, timedOut: false });
+  t.type(r.durationMs, 'number');
+});
+
+t.test('a hook that exits non-zero is a failure with its exit code and stderr', async (t) => {
+  const r = await runHook(['/bin/sh', '-c', 'echo "cannot reload kubelet" >&2; exit 3']);
+  t.equal(r.ok, false);
+  t.equal(r.exitCode, 3);
+  t.equal(r.stderr, 'cannot reload kubelet\n');
+  t.equal((await runHook(['/bin/false'])).exitCode, 1);
+});
+
+t.test('arguments reach the hook verbatim, without a shell', async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'kubeboot-hooks-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'out');
+  const r = await runHook(['/bin/sh', '-c', 'printf "%s" "$1" > "$2"', 'sh', '$(rm -rf /); `x` *', out]);
+  t.ok(r.ok);
+  t.equal(await readFile(out, 'utf8'), '$(rm -rf /); `x` *');
+});
+
+t.test('a hook that outlives its timeout is killed and reported as timed out', async (t) => {
+  const r = await runHook(['sleep', '10'], { timeoutMs: 200 });
+  t.equal(r.ok, false);
+  t.equal(r.timedOut, true);
+  t.equal(r.signal, 'SIGTERM');
+});
+
+t.test('a hook ignoring SIGTERM is killed with SIGKILL after the grace period', async (t) => {
+  const r = await runHook(['/bin/sh', '-c', 'trap "" TERM; while :; do sleep 0.05; done'], { timeoutMs: 100, killGraceMs: 100 });
+  t.equal(r.timedOut, true);
+  t.equal(r.signal, 'SIGKILL');
+});
+
+t.test('a missing binary is a failure that says why', async (t) => {
+  const r = await runHook(['/nonexistent/reload-kubelet']);
+  t.equal(r.ok, false);
+  t.match(r.error, /ENOENT/);
+  t.equal(await runHook([]).then((x) => x.error), 'empty hook command');
+});
+
+t.test('only the first 2 KB of stderr is kept, and a chatty hook still succeeds', async (t) => {
+  const r = await runHook(['/bin/sh', '-c', 'head -c 1000000 /dev/zero | tr "\\0" x >&2; head -c 100000 /dev/zero']);
+  t.ok(r.ok);
+  t.equal(r.stderr.length, STDERR_LIMIT);
+});
+
+t.test('identity hooks run in order with the identity in their environment, failures logged', async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'kubeboot-hooks-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'env');
+  const identity: Identity = {
+    name: 'kubelet',
+    subject: { commonName: 'system:node:n1', organizations: ['system:nodes'] },
+    signerName: KUBELET_CLIENT_SIGNER,
+    usages: ['digital signature', 'client auth'],
+    dnsNames: [],
+    ipAddresses: [],
+    certDir: '/var/lib/kubelet/pki',
+    filePrefix: 'kubelet-client',
+    kubeconfigPath: '/etc/kubernetes/kubelet.conf',
+    hooks: [
+      ['/bin/sh', '-c', 'echo "$KUBEBOOT_IDENTITY $KUBEBOOT_CERT_FILE $KUBEBOOT_KUBECONFIG" > "$0"', out],
+      ['/bin/false'],
+    ],
+  };
+  const lines: string[] = [];
+  const logger = winston.createLogger({
+    format: winston.format.json(),
+    transports: [new winston.transports.Stream({ stream: new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }) })],
+  });
+  const results = await runIdentityHooks(identity, logger, { timeoutMs: 10_000 });
+  t.same(results.map((r) => r.ok), [true, false]);
+  t.equal(await readFile(out, 'utf8'), 'kubelet /var/lib/kubelet/pki/kubelet-client-current.pem /etc/kubernetes/kubelet.conf\n');
+  t.equal(lines.length, 1);
+  t.match(JSON.parse(lines[0] ?? '{}'), { message: 'hook failed', identity: 'kubelet', exitCode: 1 });
+});

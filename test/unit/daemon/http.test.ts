@@ -1,0 +1,116 @@
+import t, { type Test } from 'tap';
+import http from 'node:http';
+import { Registry, Counter } from 'prom-client';
+import { silentLogger } from '../../../agent/log.js';
+import { startHttpServer, type Readiness } from '../../../agent/daemon/http.js';
+import { KubebootError } from '../../../agent/errors.js';
+
+interface Got {
+  status: number;
+  type: string | undefined;
+  body: string;
+}
+
+function get(port: number, path: string, method = 'GET'): Promise<Got> {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, path, method, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, type: res.headers['content-type'], body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+async function start(t: Test, state: { healthy: boolean; readiness: Readiness }) {
+  const registry = new Registry();
+  new Counter({ name: 'kubeboot_test_total', help: 'test', registers: [registry] }).inc(3);
+  const server = await startHttpServer({
+    port: 0,
+    healthy: () => state.healthy,
+    readiness: () => state.readiness,
+    registry,
+    logger: silentLogger(),
+  });
+  t.teardown(() => server.close());
+  return server;
+}
+
+t.test('healthz follows the daemon loop and readyz follows the certificates', async (t) => {
+  const state = { healthy: true, readiness: { ready: false, detail: ['kubelet: no certificate yet'] } };
+  const { address } = await start(t, state);
+  t.equal(address.host, '127.0.0.1');
+  const port = address.port;
+
+  t.equal((await get(port, '/healthz')).status, 200);
+  const notReady = await get(port, '/readyz');
+  t.equal(notReady.status, 503);
+  t.equal(notReady.body, 'kubelet: no certificate yet\n');
+
+  state.readiness = { ready: true, detail: ['kubelet: valid until 2026-01-01T00:00:00Z'] };
+  const ready = await get(port, '/readyz');
+  t.equal(ready.status, 200);
+  t.match(ready.body, /valid until/);
+
+  state.healthy = false;
+  t.equal((await get(port, '/healthz')).status, 503);
+});
+
+t.test('metrics serves the given registry in Prometheus text format', async (t) => {
+  const { address: { port } } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
+  const res = await get(port, '/metrics');
+  t.equal(res.status, 200);
+  t.match(res.type, /^text\/plain; version=0\.0\.4/);
+  t.match(res.body, /^kubeboot_test_total 3$/m);
+});
+
+t.test('unknown paths are 404 and other methods 405', async (t) => {
+  const { address: { port } } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
+  t.equal((await get(port, '/')).status, 404);
+  t.equal((await get(port, '/healthz', 'POST')).status, 405);
+  const head = await get(port, '/healthz', 'HEAD');
+  t.equal(head.status, 200);
+  t.equal(head.body, '');
+});
+
+t.test('a readiness callback that throws answers 500 and the server keeps serving', async (t) => {
+  const registry = new Registry();
+  const server = await startHttpServer({
+    port: 0,
+    readiness: () => {
+      throw new Error('boom');
+    },
+    registry,
+    logger: silentLogger(),
+  });
+  t.teardown(() => server.close());
+  t.equal((await get(server.address.port, '/readyz')).status, 500);
+  t.equal((await get(server.address.port, '/healthz')).status, 200);
+});
+
+t.test('a port already in use is reported with the address', async (t) => {
+  const first = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
+  const err = await startHttpServer({
+    port: first.address.port,
+    healthy: () => true,
+    readiness: () => ({ ready: true, detail: [] }),
+    registry: new Registry(),
+    logger: silentLogger(),
+  }).then(
+    () => null,
+    (e: unknown) => e,
+  );
+  t.type(err, KubebootError);
+  t.match((err as Error).message, `127.0.0.1:${first.address.port}`);
+  t.match((err as Error).message, /EADDRINUSE/);
+});
+
+t.test('close stops accepting connections', async (t) => {
+  const server = await startHttpServer({ port: 0, readiness: () => ({ ready: true, detail: [] }), registry: new Registry() });
+  const port = server.address.port;
+  t.equal((await get(port, '/healthz')).status, 200);
+  await server.close();
+  await t.rejects(get(port, '/healthz'), { code: 'ECONNREFUSED' });
+});
