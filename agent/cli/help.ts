@@ -20,7 +20,6 @@ Commands:
   status      show each identity's subject, issuer, expiry, files, next renewal and last error
   renew       ask the running daemon to renew now (or renew directly when no daemon runs)
 
-Options (flag, environment variable; settings also come from the config file, lowest to highest: file < environment < flags):
 ${renderOptionsHelp()}
 
   --help      show this text

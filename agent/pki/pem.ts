@@ -9,6 +9,8 @@ import { KubebootError } from '../errors.js';
 export interface PemBlock {
   type: string;
   der: Uint8Array;
+  /** The block as written, BEGIN line to END line, newline-terminated. */
+  text: string;
   /** RFC 1421 headers such as `Proc-Type: 4,ENCRYPTED`; kubeboot never writes any. */
   hasHeaders: boolean;
 }
@@ -27,7 +29,7 @@ export function pemBlocks(text: string): PemBlock[] {
     if (!BASE64.test(body) || body.length % 4 !== 0) {
       throw new KubebootError(`PEM block "${type}" is not valid base64`);
     }
-    blocks.push({ type, der: new Uint8Array(Buffer.from(body, 'base64')), hasHeaders });
+    blocks.push({ type, der: new Uint8Array(Buffer.from(body, 'base64')), text: `${match[0]}\n`, hasHeaders });
   }
   return blocks;
 }

@@ -16,27 +16,18 @@ import { currentCertPath } from '../identity.js';
 import type { Identity } from '../identity.js';
 import { ensureDir, errnoCode, fsyncDir, realFs, removeFileDurably, tempPathFor, writeFileAtomic } from './atomic.js';
 import type { WriteOptions } from './atomic.js';
+import { pemBlocks as parsePem, type PemBlock } from '../pki/pem.js';
 
 export type StoreOptions = WriteOptions;
 
-export interface PemBlock {
-  type: string;
-  /** The block from BEGIN to END line, newline-terminated. */
-  text: string;
-}
-
-const BLOCK = /-----BEGIN ([A-Z0-9 ]+)-----\r?\n([\s\S]*?)-----END \1-----/g;
-const BASE64_BODY = /^[A-Za-z0-9+/=\r\n]*$/;
-
-/** Splits PEM text into blocks; null when a block is unterminated or its body is not base64. */
+/** All blocks of `text`; null when one is unterminated or not base64 (a torn write). */
 export function pemBlocks(text: string): PemBlock[] | null {
-  const blocks: PemBlock[] = [];
-  for (const m of text.matchAll(BLOCK)) {
-    if (!BASE64_BODY.test(m[2] ?? '')) return null;
-    blocks.push({ type: m[1] ?? '', text: `${m[0]}\n` });
+  try {
+    const blocks = parsePem(text);
+    return text.split('-----BEGIN ').length - 1 === blocks.length ? blocks : null;
+  } catch {
+    return null;
   }
-  const begins = text.split('-----BEGIN ').length - 1;
-  return begins === blocks.length ? blocks : null;
 }
 
 /** `PRIVATE KEY`, `EC PRIVATE KEY` and `RSA PRIVATE KEY` are all read by client-go. */
