@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import { caCertHash } from '../../agent/pki/pin.js';
+import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { forbid, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
@@ -195,8 +196,8 @@ if (plane) {
   });
 }
 
-function csrCommonName(csr: { spec?: { request?: string } }): string {
-  const pem = Buffer.from(csr.spec?.request ?? '', 'base64').toString();
+function csrCommonName(csr: KubeObject): string {
+  const pem = Buffer.from(String(csr.spec?.request ?? ''), 'base64').toString();
   // A plain DER scan for the CN attribute: independent of the agent's own parser.
   const der = Buffer.from(pem.replace(/-----[^-]+-----/g, '').replace(/\s+/g, ''), 'base64');
   const cnOid = Buffer.from([0x06, 0x03, 0x55, 0x04, 0x03]);

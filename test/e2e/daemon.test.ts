@@ -1,0 +1,181 @@
+// `kubeboot run` against a real control plane: readiness, renewal with the
+// node's own certificate, reaction to files changed behind its back, signals,
+// and recovery of an expired node.
+import { execFile } from 'node:child_process';
+import { createServer } from 'node:net';
+import { lstat, mkdir, readFile, readlink, rm, stat, symlink, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import t, { type Test } from 'tap';
+import { request } from 'undici';
+import { renderClientKubeconfig } from '../../agent/kubeconfig/render.js';
+import { parseCertificateChain } from '../../agent/pki/certificate.js';
+import type { KubeObject } from '../support/admin.js';
+import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
+import { assertNoSecrets, forbid, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
+import { listenNotifySocket } from '../support/notify-socket.js';
+
+const run = promisify(execFile);
+
+const plane = await controlPlaneOrSkip(t, { name: 'daemon' });
+if (plane) {
+  const kubectl = plane.kubectlPath!;
+  const whoami = async (kubeconfig: string) => JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo.username as string;
+  const csrsBy = async (username: string) => (await plane.admin.listCsrs()).filter((c: KubeObject) => c.spec?.username === username);
+  const currentTarget = (node: NodeLayout) => readlink(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
+
+  const freePort = () =>
+    new Promise<number>((resolve) => {
+      const server = createServer().listen(0, '127.0.0.1', () => {
+        const { port } = server.address() as { port: number };
+        server.close(() => resolve(port));
+      });
+    });
+
+  async function startDaemon(t: Test, node: NodeLayout, extra: string[] = []): Promise<{ daemon: Running; notify: Awaited<ReturnType<typeof listenNotifySocket>>; port: number }> {
+    const notify = await listenNotifySocket(node.dir);
+    const port = await freePort();
+    const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], { NOTIFY_SOCKET: notify.path });
+    t.teardown(async () => {
+      if (daemon.child.exitCode === null) daemon.child.kill('SIGTERM');
+      const result = await daemon.done;
+      assertNoSecrets(t, result.stdout + result.stderr, 'kubeboot run');
+      await notify.close();
+    });
+    return { daemon, notify, port };
+  }
+
+  const get = async (port: number, path: string) => {
+    const res = await request(`http://127.0.0.1:${port}${path}`);
+    return { status: res.statusCode, body: await res.body.text() };
+  };
+
+  async function bootstrappedNode(t: Test, name: string, settings: Record<string, unknown> = {}): Promise<NodeLayout> {
+    const node = await nodeLayout(t.testdir(), name, settings);
+    const token = await plane!.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane!.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    return node;
+  }
+
+  t.test('READY=1 arrives only with credentials on disk; the kubelet renews with its own certificate and runs its hook', async (t) => {
+    const hookFile = join(t.testdir(), 'hook-ran');
+    const node = await bootstrappedNode(t, 'daemon-1', {
+      expirationSeconds: 600,
+      // notAfter − 590 s: due about 10 s after each issue.
+      renewal: { margin: '590s' },
+      kubelet: { hooks: [['/usr/bin/touch', hookFile]] },
+    });
+    const { daemon, notify, port } = await startDaemon(t, node);
+
+    await notify.waitFor((m) => m.includes('READY=1'), 120_000);
+    t.ok((await stat(node.kubeletKubeconfig)).isFile(), 'kubelet.conf exists when READY=1 arrives');
+    const first = await currentTarget(node);
+    const firstCert = parseCertificateChain(await readFile(first, 'utf8'))[0]!;
+
+    const readyz = await get(port, '/readyz');
+    t.equal(readyz.status, 200, '/readyz is 200 once the kubelet holds a valid certificate');
+    const metrics = await get(port, '/metrics');
+    const ttl = Number(metrics.body.match(/kubeboot_certificate_ttl_seconds\{identity="kubelet"\} (\S+)/)?.[1]);
+    t.ok(ttl > 0 && ttl <= 600, `/metrics reports the kubelet TTL from the file (${ttl}s)`);
+
+    const renewal = await plane.admin.waitFor('a renewal CSR requested by the node itself', async () => (await csrsBy('system:node:daemon-1'))[0], 120_000);
+    t.equal(renewal.spec.signerName, 'kubernetes.io/kube-apiserver-client-kubelet');
+    t.match(JSON.stringify(renewal.status?.conditions ?? []), /Approved/, 'auto-approved through selfnodeclient');
+    const second = await plane.admin.waitFor('the link to move to the renewed file', async () => {
+      const target = await currentTarget(node);
+      return target !== first ? target : undefined;
+    });
+    t.not(second, first, 'kubelet-client-current.pem points at the new file');
+    t.ok((await stat(first)).isFile(), 'the previous credential file is still on disk');
+    t.ok(firstCert.notAfter.getTime() > Date.now(), 'the previous certificate was still valid when it was replaced');
+    await plane.admin.waitFor('the hook to run', async () => (await stat(hookFile).catch(() => undefined)) ?? undefined);
+    t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-1', 'the kubeconfig works after renewal');
+    t.equal(daemon.child.exitCode, null, 'still running');
+
+    const status = JSON.parse((await run(process.execPath, ['dist/kubeboot.cjs', 'status', '--config', node.config, '--output', 'json'])).stdout);
+    t.ok(status.identities[0].daemon.nextRenewal, 'status shows the next renewal time');
+    t.equal(status.identities[0].daemon.lastHooks[0]?.ok, true, 'status shows the hook result');
+  });
+
+  t.test('SIGHUP renews now; a deleted certificate is re-issued; a replaced one is respected', async (t) => {
+    const node = await bootstrappedNode(t, 'daemon-2');
+    const { daemon, notify } = await startDaemon(t, node);
+    await notify.waitFor((m) => m.includes('READY=1'), 120_000);
+    const first = await currentTarget(node);
+
+    daemon.child.kill('SIGHUP');
+    await plane.admin.waitFor('a CSR after SIGHUP', async () => (await csrsBy('system:node:daemon-2'))[0]);
+    const second = await plane.admin.waitFor('the renewed link', async () => ((await currentTarget(node)) !== first ? currentTarget(node) : undefined));
+
+    // An operator deletes the credential files: the daemon still holds the last good credential and re-issues.
+    await rm(second);
+    await rm(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
+    const third = await plane.admin.waitFor('a re-issued credential', async () => currentTarget(node).then((p) => (p !== second ? p : undefined)).catch(() => undefined));
+    t.ok((await stat(third)).isFile(), 're-issued credential on disk');
+    t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-2');
+
+    // An operator installs another valid certificate: it is re-read and kept, not overwritten.
+    const minted = await plane.mintClientCert({ commonName: 'system:node:daemon-2', organizations: ['system:nodes'], notAfter: new Date(Date.now() + 2 * 3600_000) });
+    const manual = join(node.kubeletCertDir, 'kubelet-client-manual.pem');
+    await writeFile(manual, minted.certPem + minted.keyPem, { mode: 0o600 });
+    const csrsBefore = (await csrsBy('system:node:daemon-2')).length;
+    const tmpLink = join(node.kubeletCertDir, 'manual-link');
+    await symlink(manual, tmpLink);
+    await rename(tmpLink, join(node.kubeletCertDir, 'kubelet-client-current.pem'));
+    const notAfter = parseCertificateChain(minted.certPem)[0]!.notAfter.toISOString();
+    await daemon.waitForOutput(new RegExp(`kubelet: certificate valid until ${notAfter.replace(/[.]/g, '\\.')}`));
+    t.equal(await currentTarget(node), manual, 'the operator’s certificate stays in place');
+    t.equal((await csrsBy('system:node:daemon-2')).length, csrsBefore, 'no CSR was made for it');
+  });
+
+  t.test('SIGTERM during a renewal leaves the old credential intact', async (t) => {
+    const node = await bootstrappedNode(t, 'daemon-3', { kubeProxy: { enabled: true } });
+    const { daemon, notify } = await startDaemon(t, node);
+    const proxyCsr = await plane.admin.waitFor('the kube-proxy CSR', async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions && c.spec?.username?.startsWith('system:bootstrap:')));
+    await plane.admin.approveCsr(proxyCsr.metadata.name);
+    await notify.waitFor((m) => m.includes('READY=1'), 120_000);
+    const proxyLink = join(node.kubeProxyCertDir, 'kube-proxy-client-current.pem');
+    const before = await readlink(proxyLink);
+
+    daemon.child.kill('SIGHUP');
+    await plane.admin.waitFor('a pending kube-proxy renewal CSR', async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && c.spec?.username === 'system:node:daemon-3' && !c.status?.conditions));
+    daemon.child.kill('SIGTERM');
+    const result = await daemon.done;
+    t.equal(result.code, 0, 'exits 0 on SIGTERM');
+    t.equal(await readlink(proxyLink), before, 'the kube-proxy link still points at the old credential');
+    t.equal(await whoami(node.kubeProxyKubeconfig), 'system:kube-proxy', 'the old kube-proxy kubeconfig still works');
+    t.equal((await lstat(node.kubeletKubeconfig)).isFile(), true);
+  });
+
+  t.test('an expired node re-bootstraps when a new bootstrap kubeconfig is dropped in place', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'daemon-4');
+    await plantExpiredKubelet(plane, node);
+    const { daemon, notify, port } = await startDaemon(t, node);
+    await daemon.waitForOutput(/place a new bootstrap kubeconfig at/);
+    t.equal((await get(port, '/readyz')).status, 503, '/readyz is 503 while the certificate is expired');
+    t.notOk(notify.messages().some((m) => m.includes('READY=1')), 'no READY=1 while expired');
+
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    const staged = join(node.dir, 'staged.conf');
+    await plane.writeBootstrapKubeconfig(staged, token.token, { ca: 'data' });
+    await rename(staged, node.bootstrapKubeconfig);
+
+    await notify.waitFor((m) => m.includes('READY=1'), 120_000);
+    t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-4');
+    await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'the new bootstrap kubeconfig is deleted after use');
+    t.equal((await get(port, '/readyz')).status, 200);
+  });
+}
+
+/** A kubelet credential signed by the cluster CA that expired an hour ago. */
+async function plantExpiredKubelet(plane: ControlPlane, node: NodeLayout): Promise<void> {
+  const expired = await plane.mintClientCert({ commonName: `system:node:${node.name}`, organizations: ['system:nodes'], notBefore: new Date(Date.now() - 3 * 3600_000), notAfter: new Date(Date.now() - 3600_000) });
+  await mkdir(node.kubeletCertDir, { recursive: true, mode: 0o700 });
+  const file = join(node.kubeletCertDir, 'kubelet-client-2020-01-01-00-00-00.pem');
+  await writeFile(file, expired.certPem + expired.keyPem, { mode: 0o600 });
+  const current = join(node.kubeletCertDir, 'kubelet-client-current.pem');
+  await symlink(file, current);
+  await writeFile(node.kubeletKubeconfig, renderClientKubeconfig({ server: plane.server, caPem: plane.caPem, certFile: current, keyFile: current, userName: 'default-auth' }), { mode: 0o600 });
+}
