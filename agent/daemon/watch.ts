@@ -8,6 +8,7 @@
  * how every careful writer, kubeboot included, replaces files. Events only
  * nudge the renewal loop to look again; its timer never depends on them.
  */
+import { lstatSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { watch } from 'chokidar';
@@ -15,29 +16,67 @@ import { currentCertPath, type Identity, type IdentityName } from '../identity.j
 import type { Logger } from '../log.js';
 import type { WriteObserver } from '../store/atomic.js';
 
-/** kubeboot's own writes, announced by the store just before it makes them. */
+/** kubeboot's own writes, announced by the store just before and after it makes them. */
 export interface SelfWrites extends WriteObserver {
   willWrite(file: string): void;
-  /** True while an announcement for `file` is younger than the TTL. */
-  isOwn(file: string, now?: number): boolean;
+  willRemove(file: string): void;
+  didWrite(file: string): void;
+  /**
+   * Whether an event on `file` comes from kubeboot: an announcement younger
+   * than the TTL, and — once the write finished — the file on disk still the
+   * one kubeboot wrote. So an operator replacing or deleting a file kubeboot
+   * has just written is still news.
+   */
+  isOwn(file: string, now?: number, kind?: 'changed' | 'removed'): boolean;
 }
 
 /** One write shows up as several events spread over a moment; a few seconds covers them. */
 export const SELF_WRITE_TTL_MS = 5_000;
 
+/** What a path is right now: inode, size, mtime and, for a link, its target. */
+function fingerprint(file: string): string {
+  try {
+    const st = lstatSync(file);
+    return `${st.ino}:${st.size}:${st.mtimeMs}:${st.isSymbolicLink() ? readlinkSync(file) : ''}`;
+  } catch {
+    return 'absent';
+  }
+}
+
 export function createSelfWrites(options: { ttlMs?: number; now?: () => number } = {}): SelfWrites {
   const ttl = options.ttlMs ?? SELF_WRITE_TTL_MS;
   const clock = options.now ?? (() => performance.now());
-  const announced = new Map<string, number>();
+  /** path → when announced, and what it looked like once written (null while in progress). */
+  const writes = new Map<string, { at: number; result: string | null }>();
+  const removals = new Map<string, number>();
+  const expire = (now: number): void => {
+    for (const [f, w] of writes) if (now - w.at > ttl) writes.delete(f);
+    for (const [f, at] of removals) if (now - at > ttl) removals.delete(f);
+  };
   return {
     willWrite(file) {
       const now = clock();
-      for (const [f, at] of announced) if (now - at > ttl) announced.delete(f);
-      announced.set(path.resolve(file), now);
+      expire(now);
+      writes.set(path.resolve(file), { at: now, result: null });
     },
-    isOwn(file, now = clock()) {
-      const at = announced.get(path.resolve(file));
-      return at !== undefined && now - at <= ttl;
+    didWrite(file) {
+      const entry = writes.get(path.resolve(file));
+      if (entry) entry.result = fingerprint(file);
+    },
+    willRemove(file) {
+      const now = clock();
+      expire(now);
+      removals.set(path.resolve(file), now);
+    },
+    isOwn(file, now = clock(), kind = 'changed') {
+      const abs = path.resolve(file);
+      if (kind === 'removed') {
+        const at = removals.get(abs);
+        return at !== undefined && now - at <= ttl;
+      }
+      const entry = writes.get(abs);
+      if (entry === undefined || now - entry.at > ttl) return false;
+      return entry.result === null || entry.result === fingerprint(abs);
     },
   };
 }
@@ -107,9 +146,10 @@ export async function watchCredentials(options: WatchOptions): Promise<Credentia
     if (!armed) return;
     if (event !== 'add' && event !== 'change' && event !== 'unlink') return;
     const what = classify(file, identities, bootstrapKubeconfig);
-    if (!what || selfWrites.isOwn(file)) return;
+    const kind = event === 'unlink' ? 'removed' : 'changed';
+    if (!what || selfWrites.isOwn(file, undefined, kind)) return;
     const abs = path.resolve(file);
-    const change: CredentialChange = { ...what, path: abs, kind: event === 'unlink' ? 'removed' : 'changed' };
+    const change: CredentialChange = { ...what, path: abs, kind };
     const before = pending.get(abs);
     if (before) clearTimeout(before.timer);
     const timer = setTimeout(() => {

@@ -42,6 +42,10 @@ export const realFs: FsOps = {
  */
 export interface WriteObserver {
   willWrite(file: string): void;
+  /** Told before kubeboot itself deletes `file`; falls back to willWrite. */
+  willRemove?(file: string): void;
+  /** Told once `file` holds what kubeboot wrote, so later changes can be told apart. */
+  didWrite?(file: string): void;
 }
 
 export interface WriteOptions {
@@ -111,6 +115,7 @@ export async function writeFileAtomic(file: string, data: string | Uint8Array, o
     }
     opts.observer?.willWrite(file);
     await fs.rename(tmp, file);
+    opts.observer?.didWrite?.(file);
   } catch (err) {
     await removeQuietly(tmp, fs);
     throw err;
@@ -158,7 +163,8 @@ export async function ensureDir(dir: string, mode: number, fs: FsOps = realFs): 
 /** Unlinks `file` and makes that durable; a file already gone is not an error. */
 export async function removeFileDurably(file: string, opts: WriteOptions = {}): Promise<void> {
   const fs = opts.fs ?? realFs;
-  opts.observer?.willWrite(file);
+  if (opts.observer?.willRemove) opts.observer.willRemove(file);
+  else opts.observer?.willWrite(file);
   try {
     await fs.unlink(file);
   } catch (err) {

@@ -168,6 +168,7 @@ async function pointCurrentAt(identity: Identity, file: string, opts: StoreOptio
   try {
     opts.observer?.willWrite(current);
     await fs.rename(tmpLink, current);
+    opts.observer?.didWrite?.(current);
   } catch (err) {
     await fs.unlink(tmpLink).catch(() => undefined);
     throw err;

@@ -35,6 +35,10 @@ if have; then
   log "reusing binaries in $out"
   echo "$out"; exit 0
 fi
+if ! command -v go >/dev/null; then
+  log "no Go toolchain on PATH and no binaries in $out: install Go (1.24 or later) to build them"
+  exit 127
+fi
 mkdir -p "$out"
 
 # Wrapper module for a Kubernetes version: k8s.io/kubernetes pins its staging

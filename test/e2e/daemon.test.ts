@@ -32,17 +32,24 @@ if (plane) {
       });
     });
 
-  async function startDaemon(t: Test, node: NodeLayout, extra: string[] = []): Promise<{ daemon: Running; notify: Awaited<ReturnType<typeof listenNotifySocket>>; port: number }> {
-    const notify = await listenNotifySocket(node.dir);
+  /** Starts `kubeboot run`; `stop()` ends it and checks everything it printed for secrets. */
+  async function startDaemon(t: Test, node: NodeLayout, extra: string[] = []): Promise<{ daemon: Running; notify: Awaited<ReturnType<typeof listenNotifySocket>>; port: number; stop: () => Promise<void> }> {
+    // Abstract socket: test dirs are longer than a unix socket path may be.
+    const notify = await listenNotifySocket(node.dir, { abstract: true });
     const port = await freePort();
     const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], { NOTIFY_SOCKET: notify.path });
-    t.teardown(async () => {
-      if (daemon.child.exitCode === null) daemon.child.kill('SIGTERM');
+    const end = async () => {
+      if (daemon.child.exitCode === null && daemon.child.signalCode === null) daemon.child.kill('SIGTERM');
       const result = await daemon.done;
-      assertNoSecrets(t, result.stdout + result.stderr, 'kubeboot run');
       await notify.close();
-    });
-    return { daemon, notify, port };
+      return result;
+    };
+    t.teardown(end);
+    const stop = async () => {
+      const result = await end();
+      assertNoSecrets(t, result.stdout + result.stderr, 'kubeboot run');
+    };
+    return { daemon, notify, port, stop };
   }
 
   const get = async (port: number, path: string) => {
@@ -66,7 +73,7 @@ if (plane) {
       renewal: { margin: '590s' },
       kubelet: { hooks: [['/usr/bin/touch', hookFile]] },
     });
-    const { daemon, notify, port } = await startDaemon(t, node);
+    const { daemon, notify, port, stop } = await startDaemon(t, node);
 
     await notify.waitFor((m) => m.includes('READY=1'), 120_000);
     t.ok((await stat(node.kubeletKubeconfig)).isFile(), 'kubelet.conf exists when READY=1 arrives');
@@ -96,11 +103,12 @@ if (plane) {
     const status = JSON.parse((await run(process.execPath, ['dist/kubeboot.cjs', 'status', '--config', node.config, '--output', 'json'])).stdout);
     t.ok(status.identities[0].daemon.nextRenewal, 'status shows the next renewal time');
     t.equal(status.identities[0].daemon.lastHooks[0]?.ok, true, 'status shows the hook result');
+    await stop();
   });
 
   t.test('SIGHUP renews now; a deleted certificate is re-issued; a replaced one is respected', async (t) => {
     const node = await bootstrappedNode(t, 'daemon-2');
-    const { daemon, notify } = await startDaemon(t, node);
+    const { daemon, notify, stop } = await startDaemon(t, node, ['--log-level', 'debug']);
     await notify.waitFor((m) => m.includes('READY=1'), 120_000);
     const first = await currentTarget(node);
 
@@ -111,7 +119,7 @@ if (plane) {
     // An operator deletes the credential files: the daemon still holds the last good credential and re-issues.
     await rm(second);
     await rm(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
-    const third = await plane.admin.waitFor('a re-issued credential', async () => currentTarget(node).then((p) => (p !== second ? p : undefined)).catch(() => undefined));
+    const third = await withOutput(daemon, plane.admin.waitFor('a re-issued credential', async () => currentTarget(node).then((p) => (p !== second ? p : undefined)).catch(() => undefined)));
     t.ok((await stat(third)).isFile(), 're-issued credential on disk');
     t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-2');
 
@@ -127,6 +135,7 @@ if (plane) {
     await daemon.waitForOutput(new RegExp(`kubelet: certificate valid until ${notAfter.replace(/[.]/g, '\\.')}`));
     t.equal(await currentTarget(node), manual, 'the operator’s certificate stays in place');
     t.equal((await csrsBy('system:node:daemon-2')).length, csrsBefore, 'no CSR was made for it');
+    await stop();
   });
 
   t.test('SIGTERM during a renewal leaves the old credential intact', async (t) => {
@@ -142,6 +151,7 @@ if (plane) {
     await plane.admin.waitFor('a pending kube-proxy renewal CSR', async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && c.spec?.username === 'system:node:daemon-3' && !c.status?.conditions));
     daemon.child.kill('SIGTERM');
     const result = await daemon.done;
+    assertNoSecrets(t, result.stdout + result.stderr, 'kubeboot run');
     t.equal(result.code, 0, 'exits 0 on SIGTERM');
     t.equal(await readlink(proxyLink), before, 'the kube-proxy link still points at the old credential');
     t.equal(await whoami(node.kubeProxyKubeconfig), 'system:kube-proxy', 'the old kube-proxy kubeconfig still works');
@@ -151,7 +161,7 @@ if (plane) {
   t.test('an expired node re-bootstraps when a new bootstrap kubeconfig is dropped in place', async (t) => {
     const node = await nodeLayout(t.testdir(), 'daemon-4');
     await plantExpiredKubelet(plane, node);
-    const { daemon, notify, port } = await startDaemon(t, node);
+    const { daemon, notify, port, stop } = await startDaemon(t, node);
     await daemon.waitForOutput(/place a new bootstrap kubeconfig at/);
     t.equal((await get(port, '/readyz')).status, 503, '/readyz is 503 while the certificate is expired');
     t.notOk(notify.messages().some((m) => m.includes('READY=1')), 'no READY=1 while expired');
@@ -166,7 +176,18 @@ if (plane) {
     t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-4');
     await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'the new bootstrap kubeconfig is deleted after use');
     t.equal((await get(port, '/readyz')).status, 200);
+    await stop();
   });
+}
+
+/** On failure, the daemon's output explains more than a timeout does. */
+async function withOutput<T>(daemon: Running, waiting: Promise<T>): Promise<T> {
+  try {
+    return await waiting;
+  } catch (err) {
+    process.stderr.write(`\n--- kubeboot output ---\n${daemon.output()}\n---\n`);
+    throw err;
+  }
 }
 
 /** A kubelet credential signed by the cluster CA that expired an hour ago. */

@@ -161,3 +161,18 @@ t.test('self-write announcements expire after their TTL', async (t) => {
   t.notOk(sw.isOwn('/a/file'));
   t.ok(sw.isOwn('/a/file', 2000), 'an explicit time is honoured');
 });
+
+t.test('a file an operator replaces right after kubeboot wrote it is not mistaken for kubeboot’s own write', async (t) => {
+  const dir = t.testdir({ 'a.pem': 'a', 'b.pem': 'b' });
+  const link = path.join(dir, 'kubelet-client-current.pem');
+  const selfWrites = createSelfWrites();
+  selfWrites.willWrite(link);
+  t.ok(selfWrites.isOwn(link), 'own while the write is in progress');
+  await symlink(path.join(dir, 'a.pem'), link);
+  selfWrites.didWrite(link);
+  t.ok(selfWrites.isOwn(link), 'own once written');
+  await symlink(path.join(dir, 'b.pem'), link + '.new');
+  await rename(link + '.new', link);
+  t.notOk(selfWrites.isOwn(link), 'replaced by someone else within the TTL');
+  t.notOk(selfWrites.isOwn(link, undefined, 'removed'), 'a removal kubeboot did not announce is never its own');
+});

@@ -1,0 +1,225 @@
+// A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager)
+// on loopback for one test file: fresh PKI, random ports, the shipped RBAC
+// manifests applied, kube-public/cluster-info published as kubeadm does.
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import type { Test } from 'tap';
+import { adminApi, waitFor, type AdminApi } from './admin.js';
+import { controlPlaneBinaries, onPath } from './binaries.js';
+import { apiserverArgs, controllerManagerArgs, etcdArgs, writePki } from './components.js';
+import { expectStatus, kubeClient, type KubeClient } from './http.js';
+import { clusterInfoKubeconfig, writeKubeconfig } from './kubeconfig.js';
+import { applyManifests } from './manifests.js';
+import { createClusterPki, issueLeaf } from './pki.js';
+import { peakRssKiB, startComponent, startOnFreePorts, stopComponent, waitReady, type Component } from './processes.js';
+
+export type { AdminApi, BootstrapToken } from './admin.js';
+
+export interface StartOptions {
+  /** kube-controller-manager --cluster-signing-duration; default 1h. */
+  signingDuration?: string;
+  /** Names the temp dir, to tell concurrent planes apart. */
+  name?: string;
+}
+
+export interface ControlPlane {
+  /** https://127.0.0.1:<port> */
+  server: string;
+  /** The cluster CA, which also signs every CSR. */
+  caPem: string;
+  caFile: string;
+  caKeyPem: string;
+  /** Admin kubeconfig (O=system:masters client cert, embedded data). */
+  adminKubeconfig: string;
+  /** Temp dir holding certs, kubeconfigs, etcd data and the component logs. */
+  dir: string;
+  /** gitVersion reported by the running apiserver's /version. */
+  version: string;
+  kubectlPath: string | undefined;
+  admin: AdminApi;
+  /** Component name → log file. */
+  logs: Record<string, string>;
+  /** Milliseconds from start to everything ready. */
+  startupMs: number;
+  writeBootstrapKubeconfig(file: string, token: string, opts?: { ca?: 'file' | 'data' | 'none'; server?: string }): Promise<void>;
+  /** A client cert signed by the cluster CA (ECDSA P-256), e.g. expired or for another identity. */
+  mintClientCert(opts: { commonName: string; organizations?: string[]; notBefore?: Date; notAfter?: Date }): Promise<{ certPem: string; keyPem: string }>;
+  /** Peak resident set size (VmHWM, KiB) of each component so far. */
+  peakRss(): Record<string, number | undefined>;
+  /** Stops all components; keeps the dir (and says where the logs are) when keep or KUBEBOOT_KEEP_CONTROLPLANE=1. */
+  stop(opts?: { keep?: boolean }): Promise<void>;
+}
+
+// Generous: a loaded 2-core machine can take 30 s+ to get the apiserver ready.
+const startTimeoutMs = 120_000;
+
+export async function startControlPlane(opts: StartOptions = {}): Promise<ControlPlane> {
+  const began = Date.now();
+  const bin = await controlPlaneBinaries();
+  const dir = mkdtempSync(join(tmpdir(), `kubeboot-cp-${opts.name ?? 'test'}-`));
+  const components: Component[] = [];
+  const clients: KubeClient[] = [];
+  const logs: Record<string, string> = {};
+  const start = (name: string, binary: string, args: string[]) => {
+    logs[name] = join(dir, `${name}.log`);
+    const c = startComponent(name, binary, args, logs[name]);
+    components.push(c);
+    return c;
+  };
+  const stopAll = async () => {
+    // Reverse start order: the controller manager, then the apiserver, then etcd.
+    for (const c of [...components].reverse()) await stopComponent(c);
+    await Promise.all(clients.map((c) => c.close()));
+  };
+  const client = (o: Parameters<typeof kubeClient>[0]) => {
+    const c = kubeClient(o);
+    clients.push(c);
+    return c;
+  };
+
+  try {
+    const pki = await createClusterPki();
+    const files = await writePki(dir, pki);
+
+    const etcdData = join(dir, 'etcd');
+    const [etcdPort] = await startOnFreePorts(
+      2,
+      ([clientPort = 0, peerPort = 0]) => {
+        // Fresh on every attempt: a member initialised with other peer URLs would not start.
+        rmSync(etcdData, { recursive: true, force: true });
+        mkdirSync(etcdData, { mode: 0o700 });
+        return start('etcd', bin.etcd, etcdArgs(etcdData, clientPort, peerPort));
+      },
+      (c, [clientPort]) =>
+        waitReady(c, 'etcd /health', async () => {
+          const res = await request(`http://127.0.0.1:${clientPort}/health`);
+          return res.statusCode === 200 && ((await res.body.json()) as { health?: string }).health === 'true';
+        }, startTimeoutMs),
+    );
+
+    let server = '';
+    let admin: KubeClient | undefined;
+    await startOnFreePorts(
+      1,
+      ([port = 0]) => {
+        server = `https://127.0.0.1:${port}`;
+        const etcdUrl = `http://127.0.0.1:${etcdPort}`;
+        return start('kube-apiserver', bin.kubeApiserver, apiserverArgs({ etcdUrl, port, files, certDir: join(dir, 'apiserver-certs') }));
+      },
+      async (c) => {
+        const a = client({ server, caPem: pki.ca.certPem, certPem: pki.admin.certPem, keyPem: pki.admin.keyPem });
+        admin = a;
+        await waitReady(c, 'kube-apiserver /readyz', async () => (await a.request('GET', '/readyz')).status === 200, startTimeoutMs);
+      },
+    );
+    if (!admin) throw new Error('unreachable: the apiserver is ready but there is no admin client');
+    const a = admin;
+    const exists = (path: string) => async () => ((await a.request('GET', path)).status === 200 ? true : undefined);
+    // /readyz can precede the system namespaces; kube-public must exist for cluster-info.
+    await waitFor('the default namespace', exists('/api/v1/namespaces/default'), startTimeoutMs);
+    await waitFor('the kube-public namespace', exists('/api/v1/namespaces/kube-public'), startTimeoutMs);
+
+    await applyManifests(a);
+    // As kubeadm publishes it; bootstrapsigner adds a jws-kubeconfig-<id> key per signing token.
+    const clusterInfo = {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'cluster-info', namespace: 'kube-public' },
+      data: { kubeconfig: clusterInfoKubeconfig(server, pki.ca.certPem) },
+    };
+    expectStatus(await a.request('POST', '/api/v1/namespaces/kube-public/configmaps', clusterInfo), 'create cluster-info', 201);
+
+    const adminKubeconfig = join(dir, 'admin.kubeconfig');
+    await writeKubeconfig(adminKubeconfig, server, { pem: pki.ca.certPem }, pki.admin, 'kubeboot-admin');
+    const kcmKubeconfig = join(dir, 'controller-manager.kubeconfig');
+    await writeKubeconfig(kcmKubeconfig, server, { pem: pki.ca.certPem }, pki.controllerManagerClient, 'system:kube-controller-manager');
+
+    await startOnFreePorts(
+      1,
+      ([port = 0]) =>
+        start('kube-controller-manager', bin.kubeControllerManager, controllerManagerArgs({
+          kubeconfig: kcmKubeconfig,
+          port,
+          files,
+          certDir: join(dir, 'controller-manager-certs'),
+          signingDuration: opts.signingDuration ?? '1h',
+        })),
+      async (c, [port]) => {
+        const health = client({ server: `https://127.0.0.1:${port}`, caPem: pki.ca.certPem });
+        await waitReady(c, 'kube-controller-manager /healthz', async () => (await health.request('GET', '/healthz')).status === 200, startTimeoutMs);
+      },
+    );
+
+    const version = expectStatus(await a.request<{ gitVersion: string }>('GET', '/version'), 'GET /version', 200).body.gitVersion;
+    let stopped = false;
+    return {
+      server,
+      caPem: pki.ca.certPem,
+      caFile: files.ca,
+      caKeyPem: pki.ca.keyPem,
+      adminKubeconfig,
+      dir,
+      version,
+      kubectlPath: bin.kubectl,
+      admin: adminApi(a),
+      logs,
+      startupMs: Date.now() - began,
+
+      async writeBootstrapKubeconfig(file, token, o = {}) {
+        const ca = o.ca ?? 'file';
+        const source = ca === 'file' ? { file: files.ca } : ca === 'data' ? { pem: pki.ca.certPem } : ('none' as const);
+        await writeKubeconfig(file, o.server ?? server, source, { token }, 'tls-bootstrap-token-user');
+      },
+
+      async mintClientCert(o) {
+        const leaf = await issueLeaf(pki.ca, { ...o, usage: 'client' });
+        return { certPem: leaf.certPem, keyPem: leaf.keyPem };
+      },
+
+      peakRss: () => Object.fromEntries(components.map((c) => [c.name, peakRssKiB(c)])),
+
+      async stop(o = {}) {
+        if (stopped) return;
+        stopped = true;
+        await stopAll();
+        if (o.keep || process.env.KUBEBOOT_KEEP_CONTROLPLANE === '1') {
+          const list = Object.values(logs).map((l) => `    ${l}`).join('\n');
+          process.stderr.write(`\n*** control plane kept in ${dir}; component logs:\n${list}\n`);
+        } else {
+          rmSync(dir, { recursive: true, force: true });
+        }
+      },
+    };
+  } catch (err) {
+    await stopAll();
+    process.stderr.write(`\n*** control plane failed to start; kept ${dir} (logs: ${Object.values(logs).join(', ')})\n`);
+    throw err;
+  }
+}
+
+/** Starts a plane for this test and stops it when the test ends, keeping its logs if the test failed. */
+export async function withControlPlane(t: Test, opts?: StartOptions): Promise<ControlPlane> {
+  const plane = await startControlPlane(opts);
+  t.teardown(() => plane.stop({ keep: !t.passing() }));
+  return plane;
+}
+
+/**
+ * withControlPlane, or a loud skip when the binaries cannot exist here (no Go
+ * toolchain and nothing built). Under CI=true that is a failure instead: CI
+ * must prove the product against a real cluster.
+ */
+export async function controlPlaneOrSkip(t: Test, opts?: StartOptions): Promise<ControlPlane | undefined> {
+  try {
+    await controlPlaneBinaries();
+  } catch (err) {
+    if (onPath('go') || process.env.CI === 'true') throw err;
+    const reason = 'SKIPPED: no Go toolchain on PATH and no control-plane binaries built (run test/controlplane/build.sh); the real-cluster tests did NOT run';
+    process.stderr.write(`\n${'!'.repeat(100)}\n!!! ${reason}\n${'!'.repeat(100)}\n\n`);
+    t.plan(0, reason);
+    return undefined;
+  }
+  return withControlPlane(t, opts);
+}

@@ -1,0 +1,55 @@
+// Applies the shipped cluster-side manifests (packaging/manifests/) the way
+// `kubectl apply -f` would for objects that do not exist yet: POST each one.
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseAllDocuments } from 'yaml';
+import { expectStatus, type KubeClient } from './http.js';
+
+export const manifestsDir = fileURLToPath(new URL('../../packaging/manifests/', import.meta.url));
+
+// The kinds the manifests use; anything else is a mistake in a manifest.
+const kinds: Record<string, { plural: string; namespaced: boolean }> = {
+  ClusterRole: { plural: 'clusterroles', namespaced: false },
+  ClusterRoleBinding: { plural: 'clusterrolebindings', namespaced: false },
+  Role: { plural: 'roles', namespaced: true },
+  RoleBinding: { plural: 'rolebindings', namespaced: true },
+  ConfigMap: { plural: 'configmaps', namespaced: true },
+};
+
+interface Manifest {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string };
+}
+
+export function readManifests(file: string): Manifest[] {
+  return parseAllDocuments(readFileSync(file, 'utf8'))
+    .map((doc) => {
+      if (doc.errors.length > 0) throw new Error(`${file}: ${doc.errors[0]?.message}`);
+      return doc.toJS() as Manifest | null;
+    })
+    .filter((m): m is Manifest => m !== null);
+}
+
+export function collectionPath(m: Manifest): string {
+  const kind = kinds[m.kind];
+  if (!kind) throw new Error(`manifest ${m.metadata.name}: unsupported kind ${m.kind}`);
+  const group = m.apiVersion.includes('/') ? `/apis/${m.apiVersion}` : `/api/${m.apiVersion}`;
+  if (!kind.namespaced) return `${group}/${kind.plural}`;
+  if (!m.metadata.namespace) throw new Error(`manifest ${m.kind}/${m.metadata.name}: metadata.namespace missing`);
+  return `${group}/namespaces/${m.metadata.namespace}/${kind.plural}`;
+}
+
+/** Creates every object in every `*.yaml` of the directory; an existing object (409) is left as it is. */
+export async function applyManifests(client: KubeClient, dir = manifestsDir): Promise<string[]> {
+  const applied: string[] = [];
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.yaml')).sort()) {
+    for (const m of readManifests(join(dir, file))) {
+      const what = `${m.kind}/${m.metadata.name}`;
+      expectStatus(await client.request('POST', collectionPath(m), m), `apply ${file}: ${what}`, 201, 409);
+      applied.push(what);
+    }
+  }
+  return applied;
+}
