@@ -4,19 +4,11 @@
  * and token or PEM private-key text inside any string is scrubbed.
  */
 import winston from 'winston';
+import { scrub } from './redact.js';
+
+export { scrub };
 
 const SECRET_FIELD = /^(token|password|authorization|key|client-key-data|token-secret|bearer)$/i;
-const PEM_KEY = /-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)/g;
-const BOOTSTRAP_TOKEN = /\b([a-z0-9]{6})\.[a-z0-9]{16}\b/g;
-const BEARER = /(Bearer\s+)[A-Za-z0-9._~+/=-]+/gi;
-
-export function scrub(text: string): string {
-  return text
-    .replace(PEM_KEY, '[private key redacted]')
-    .replace(BEARER, '$1[redacted]')
-    .replace(BOOTSTRAP_TOKEN, '$1.[redacted]');
-}
-
 function scrubValue(key: string, value: unknown): unknown {
   if (SECRET_FIELD.test(key) && value !== undefined && value !== null && value !== '') return '[redacted]';
   if (typeof value === 'string') return scrub(value);

@@ -3,12 +3,14 @@
  * let the pure assessCredential decide. Checks more than the kubelet does
  * (which only looks at expiry): key match, chain to the cluster CA, subject.
  */
-import { readFile } from 'node:fs/promises';
+import { readOptional } from '../read-optional.js';
 import type { Identity } from '../identity.js';
 import { parseClientKubeconfig } from '../kubeconfig/parse.js';
 import { assessCredential } from '../pki/certificate.js';
 import { loadCurrent } from '../store/cert-store.js';
 import type { Endpoint } from '../kube/client.js';
+
+export { readOptional };
 
 export interface ExistingCredential {
   identity: Identity;
@@ -19,15 +21,6 @@ export interface ExistingCredential {
   cluster: (Endpoint & { caPem: string }) | null;
   certPem: string | null;
   keyPem: string | null;
-}
-
-export async function readOptional(file: string): Promise<string | null> {
-  try {
-    return await readFile(file, 'utf8');
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
-    throw err;
-  }
 }
 
 /**

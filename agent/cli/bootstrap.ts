@@ -10,7 +10,7 @@ export async function runBootstrap(config: Config, logger: Logger, signal: Abort
     const issued = outcome.issued;
     logger.info(
       issued
-        ? `${outcome.identity}: issued via CSR ${issued.csrName} (approved after ${issued.waitedSeconds.toFixed(1)}s, on disk ${issued.storeMillis} ms later), valid until ${outcome.notAfter?.toISOString()}`
+        ? `${outcome.identity}: issued via CSR ${issued.csrName} (approved after ${issued.waitedSeconds.toFixed(3)}s, on disk ${issued.storeMillis} ms later), valid until ${outcome.notAfter?.toISOString()}`
         : `${outcome.identity}: kept the existing credential, valid until ${outcome.notAfter?.toISOString()}`,
       { identity: outcome.identity, event: 'bootstrap-result' },
     );

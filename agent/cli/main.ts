@@ -5,16 +5,10 @@
 import os from 'node:os';
 import { loadConfig } from '../config/load.js';
 import { ExitCode, exitCodeOf, KubebootError } from '../errors.js';
-import { createLogger, scrub } from '../log.js';
+import { scrub } from '../redact.js';
 import { VERSION } from '../version.js';
-import { readOptional } from '../bootstrap/existing.js';
+import { readOptional } from '../read-optional.js';
 import { helpText } from './help.js';
-import { traceRequests } from './trace.js';
-import { runBootstrap } from './bootstrap.js';
-import { runCheck } from './check.js';
-import { runStatus } from './status.js';
-import { runDaemonCommand } from './run.js';
-import { runRenew } from './renew.js';
 
 async function main(argv: string[]): Promise<number> {
   const load = () => loadConfig({ argv, env: process.env, readFile: readOptional, hostname: os.hostname() });
@@ -28,8 +22,9 @@ async function main(argv: string[]): Promise<number> {
     return loaded.help ? ExitCode.ok : ExitCode.badInput;
   }
   const { config } = loaded;
+  const { createLogger } = await import('../log.js');
   const logger = createLogger({ level: config.log.level, format: config.log.format });
-  if (config.log.level === 'debug') traceRequests(logger);
+  if (config.log.level === 'debug') (await import('./trace.js')).traceRequests(logger);
   const stop = new AbortController();
   const onSignal = (signal: NodeJS.Signals): void => {
     logger.info(`received ${signal}; stopping`);
@@ -38,17 +33,18 @@ async function main(argv: string[]): Promise<number> {
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
   try {
+    // Commands load their modules on demand: `--version` and `status` stay quick.
     switch (loaded.command) {
       case 'bootstrap':
-        return await runBootstrap(config, logger, stop.signal);
+        return await (await import('./bootstrap.js')).runBootstrap(config, logger, stop.signal);
       case 'check':
-        return await runCheck(config, logger);
+        return await (await import('./check.js')).runCheck(config, logger);
       case 'status':
-        return await runStatus(config, loaded.extraFlags.output);
+        return await (await import('./status.js')).runStatus(config, loaded.extraFlags.output);
       case 'run':
-        return await runDaemonCommand(config, logger, stop.signal, async () => (await load()).config);
+        return await (await import('./run.js')).runDaemonCommand(config, logger, stop.signal, async () => (await load()).config);
       case 'renew':
-        return await runRenew(config, logger, loaded.extraFlags.identity, stop.signal);
+        return await (await import('./renew.js')).runRenew(config, logger, loaded.extraFlags.identity, stop.signal);
     }
   } finally {
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());

@@ -96,7 +96,9 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     buckets: CSR_WAIT_BUCKETS,
     registers,
   });
-  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry });
+  // prom-client samples event-loop delay with a repeating timer of this many
+  // ms (default 10): an idle daemon would wake 100 times a second for it.
+  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 1000 });
 
   return {
     registry,
