@@ -5,6 +5,7 @@ import { lstat, readFile, readlink, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
+import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import { caCertHash } from '../../agent/pki/pin.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
@@ -181,6 +182,25 @@ if (plane) {
     const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
     t.equal(result.code, 2, result.stderr);
     t.match(result.stderr, /rejected the bootstrap credential \(401/);
+  });
+
+  t.test('an enabled kubelet serving certificate is requested with its SANs and stored once an admin approves it', async (t) => {
+    const dir = t.testdir();
+    const node = await nodeLayout(dir, 'worker-11', { kubeletServing: { enabled: true, certDir: join(dir, 'serving-pki'), dnsNames: ['worker-11.example'], ipAddresses: ['10.0.0.11'] } });
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    const running = startKubeboot(['bootstrap', '--config', node.config]);
+    const csr = await plane.admin.waitFor('the serving CSR', async () => (await plane.admin.listCsrs()).find((c) => c.spec?.signerName === 'kubernetes.io/kubelet-serving' && csrCommonName(c) === 'system:node:worker-11'));
+    t.same([...csr.spec.usages].sort(), ['digital signature', 'server auth']);
+    await plane.admin.approveCsr(csr.metadata.name);
+    const result = await running.done;
+    t.equal(result.code, 0, result.stderr);
+    const served = await readFile(join(dir, 'serving-pki', 'kubelet-server-current.pem'), 'utf8');
+    const leaf = parseCertificateChain(served)[0]!;
+    t.same(leaf.dnsNames, ['worker-11.example']);
+    t.same(leaf.ipAddresses, ['10.0.0.11']);
+    t.match(served, /PRIVATE KEY/, 'certificate and key in one file, as the kubelet expects');
   });
 
   t.test('check validates everything without changing anything', async (t) => {

@@ -114,12 +114,20 @@ if (plane) {
 
     daemon.child.kill('SIGHUP');
     await plane.admin.waitFor('a CSR after SIGHUP', async () => (await csrsBy('system:node:daemon-2'))[0]);
-    const second = await plane.admin.waitFor('the renewed link', async () => ((await currentTarget(node)) !== first ? currentTarget(node) : undefined));
+    const afterHup = await plane.admin.waitFor('the renewed link', async () => ((await currentTarget(node)) !== first ? currentTarget(node) : undefined));
+
+    // `kubeboot renew` asks the running daemon instead of renewing behind its back.
+    const renew = await run(process.execPath, ['dist/kubeboot.cjs', 'renew', '--config', node.config, '--identity', 'kubelet']);
+    t.match(renew.stderr, /asked the running daemon \(pid \d+\) to renew kubelet/);
+    const second = await plane.admin.waitFor('the link renewed on request', async () => ((await currentTarget(node)) !== afterHup ? currentTarget(node) : undefined));
+    t.equal((await csrsBy('system:node:daemon-2')).length, 2, 'one CSR for SIGHUP, one for kubeboot renew');
 
     // An operator deletes the credential files: the daemon still holds the last good credential and re-issues.
+    const csrsBeforeDelete = (await csrsBy('system:node:daemon-2')).length;
     await rm(second);
     await rm(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
-    const third = await withOutput(daemon, plane.admin.waitFor('a re-issued credential', async () => currentTarget(node).then((p) => (p !== second ? p : undefined)).catch(() => undefined)));
+    await withOutput(daemon, plane.admin.waitFor('a re-issue CSR', async () => ((await csrsBy('system:node:daemon-2')).length > csrsBeforeDelete ? true : undefined)));
+    const third = await plane.admin.waitFor('a re-issued credential on disk', async () => currentTarget(node).then(async (p) => ((await stat(p).catch(() => null)) ? p : undefined)).catch(() => undefined));
     t.ok((await stat(third)).isFile(), 're-issued credential on disk');
     t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-2');
 
