@@ -5,7 +5,7 @@ import path from 'node:path';
 import winston from 'winston';
 import { Writable } from 'node:stream';
 import { runHook, runIdentityHooks, STDERR_LIMIT } from '../../../agent/daemon/hooks.js';
-import { KUBELET_CLIENT_SIGNER, type Identity } from '../../../agent/identity.js';
+import { kubeletIdentity } from '../../support/identity.js';
 
 t.test('a hook that exits 0 is ok', async (t) => {
   const r = await runHook(['/bin/true']);
@@ -60,21 +60,12 @@ t.test('identity hooks run in order with the identity in their environment, fail
   const dir = await mkdtemp(path.join(tmpdir(), 'kubeboot-hooks-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'env');
-  const identity: Identity = {
-    name: 'kubelet',
-    subject: { commonName: 'system:node:n1', organizations: ['system:nodes'] },
-    signerName: KUBELET_CLIENT_SIGNER,
-    usages: ['digital signature', 'client auth'],
-    dnsNames: [],
-    ipAddresses: [],
-    certDir: '/var/lib/kubelet/pki',
-    filePrefix: 'kubelet-client',
-    kubeconfigPath: '/etc/kubernetes/kubelet.conf',
+  const identity = kubeletIdentity({
     hooks: [
       ['/bin/sh', '-c', 'echo "$KUBEBOOT_IDENTITY $KUBEBOOT_CERT_FILE $KUBEBOOT_KUBECONFIG" > "$0"', out],
       ['/bin/false'],
     ],
-  };
+  });
   const lines: string[] = [];
   const logger = winston.createLogger({
     format: winston.format.json(),

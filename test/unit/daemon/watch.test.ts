@@ -3,22 +3,12 @@ import { mkdir, mkdtemp, rename, rm, symlink, unlink, writeFile } from 'node:fs/
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { silentLogger } from '../../../agent/log.js';
-import { KUBELET_CLIENT_SIGNER, type Identity } from '../../../agent/identity.js';
+import type { Identity } from '../../../agent/identity.js';
+import { kubeletIdentity } from '../../support/identity.js';
 import { classify, createSelfWrites, watchCredentials, type CredentialChange, type SelfWrites } from '../../../agent/daemon/watch.js';
 
-function kubeletIdentity(root: string): Identity {
-  return {
-    name: 'kubelet',
-    subject: { commonName: 'system:node:n1', organizations: ['system:nodes'] },
-    signerName: KUBELET_CLIENT_SIGNER,
-    usages: ['digital signature', 'client auth'],
-    dnsNames: [],
-    ipAddresses: [],
-    certDir: path.join(root, 'pki'),
-    filePrefix: 'kubelet-client',
-    kubeconfigPath: path.join(root, 'etc', 'kubelet.conf'),
-    hooks: [],
-  };
+function kubeletIdentityIn(root: string): Identity {
+  return kubeletIdentity({ certDir: path.join(root, 'pki'), kubeconfigPath: path.join(root, 'etc', 'kubelet.conf') });
 }
 
 /** A watcher over a fresh tree, with a bounded wait for the next matching change. */
@@ -26,7 +16,7 @@ async function setup(t: Test, selfWrites: SelfWrites = createSelfWrites()) {
   const root = await mkdtemp(path.join(tmpdir(), 'kubeboot-watch-'));
   await mkdir(path.join(root, 'pki'));
   await mkdir(path.join(root, 'etc'));
-  const identity = kubeletIdentity(root);
+  const identity = kubeletIdentityIn(root);
   const bootstrap = path.join(root, 'etc', 'bootstrap-kubelet.conf');
   const certA = path.join(root, 'pki', 'kubelet-client-2025-01-01-00-00-00.pem');
   const current = path.join(root, 'pki', 'kubelet-client-current.pem');
@@ -140,7 +130,7 @@ t.test('a burst of writes to one file is reported once', async (t) => {
 });
 
 t.test('classify names certificate files by the client-go store pattern only', async (t) => {
-  const identity = kubeletIdentity('/r');
+  const identity = kubeletIdentityIn('/r');
   const bootstrap = '/r/etc/bootstrap-kubelet.conf';
   t.same(classify('/r/pki/kubelet-client-current.pem', [identity], bootstrap), { identity: 'kubelet', file: 'certificate' });
   t.same(classify('/r/pki/kubelet-client-2025-01-01-00-00-00.pem', [identity], bootstrap), { identity: 'kubelet', file: 'certificate' });

@@ -5,7 +5,8 @@ import { chmod, lstat, readdir, readFile, readlink, rm, stat, symlink, unlink, w
 import path from 'node:path';
 import { KubebootError } from '../../../agent/errors.js';
 import type { Identity } from '../../../agent/identity.js';
-import { currentCertPath, KUBELET_CLIENT_SIGNER } from '../../../agent/identity.js';
+import { currentCertPath } from '../../../agent/identity.js';
+import { kubeletIdentity } from '../../support/identity.js';
 import { realFs } from '../../../agent/store/atomic.js';
 import type { FsOps } from '../../../agent/store/atomic.js';
 import {
@@ -24,18 +25,7 @@ const keyPem = (): string =>
   generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
 
 function identityIn(certDir: string): Identity {
-  return {
-    name: 'kubelet',
-    subject: { commonName: 'system:node:n1', organizations: ['system:nodes'] },
-    signerName: KUBELET_CLIENT_SIGNER,
-    usages: ['digital signature', 'client auth'],
-    dnsNames: [],
-    ipAddresses: [],
-    certDir,
-    filePrefix: 'kubelet-client',
-    kubeconfigPath: null,
-    hooks: [],
-  };
+  return kubeletIdentity({ certDir, kubeconfigPath: null });
 }
 
 const t0 = new Date(Date.UTC(2025, 0, 2, 3, 4, 5));
