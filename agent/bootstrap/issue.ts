@@ -4,11 +4,11 @@
  * → kubeconfig. Used by first bootstrap and by renewal alike; only the client
  * that authenticates the CSR differs.
  */
-import { KubebootError } from '../errors.js';
+import { CsrRejectedError, KubebootError } from '../errors.js';
 import type { Identity, KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
 import { KubeClient, type Endpoint } from '../kube/client.js';
-import { createCsr, waitForCertificate } from '../kube/csr.js';
+import { createCsr, CsrUnusableError, waitForCertificate } from '../kube/csr.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { whoAmI } from '../kube/whoami.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
@@ -55,21 +55,31 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
   const key = await keyFor(identity, ctx);
   const requestPem = await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses });
   const name = csrName(key.publicKeyDer, identity.subject, identity.usages);
-  const csr = await createCsr(
-    ctx.requester,
-    { name, requestPem, signerName: identity.signerName, usages: identity.usages, expirationSeconds: ctx.expirationSeconds },
-    (existing) => compatibility(existing, identity, key, ctx.now()),
-    ctx.signal,
-  );
-  log.info(`CSR ${name} submitted for ${identity.subject.commonName} (signer ${identity.signerName})`, { csr: name });
-
   const waitStart = Date.now();
-  const certPem = await waitForCertificate(ctx.requester, csr, {
-    logger: log,
-    timeoutMs: ctx.waitTimeoutMs,
-    pendingNoticeMs: ctx.pendingNoticeMs,
-    ...(ctx.signal ? { signal: ctx.signal } : {}),
-  });
+  let certPem: string;
+  try {
+    const csr = await createCsr(
+      ctx.requester,
+      { name, requestPem, signerName: identity.signerName, usages: identity.usages, expirationSeconds: ctx.expirationSeconds },
+      (existing) => compatibility(existing, identity, key, ctx.now()),
+      ctx.signal,
+    );
+    log.info(`CSR ${name} submitted for ${identity.subject.commonName} (signer ${identity.signerName})`, { csr: name });
+    certPem = await waitForCertificate(ctx.requester, csr, {
+      logger: log,
+      timeoutMs: ctx.waitTimeoutMs,
+      pendingNoticeMs: ctx.pendingNoticeMs,
+      ...(ctx.signal ? { signal: ctx.signal } : {}),
+    });
+  } catch (err) {
+    // A CSR that was denied, failed, deleted or cannot be adopted will not
+    // get better: the next attempt starts over with a fresh key and name.
+    // A timeout or an interruption keeps the key, so a restart adopts the CSR.
+    if (err instanceof CsrRejectedError || err instanceof CsrUnusableError) {
+      await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
+    }
+    throw err;
+  }
   const arrived = Date.now();
   const waitedSeconds = (arrived - waitStart) / 1000;
   ctx.onCsrWait?.(waitedSeconds);

@@ -26,7 +26,7 @@ import { pruneOld } from '../store/cert-store.js';
 import { runIdentityHooks } from './hooks.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
 import { createNotifier, startWatchdog, type Notifier } from './notify.js';
-import { NeedsBootstrapError, renewIdentity } from './renew.js';
+import { NeedsBootstrapError, renewIdentity, WaitingForKubeletError } from './renew.js';
 import { writeDaemonState, type IdentityState } from './state.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { watchCredentials, createSelfWrites, type CredentialWatcher } from './watch.js';
@@ -216,7 +216,7 @@ export class Daemon {
       onCsrWait: (seconds: number) => this.metrics.observeCsrWait(identity.name, seconds),
     };
     if (!requester) {
-      if (identity.name !== 'kubelet') throw new NeedsBootstrapError(`${identity.name}: waiting for the kubelet credential (${kubelet.reason})`);
+      if (identity.name !== 'kubelet') throw new WaitingForKubeletError(`${identity.name}: waiting for the kubelet credential (${kubelet.reason})`);
       await this.#rebootstrap({ ...deps, onCsrWait: (id: Identity, seconds: number) => this.metrics.observeCsrWait(id.name, seconds) });
     } else {
       await renewIdentity(this.#config, identity, own, requester, deps);
@@ -280,6 +280,11 @@ export class Daemon {
     const message = (err as Error).message;
     slot.state.lastError = message;
     const now = this.#clock.now();
+    if (err instanceof WaitingForKubeletError) {
+      // The kubelet loop nudges this one when its credential lands.
+      this.#logger.info(message, { identity: identity.name });
+      return new Date(now.getTime() + REBOOTSTRAP_RECHECK_MS);
+    }
     if (err instanceof NeedsBootstrapError) {
       slot.usable = false;
       this.metrics.recordRenewalFailure(identity.name, 'needs-bootstrap');

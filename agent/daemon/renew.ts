@@ -27,6 +27,11 @@ export class NeedsBootstrapError extends KubebootError {
   override readonly name = 'NeedsBootstrapError';
 }
 
+/** Another identity waits while the kubelet's credential is being obtained; not a failure. */
+export class WaitingForKubeletError extends KubebootError {
+  override readonly name = 'WaitingForKubeletError';
+}
+
 /** `requester` is the node's kubelet credential (for the kubelet itself, its current one). */
 export async function renewIdentity(config: Config, identity: Identity, own: ExistingCredential, requesterCredential: ExistingCredential, deps: RenewDeps): Promise<Issued> {
   if (!requesterCredential.usable || !requesterCredential.cluster || !requesterCredential.certPem || !requesterCredential.keyPem) {

@@ -12,6 +12,11 @@ import { nextDelay, retryAfterMs, DEFAULT_BACKOFF } from '../renewal/backoff.js'
 
 const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 
+/** The CSR can no longer lead to our certificate (deleted, replaced, or someone else's); retrying needs a new one. */
+export class CsrUnusableError extends KubebootError {
+  override readonly name = 'CsrUnusableError';
+}
+
 export interface CsrRequest {
   name: string;
   requestPem: string;
@@ -44,7 +49,7 @@ export async function createCsr(client: KubeClient, req: CsrRequest, isCompatibl
   const existing = await getCsr(client, req.name, signal);
   if (!existing) throw new KubebootError(`CSR ${req.name} already existed but vanished while it was read; retrying will create it again`);
   const problem = await isCompatible(existing);
-  if (problem) throw new KubebootError(`CSR ${req.name} already exists and is not compatible: ${problem}`);
+  if (problem) throw new CsrUnusableError(`CSR ${req.name} already exists and is not compatible: ${problem}`);
   return existing;
 }
 
@@ -85,9 +90,9 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
   notice.unref();
 
   const decide = (item: CertificateSigningRequest | undefined): string | null => {
-    if (!item) throw new KubebootError(`CSR ${name} was deleted while waiting for approval`);
+    if (!item) throw new CsrUnusableError(`CSR ${name} was deleted while waiting for approval`);
     if (uid && item.metadata.uid && item.metadata.uid !== uid) {
-      throw new KubebootError(`CSR ${name} was replaced by another object (uid changed) while waiting for approval`);
+      throw new CsrUnusableError(`CSR ${name} was replaced by another object (uid changed) while waiting for approval`);
     }
     const state = csrState(item);
     switch (state.state) {

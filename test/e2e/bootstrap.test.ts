@@ -112,6 +112,7 @@ if (plane) {
     t.match(result.stderr, /denied: NotOnTheInventory/);
     await t.rejects(stat(node.kubeletKubeconfig), { code: 'ENOENT' }, 'no kubeconfig written');
     t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig kept');
+    await t.rejects(stat(join(node.stateDir, 'kubelet.key.pending')), { code: 'ENOENT' }, 'the denied key is dropped, so a retry asks anew instead of re-adopting the denied CSR');
   });
 
   t.test('killed while waiting and restarted, kubeboot reuses the same CSR', async (t) => {
