@@ -21,7 +21,7 @@ Commands:
   renew       ask the running daemon to renew now (or renew directly when no daemon runs)
 
 ${renderOptionsHelp()}
-
+Other options:
   --help      show this text
   --version   print kubeboot's and Node's versions
 
