@@ -20,6 +20,11 @@ etcd=${KUBEBOOT_ETCD_VERSION:-$default_etcd}
 k8s=${k8s#v}; etcd=${etcd#v}; default_k8s=${default_k8s#v}; default_etcd=${default_etcd#v}
 out="$root/.cache/k8s/v$k8s"
 export GOFLAGS=-mod=mod
+# CI may start with a thin environment: find the machine's Go and give it a
+# home for its caches.
+command -v go >/dev/null || { [ -x /usr/local/go/bin/go ] && export PATH="$PATH:/usr/local/go/bin"; }
+: "${HOME:=$(getent passwd "$(id -u)" | cut -d: -f6)}"
+export HOME
 
 log() { printf '[controlplane-build %s] %s\n' "$(date +%T)" "$*" >&2; }
 
