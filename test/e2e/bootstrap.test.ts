@@ -78,6 +78,15 @@ if (plane) {
       t.equal(kubelet.expired, false);
       t.equal(kubelet.certificateFile, target);
     });
+
+    t.test('renew with no daemon running renews directly, authenticated by the current certificate', async (t) => {
+      const renewed = await kubeboot(t, ['renew', '--config', node.config]);
+      t.equal(renewed.code, 0, renewed.stderr);
+      t.not(await readlink(current), target, 'the link points at a new file');
+      const byNode = (await plane.admin.listCsrs()).filter((c) => c.spec?.username === 'system:node:worker-1');
+      t.equal(byNode.length, 1, 'one CSR requested by the node itself');
+      t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-1');
+    });
   });
 
   t.test('kube-proxy waits for an admin while the kubelet gets its kubeconfig', async (t) => {
