@@ -213,6 +213,22 @@ if (plane) {
     t.match(served, /PRIVATE KEY/, 'certificate and key in one file, as the kubelet expects');
   });
 
+  t.test('a changed node name is identity drift: the credential is re-issued for the new name', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-12');
+    const first = await plane.admin.createBootstrapToken();
+    forbid(first.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, first.token, { ca: 'data' });
+    t.equal((await kubeboot(t, ['bootstrap', '--config', node.config])).code, 0);
+
+    const second = await plane.admin.createBootstrapToken();
+    forbid(second.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, second.token, { ca: 'data' });
+    const renamed = await kubeboot(t, ['bootstrap', '--config', node.config, '--node-name', 'worker-12b']);
+    t.equal(renamed.code, 0, renamed.stderr);
+    t.match(renamed.stderr, /needs a certificate \(.*system:node:worker-12/, 'says why the old credential no longer fits');
+    t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-12b');
+  });
+
   t.test('check validates everything without changing anything', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-10');
     const token = await plane.admin.createBootstrapToken();
