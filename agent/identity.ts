@@ -40,11 +40,14 @@ export const KUBELET_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client-kubele
 export const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client';
 export const KUBELET_SERVING_SIGNER = 'kubernetes.io/kubelet-serving';
 
-/** matches kubelet: key encipherment is requested only for RSA keys. */
+/**
+ * matches kubelet: digital signature and client (or server) auth, with key
+ * encipherment appended for RSA keys only. The order is part of the CSR's
+ * digested name, so it follows the kubelet's exactly.
+ */
 export function usagesFor(algorithm: KeyAlgorithm, purpose: 'client' | 'server'): KeyUsage[] {
-  const usages: KeyUsage[] = ['digital signature'];
+  const usages: KeyUsage[] = ['digital signature', purpose === 'client' ? 'client auth' : 'server auth'];
   if (algorithm.startsWith('rsa-')) usages.push('key encipherment');
-  usages.push(purpose === 'client' ? 'client auth' : 'server auth');
   return usages;
 }
 

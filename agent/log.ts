@@ -9,10 +9,13 @@ import { scrub } from './redact.js';
 export { scrub };
 
 const SECRET_FIELD = /^(token|password|authorization|key|client-key-data|token-secret|bearer)$/i;
-function scrubValue(key: string, value: unknown): unknown {
+/** Nested metadata (hook argv, error details) is scrubbed too, to a sane depth. */
+function scrubValue(key: string, value: unknown, depth = 0): unknown {
   if (SECRET_FIELD.test(key) && value !== undefined && value !== null && value !== '') return '[redacted]';
   if (typeof value === 'string') return scrub(value);
-  return value;
+  if (depth >= 4 || value === null || typeof value !== 'object') return value;
+  if (Array.isArray(value)) return value.map((item) => scrubValue('', item, depth + 1));
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, scrubValue(k, v, depth + 1)]));
 }
 
 const redact = winston.format((info) => {

@@ -1,9 +1,10 @@
 /**
  * The bootstrap of a node, top to bottom:
- * recover half-done swaps → keep what is still usable → find who may ask
- * (bootstrap token, or the kubelet's own certificate) and the cluster CA →
- * issue every missing identity (the kubelet never waits for kube-proxy) →
- * only when all are proven, delete the bootstrap kubeconfig.
+ * recover half-done swaps → keep what is still usable → the kubelet's
+ * credential with the bootstrap token (CA from the kubeconfig or pinned
+ * discovery) → the other identities, requested by the node itself (the
+ * kubelet never waits for them) → only when all are proven, delete the
+ * bootstrap kubeconfig.
  */
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError, KubebootError } from '../errors.js';
@@ -14,10 +15,10 @@ import { ApiError, KubeClient, type Endpoint } from '../kube/client.js';
 import { discoverClusterCa } from '../kube/discovery.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import { matchesAnyPin } from '../pki/pin.js';
-import type { WriteObserver } from '../store/atomic.js';
+import { removeFileDurably, type WriteObserver } from '../store/atomic.js';
 import { recoverStore } from '../store/cert-store.js';
 import { existingCredential, readOptional, type ExistingCredential } from './existing.js';
-import { issueCredential, type Issued } from './issue.js';
+import { issueCredential, type IssueContext, type Issued } from './issue.js';
 import { removeBootstrapToken } from './cleanup.js';
 
 export interface FlowDeps {
@@ -37,62 +38,115 @@ export interface IdentityOutcome {
 
 export interface BootstrapReport {
   outcomes: IdentityOutcome[];
+  /** The bootstrap kubeconfig this run authenticated with, if any. */
+  usedBootstrap: BootstrapKubeconfig | null;
   bootstrapKubeconfigDeleted: boolean;
 }
 
-export async function bootstrapNode(config: Config, deps: FlowDeps): Promise<BootstrapReport> {
+export interface BootstrapOptions {
+  /** Only obtain the kubelet's credential (the daemon's other loops request the rest). */
+  onlyKubelet?: boolean;
+}
+
+export async function bootstrapNode(config: Config, deps: FlowDeps, options: BootstrapOptions = {}): Promise<BootstrapReport> {
   const identities = identitiesFor(config);
   for (const identity of identities) {
     for (const line of await recoverStore(identity, deps.observer ? { observer: deps.observer } : {})) deps.logger.warn(`${identity.name}: ${line}`);
   }
   const existing = await assessAll(identities, deps.now());
-  const missing = existing.filter((e) => !e.usable);
   for (const e of existing) {
     deps.logger.info(e.usable ? `${e.identity.name}: credential valid until ${e.notAfter?.toISOString()}; keeping it` : `${e.identity.name}: needs a certificate (${e.reason})`);
   }
-  if (missing.length === 0) return { outcomes: existing.map(kept), bootstrapKubeconfigDeleted: false };
-
-  const source = await requesterFor(config, existing[0]!, deps);
+  const [kubeletState, ...others] = existing as [ExistingCredential, ...ExistingCredential[]];
   const outcomes: IdentityOutcome[] = existing.filter((e) => e.usable).map(kept);
-  try {
-    const results = await Promise.allSettled(
-      missing.map((e) =>
-        issueCredential(e.identity, {
-          cluster: source.cluster,
-          requester: source.client,
-          stateDir: config.stateDir,
-          keyAlgorithm: config.keyAlgorithm,
-          expirationSeconds: config.expirationSeconds,
-          waitTimeoutMs: config.waitTimeout * 1000,
-          pendingNoticeMs: config.pendingNoticeInterval * 1000,
-          logger: deps.logger,
-          now: deps.now,
-          ...(deps.signal ? { signal: deps.signal } : {}),
-          ...(deps.observer ? { observer: deps.observer } : {}),
-          ...(deps.onCsrWait ? { onCsrWait: (s: number) => deps.onCsrWait!(e.identity, s) } : {}),
-        }),
-      ),
-    );
-    const failures: unknown[] = [];
-    results.forEach((result, i) => {
-      const identity = missing[i]!.identity;
-      if (result.status === 'fulfilled') outcomes.push({ identity: identity.name, action: 'issued', notAfter: result.value.notAfter, issued: result.value });
-      else {
-        failures.push(result.reason);
-        if (failures.length > 1 || i > 0) deps.logger.error(`${identity.name}: ${(result.reason as Error).message}`);
-      }
-    });
-    if (failures.length > 0) throw explain(failures[0], source.bootstrap);
-  } finally {
-    await source.client.close();
+  if (outcomes.length === existing.length) return { outcomes, usedBootstrap: null, bootstrapKubeconfigDeleted: false };
+
+  // 1. The kubelet, with the bootstrap credential (or its own, still valid one).
+  let node = kubeletState;
+  let usedBootstrap: BootstrapKubeconfig | null = null;
+  if (!kubeletState.usable) {
+    const source = await requesterFor(config, kubeletState, deps);
+    usedBootstrap = source.bootstrap;
+    try {
+      const issued = await issueCredential(kubeletState.identity, issueContext(config, deps, source, kubeletState.identity));
+      outcomes.unshift({ identity: 'kubelet', action: 'issued', notAfter: issued.notAfter, issued });
+    } catch (err) {
+      throw explain(err, source.bootstrap);
+    } finally {
+      await source.client.close();
+    }
+    node = await existingCredential(kubeletState.identity, deps.now(), null);
   }
 
-  let deleted = false;
-  if (source.bootstrap) {
-    await removeBootstrapToken(source.bootstrap, config.cloudInitPaths, deps.logger, deps.observer);
-    deleted = true;
+  // 2. The other identities, requested by the node itself: the kubelet never
+  //    waits for them, and an approver sees which node asked.
+  const missing = options.onlyKubelet ? [] : others.filter((e) => !e.usable);
+  if (missing.length > 0) {
+    const source = nodeRequester(node);
+    try {
+      const results = await Promise.allSettled(missing.map((e) => issueCredential(e.identity, issueContext(config, deps, source, e.identity))));
+      const failures: unknown[] = [];
+      results.forEach((result, i) => {
+        const identity = missing[i]!.identity;
+        if (result.status === 'fulfilled') outcomes.push({ identity: identity.name, action: 'issued', notAfter: result.value.notAfter, issued: result.value });
+        else {
+          failures.push(result.reason);
+          if (failures.length > 1) deps.logger.error(`${identity.name}: ${(result.reason as Error).message}`);
+        }
+      });
+      if (failures.length > 0) throw failures[0];
+    } finally {
+      await source.client.close();
+    }
   }
-  return { outcomes, bootstrapKubeconfigDeleted: deleted };
+
+  // 3. Every identity proven: the token goes.
+  const deleted = outcomes.length === existing.length ? await finishBootstrap(config, deps) : false;
+  return { outcomes, usedBootstrap, bootstrapKubeconfigDeleted: deleted };
+}
+
+/**
+ * Deletes the bootstrap kubeconfig (and a token file it names) once every
+ * identity holds a proven credential. A file that no longer parses is
+ * deleted all the same: it is no longer needed and may hold a token.
+ */
+export async function finishBootstrap(config: Config, deps: Pick<FlowDeps, 'logger' | 'observer'>): Promise<boolean> {
+  const text = await readOptional(config.bootstrapKubeconfig);
+  if (text === null) return false;
+  let bootstrap: BootstrapKubeconfig;
+  try {
+    bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+  } catch {
+    await removeFileDurably(config.bootstrapKubeconfig, deps.observer ? { observer: deps.observer } : {});
+    deps.logger.info(`deleted the bootstrap kubeconfig ${config.bootstrapKubeconfig}`);
+    return true;
+  }
+  await removeBootstrapToken(bootstrap, config.cloudInitPaths, deps.logger, deps.observer);
+  return true;
+}
+
+function issueContext(config: Config, deps: FlowDeps, source: Requester, identity: Identity): IssueContext {
+  return {
+    cluster: source.cluster,
+    requester: source.client,
+    stateDir: config.stateDir,
+    keyAlgorithm: config.keyAlgorithm,
+    expirationSeconds: config.expirationSeconds,
+    waitTimeoutMs: config.waitTimeout * 1000,
+    pendingNoticeMs: config.pendingNoticeInterval * 1000,
+    logger: deps.logger,
+    now: deps.now,
+    ...(deps.signal ? { signal: deps.signal } : {}),
+    ...(deps.observer ? { observer: deps.observer } : {}),
+    ...(deps.onCsrWait ? { onCsrWait: (s: number) => deps.onCsrWait!(identity, s) } : {}),
+  };
+}
+
+function nodeRequester(node: ExistingCredential): Requester {
+  if (!node.usable || !node.cluster || !node.certPem || !node.keyPem) {
+    throw new KubebootError(`the kubelet credential is not usable after bootstrap (${node.reason})`);
+  }
+  return { client: new KubeClient(node.cluster, { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem }), cluster: node.cluster, bootstrap: null };
 }
 
 /** A 401 while using the bootstrap credential is the operator's input to fix, not a transient failure. */
@@ -123,20 +177,10 @@ interface Requester {
   bootstrap: BootstrapKubeconfig | null;
 }
 
-/**
- * The bootstrap kubeconfig when there is one; otherwise the kubelet's own
- * valid certificate (a node may request its other identities itself).
- */
+/** The bootstrap kubeconfig's credential and cluster; the only way a node without a kubelet credential can ask. */
 export async function requesterFor(config: Config, kubelet: ExistingCredential, deps: FlowDeps): Promise<Requester> {
   const text = await readOptional(config.bootstrapKubeconfig);
   if (text === null) {
-    if (kubelet.usable && kubelet.cluster && kubelet.certPem && kubelet.keyPem) {
-      return {
-        client: new KubeClient(kubelet.cluster, { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem }),
-        cluster: kubelet.cluster,
-        bootstrap: null,
-      };
-    }
     throw new KubebootError(
       `${config.bootstrapKubeconfig}: not found, and the kubelet has no usable credential to request certificates with (${kubelet.reason}); place a bootstrap kubeconfig there`,
       ExitCode.badInput,
@@ -151,7 +195,8 @@ export async function requesterFor(config: Config, kubelet: ExistingCredential, 
   return { client: new KubeClient(cluster, credential), cluster, bootstrap };
 }
 
-async function clusterOf(bootstrap: BootstrapKubeconfig, config: Config, deps: FlowDeps): Promise<Endpoint & { caPem: string }> {
+/** Server and CA for a bootstrap kubeconfig: its own CA (checked against any pins), or pinned discovery. */
+export async function clusterOf(bootstrap: BootstrapKubeconfig, config: Config, deps: FlowDeps): Promise<Endpoint & { caPem: string }> {
   const base = { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName };
   if (bootstrap.insecureSkipTlsVerify && !config.unsafeAllowInsecureBootstrap) {
     throw new InputError(bootstrap.file, 'insecure-skip-tls-verify', 'refused: TLS verification must stay on (pass --unsafe-allow-insecure-bootstrap to accept it, or give --ca-cert-hash)');
@@ -172,7 +217,7 @@ async function clusterOf(bootstrap: BootstrapKubeconfig, config: Config, deps: F
     tokenId: bootstrap.auth.tokenId,
     tokenSecret: bootstrap.auth.tokenSecret,
     pins: config.caCertHashes,
-    unsafeSkipCaVerification: config.unsafeSkipCaVerification || bootstrap.insecureSkipTlsVerify,
+    unsafeSkipCaVerification: config.unsafeSkipCaVerification,
     timeoutMs: config.waitTimeout * 1000,
     logger: deps.logger,
     ...(deps.signal ? { signal: deps.signal } : {}),

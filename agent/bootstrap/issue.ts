@@ -7,7 +7,7 @@
 import { CsrRejectedError, KubebootError } from '../errors.js';
 import type { Identity, KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
-import { KubeClient, type Endpoint } from '../kube/client.js';
+import { ApiError, KubeClient, type Endpoint } from '../kube/client.js';
 import { createCsr, CsrUnusableError, waitForCertificate } from '../kube/csr.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { whoAmI } from '../kube/whoami.js';
@@ -90,7 +90,7 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
     publicKeyDer: key.publicKeyDer,
     subject: identity.subject,
     usages: identity.usages,
-    now: ctx.now(),
+    now: checkTime(certPem, ctx.now(), log),
     dnsNames: identity.dnsNames,
     ipAddresses: identity.ipAddresses,
   });
@@ -100,7 +100,15 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
     throw new KubebootError(`${identity.name}: CSR ${name} was signed but the certificate is not acceptable: ${problems.join('; ')}`);
   }
 
-  if (identity.kubeconfigPath !== null) await proveIdentity(identity, ctx, certPem, key.pem);
+  if (identity.kubeconfigPath !== null) {
+    try {
+      await proveIdentity(identity, ctx, certPem, key.pem);
+    } catch (err) {
+      // The same CSR would give the same unusable certificate: start over next time.
+      if (err instanceof IdentityMismatchError || (err instanceof ApiError && err.status === 401)) await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
+      throw err;
+    }
+  }
 
   const stored = await storeCredential(identity, certPem, key.pem, ctx.now(), optsOf(ctx));
   if (identity.kubeconfigPath !== null) {
@@ -157,6 +165,10 @@ async function compatibility(existing: CertificateSigningRequest, identity: Iden
   return null;
 }
 
+class IdentityMismatchError extends KubebootError {
+  override readonly name = 'IdentityMismatchError';
+}
+
 /** The new credential must authenticate as the requested subject before it replaces anything. */
 async function proveIdentity(identity: Identity, ctx: IssueContext, certPem: string, keyPem: string): Promise<void> {
   const client = new KubeClient(ctx.cluster, { kind: 'client-certificate', certPem, keyPem });
@@ -164,13 +176,31 @@ async function proveIdentity(identity: Identity, ctx: IssueContext, certPem: str
     const user = await whoAmI(client, ctx.signal);
     const missing = identity.subject.organizations.filter((o) => !user.groups.includes(o));
     if (user.username !== identity.subject.commonName || missing.length > 0) {
-      throw new KubebootError(
+      throw new IdentityMismatchError(
         `${identity.name}: the API server sees the new certificate as ${user.username} in [${user.groups.join(', ')}], want ${identity.subject.commonName} in [${identity.subject.organizations.join(', ')}]; keeping the previous credential`,
       );
     }
   } finally {
     await client.close();
   }
+}
+
+/** The signer backdates NotBefore by 5 min; a later NotBefore means this node's clock is behind. */
+const MAX_CLOCK_SKEW_MS = 24 * 3600_000;
+
+/**
+ * The time to judge a fresh certificate at. A node whose clock runs behind
+ * the signer's would otherwise reject every certificate and ask again
+ * forever; the kubelet does not check NotBefore at all. Within a day of skew
+ * the certificate is judged at its own NotBefore, with a warning.
+ */
+function checkTime(certPem: string, now: Date, log: Logger): Date {
+  const leaf = parseCertificateChain(certPem)[0];
+  if (!leaf || leaf.notBefore <= now) return now;
+  const skew = leaf.notBefore.getTime() - now.getTime();
+  if (skew > MAX_CLOCK_SKEW_MS) return now;
+  log.warn(`the new certificate is valid from ${leaf.notBefore.toISOString()}, ${Math.round(skew / 1000)}s ahead of this node's clock; check time synchronisation`);
+  return leaf.notBefore;
 }
 
 function sameSet(a: string[], b: string[]): boolean {

@@ -1,6 +1,6 @@
 /**
  * `kubeboot renew [--identity NAME]`: a running daemon (found by its pid
- * file) is asked through a request file and SIGUSR1; with no daemon, the
+ * file) is asked through a request file and SIGUSR2; with no daemon, the
  * renewal is done here and now.
  */
 import { readFile, unlink } from 'node:fs/promises';
@@ -8,23 +8,32 @@ import path from 'node:path';
 import { existingCredential } from '../bootstrap/existing.js';
 import { bootstrapNode } from '../bootstrap/flow.js';
 import type { Config } from '../config/types.js';
-import { ExitCode } from '../errors.js';
+import { ExitCode, InputError } from '../errors.js';
 import { identitiesFor } from '../identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { renewIdentity } from '../daemon/renew.js';
+import { runIdentityHooks } from '../daemon/hooks.js';
+import { KEEP_OLD_CREDENTIALS } from '../daemon/daemon.js';
+import { pruneOld } from '../store/cert-store.js';
 import { writeFileAtomic } from '../store/atomic.js';
 
 function requestFile(stateDir: string): string {
   return path.join(stateDir, 'renew-request');
 }
 
+/**
+ * The pid in the daemon's pid file, if that process is still `kubeboot run`.
+ * A pid file left by a killed daemon may name a reused pid: signalling an
+ * unrelated process is exactly what this check prevents.
+ */
 async function runningDaemon(stateDir: string): Promise<number | null> {
   try {
     const pid = Number((await readFile(path.join(stateDir, 'kubeboot.pid'), 'utf8')).trim());
     if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return null;
-    process.kill(pid, 0);
-    return pid;
+    const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0');
+    const isKubebootRun = argv.some((a) => /kubeboot(\.cjs)?$/.test(a)) && argv.includes('run');
+    return isKubebootRun ? pid : null;
   } catch {
     return null;
   }
@@ -42,14 +51,17 @@ export async function takeRenewRequest(stateDir: string): Promise<IdentityName[]
 }
 
 export async function runRenew(config: Config, logger: Logger, only: string | null, signal: AbortSignal): Promise<number> {
+  const identities = identitiesFor(config);
+  if (only !== null && !identities.some((i) => i.name === only)) {
+    throw new InputError('command line', '--identity', `${only} is not enabled in this configuration (enabled: ${identities.map((i) => i.name).join(', ')})`);
+  }
   const pid = await runningDaemon(config.stateDir);
   if (pid !== null) {
     await writeFileAtomic(requestFile(config.stateDir), `${only ?? 'all'}\n`, { mode: 0o600 });
-    process.kill(pid, 'SIGUSR1');
+    process.kill(pid, 'SIGUSR2');
     logger.info(`asked the running daemon (pid ${pid}) to renew ${only ?? 'all identities'}`);
     return ExitCode.ok;
   }
-  const identities = identitiesFor(config);
   const now = new Date();
   const kubelet = await existingCredential(identities[0]!, now, null);
   const deps = { logger, now: () => new Date(), signal };
@@ -61,6 +73,8 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
   for (const identity of identities.filter((i) => only === null || i.name === only)) {
     const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? null);
     await renewIdentity(config, identity, own, kubelet, deps);
+    await pruneOld(identity, KEEP_OLD_CREDENTIALS);
+    await runIdentityHooks(identity, logger, { timeoutMs: config.renewal.hookTimeout * 1000 });
   }
   return ExitCode.ok;
 }

@@ -8,7 +8,7 @@
 import { createHash } from 'node:crypto';
 import { unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { bootstrapNode } from '../bootstrap/flow.js';
+import { bootstrapNode, finishBootstrap } from '../bootstrap/flow.js';
 import { existingCredential, type ExistingCredential } from '../bootstrap/existing.js';
 import type { Config } from '../config/types.js';
 import { CsrRejectedError, ExitCode, KubebootError } from '../errors.js';
@@ -35,7 +35,8 @@ import { watchCredentials, createSelfWrites, type CredentialWatcher } from './wa
 export const RENEW_BACKOFF: BackoffOptions = { initial: 2_000, factor: 2, cap: 300_000, jitter: 0.1 };
 /** How long an expired node waits between looks for a new bootstrap kubeconfig, besides file events. */
 const REBOOTSTRAP_RECHECK_MS = 60_000;
-const KEEP_OLD_CREDENTIALS = 5;
+/** Older timestamped credential files kept after a renewal; the kubelet never prunes them, so they pile up. */
+export const KEEP_OLD_CREDENTIALS = 5;
 
 export interface DaemonOptions {
   config: Config;
@@ -215,23 +216,31 @@ export class Daemon {
       observer: this.#selfWrites,
       onCsrWait: (seconds: number) => this.metrics.observeCsrWait(identity.name, seconds),
     };
+    let notAfter: Date | null;
     if (!requester) {
       if (identity.name !== 'kubelet') throw new WaitingForKubeletError(`${identity.name}: waiting for the kubelet credential (${kubelet.reason})`);
-      await this.#rebootstrap({ ...deps, onCsrWait: (id: Identity, seconds: number) => this.metrics.observeCsrWait(id.name, seconds) });
+      notAfter = await this.#rebootstrap({ ...deps, onCsrWait: (id: Identity, seconds: number) => this.metrics.observeCsrWait(id.name, seconds) });
     } else {
-      await renewIdentity(this.#config, identity, own, requester, deps);
+      notAfter = (await renewIdentity(this.#config, identity, own, requester, deps)).notAfter;
     }
     await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: this.#selfWrites });
-    this.#succeeded(identity, slot, started);
+    this.#succeeded(identity, slot, started, notAfter);
     await this.#runHooks(identity, slot);
-    // Others may have been waiting for the kubelet's credential.
-    if (identity.name === 'kubelet') this.nudge([...this.#slots.keys()].filter((n) => n !== 'kubelet' && !this.#slots.get(n)!.usable), false);
+    if (identity.name === 'kubelet') {
+      // Others may have been waiting for the kubelet's credential.
+      this.nudge([...this.#slots.keys()].filter((n) => n !== 'kubelet' && !this.#slots.get(n)!.usable), false);
+    }
+    if ([...this.#slots.values()].every((s) => s.usable)) {
+      await finishBootstrap(this.#config, { logger: this.#logger, observer: this.#selfWrites });
+    }
     return this.#clock.now();
   }
 
-  async #rebootstrap(deps: Parameters<typeof bootstrapNode>[1]): Promise<void> {
+  /** The kubelet's credential from a bootstrap kubeconfig; the other loops then renew theirs with it. */
+  async #rebootstrap(deps: Parameters<typeof bootstrapNode>[1]): Promise<Date | null> {
     try {
-      await bootstrapNode(this.#config, deps);
+      const report = await bootstrapNode(this.#config, deps, { onlyKubelet: true });
+      return report.outcomes.find((o) => o.identity === 'kubelet')?.notAfter ?? null;
     } catch (err) {
       if (err instanceof KubebootError && err.code === ExitCode.badInput) throw new NeedsBootstrapError(err.message);
       throw err;
@@ -261,14 +270,25 @@ export class Daemon {
     const certKey = createHash('sha256').update(own.certPem ?? '').digest('hex');
     if (slot.deadline?.certKey !== certKey) {
       const leaf = parseCertificateChain(own.certPem!)[0]!;
-      slot.deadline = { certKey, at: renewalDeadline(leaf, { margin: this.#config.renewal.margin }, this.#random) };
+      let at = renewalDeadline(leaf, { margin: this.#config.renewal.margin }, this.#random);
+      // A margin close to the whole lifetime would make every fresh
+      // certificate due at once: never renew again within 5 % of the
+      // remaining lifetime of the last success.
+      const last = slot.state.lastSuccess ? new Date(slot.state.lastSuccess).getTime() : null;
+      if (last !== null && at.getTime() < last + 0.05 * (leaf.notAfter.getTime() - last)) {
+        at = new Date(last + 0.05 * (leaf.notAfter.getTime() - last));
+        this.#logger.warn(`${own.identity.name}: renew margin ${this.#config.renewal.margin}s leaves almost no lifetime; holding renewals ${Math.round((at.getTime() - last) / 1000)}s apart`);
+      }
+      slot.deadline = { certKey, at };
       this.#logger.info(`${own.identity.name}: certificate valid until ${leaf.notAfter.toISOString()}; renewal scheduled for ${slot.deadline.at.toISOString()}`, { identity: own.identity.name });
     }
     return slot.deadline.at;
   }
 
-  #succeeded(identity: Identity, slot: Slot, started: Date): void {
+  #succeeded(identity: Identity, slot: Slot, started: Date, notAfter: Date | null): void {
     slot.attempt = 0;
+    slot.usable = true;
+    slot.notAfter = notAfter;
     slot.state.lastSuccess = this.#clock.now().toISOString();
     slot.state.lastError = null;
     slot.deadline = null;

@@ -96,7 +96,8 @@ if (plane) {
     await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'file' });
 
     const running = startKubeboot(['bootstrap', '--config', node.config, '--pending-notice-interval', '1s']);
-    const pending = await plane.admin.waitFor('the kube-proxy CSR', async () => (await csrsFor('system:kube-proxy')).find((c) => c.spec.username === `system:bootstrap:${token.id}`));
+    // Requested by the node itself, so the kubelet credential must already exist.
+    const pending = await plane.admin.waitFor('the kube-proxy CSR requested by system:node:worker-2', async () => (await csrsFor('system:kube-proxy')).find((c) => c.spec.username === 'system:node:worker-2'));
     await running.waitForOutput(/kubectl certificate approve node-csr-/);
     const kubeletUser = await plane.admin.waitFor('the kubelet kubeconfig', async () => whoami(node.kubeletKubeconfig).catch(() => undefined));
     t.equal(kubeletUser.username, 'system:node:worker-2', 'kubelet kubeconfig works while kube-proxy is still pending');

@@ -149,7 +149,7 @@ if (plane) {
   t.test('SIGTERM during a renewal leaves the old credential intact', async (t) => {
     const node = await bootstrappedNode(t, 'daemon-3', { kubeProxy: { enabled: true } });
     const { daemon, notify } = await startDaemon(t, node);
-    const proxyCsr = await plane.admin.waitFor('the kube-proxy CSR', async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions && c.spec?.username?.startsWith('system:bootstrap:')));
+    const proxyCsr = await plane.admin.waitFor('the kube-proxy CSR', async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions && c.spec?.username === 'system:node:daemon-3'));
     await plane.admin.approveCsr(proxyCsr.metadata.name);
     await notify.waitFor((m) => m.includes('READY=1'), 120_000);
     const proxyLink = join(node.kubeProxyCertDir, 'kube-proxy-client-current.pem');

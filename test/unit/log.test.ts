@@ -19,7 +19,7 @@ t.test('the logger redacts secret-named fields and secrets inside messages, in J
     let written = '';
     stream.on('data', (d: Buffer) => (written += d.toString()));
     const logger = createLogger({ format, stream });
-    logger.info(`using ${token}`, { token, authorization: `Bearer ${token}`, key, csr: 'node-csr-x' });
+    logger.info(`using ${token}`, { token, authorization: `Bearer ${token}`, key, csr: 'node-csr-x', hook: { argv: ['curl', '-H', `Authorization: Bearer ${token}`] } });
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());
     t.notMatch(written, '0123456789abcdef', `${format}: no token secret`);
     t.notMatch(written, 'MHcCAQEEIBkg', `${format}: no key material`);

@@ -30,12 +30,12 @@ t.test('kube-proxy and kubelet serving follow when enabled, with RSA usages', as
   config.kubeletServing.ipAddresses = ['10.0.0.5'];
   const [kubelet, proxy, serving, extra] = identitiesFor(config);
   t.equal(extra, undefined);
-  t.same(kubelet?.usages, ['digital signature', 'key encipherment', 'client auth']);
+  t.same(kubelet?.usages, ['digital signature', 'client auth', 'key encipherment']);
   t.same(proxy, {
     name: 'kube-proxy',
     subject: { commonName: 'system:kube-proxy', organizations: ['team-a'] },
     signerName: 'kubernetes.io/kube-apiserver-client',
-    usages: ['digital signature', 'key encipherment', 'client auth'],
+    usages: ['digital signature', 'client auth', 'key encipherment'],
     dnsNames: [],
     ipAddresses: [],
     certDir: '/var/lib/kube-proxy/pki',
@@ -47,7 +47,7 @@ t.test('kube-proxy and kubelet serving follow when enabled, with RSA usages', as
     name: 'kubelet-serving',
     subject: { commonName: 'system:node:worker-1', organizations: ['system:nodes'] },
     signerName: 'kubernetes.io/kubelet-serving',
-    usages: ['digital signature', 'key encipherment', 'server auth'],
+    usages: ['digital signature', 'server auth', 'key encipherment'],
     dnsNames: ['worker-1'],
     ipAddresses: ['10.0.0.5'],
     certDir: '/var/lib/kubelet/pki',

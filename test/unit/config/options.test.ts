@@ -41,7 +41,7 @@ t.test('help text lists every flag, environment variable, file key and command f
     if (o.inFile) t.match(help, o.key);
   }
   for (const c of COMMAND_FLAGS) t.match(help, `--${c.flag} ${c.metavar}`);
-  t.match(help, '--wait-timeout DURATION\n      Give up waiting for CSR approval after this long (exit 4).\n      env KUBEBOOT_WAIT_TIMEOUT, file waitTimeout; default 15m\n');
+  t.match(help, '--wait-timeout DURATION\n      How long to wait for a CSR to be approved and signed: bootstrap then exits 4, run retries with the same CSR.\n      env KUBEBOOT_WAIT_TIMEOUT, file waitTimeout; default 15m\n');
   t.match(help, 'default lower-cased hostname');
 });
 
