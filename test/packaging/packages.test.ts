@@ -113,7 +113,7 @@ if (toolsOrSkip(t, tools, true)) {
     }
     const wrapper = join(tree, 'usr/bin/kubeboot');
     tt.equal(statSync(wrapper).mode & 0o777, 0o755, 'wrapper is executable');
-    tt.match(readFileSync(wrapper, 'utf8'), /^#!\/bin\/sh\n(?:#.*\n)*exec \/usr\/lib\/kubeboot\/node \/usr\/lib\/kubeboot\/kubeboot\.cjs "\$@"\n$/, 'wrapper execs the shipped node');
+    tt.match(readFileSync(wrapper, 'utf8'), /^#!\/bin\/sh\n(?:#.*\n)*exec \/usr\/lib\/kubeboot\/node --disable-sigusr1 \/usr\/lib\/kubeboot\/kubeboot\.cjs "\$@"\n$/, 'wrapper execs the shipped node, with SIGUSR1 unable to open an inspector');
     tt.equal(output('dpkg-deb', ['-I', packages.debAmd64, 'conffiles']), '/etc/default/kubeboot\n/etc/kubeboot/config.yaml\n', 'config files are conffiles');
     tt.match(readFileSync(join(tree, 'usr/share/doc/kubeboot/kubeboot.txt'), 'utf8'), /Usage: kubeboot/, 'help text generated from the bundle');
     tt.match(readFileSync(join(tree, 'usr/share/doc/kubeboot/copyright'), 'utf8'), /^Format: https:\/\/www\.debian\.org\/doc\/packaging-manuals\/copyright-format\/1\.0\//, 'machine-readable copyright');
