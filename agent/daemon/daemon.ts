@@ -196,7 +196,8 @@ export class Daemon {
     const kubelet = await existingCredential(kubeletIdentity, now, null);
     const requester = this.#requester(kubelet, now);
     const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? requester?.cluster?.caPem ?? null);
-    this.#observe(identity, slot, own);
+    slot.usable = own.usable;
+    slot.notAfter = own.notAfter;
     const force = slot.force;
     slot.force = false;
     if (own.usable && !force) {
@@ -259,11 +260,6 @@ export class Daemon {
       return remembered;
     }
     return null;
-  }
-
-  #observe(identity: Identity, slot: Slot, own: ExistingCredential): void {
-    slot.usable = own.usable;
-    slot.notAfter = own.notAfter;
   }
 
   #deadline(slot: Slot, own: ExistingCredential): Date {

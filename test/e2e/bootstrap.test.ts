@@ -9,7 +9,7 @@ import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import { caCertHash } from '../../agent/pki/pin.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { forbid, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
+import { forbid, handToken, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
 
 const run = promisify(execFile);
@@ -36,9 +36,7 @@ if (plane) {
 
   t.test('a node with only a bootstrap kubeconfig ends with a kubelet kubeconfig that kubectl accepts as system:node:<name>', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-1');
-    const token = await plane.admin.createBootstrapToken();
-    forbid(token.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    const token = await handToken(plane, node, 'data');
     await writeFile(join(node.cloudDir, 'user-data.txt'), `#cloud-config\n# token: ${token.token}\n`);
 
     const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
@@ -91,9 +89,7 @@ if (plane) {
 
   t.test('kube-proxy waits for an admin while the kubelet gets its kubeconfig', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-2', { kubeProxy: { enabled: true } });
-    const token = await plane.admin.createBootstrapToken();
-    forbid(token.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'file' });
+    await handToken(plane, node, 'file');
 
     const running = startKubeboot(['bootstrap', '--config', node.config, '--pending-notice-interval', '1s']);
     // Requested by the node itself, so the kubelet credential must already exist.
@@ -144,9 +140,7 @@ if (plane) {
 
   t.test('CA discovery with the right pin bootstraps a node whose bootstrap kubeconfig has no CA', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-5');
-    const token = await plane.admin.createBootstrapToken();
-    forbid(token.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'none' });
+    await handToken(plane, node, 'none');
     const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--ca-cert-hash', caCertHash(plane.caPem)]);
     t.equal(result.code, 0, `exit 0; output:\n${result.stderr}`);
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-5');
@@ -156,9 +150,7 @@ if (plane) {
 
   t.test('a wrong pin is refused and no CSR is made', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-6');
-    const token = await plane.admin.createBootstrapToken();
-    forbid(token.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'none' });
+    await handToken(plane, node, 'none');
     const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--ca-cert-hash', `sha256:${'ab'.repeat(32)}`]);
     t.equal(result.code, 1);
     t.match(result.stderr, /matches none of the --ca-cert-hash pins/);
@@ -168,9 +160,7 @@ if (plane) {
 
   t.test('no CA and no pin is refused before anything is fetched', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-7');
-    const token = await plane.admin.createBootstrapToken();
-    forbid(token.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'none' });
+    await handToken(plane, node, 'none');
     const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
     t.equal(result.code, 2);
     t.match(result.stderr, /no --ca-cert-hash was given/);
@@ -198,9 +188,7 @@ if (plane) {
   t.test('an enabled kubelet serving certificate is requested with its SANs and stored once an admin approves it', async (t) => {
     const dir = t.testdir();
     const node = await nodeLayout(dir, 'worker-11', { kubeletServing: { enabled: true, certDir: join(dir, 'serving-pki'), dnsNames: ['worker-11.example'], ipAddresses: ['10.0.0.11'] } });
-    const token = await plane.admin.createBootstrapToken();
-    forbid(token.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    await handToken(plane, node, 'data');
     const running = startKubeboot(['bootstrap', '--config', node.config]);
     const csr = await plane.admin.waitFor('the serving CSR', async () => (await plane.admin.listCsrs()).find((c) => c.spec?.signerName === 'kubernetes.io/kubelet-serving' && csrCommonName(c) === 'system:node:worker-11'));
     t.same([...csr.spec.usages].sort(), ['digital signature', 'server auth']);
@@ -216,14 +204,10 @@ if (plane) {
 
   t.test('a changed node name is identity drift: the credential is re-issued for the new name', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-12');
-    const first = await plane.admin.createBootstrapToken();
-    forbid(first.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, first.token, { ca: 'data' });
+    await handToken(plane, node, 'data');
     t.equal((await kubeboot(t, ['bootstrap', '--config', node.config])).code, 0);
 
-    const second = await plane.admin.createBootstrapToken();
-    forbid(second.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, second.token, { ca: 'data' });
+    await handToken(plane, node, 'data');
     const renamed = await kubeboot(t, ['bootstrap', '--config', node.config, '--node-name', 'worker-12b']);
     t.equal(renamed.code, 0, renamed.stderr);
     t.match(renamed.stderr, /needs a certificate \(.*system:node:worker-12/, 'says why the old credential no longer fits');
@@ -232,9 +216,7 @@ if (plane) {
 
   t.test('check validates everything without changing anything', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-10');
-    const token = await plane.admin.createBootstrapToken();
-    forbid(token.secret);
-    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    const token = await handToken(plane, node, 'data');
     const result = await kubeboot(t, ['check', '--config', node.config]);
     t.equal(result.code, 0, result.stdout + result.stderr);
     t.match(result.stdout, new RegExp(`authenticated as system:bootstrap:${token.id}`));

@@ -12,7 +12,7 @@ import { renderClientKubeconfig } from '../../agent/kubeconfig/render.js';
 import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
-import { assertNoSecrets, forbid, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
+import { assertNoSecrets, handToken, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
 import { listenNotifySocket } from '../support/notify-socket.js';
 
 const run = promisify(execFile);
@@ -59,9 +59,7 @@ if (plane) {
 
   async function bootstrappedNode(t: Test, name: string, settings: Record<string, unknown> = {}): Promise<NodeLayout> {
     const node = await nodeLayout(t.testdir(), name, settings);
-    const token = await plane!.admin.createBootstrapToken();
-    forbid(token.secret);
-    await plane!.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    await handToken(plane!, node, 'data');
     return node;
   }
 
@@ -174,10 +172,9 @@ if (plane) {
     t.equal((await get(port, '/readyz')).status, 503, '/readyz is 503 while the certificate is expired');
     t.notOk(notify.messages().some((m) => m.includes('READY=1')), 'no READY=1 while expired');
 
-    const token = await plane.admin.createBootstrapToken();
-    forbid(token.secret);
+    // Written beside it, then renamed into place, as a careful operator or cloud-init would.
     const staged = join(node.dir, 'staged.conf');
-    await plane.writeBootstrapKubeconfig(staged, token.token, { ca: 'data' });
+    await handToken(plane, node, 'data', staged);
     await rename(staged, node.bootstrapKubeconfig);
 
     await notify.waitFor((m) => m.includes('READY=1'), 120_000);

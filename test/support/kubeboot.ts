@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
 import type { Test } from 'tap';
+import type { BootstrapToken, ControlPlane } from './controlplane.js';
 
 export const bundle = fileURLToPath(new URL('../../dist/kubeboot.cjs', import.meta.url));
 
@@ -129,4 +130,15 @@ export async function kubeboot(t: Test, args: string[], env: NodeJS.ProcessEnv =
   const result = await startKubeboot(args, env).done;
   assertNoSecrets(t, result.stdout + result.stderr, `kubeboot ${args[0] ?? ''}`);
   return result;
+}
+
+/**
+ * Puts a fresh bootstrap token into the node's bootstrap kubeconfig (or
+ * `file`) and forbids its secret in everything kubeboot prints.
+ */
+export async function handToken(plane: ControlPlane, node: NodeLayout, ca: 'file' | 'data' | 'none' = 'data', file = node.bootstrapKubeconfig): Promise<BootstrapToken> {
+  const token = await plane.admin.createBootstrapToken();
+  forbid(token.secret);
+  await plane.writeBootstrapKubeconfig(file, token.token, { ca });
+  return token;
 }
