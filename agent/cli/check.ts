@@ -20,7 +20,7 @@ interface Line {
   code?: number;
 }
 
-export async function runCheck(config: Config, logger: Logger, out: NodeJS.WritableStream = process.stdout): Promise<number> {
+export async function runCheck(config: Config, logger: Logger, signal?: AbortSignal, out: NodeJS.WritableStream = process.stdout): Promise<number> {
   const lines: Line[] = [{ ok: true, what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
   const now = new Date();
   const identities = identitiesFor(config);
@@ -42,7 +42,7 @@ export async function runCheck(config: Config, logger: Logger, out: NodeJS.Writa
       const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
       lines.push({ ok: true, what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
       // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
-      const cluster = await clusterOf(bootstrap, config, { logger, now: () => new Date() });
+      const cluster = await clusterOf(bootstrap, config, { logger, now: () => new Date(), ...(signal ? { signal } : {}) });
       lines.push({ ok: true, what: 'cluster CA', detail: bootstrap.caPem ? 'from the bootstrap kubeconfig' : `discovered from kube-public/cluster-info and pinned (${caCertHash(cluster.caPem)})` });
       endpoint = cluster;
       bootstrapFile = bootstrap.file;
@@ -55,7 +55,7 @@ export async function runCheck(config: Config, logger: Logger, out: NodeJS.Writa
   if (endpoint && credential) {
     const client = new KubeClient(endpoint, credential);
     try {
-      const user = await whoAmI(client);
+      const user = await whoAmI(client, signal);
       lines.push({ ok: true, what: 'API server', detail: `${endpoint.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]` });
     } catch (err) {
       const rejected = bootstrapFile !== null && err instanceof ApiError && err.status === 401;

@@ -38,7 +38,7 @@ async function main(argv: string[]): Promise<number> {
       case 'bootstrap':
         return await (await import('./bootstrap.js')).runBootstrap(config, logger, stop.signal);
       case 'check':
-        return await (await import('./check.js')).runCheck(config, logger);
+        return await (await import('./check.js')).runCheck(config, logger, stop.signal);
       case 'status':
         return await (await import('./status.js')).runStatus(config, loaded.extraFlags.output);
       case 'run':

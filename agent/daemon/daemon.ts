@@ -322,7 +322,7 @@ export class Daemon {
 
   async #runHooks(identity: Identity, slot: Slot): Promise<void> {
     if (identity.hooks.length === 0) return;
-    const results = await runIdentityHooks(identity, this.#logger, { timeoutMs: this.#config.renewal.hookTimeout * 1000 });
+    const results = await runIdentityHooks(identity, this.#logger, { timeoutMs: this.#config.renewal.hookTimeout * 1000, signal: this.#signal });
     slot.state.lastHooks = results.map((r) => ({ argv: r.argv, ok: r.ok, exitCode: r.exitCode, at: this.#clock.now().toISOString() }));
     for (const r of results) if (!r.ok) this.metrics.recordHookFailure(identity.name);
   }

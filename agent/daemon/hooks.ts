@@ -34,6 +34,8 @@ export interface HookOptions {
   timeoutMs?: number;
   killGraceMs?: number;
   env?: NodeJS.ProcessEnv;
+  /** Stopping kubeboot stops its hooks too, so systemd's stop timeout is not spent waiting for them. */
+  signal?: AbortSignal;
 }
 
 export function runHook(argv: string[], options: HookOptions = {}): Promise<HookResult> {
@@ -82,13 +84,19 @@ export function runHook(argv: string[], options: HookOptions = {}): Promise<Hook
       });
     });
 
+    const stop = (): void => {
+      killGroup('SIGTERM');
+      timers.push(setTimeout(() => killGroup('SIGKILL'), options.killGraceMs ?? KILL_GRACE_MS));
+    };
     timers.push(
       setTimeout(() => {
         timedOut = true;
-        killGroup('SIGTERM');
-        timers.push(setTimeout(() => killGroup('SIGKILL'), options.killGraceMs ?? KILL_GRACE_MS));
+        stop();
       }, options.timeoutMs ?? DEFAULT_HOOK_TIMEOUT_MS),
     );
+    if (options.signal?.aborted) stop();
+    else options.signal?.addEventListener('abort', stop, { once: true });
+    child.on('close', () => options.signal?.removeEventListener('abort', stop));
   });
 }
 

@@ -77,3 +77,13 @@ t.test('identity hooks run in order with the identity in their environment, fail
   t.equal(lines.length, 1);
   t.match(JSON.parse(lines[0] ?? '{}'), { message: 'hook failed', identity: 'kubelet', exitCode: 1 });
 });
+
+t.test('stopping kubeboot stops a running hook instead of waiting out its timeout', async (t) => {
+  const stopping = new AbortController();
+  const running = runHook(['/bin/sleep', '30'], { timeoutMs: 60_000, signal: stopping.signal });
+  stopping.abort();
+  const result = await running;
+  t.equal(result.ok, false);
+  t.equal(result.timedOut, false, 'not reported as a timeout');
+  t.equal(result.signal, 'SIGTERM', 'the hook got SIGTERM');
+});
