@@ -10,8 +10,6 @@ import { assessCredential } from '../pki/certificate.js';
 import { loadCurrent } from '../store/cert-store.js';
 import type { Endpoint } from '../kube/client.js';
 
-export { readOptional };
-
 export interface ExistingCredential {
   identity: Identity;
   usable: boolean;

@@ -17,7 +17,8 @@ import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfi
 import { matchesAnyPin } from '../pki/pin.js';
 import { removeFileDurably, type WriteObserver } from '../store/atomic.js';
 import { recoverStore } from '../store/cert-store.js';
-import { existingCredential, readOptional, type ExistingCredential } from './existing.js';
+import { existingCredential, type ExistingCredential } from './existing.js';
+import { readOptional } from '../read-optional.js';
 import { issueCredential, type IssueContext, type Issued } from './issue.js';
 import { removeBootstrapToken } from './cleanup.js';
 

@@ -2,7 +2,8 @@
  * `kubeboot check`: everything bootstrap would look at, nothing it would
  * change. One line per check; the exit code is the first failure's.
  */
-import { existingCredential, readOptional } from '../bootstrap/existing.js';
+import { existingCredential } from '../bootstrap/existing.js';
+import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, exitCodeOf } from '../errors.js';
 import { identitiesFor } from '../identities.js';
