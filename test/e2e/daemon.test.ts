@@ -84,9 +84,16 @@ if (plane) {
     const ttl = Number(metrics.body.match(/kubeboot_certificate_ttl_seconds\{identity="kubelet"\} (\S+)/)?.[1]);
     t.ok(ttl > 0 && ttl <= 600, `/metrics reports the kubelet TTL from the file (${ttl}s)`);
 
-    const renewal = await plane.admin.waitFor('a renewal CSR requested by the node itself', async () => (await csrsBy('system:node:daemon-1'))[0], 120_000);
+    // Wait for the signed CSR, not just its creation: the approver and signer
+    // act some milliseconds after the CSR appears, and CI once read it in between.
+    const renewal = await plane.admin.waitFor(
+      'a renewal CSR requested by the node itself, signed',
+      async () => (await csrsBy('system:node:daemon-1')).find((c: KubeObject) => c.status?.certificate),
+      120_000,
+    );
     t.equal(renewal.spec.signerName, 'kubernetes.io/kube-apiserver-client-kubelet');
-    t.match(JSON.stringify(renewal.status?.conditions ?? []), /Approved/, 'auto-approved through selfnodeclient');
+    const approval = (renewal.status?.conditions ?? []).find((c: { type: string }) => c.type === 'Approved');
+    t.equal(approval?.reason, 'AutoApproved', 'auto-approved through selfnodeclient');
     const second = await plane.admin.waitFor('the link to move to the renewed file', async () => {
       const target = await currentTarget(node);
       return target !== first ? target : undefined;
