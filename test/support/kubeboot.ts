@@ -1,13 +1,14 @@
 // Runs the bundled agent (dist/kubeboot.cjs, what the packages ship) as a
 // child process, the way an operator would, and checks every line it prints
 // for secrets.
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
 import type { Test } from 'tap';
 import type { BootstrapToken, ControlPlane } from './controlplane.js';
+import { spawnTiedToTest } from './processes.js';
 
 export const bundle = fileURLToPath(new URL('../../dist/kubeboot.cjs', import.meta.url));
 
@@ -85,7 +86,7 @@ export interface Running {
 }
 
 export function startKubeboot(args: string[], env: NodeJS.ProcessEnv = {}): Running {
-  const child = spawn(process.execPath, [bundle, ...args], {
+  const child = spawnTiedToTest(process.execPath, [bundle, ...args], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, KUBEBOOT_LOG_FORMAT: 'json', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -1,12 +1,12 @@
 // A stand-in for systemd's notification socket: Node cannot bind a unix
 // datagram socket (nodejs/node#61933), so a tiny python3 child does, and
 // reports every datagram it receives as one JSON line on stdout.
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
+import { spawnTiedToTest } from './processes.js';
 
 export interface NotifySocket {
   /** Value for NOTIFY_SOCKET: a file path, or `@name` for an abstract socket. */
@@ -34,14 +34,14 @@ const PYTHON = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 
 export async function listenNotifySocket(dir: string, opts: { abstract?: boolean } = {}): Promise<NotifySocket> {
   const socketPath = opts.abstract ? `@kubeboot-test-${randomBytes(8).toString('hex')}` : path.join(dir, 'notify.sock');
-  const child = spawn(PYTHON, ['-c', LISTENER, socketPath], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawnTiedToTest(PYTHON, ['-c', LISTENER, socketPath], { stdio: ['ignore', 'pipe', 'pipe'] });
   const received: string[] = [];
   const waiters = new Set<() => void>();
   let stderr = '';
-  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
 
   await new Promise<void>((resolve, reject) => {
-    const lines = createInterface({ input: child.stdout });
+    const lines = createInterface({ input: child.stdout! });
     child.once('error', reject);
     child.once('exit', (code) => reject(new Error(`notify listener exited with ${code}: ${stderr}`)));
     lines.on('line', (line) => {

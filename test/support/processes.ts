@@ -1,7 +1,7 @@
 // Child processes of the test control plane: started with their output in a
 // log file, watched for early exit, and never left behind by the test run.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { openSync, closeSync, readFileSync } from 'node:fs';
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { existsSync, openSync, closeSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 
@@ -39,10 +39,24 @@ function installExitHandlers(): void {
   }
 }
 
+const SETPRIV = '/usr/bin/setpriv';
+
+/**
+ * spawn(), with the child killed by the kernel when this test process dies,
+ * even by SIGKILL, which no exit handler sees. Node cannot set
+ * PR_SET_PDEATHSIG itself; util-linux's setpriv (Essential on Debian) sets it
+ * and then execs the program, so the pid, signals and /proc reads are the
+ * program's own.
+ */
+export function spawnTiedToTest(command: string, args: string[], options: SpawnOptions): ChildProcess {
+  if (!existsSync(SETPRIV)) return spawn(command, args, options);
+  return spawn(SETPRIV, ['--pdeathsig', 'KILL', '--', command, ...args], options);
+}
+
 export function startComponent(name: string, binary: string, args: string[], logFile: string): Component {
   installExitHandlers();
   const fd = openSync(logFile, 'a', 0o600);
-  const child = spawn(binary, args, { stdio: ['ignore', fd, fd] });
+  const child = spawnTiedToTest(binary, args, { stdio: ['ignore', fd, fd] });
   closeSync(fd);
   live.add(child);
   const component: Component = {
