@@ -69,7 +69,11 @@ export async function waitFor<T>(what: string, probe: () => Promise<T | undefine
   }
 }
 
-export function adminApi(client: KubeClient): AdminApi {
+/**
+ * `client` acts as the cluster admin; `asToken` opens a client that
+ * authenticates with a bootstrap token (the caller's to close).
+ */
+export function adminApi(client: KubeClient, asToken: (token: string) => KubeClient): AdminApi {
   const decide = async (name: string, type: 'Approved' | 'Denied', reason: string) => {
     const csr = await api.getCsr(name);
     if (!csr) throw new Error(`CSR ${name} not found`);
@@ -79,6 +83,22 @@ export function adminApi(client: KubeClient): AdminApi {
       { type, status: 'True', reason, message: `${type.toLowerCase()} by the kubeboot test suite` },
     ];
     expectStatus(await client.request('PUT', `${csrs}/${name}/approval`, csr), `${type} CSR ${name}`, 200);
+  };
+
+  // kube-apiserver authenticates bootstrap tokens from an informer's cache of
+  // Secrets, which trails the POST by a moment: a test must never hand out a
+  // token the apiserver cannot see yet (kubeboot rightly fails on a 401).
+  const untilAuthenticates = async (token: string, id: string) => {
+    const asNode = asToken(token);
+    const review = { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' };
+    try {
+      await waitFor(`bootstrap token ${id} to authenticate`, async () => {
+        const res = await asNode.request('POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', review);
+        return res.status === 201 ? true : undefined;
+      }, 30_000);
+    } finally {
+      await asNode.close();
+    }
   };
 
   const api: AdminApi = {
@@ -100,7 +120,10 @@ export function adminApi(client: KubeClient): AdminApi {
         stringData,
       };
       expectStatus(await client.request('POST', '/api/v1/namespaces/kube-system/secrets', secretObject), `create bootstrap token ${id}`, 201);
-      return { id, secret, token: `${id}.${secret}` };
+      const token = `${id}.${secret}`;
+      const expired = opts.expiration !== undefined && opts.expiration.getTime() <= Date.now();
+      if (usages.includes('authentication') && !expired) await untilAuthenticates(token, id);
+      return { id, secret, token };
     },
 
     async deleteBootstrapToken(id) {

@@ -163,7 +163,7 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
       dir,
       version,
       kubectlPath: bin.kubectl,
-      admin: adminApi(a),
+      admin: adminApi(a, (token) => kubeClient({ server, caPem: pki.ca.certPem, token })),
       logs,
       startupMs: Date.now() - began,
 
