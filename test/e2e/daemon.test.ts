@@ -34,10 +34,27 @@ if (plane) {
 
   /** Starts `kubeboot run`; `stop()` ends it and checks everything it printed for secrets. */
   async function startDaemon(t: Test, node: NodeLayout, extra: string[] = []): Promise<{ daemon: Running; notify: Awaited<ReturnType<typeof listenNotifySocket>>; port: number; stop: () => Promise<void> }> {
-    // Abstract socket: test dirs are longer than a unix socket path may be.
-    const notify = await listenNotifySocket(node.dir, { abstract: true });
-    const port = await freePort();
-    const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], { NOTIFY_SOCKET: notify.path });
+    let attempt = 0;
+    const launch = async () => {
+      attempt++;
+      // Abstract socket: test dirs are longer than a unix socket path may be.
+      const notify = await listenNotifySocket(node.dir, { abstract: true });
+      const port = await freePort();
+      const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], { NOTIFY_SOCKET: notify.path });
+      const listening = await Promise.race([
+        daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(() => true),
+        daemon.done.then(() => false),
+      ]);
+      return { notify, port, daemon, portTaken: !listening && /cannot listen on/.test(daemon.output()) };
+    };
+    // The port was free a moment ago; on a busy loopback another connection
+    // can take it before kubeboot binds, so start again on a new one.
+    let launched = await launch();
+    while (launched.portTaken && attempt < 3) {
+      await launched.notify.close();
+      launched = await launch();
+    }
+    const { notify, port, daemon } = launched;
     const end = async () => {
       if (daemon.child.exitCode === null && daemon.child.signalCode === null) daemon.child.kill('SIGTERM');
       const result = await daemon.done;
@@ -67,13 +84,15 @@ if (plane) {
     const hookFile = join(t.testdir(), 'hook-ran');
     const node = await bootstrappedNode(t, 'daemon-1', {
       expirationSeconds: 600,
-      // notAfter − 590 s: due about 10 s after each issue.
+      // notAfter − 590 s, held to 5 % of the remaining lifetime: due about 30 s after each issue.
       renewal: { margin: '590s' },
-      kubelet: { hooks: [['/usr/bin/touch', hookFile]] },
+      // One line per run: the hook runs after the first issue and after every renewal.
+      kubelet: { hooks: [['/bin/sh', '-c', 'echo ran >> "$0"', hookFile]] },
     });
     const { daemon, notify, port, stop } = await startDaemon(t, node);
 
     await notify.waitFor((m) => m.includes('READY=1'), 120_000);
+    const readyAt = Date.now();
     t.ok((await stat(node.kubeletKubeconfig)).isFile(), 'kubelet.conf exists when READY=1 arrives');
     const first = await currentTarget(node);
     const firstCert = parseCertificateChain(await readFile(first, 'utf8'))[0]!;
@@ -101,13 +120,19 @@ if (plane) {
     t.not(second, first, 'kubelet-client-current.pem points at the new file');
     t.ok((await stat(first)).isFile(), 'the previous credential file is still on disk');
     t.ok(firstCert.notAfter.getTime() > Date.now(), 'the previous certificate was still valid when it was replaced');
-    await plane.admin.waitFor('the hook to run', async () => (await stat(hookFile).catch(() => undefined)) ?? undefined);
+    const hookRuns = async () => (await readFile(hookFile, 'utf8').catch(() => '')).split('\n').filter(Boolean).length;
+    await plane.admin.waitFor('the hook to run after the renewal', async () => ((await hookRuns()) >= 2 ? true : undefined));
     t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-1', 'the kubeconfig works after renewal');
     t.equal(daemon.child.exitCode, null, 'still running');
 
-    const status = JSON.parse((await run(process.execPath, ['dist/kubeboot.cjs', 'status', '--config', node.config, '--output', 'json'])).stdout);
+    // The first run's result (from before READY) is already there; wait for the renewal's.
+    const status = await plane.admin.waitFor('status to show the hook run after the renewal', async () => {
+      const shown = JSON.parse((await run(process.execPath, ['dist/kubeboot.cjs', 'status', '--config', node.config, '--output', 'json'])).stdout);
+      const at = shown.identities[0].daemon.lastHooks[0]?.at;
+      return at && Date.parse(at) > readyAt ? shown : undefined;
+    });
     t.ok(status.identities[0].daemon.nextRenewal, 'status shows the next renewal time');
-    t.equal(status.identities[0].daemon.lastHooks[0]?.ok, true, 'status shows the hook result');
+    t.equal(status.identities[0].daemon.lastHooks[0].ok, true, 'status shows the hook result');
     await stop();
   });
 

@@ -38,7 +38,9 @@ t.test('a hook that outlives its timeout is killed and reported as timed out', a
 });
 
 t.test('a hook ignoring SIGTERM is killed with SIGKILL after the grace period', async (t) => {
-  const r = await runHook(['/bin/sh', '-c', 'trap "" TERM; while :; do sleep 0.05; done'], { timeoutMs: 100, killGraceMs: 100 });
+  // The timeout leaves sh ample time to install its trap first; with less,
+  // a busy machine delivers SIGTERM before the trap and the shell just dies.
+  const r = await runHook(['/bin/sh', '-c', 'trap "" TERM; while :; do sleep 0.05; done'], { timeoutMs: 2000, killGraceMs: 100 });
   t.equal(r.timedOut, true);
   t.equal(r.signal, 'SIGKILL');
 });
