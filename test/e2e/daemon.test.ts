@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
+import { parse, stringify } from 'yaml';
 import { renderClientKubeconfig } from '../../agent/kubeconfig/render.js';
 import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import type { KubeObject } from '../support/admin.js';
@@ -194,6 +195,35 @@ if (plane) {
     t.equal(await readlink(proxyLink), before, 'the kube-proxy link still points at the old credential');
     t.equal(await whoami(node.kubeProxyKubeconfig), 'system:kube-proxy', 'the old kube-proxy kubeconfig still works');
     t.equal((await lstat(node.kubeletKubeconfig)).isFile(), true);
+  });
+
+  t.test('SIGHUP reloads the configuration: a new node name is identity drift, re-issued with a new bootstrap kubeconfig', async (t) => {
+    const node = await bootstrappedNode(t, 'daemon-5');
+    const { daemon, notify, port, stop } = await startDaemon(t, node);
+    await notify.waitFor((m) => m.includes('READY=1'), 120_000);
+    const oldTarget = await currentTarget(node);
+
+    // The node is renamed in the config file. Its certificate names the old
+    // node, so it cannot ask for the new name itself: kubeboot keeps the old
+    // credential, says what it needs, and waits for a bootstrap kubeconfig.
+    const config = parse(await readFile(node.config, 'utf8'));
+    await writeFile(node.config, stringify({ ...config, nodeName: 'daemon-5b' }));
+    daemon.child.kill('SIGHUP');
+    await daemon.waitForOutput(/configuration reloaded/);
+    await daemon.waitForOutput(/kubelet: needs a certificate \(.*system:node:daemon-5b/);
+    await daemon.waitForOutput(/place a new bootstrap kubeconfig at/);
+    t.equal(await currentTarget(node), oldTarget, 'the old credential stays in place meanwhile');
+    t.equal((await get(port, '/readyz')).status, 503, '/readyz is 503: the kubelet credential no longer fits the configuration');
+
+    const staged = join(node.dir, 'staged.conf');
+    await handToken(plane, node, 'data', staged);
+    await rename(staged, node.bootstrapKubeconfig);
+    await withOutput(daemon, plane.admin.waitFor('a credential for the new name', async () => ((await currentTarget(node)) !== oldTarget ? true : undefined), 120_000));
+    t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-5b', 'the kubelet now authenticates under the new name');
+    await plane.admin.waitFor('/readyz to recover', async () => ((await get(port, '/readyz')).status === 200 ? true : undefined));
+    await plane.admin.waitFor('the bootstrap kubeconfig to be deleted', async () => ((await stat(node.bootstrapKubeconfig).catch(() => null)) ? undefined : true));
+    t.pass('the bootstrap kubeconfig is deleted after use');
+    await stop();
   });
 
   t.test('an expired node re-bootstraps when a new bootstrap kubeconfig is dropped in place', async (t) => {
