@@ -178,9 +178,14 @@ export class Daemon {
       const identities = identitiesFor(this.#config);
       const identity = identities.find((i) => i.name === name);
       if (!identity) return;
+      // Taken with the configuration, before anything awaits: a SIGHUP that
+      // lands mid-step renews on the next pass, under the configuration it
+      // loaded, never under the identity this pass already holds.
+      const force = slot.force;
+      slot.force = false;
       let wakeAt: Date;
       try {
-        wakeAt = await this.#step(identity, identities[0]!, slot);
+        wakeAt = await this.#step(identity, identities[0]!, slot, force);
       } catch (err) {
         if (this.#signal.aborted) return;
         wakeAt = this.#failed(identity, slot, err);
@@ -191,15 +196,13 @@ export class Daemon {
   }
 
   /** Look at the files, renew if due, and say when to look again. */
-  async #step(identity: Identity, kubeletIdentity: Identity, slot: Slot): Promise<Date> {
+  async #step(identity: Identity, kubeletIdentity: Identity, slot: Slot, force: boolean): Promise<Date> {
     const now = this.#clock.now();
     const kubelet = await existingCredential(kubeletIdentity, now, null);
     const requester = this.#requester(kubelet, now);
     const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? requester?.cluster?.caPem ?? null);
     slot.usable = own.usable;
     slot.notAfter = own.notAfter;
-    const force = slot.force;
-    slot.force = false;
     if (own.usable && !force) {
       const at = this.#deadline(slot, own);
       slot.state.nextRenewal = at.toISOString();
