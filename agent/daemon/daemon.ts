@@ -175,17 +175,18 @@ export class Daemon {
   async #loop(name: IdentityName): Promise<void> {
     const slot = this.#slots.get(name)!;
     while (!this.#signal.aborted) {
-      const identities = identitiesFor(this.#config);
+      const config = this.#config;
+      const identities = identitiesFor(config);
       const identity = identities.find((i) => i.name === name);
       if (!identity) return;
-      // Taken with the configuration, before anything awaits: a SIGHUP that
-      // lands mid-step renews on the next pass, under the configuration it
-      // loaded, never under the identity this pass already holds.
+      // One configuration per pass, taken with the renew-now flag before
+      // anything awaits: a SIGHUP that lands mid-step renews on the next
+      // pass, under the configuration it loaded.
       const force = slot.force;
       slot.force = false;
       let wakeAt: Date;
       try {
-        wakeAt = await this.#step(identity, identities[0]!, slot, force);
+        wakeAt = await this.#step(config, identity, identities[0]!, slot, force);
       } catch (err) {
         if (this.#signal.aborted) return;
         wakeAt = this.#failed(identity, slot, err);
@@ -196,7 +197,7 @@ export class Daemon {
   }
 
   /** Look at the files, renew if due, and say when to look again. */
-  async #step(identity: Identity, kubeletIdentity: Identity, slot: Slot, force: boolean): Promise<Date> {
+  async #step(config: Config, identity: Identity, kubeletIdentity: Identity, slot: Slot, force: boolean): Promise<Date> {
     const now = this.#clock.now();
     const kubelet = await existingCredential(kubeletIdentity, now, null);
     const requester = this.#requester(kubelet, now);
@@ -204,7 +205,7 @@ export class Daemon {
     slot.usable = own.usable;
     slot.notAfter = own.notAfter;
     if (own.usable && !force) {
-      const at = this.#deadline(slot, own);
+      const at = this.#deadline(slot, own, config.renewal.margin);
       slot.state.nextRenewal = at.toISOString();
       if (!isDue(at, now)) return at;
       this.#logger.info(`${identity.name}: renewal due (deadline ${at.toISOString()}, expires ${own.notAfter?.toISOString()})`);
@@ -223,9 +224,9 @@ export class Daemon {
     let notAfter: Date | null;
     if (!requester) {
       if (identity.name !== 'kubelet') throw new WaitingForKubeletError(`${identity.name}: waiting for the kubelet credential (${kubelet.reason})`);
-      notAfter = await this.#rebootstrap({ ...deps, onCsrWait: (id: Identity, seconds: number) => this.metrics.observeCsrWait(id.name, seconds) });
+      notAfter = await this.#rebootstrap(config, { ...deps, onCsrWait: (id: Identity, seconds: number) => this.metrics.observeCsrWait(id.name, seconds) });
     } else {
-      notAfter = (await renewIdentity(this.#config, identity, own, requester, deps)).notAfter;
+      notAfter = (await renewIdentity(config, identity, own, requester, deps)).notAfter;
     }
     await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: this.#selfWrites });
     this.#succeeded(identity, slot, started, notAfter);
@@ -235,15 +236,15 @@ export class Daemon {
       this.nudge([...this.#slots.keys()].filter((n) => n !== 'kubelet' && !this.#slots.get(n)!.usable), false);
     }
     if ([...this.#slots.values()].every((s) => s.usable)) {
-      await finishBootstrap(this.#config, { logger: this.#logger, observer: this.#selfWrites });
+      await finishBootstrap(config, { logger: this.#logger, observer: this.#selfWrites });
     }
     return this.#clock.now();
   }
 
   /** The kubelet's credential from a bootstrap kubeconfig; the other loops then renew theirs with it. */
-  async #rebootstrap(deps: Parameters<typeof bootstrapNode>[1]): Promise<Date | null> {
+  async #rebootstrap(config: Config, deps: Parameters<typeof bootstrapNode>[1]): Promise<Date | null> {
     try {
-      const report = await bootstrapNode(this.#config, deps, { onlyKubelet: true });
+      const report = await bootstrapNode(config, deps, { onlyKubelet: true });
       return report.outcomes.find((o) => o.identity === 'kubelet')?.notAfter ?? null;
     } catch (err) {
       if (err instanceof KubebootError && err.code === ExitCode.badInput) throw new NeedsBootstrapError(err.message);
@@ -265,18 +266,18 @@ export class Daemon {
     return null;
   }
 
-  #deadline(slot: Slot, own: ExistingCredential): Date {
+  #deadline(slot: Slot, own: ExistingCredential, margin: number): Date {
     const certKey = createHash('sha256').update(own.certPem ?? '').digest('hex');
     if (slot.deadline?.certKey !== certKey) {
       const leaf = parseCertificateChain(own.certPem!)[0]!;
-      let at = renewalDeadline(leaf, { margin: this.#config.renewal.margin }, this.#random);
+      let at = renewalDeadline(leaf, { margin }, this.#random);
       // A margin close to the whole lifetime would make every fresh
       // certificate due at once: never renew again within 5 % of the
       // remaining lifetime of the last success.
       const last = slot.state.lastSuccess ? new Date(slot.state.lastSuccess).getTime() : null;
       if (last !== null && at.getTime() < last + 0.05 * (leaf.notAfter.getTime() - last)) {
         at = new Date(last + 0.05 * (leaf.notAfter.getTime() - last));
-        this.#logger.warn(`${own.identity.name}: renew margin ${this.#config.renewal.margin}s leaves almost no lifetime; holding renewals ${Math.round((at.getTime() - last) / 1000)}s apart`);
+        this.#logger.warn(`${own.identity.name}: renew margin ${margin}s leaves almost no lifetime; holding renewals ${Math.round((at.getTime() - last) / 1000)}s apart`);
       }
       slot.deadline = { certKey, at };
       this.#logger.info(`${own.identity.name}: certificate valid until ${leaf.notAfter.toISOString()}; renewal scheduled for ${slot.deadline.at.toISOString()}`, { identity: own.identity.name });
