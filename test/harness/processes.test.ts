@@ -5,10 +5,9 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
-import { pathToFileURL } from 'node:url';
-import { setTimeout as delay } from 'node:timers/promises';
+import { waitFor } from '../support/admin.js';
 
-const processes = pathToFileURL(new URL('../support/processes.ts', import.meta.url).pathname).href;
+const processes = new URL('../support/processes.ts', import.meta.url).href;
 
 /** Alive and not a zombie waiting to be reaped. */
 async function running(pid: number): Promise<boolean> {
@@ -34,10 +33,8 @@ t.test('a child started by the harness dies with a test process killed by SIGKIL
 
   testProcess.kill('SIGKILL');
   await new Promise((resolve) => testProcess.once('exit', resolve));
-  // Bounded poll for the kernel's delivery of the parent-death signal.
-  const deadline = Date.now() + 10_000;
-  while ((await running(pid)) && Date.now() < deadline) await delay(50);
-  const survived = await running(pid);
-  if (survived) process.kill(pid, 'SIGKILL');
-  t.notOk(survived, 'the child is gone once its test process is');
+  // The kernel delivers the parent-death signal asynchronously.
+  const gone = await waitFor('the child to die', async () => ((await running(pid)) ? undefined : true), 10_000).catch(() => false);
+  if (!gone) process.kill(pid, 'SIGKILL');
+  t.ok(gone, 'the child is gone once its test process is');
 });
