@@ -5,14 +5,14 @@
  */
 import { readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { existingCredential } from '../bootstrap/existing.js';
 import { bootstrapNode } from '../bootstrap/flow.js';
+import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
+import { renewIdentity } from '../credential/renew.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError } from '../errors.js';
 import { identitiesFor } from '../identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
-import { renewIdentity } from '../daemon/renew.js';
 import { runIdentityHooks } from '../daemon/hooks.js';
 import { KEEP_OLD_CREDENTIALS } from '../daemon/daemon.js';
 import { pruneOld } from '../store/cert-store.js';
@@ -62,19 +62,17 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
     logger.info(`asked the running daemon (pid ${pid}) to renew ${only ?? 'all identities'}`);
     return ExitCode.ok;
   }
-  const now = new Date();
-  const kubelet = await existingCredential(identities[0]!, now, null);
+  const node = await assessNode(config, new Date());
   const deps = { logger, now: () => new Date(), signal };
-  if (!kubelet.usable) {
-    logger.info(`no daemon running and the kubelet credential is not usable (${kubelet.reason}); bootstrapping instead`);
+  if (!isNodeCredential(node.kubelet)) {
+    logger.info(`no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`);
     await bootstrapNode(config, deps);
     return ExitCode.ok;
   }
-  for (const identity of identities.filter((i) => only === null || i.name === only)) {
-    const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? null);
-    await renewIdentity(config, identity, own, kubelet, deps);
-    await pruneOld(identity, KEEP_OLD_CREDENTIALS);
-    await runIdentityHooks(identity, logger, { timeoutMs: config.renewal.hookTimeout * 1000 });
+  for (const own of allOf(node).filter((a) => only === null || a.identity.name === only)) {
+    await renewIdentity(config, own, node.kubelet, deps);
+    await pruneOld(own.identity, KEEP_OLD_CREDENTIALS);
+    await runIdentityHooks(own.identity, logger, { timeoutMs: config.renewal.hookTimeout * 1000 });
   }
   return ExitCode.ok;
 }

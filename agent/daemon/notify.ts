@@ -8,7 +8,7 @@
  */
 import { execFile } from 'node:child_process';
 import type { Logger } from '../log.js';
-import { systemClock, type Clock, type TimerHandle } from '../renewal/clock.js';
+import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 
 export type NotifyExec = (file: string, args: string[], env: NodeJS.ProcessEnv) => Promise<void>;
 

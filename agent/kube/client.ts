@@ -5,7 +5,7 @@
  * header and never appear in errors.
  */
 import { Agent, request, type Dispatcher } from 'undici';
-import { KubebootError } from '../errors.js';
+import { ApiError, KubebootError, TransportError, type RequestPhase } from '../errors.js';
 
 export interface Endpoint {
   server: string;
@@ -27,25 +27,6 @@ export interface ApiResponse<T> {
   headers: Record<string, string | string[] | undefined>;
 }
 
-/** A non-2xx answer from the API server, with the Status reason and Retry-After. */
-export class ApiError extends KubebootError {
-  override readonly name = 'ApiError';
-  readonly status: number;
-  readonly reason: string;
-  readonly retryAfter: string | undefined;
-  constructor(method: string, path: string, status: number, reason: string, message: string, retryAfter?: string) {
-    super(`${method} ${path}: ${status} ${reason}${message ? `: ${message}` : ''}`);
-    this.status = status;
-    this.reason = reason;
-    this.retryAfter = retryAfter;
-  }
-}
-
-/** The server could not be reached or the TLS handshake failed. */
-export class TransportError extends KubebootError {
-  override readonly name = 'TransportError';
-}
-
 export interface RequestOptions {
   body?: unknown;
   query?: Record<string, string | number | boolean | undefined>;
@@ -62,6 +43,8 @@ export class KubeClient {
   readonly endpoint: Endpoint;
   readonly #credential: Credential;
   readonly #dispatcher: Dispatcher;
+  /** An injected dispatcher (a test's MockAgent) is shared, so only one made here is closed here. */
+  readonly #ownsDispatcher: boolean;
   readonly #base: URL;
 
   constructor(endpoint: Endpoint, credential: Credential, dispatcher?: Dispatcher) {
@@ -69,6 +52,7 @@ export class KubeClient {
     this.#credential = credential;
     this.#base = new URL(endpoint.server.endsWith('/') ? endpoint.server : endpoint.server + '/');
     this.#dispatcher = dispatcher ?? agentFor(endpoint, credential);
+    this.#ownsDispatcher = dispatcher === undefined;
   }
 
   get identityHint(): string {
@@ -113,7 +97,7 @@ export class KubeClient {
     if ((res.statusCode >= 200 && res.statusCode < 300) || options.accept?.includes(res.statusCode)) {
       return { status: res.statusCode, body: body as T, headers };
     }
-    throw apiError(method, url.pathname, res.statusCode, body, headers);
+    throw apiError(method, url.pathname, res.statusCode, body, headers, 'request');
   }
 
   /**
@@ -121,7 +105,7 @@ export class KubeClient {
    * or the connection fails (which throws). Matches the API's watch framing:
    * one JSON object per line.
    */
-  async *watch<T = unknown>(path: string, query: RequestOptions['query'], signal: AbortSignal): AsyncGenerator<WatchEvent<T>> {
+  async *watch<T = unknown>(path: string, query: RequestOptions['query'], signal: AbortSignal, idleTimeoutMs = 0): AsyncGenerator<WatchEvent<T>> {
     const url = this.url(path, { ...query, watch: true });
     let res: Dispatcher.ResponseData;
     try {
@@ -131,15 +115,16 @@ export class KubeClient {
         dispatcher: this.#dispatcher,
         signal,
         headersTimeout: 30_000,
-        // The server closes the watch after timeoutSeconds; the caller's signal bounds it too.
-        bodyTimeout: 0,
+        // The server closes the watch after timeoutSeconds; silence longer
+        // than idleTimeoutMs (0: none) means the connection died unnoticed.
+        bodyTimeout: idleTimeoutMs,
       });
     } catch (err) {
       throw transportError('GET', url, err);
     }
     if (res.statusCode !== 200) {
       const body = parseJson(await res.body.text());
-      throw apiError('WATCH', url.pathname, res.statusCode, body, res.headers as ApiResponse<T>['headers']);
+      throw apiError('GET', url.pathname, res.statusCode, body, res.headers as ApiResponse<T>['headers'], 'watch');
     }
     let buffered = '';
     try {
@@ -161,7 +146,7 @@ export class KubeClient {
   }
 
   async close(): Promise<void> {
-    await this.#dispatcher.close();
+    if (this.#ownsDispatcher) await this.#dispatcher.close();
   }
 }
 
@@ -193,12 +178,12 @@ function parseJson(text: string): unknown {
   }
 }
 
-function apiError(method: string, path: string, status: number, body: unknown, headers: Record<string, string | string[] | undefined>): ApiError {
+function apiError(method: string, path: string, status: number, body: unknown, headers: Record<string, string | string[] | undefined>, phase: RequestPhase): ApiError {
   const statusObj = (typeof body === 'object' && body !== null ? body : {}) as { reason?: string; message?: string };
   const reason = statusObj.reason ?? (status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error');
   const message = typeof statusObj.message === 'string' ? statusObj.message : typeof body === 'string' ? body.slice(0, 200) : '';
   const retryAfter = headers['retry-after'];
-  return new ApiError(method, path, status, reason, message, Array.isArray(retryAfter) ? retryAfter[0] : retryAfter);
+  return new ApiError({ method, path, status, reason, message, retryAfter: Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, phase });
 }
 
 function transportError(method: string, url: URL, err: unknown): KubebootError {

@@ -71,6 +71,28 @@ export function errnoCode(err: unknown): string | undefined {
   return (err as NodeJS.ErrnoException | null)?.code;
 }
 
+/**
+ * A file-system failure as the operator needs it: the file kubeboot meant
+ * (not a temp name), what went wrong in words, and no stack. ENOSPC, EROFS
+ * and EACCES are what a full disk, a read-only mount and a locked-down
+ * directory look like.
+ */
+export function fileError(action: 'write' | 'delete' | 'read', file: string, err: unknown): KubebootError {
+  const code = errnoCode(err);
+  if (code === undefined) return err instanceof KubebootError ? err : new KubebootError(`cannot ${action} ${file}: ${(err as Error).message}`, undefined, { cause: err });
+  const words: Record<string, string> = {
+    ENOSPC: 'no space left on the device; free some and kubeboot retries',
+    EDQUOT: 'disk quota exceeded',
+    EROFS: 'the file system is read-only; make the directory writable (a unit drop-in with ReadWritePaths=, or remount)',
+    EACCES: 'permission denied',
+    EPERM: 'operation not permitted',
+    ENOENT: 'its directory does not exist',
+    ENOTDIR: 'a path component is not a directory',
+    EISDIR: 'it is a directory',
+  };
+  return new KubebootError(`cannot ${action} ${file}: ${code}: ${words[code] ?? (err as Error).message}`, undefined, { cause: err });
+}
+
 /** Makes a rename, link or unlink in `dir` durable. */
 export async function fsyncDir(dir: string, fs: FsOps = realFs): Promise<void> {
   const handle = await fs.open(dir, 'r');
@@ -102,7 +124,9 @@ async function removeQuietly(file: string, fs: FsOps): Promise<void> {
 export async function writeFileAtomic(file: string, data: string | Uint8Array, opts: WriteOptions & { mode: number }): Promise<void> {
   const fs = opts.fs ?? realFs;
   const tmp = tempPathFor(file);
-  const handle = await fs.open(tmp, 'wx', opts.mode);
+  const handle = await fs.open(tmp, 'wx', opts.mode).catch((err: unknown) => {
+    throw fileError('write', file, err);
+  });
   try {
     try {
       // The umask may have narrowed the mode (0644 under umask 077); set it
@@ -118,7 +142,7 @@ export async function writeFileAtomic(file: string, data: string | Uint8Array, o
     opts.observer?.didWrite?.(file);
   } catch (err) {
     await removeQuietly(tmp, fs);
-    throw err;
+    throw fileError('write', file, err);
   }
   await fsyncDir(path.dirname(file), fs);
 }
@@ -169,7 +193,7 @@ export async function removeFileDurably(file: string, opts: WriteOptions = {}): 
     await fs.unlink(file);
   } catch (err) {
     if (errnoCode(err) === 'ENOENT') return;
-    throw err;
+    throw fileError('delete', file, err);
   }
   await fsyncDir(path.dirname(file), fs);
 }

@@ -74,7 +74,17 @@ t.test('never writes into a file that already holds the temp name (opened exclus
       return realFs.open(p, flags, mode);
     }) as FsOps['open'],
   };
-  await t.rejects(writeFileAtomic(file, 'new', { mode: 0o600, fs }), { code: 'EEXIST' });
+  await t.rejects(writeFileAtomic(file, 'new', { mode: 0o600, fs }), { message: new RegExp(`^cannot write ${file}: EEXIST`) });
+});
+
+t.test('a failed write names the file kubeboot meant, not its temp name, and what went wrong', async (t) => {
+  const dir = t.testdir();
+  const file = path.join(dir, 'kubelet.conf');
+  const full: FsOps = { ...realFs, open: (async () => Promise.reject(Object.assign(new Error('ENOSPC: no space left on device, open'), { code: 'ENOSPC' }))) as FsOps['open'] };
+  await t.rejects(writeFileAtomic(file, 'x', { mode: 0o600, fs: full }), { message: `cannot write ${file}: ENOSPC: no space left on the device; free some and kubeboot retries` });
+  const readOnly: FsOps = { ...realFs, rename: (async () => Promise.reject(Object.assign(new Error('EROFS'), { code: 'EROFS' }))) as FsOps['rename'] };
+  await t.rejects(writeFileAtomic(file, 'x', { mode: 0o600, fs: readOnly }), { message: new RegExp(`^cannot write ${file}: EROFS: the file system is read-only`) });
+  t.same((await readdir(dir)).filter((n) => n.includes('.tmp-')), [], 'the temp file is removed');
 });
 
 t.test('ensureDir creates missing parents with the mode and reports them, leaving existing ones alone', async (t) => {
