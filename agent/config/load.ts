@@ -14,7 +14,7 @@ import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import { COMMAND_FLAGS, COMMANDS, OPTIONS } from './options.js';
 import type { Command, ConfigKey, OptionSpec } from './options.js';
 import type { Config } from './types.js';
-import { dns1123SubdomainProblem, parseBool, quote } from './values.js';
+import { dns1123SubdomainProblem, parseBool, parseDuration, quote } from './values.js';
 import { validateConfig } from './validate.js';
 import { isMapping, kindOf, parseYaml } from './yaml.js';
 
@@ -33,8 +33,10 @@ export interface LoadInput {
 export interface ExtraFlags {
   /** `status --output`. */
   output: 'text' | 'json';
-  /** `renew --identity`; null renews every configured identity. */
+  /** `renew`/`wait --identity`; null means every configured identity. */
   identity: IdentityName | null;
+  /** `wait --timeout` in seconds; null waits as long as it takes. */
+  timeout: number | null;
 }
 
 export interface Loaded {
@@ -165,7 +167,7 @@ function parseCommandLine(argv: string[], cwd: string): CommandLine {
     command = first as Command;
   }
 
-  const extraFlags: ExtraFlags = { output: 'text', identity: null };
+  const extraFlags: ExtraFlags = { output: 'text', identity: null, timeout: null };
   for (const spec of COMMAND_FLAGS) {
     const value = values[spec.flag];
     if (typeof value !== 'string') continue;
@@ -177,6 +179,11 @@ function parseCommandLine(argv: string[], cwd: string): CommandLine {
     }
     if (spec.flag === 'output') extraFlags.output = value as ExtraFlags['output'];
     if (spec.flag === 'identity') extraFlags.identity = value as IdentityName;
+    if (spec.flag === 'timeout') {
+      const parsed = parseDuration(value);
+      if (!parsed.ok) throw new InputError(CLI, '--timeout', parsed.problem);
+      extraFlags.timeout = parsed.value;
+    }
   }
 
   const settings: Setting[] = [];

@@ -1,6 +1,7 @@
 import t from 'tap';
 import { InputError, ExitCode } from '../../../agent/errors.js';
 import { loadConfig } from '../../../agent/config/load.js';
+import { COMMANDS } from '../../../agent/config/options.js';
 import type { LoadInput } from '../../../agent/config/load.js';
 import { defaultConfig, DEFAULT_LISTEN } from '../../../agent/config/defaults.js';
 
@@ -172,7 +173,7 @@ const bad: Bad[] = [
   { name: 'boolean flag with a bad value', argv: ['bootstrap', '--kube-proxy=maybe'], message: 'command line: --kube-proxy: expected true or false, got "maybe"' },
   { name: 'unknown key algorithm', argv: ['bootstrap', '--key-algorithm', 'ed25519'], message: 'command line: --key-algorithm: expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096, got "ed25519"' },
   { name: 'unknown log level in the environment', env: { KUBEBOOT_LOG_LEVEL: 'verbose' }, message: 'environment: KUBEBOOT_LOG_LEVEL: expected one of error, warn, info, debug, got "verbose"' },
-  { name: 'unknown command', argv: ['bootstarp'], message: 'command line: command: unknown command "bootstarp" (want bootstrap, run, check, status, renew)' },
+  { name: 'unknown command', argv: ['bootstarp'], message: `command line: command: unknown command "bootstarp" (want ${COMMANDS.join(', ')})` },
   { name: 'command flag with the wrong command', argv: ['run', '--output', 'json'], message: 'command line: --output: only valid with: kubeboot status' },
   { name: 'command flag with a bad value', argv: ['renew', '--identity', 'kubelet-client'], message: 'command line: --identity: expected one of kubelet, kube-proxy, kubelet-serving, got "kubelet-client"' },
   { name: 'hook given as a shell string', file: 'kubelet:\n  hooks: ["systemctl restart kubelet"]\n', message: `${CONFIG}: kubelet.hooks[0]: expected an argv list like [systemctl, restart, kubelet] (run without a shell), got "systemctl restart kubelet"` },
@@ -194,3 +195,16 @@ for (const c of bad) {
     t.equal((err as InputError).code, ExitCode.badInput);
   });
 }
+
+t.test('wait takes --identity and a --timeout duration', async (t) => {
+  const waited = await loadConfig(input({ argv: ['wait', '--identity', 'kube-proxy', '--timeout', '15m'] }));
+  t.equal(waited.command, 'wait');
+  t.equal(waited.extraFlags.identity, 'kube-proxy');
+  t.equal(waited.extraFlags.timeout, 900);
+  t.equal((await loadConfig(input({ argv: ['wait'] }))).extraFlags.timeout, null, 'no --timeout waits as long as it takes');
+  const bad = await loadConfig(input({ argv: ['wait', '--timeout', 'soon'] })).catch((err: unknown) => err);
+  t.type(bad, InputError);
+  t.match((bad as Error).message, /^command line: --timeout: expected seconds or a duration/);
+  const misplaced = await loadConfig(input({ argv: ['status', '--timeout', '1m'] })).catch((err: unknown) => err);
+  t.match((misplaced as Error).message, /--timeout: only valid with: kubeboot wait/);
+});
