@@ -1,5 +1,8 @@
 import { readFile } from 'node:fs/promises';
 
+/** How parsers read the files they are pointed at; tests pass an in-memory one. */
+export type ReadFile = (file: string) => Promise<string | null>;
+
 /** The file's text, or null when it does not exist; other errors propagate. */
 export async function readOptional(file: string): Promise<string | null> {
   try {

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ParseArgsOptionsConfig } from 'node:util';
 import { InputError } from '../errors.js';
+import type { ReadFile } from '../read-optional.js';
 import type { IdentityName } from '../identity.js';
 import { coerce } from './coerce.js';
 import type { Origin, Setting } from './coerce.js';
@@ -18,7 +19,6 @@ import { dns1123SubdomainProblem, parseBool, parseDuration, quote } from './valu
 import { validateConfig } from './validate.js';
 import { isMapping, kindOf, parseYaml } from './yaml.js';
 
-export type ReadFile = (p: string) => Promise<string | null>;
 
 export interface LoadInput {
   argv: string[];

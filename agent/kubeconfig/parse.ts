@@ -8,7 +8,7 @@ import path from 'node:path';
 import { InputError } from '../errors.js';
 import { isMapping, kindOf, parseYaml } from '../config/yaml.js';
 
-export type ReadFile = (p: string) => Promise<string | null>;
+import type { ReadFile } from '../read-optional.js';
 
 export type BootstrapAuth =
   | { kind: 'bootstrap-token'; tokenId: string; tokenSecret: string; token: string }

@@ -10,7 +10,7 @@ import { KubebootError } from '../errors.js';
 import type { IdentityName } from '../identity.js';
 import { ensureDir, errnoCode, removeFileDurably, writeFileAtomic } from './atomic.js';
 import type { WriteOptions } from './atomic.js';
-import { isPrivateKeyBlock, pemBlocks } from './cert-store.js';
+import { intactPemBlocks, isPrivateKeyBlock } from '../pki/pem.js';
 
 export function pendingKeyPath(stateDir: string, identityName: IdentityName): string {
   return path.join(stateDir, `${identityName}.key.pending`);
@@ -43,6 +43,6 @@ export async function clearPendingKey(stateDir: string, identityName: IdentityNa
 }
 
 function isOnePrivateKey(text: string): boolean {
-  const blocks = pemBlocks(text);
+  const blocks = intactPemBlocks(text);
   return blocks !== null && blocks.length === 1 && blocks[0] !== undefined && isPrivateKeyBlock(blocks[0]);
 }
