@@ -63,24 +63,52 @@ async function route(pathname: string, opts: HttpOptions): Promise<Reply> {
   }
 }
 
+/** The path of a request target, or null when it is not a URL at all (`GET http://[`). */
+export function requestPath(target: string | undefined): string | null {
+  try {
+    return new URL(target ?? '/', 'http://localhost').pathname;
+  } catch {
+    return null;
+  }
+}
+
+async function handle(req: http.IncomingMessage, res: http.ServerResponse, opts: HttpOptions): Promise<void> {
+  let reply: Reply;
+  const pathname = requestPath(req.url);
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    res.writeHead(405, { allow: 'GET, HEAD' }).end();
+    return;
+  }
+  if (pathname === null) {
+    reply = text(400, 'bad request\n');
+  } else {
+    try {
+      reply = await route(pathname, opts);
+    } catch (err) {
+      opts.logger?.error('status endpoint failed', { path: pathname, error: (err as Error).message });
+      reply = text(500, 'internal error\n');
+    }
+  }
+  res.writeHead(reply.status, { 'content-type': reply.type, 'cache-control': 'no-store' });
+  res.end(req.method === 'HEAD' ? undefined : reply.body);
+}
+
 export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> {
   const host = opts.host ?? DEFAULT_HTTP_HOST;
   const port = opts.port ?? DEFAULT_HTTP_PORT;
   const server = http.createServer((req, res) => {
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD' }).end();
-      return;
-    }
-    const pathname = new URL(req.url ?? '/', 'http://localhost').pathname;
-    route(pathname, opts)
-      .catch((err: unknown) => {
-        opts.logger?.error('status endpoint failed', { path: pathname, error: (err as Error).message });
-        return text(500, 'internal error\n');
-      })
-      .then((reply) => {
-        res.writeHead(reply.status, { 'content-type': reply.type, 'cache-control': 'no-store' });
-        res.end(req.method === 'HEAD' ? undefined : reply.body);
-      });
+    // Last resort: whatever a request does, it must not take the daemon (and
+    // with it the node's renewals) down; a local user can send anything here.
+    handle(req, res, opts).catch((err: unknown) => {
+      opts.logger?.error('status endpoint failed', { error: (err as Error).message });
+      if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end();
+    });
+  });
+  // A client that resets mid-request must not surface as an unhandled error.
+  server.on('clientError', (_err, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+    else socket.destroy();
   });
 
   await new Promise<void>((resolve, reject) => {
