@@ -5,7 +5,8 @@
 import { existingCredential } from '../bootstrap/existing.js';
 import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
-import { ExitCode, exitCodeOf } from '../errors.js';
+import { ExitCode, exitCodeOf, InputError } from '../errors.js';
+import { parseCertificateChain } from '../pki/certificate.js';
 import { identitiesFor } from '../identities.js';
 import type { Logger } from '../log.js';
 import { ApiError, KubeClient, type Credential, type Endpoint } from '../kube/client.js';
@@ -26,21 +27,32 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   const now = new Date();
   const identities = identitiesFor(config);
   const kubelet = await existingCredential(identities[0]!, now, null);
+  // Read first: with no bootstrap kubeconfig a missing credential is bad input (nothing could fix it), exit 2.
+  let text: string | null = null;
+  let unreadable: Error | null = null;
+  try {
+    text = await readOptional(config.bootstrapKubeconfig);
+  } catch (err) {
+    unreadable = err as Error;
+  }
+  const credentialCode = text === null && unreadable === null ? ExitCode.badInput : ExitCode.other;
   for (const identity of identities) {
     const e = identity === identities[0] ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? null);
-    lines.push({ ok: e.usable, what: `${identity.name} credential`, detail: e.usable ? `valid until ${e.notAfter?.toISOString()}` : e.reason, code: ExitCode.other });
+    lines.push({ ok: e.usable, what: `${identity.name} credential`, detail: e.usable ? `valid until ${e.notAfter?.toISOString()}` : e.reason, code: credentialCode });
   }
   const allUsable = lines.every((l) => l.ok);
 
   let endpoint: Endpoint | null = kubelet.cluster;
   let credential: Credential | null = kubelet.usable && kubelet.certPem && kubelet.keyPem ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
   let bootstrapFile: string | null = null;
-  const text = await readOptional(config.bootstrapKubeconfig);
-  if (text === null) {
+  if (unreadable !== null) {
+    lines.push({ ok: false, what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
+  } else if (text === null) {
     lines.push({ ok: allUsable, what: 'bootstrap kubeconfig', detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`, code: ExitCode.badInput });
   } else {
     try {
       const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+      if (bootstrap.caPem !== null) refuseUnparseableCa(bootstrap.file, bootstrap.caPem);
       lines.push({ ok: true, what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
       // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
       const cluster = await clusterOf(bootstrap, config, { logger, now: () => new Date(), ...(signal ? { signal } : {}) });
@@ -73,6 +85,15 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
 
   for (const line of lines) out.write(`${line.ok ? 'ok  ' : 'FAIL'} ${line.what}: ${line.detail}\n`);
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
-  const failures = lines.filter((l) => !l.ok && !(l.what.endsWith('credential') && text !== null));
+  const failures = lines.filter((l) => !l.ok && !(l.what.endsWith('credential') && (text !== null || unreadable !== null)));
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
+}
+
+/** PEM markers are not enough: a CA that does not parse as certificates would only fail later, at the TLS handshake. */
+function refuseUnparseableCa(file: string, caPem: string): void {
+  try {
+    parseCertificateChain(caPem);
+  } catch (err) {
+    throw new InputError(file, 'certificate-authority', `does not hold a valid certificate (${(err as Error).message})`);
+  }
 }

@@ -142,8 +142,8 @@ interface Bad {
 }
 
 const bad: Bad[] = [
-  { name: 'YAML syntax error names the line', file: 'stateDir: /a\nkubelet: [unclosed\nlisten: off\n', message: `${CONFIG}: line 3: invalid YAML: Flow sequence in block collection must be sufficiently indented and end with a ]` },
-  { name: 'duplicate key', file: 'stateDir: /a\nstateDir: /b\n', message: `${CONFIG}: line 2: invalid YAML: Map keys must be unique` },
+  { name: 'YAML syntax error names the line', file: 'stateDir: /a\nkubelet: [unclosed\nlisten: off\n', message: `${CONFIG}: line 3: invalid YAML: bad indentation, or an unclosed [ or { at column 1` },
+  { name: 'duplicate key', file: 'stateDir: /a\nstateDir: /b\n', message: `${CONFIG}: line 2: invalid YAML: duplicate key (keys must be unique) at column 1` },
   { name: 'top level is not a mapping', file: '- a\n- b\n', message: `${CONFIG}: (document): expected a mapping of settings, got a list` },
   { name: 'unknown key with a suggestion', file: 'kubeProxy:\n  enable: true\n', message: `${CONFIG}: kubeProxy.enable: unknown key (did you mean kubeProxy.enabled?)` },
   { name: 'kebab-case key in the file', file: 'bootstrap-kubeconfig: /x\n', message: `${CONFIG}: bootstrap-kubeconfig: unknown key (did you mean bootstrapKubeconfig?)` },
