@@ -13,6 +13,7 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { KubebootError } from '../errors.js';
 import type { Logger } from '../log.js';
+import { scrub } from '../redact.js';
 
 export const DEFAULT_HTTP_HOST = '127.0.0.1';
 export const DEFAULT_HTTP_PORT = 10271;
@@ -54,7 +55,8 @@ async function route(pathname: string, opts: HttpOptions): Promise<Reply> {
       return (opts.healthy?.() ?? true) ? text(200, 'ok\n') : text(503, 'daemon loop stalled\n');
     case '/readyz': {
       const r = opts.readiness();
-      return text(r.ready ? 200 : 503, r.detail.map((l) => l + '\n').join('') || (r.ready ? 'ok\n' : 'not ready\n'));
+      // Unauthenticated: the detail carries error text, so it is scrubbed like the log.
+      return text(r.ready ? 200 : 503, r.detail.map((l) => scrub(l) + '\n').join('') || (r.ready ? 'ok\n' : 'not ready\n'));
     }
     case '/metrics':
       return { status: 200, type: opts.registry.contentType, body: await opts.registry.metrics() };

@@ -148,3 +148,9 @@ t.test('a readiness callback that throws answers 500, not a crash', async (t) =>
   t.equal((await get(server.address.port, '/readyz')).status, 500);
   t.equal((await get(server.address.port, '/healthz')).status, 200);
 });
+
+t.test('the unauthenticated readyz body is scrubbed of tokens', async (t) => {
+  const { address } = await start(t, { healthy: true, readiness: { ready: false, detail: ['kubelet: token abcdef.0123456789abcdef was refused'] } });
+  const got = await get(address.port, '/readyz');
+  t.equal(got.body, 'kubelet: token abcdef.[redacted] was refused\n');
+});
