@@ -6,7 +6,6 @@
  * certificate"; READY=1 is sent the first time that holds.
  */
 import { createHash } from 'node:crypto';
-import { unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { bootstrapNode, finishBootstrap } from '../bootstrap/flow.js';
 import { existingCredential, type ExistingCredential } from '../bootstrap/existing.js';
@@ -23,6 +22,7 @@ import { isDue, renewalDeadline } from '../renewal/deadline.js';
 import { sleepUntil } from '../renewal/timer.js';
 import { ensureDir } from '../store/atomic.js';
 import { pruneOld } from '../store/cert-store.js';
+import { removePidFile, writePidFile } from './control.js';
 import { runIdentityHooks } from './hooks.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
 import { createNotifier, startWatchdog, type Notifier } from './notify.js';
@@ -140,8 +140,7 @@ export class Daemon {
       if (identity.kubeconfigPath) await ensureDir(path.dirname(identity.kubeconfigPath), 0o755);
     }
     await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
-    const pidFile = path.join(config.stateDir, 'kubeboot.pid');
-    await writeFile(pidFile, `${process.pid}\n`, { mode: 0o600 });
+    await writePidFile(config.stateDir);
     let http: StatusServer | null = null;
     let watcher: CredentialWatcher | null = null;
     const watchdog = startWatchdog(this.#notifier, { env: this.#env, healthy: () => !this.#signal.aborted });
@@ -168,7 +167,7 @@ export class Daemon {
       await watcher?.close();
       await http?.close();
       await this.#notifier.stopping('stopping');
-      await unlink(pidFile).catch(() => undefined);
+      await removePidFile(config.stateDir);
     }
   }
 
