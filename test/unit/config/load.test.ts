@@ -1,5 +1,8 @@
 import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
 import { InputError, ExitCode } from '../../../agent/errors.js';
+import { readOptional } from '../../../agent/read-optional.js';
 import { loadConfig } from '../../../agent/config/load.js';
 import type { LoadInput } from '../../../agent/config/load.js';
 import { defaultConfig, DEFAULT_LISTEN } from '../../../agent/config/defaults.js';
@@ -194,3 +197,17 @@ for (const c of bad) {
     t.equal((err as InputError).code, ExitCode.badInput);
   });
 }
+
+t.test('a config file that is a directory or a FIFO is one line naming where it was given, exit 2', async (t) => {
+  const dir = t.testdir({ 'conf.d': {} });
+  execFileSync('mkfifo', [path.join(dir, 'fifo.yaml')]);
+  const real = (argv: string[]) => loadConfig({ argv, env: {}, readFile: readOptional, hostname: 'worker-1' });
+  await t.rejects(real(['run', '--config', path.join(dir, 'conf.d')]), {
+    code: 2,
+    message: `command line: --config: ${path.join(dir, 'conf.d')} is a directory; expected a regular file`,
+  });
+  await t.rejects(real(['run', '--config', path.join(dir, 'fifo.yaml')]), {
+    code: 2,
+    message: `command line: --config: ${path.join(dir, 'fifo.yaml')} is a named pipe (FIFO); expected a regular file`,
+  });
+});
