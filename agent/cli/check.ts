@@ -6,7 +6,8 @@ import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
 import { clusterOf } from '../credential/requester.js';
 import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
-import { ApiError, ExitCode, exitCodeOf } from '../errors.js';
+import { ApiError, ExitCode, exitCodeOf, InputError } from '../errors.js';
+import { parseCertificateChain } from '../pki/certificate.js';
 import type { Logger } from '../log.js';
 import { KubeClient, type Credential, type Endpoint } from '../kube/client.js';
 import { caCertHash } from '../pki/pin.js';
@@ -25,9 +26,17 @@ interface Line {
 export async function runCheck(config: Config, logger: Logger, signal?: AbortSignal, out: NodeJS.WritableStream = process.stdout): Promise<number> {
   const lines: Line[] = [{ ok: true, kind: 'setup', what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
   const node = await assessNode(config, new Date());
+  // Read first: with no bootstrap kubeconfig a missing credential is bad input (nothing could fix it), exit 2.
+  let text: string | null = null;
+  let unreadable: Error | null = null;
+  try {
+    text = await readOptional(config.bootstrapKubeconfig);
+  } catch (err) {
+    unreadable = err as Error;
+  }
+  const credentialCode = text === null && unreadable === null ? ExitCode.badInput : ExitCode.other;
   for (const a of allOf(node)) {
-    // With no bootstrap kubeconfig either, nothing can fix a missing credential: bad input (2).
-    lines.push({ ok: a.state === 'usable', kind: 'credential', what: `${a.identity.name} credential`, detail: a.state === 'usable' ? `valid until ${a.notAfter.toISOString()}` : a.reason, code: ExitCode.badInput });
+    lines.push({ ok: a.state === 'usable', kind: 'credential', what: `${a.identity.name} credential`, detail: a.state === 'usable' ? `valid until ${a.notAfter.toISOString()}` : a.reason, code: credentialCode });
   }
   const allUsable = lines.every((l) => l.ok);
 
@@ -35,12 +44,14 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   let endpoint: Endpoint | null = kubelet.cluster;
   let credential: Credential | null = isNodeCredential(kubelet) ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
   let bootstrapFile: string | null = null;
-  const text = await readOptional(config.bootstrapKubeconfig);
-  if (text === null) {
+  if (unreadable !== null) {
+    lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
+  } else if (text === null) {
     lines.push({ ok: allUsable, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`, code: ExitCode.badInput });
   } else {
     try {
       const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+      if (bootstrap.caPem !== null) refuseUnparseableCa(bootstrap.file, bootstrap.caPem);
       lines.push({ ok: true, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
       // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
       const cluster = await clusterOf(bootstrap, config, { logger, signal });
@@ -74,6 +85,14 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
 
   for (const line of lines) out.write(`${line.ok ? 'ok  ' : 'FAIL'} ${line.what}: ${line.detail}\n`);
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
-  const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && text !== null));
+  const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && (text !== null || unreadable !== null)));
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
+}
+
+function refuseUnparseableCa(file: string, caPem: string): void {
+  try {
+    parseCertificateChain(caPem);
+  } catch (err) {
+    throw new InputError(file, 'certificate-authority', `does not hold a valid certificate (${(err as Error).message})`);
+  }
 }

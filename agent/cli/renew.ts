@@ -1,6 +1,6 @@
 /**
- * `kubeboot renew [--identity NAME]`: a running daemon (found by its pid
- * file) is asked through a request file and SIGUSR2; with no daemon, the
+ * `kubeboot renew [--identity NAME]`: a running daemon (found and verified
+ * through its pid file, see daemon/control.ts) is asked through a request file and SIGUSR2; with no daemon, the
  * renewal is done here and now.
  */
 import { readFile, unlink } from 'node:fs/promises';
@@ -17,26 +17,10 @@ import { runIdentityHooks } from '../daemon/hooks.js';
 import { KEEP_OLD_CREDENTIALS } from '../daemon/daemon.js';
 import { pruneOld } from '../store/cert-store.js';
 import { writeFileAtomic } from '../store/atomic.js';
+import { runningDaemon } from '../daemon/control.js';
 
 function requestFile(stateDir: string): string {
   return path.join(stateDir, 'renew-request');
-}
-
-/**
- * The pid in the daemon's pid file, if that process is still `kubeboot run`.
- * A pid file left by a killed daemon may name a reused pid: signalling an
- * unrelated process is exactly what this check prevents.
- */
-async function runningDaemon(stateDir: string): Promise<number | null> {
-  try {
-    const pid = Number((await readFile(path.join(stateDir, 'kubeboot.pid'), 'utf8')).trim());
-    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return null;
-    const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0');
-    const isKubebootRun = argv.some((a) => /kubeboot(\.cjs)?$/.test(a)) && argv.includes('run');
-    return isKubebootRun ? pid : null;
-  } catch {
-    return null;
-  }
 }
 
 /** The daemon's side: which identities were asked for (and forget the request). */

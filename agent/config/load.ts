@@ -8,6 +8,7 @@ import { parseArgs } from 'node:util';
 import type { ParseArgsOptionsConfig } from 'node:util';
 import { InputError } from '../errors.js';
 import type { ReadFile } from '../read-optional.js';
+import { UnreadableInputError } from '../read-optional.js';
 import type { IdentityName } from '../identity.js';
 import { coerce } from './coerce.js';
 import type { Origin, Setting } from './coerce.js';
@@ -64,7 +65,16 @@ export async function loadConfig(input: LoadInput): Promise<Loaded> {
   const envSettings = environmentSettings(input.env, cwd);
   const configSetting = [...cli.settings, ...envSettings].reverse().find((s) => s.spec.key === 'configFile');
   const configFile = configSetting !== undefined ? (coerce(configSetting) as string) : DEFAULT_CONFIG_FILE;
-  const text = await input.readFile(configFile);
+  let text: string | null;
+  try {
+    text = await input.readFile(configFile);
+  } catch (err) {
+    // A directory, FIFO or oversize file named by --config or KUBEBOOT_CONFIG: name where it was given.
+    if (err instanceof UnreadableInputError && configSetting !== undefined) {
+      throw new InputError(configSetting.origin.source, configSetting.origin.field, `${err.file} ${err.problem}`);
+    }
+    throw err;
+  }
   if (text === null && configSetting !== undefined) {
     throw new InputError(configSetting.origin.source, configSetting.origin.field, `config file not found: ${configFile}`);
   }

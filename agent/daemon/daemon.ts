@@ -11,7 +11,6 @@
  */
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
-import { writeFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { finishBootstrap } from '../bootstrap/cleanup.js';
 import { issueKubelet, recoverNode } from '../bootstrap/flow.js';
@@ -29,6 +28,7 @@ import { ensureDir } from '../store/atomic.js';
 import { pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
+import { removePidFile, writePidFile } from './control.js';
 import { runIdentityHooks } from './hooks.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
@@ -180,8 +180,7 @@ export class Daemon {
     }
     await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
     await recoverNode(config, this.#runDeps());
-    const pidFile = path.join(config.stateDir, 'kubeboot.pid');
-    await writeFile(pidFile, `${process.pid}\n`, { mode: 0o600 });
+    await writePidFile(config.stateDir);
     let http: StatusServer | null = null;
     let watcher: CredentialWatcher | null = null;
     const watchdog = startWatchdog(this.#notifier, { env: this.#env, healthy: () => this.healthy() });
@@ -208,7 +207,7 @@ export class Daemon {
       await watcher?.close();
       await http?.close();
       await this.#notifier.stopping('stopping');
-      await unlink(pidFile).catch(() => undefined);
+      await removePidFile(config.stateDir);
     }
   }
 

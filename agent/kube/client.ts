@@ -35,6 +35,38 @@ export interface RequestOptions {
   timeoutMs?: number;
   /** Statuses returned as a response instead of thrown (e.g. 404, 409). */
   accept?: number[];
+  /** Largest response body read; defaults to MAX_BODY_BYTES. */
+  maxBodyBytes?: number;
+}
+
+/**
+ * Every object kubeboot reads (a CSR with its certificate, a Status, a
+ * SelfSubjectReview, cluster-info) is kilobytes; the API server's own request
+ * limit is 3 MiB. A server that sends more is refused, not buffered (a
+ * 200 MiB body took the daemon to 427 MiB, on every retry).
+ */
+export const MAX_BODY_BYTES = 4 << 20;
+/** One watch event is one CSR object; the same bound applies per line. */
+export const MAX_WATCH_LINE_BYTES = 4 << 20;
+
+/** The body as text, refusing one longer than `max` bytes as soon as it is. */
+async function readBounded(body: Dispatcher.ResponseData['body'], headers: Dispatcher.ResponseData['headers'], max: number, what: string): Promise<string> {
+  const declared = Number(headers['content-length']);
+  if (Number.isFinite(declared) && declared > max) {
+    body.destroy();
+    throw new KubebootError(`${what}: response body is ${declared} bytes; at most ${max} are read`);
+  }
+  const chunks: Buffer[] = [];
+  let length = 0;
+  for await (const chunk of body) {
+    length += (chunk as Buffer).length;
+    if (length > max) {
+      body.destroy();
+      throw new KubebootError(`${what}: response body exceeds ${max} bytes; refusing it`);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }
 
 const USER_AGENT = 'kubeboot';
@@ -91,7 +123,10 @@ export class KubeClient {
     } catch (err) {
       throw transportError(method, url, err);
     }
-    const text = await res.body.text();
+    const text = await readBounded(res.body, res.headers, options.maxBodyBytes ?? MAX_BODY_BYTES, `${method} ${url.pathname}`).catch((err: unknown) => {
+      if (err instanceof KubebootError) throw err;
+      throw transportError(method, url, err);
+    });
     const body = parseJson(text);
     const headers = res.headers as ApiResponse<T>['headers'];
     if ((res.statusCode >= 200 && res.statusCode < 300) || options.accept?.includes(res.statusCode)) {
@@ -123,15 +158,22 @@ export class KubeClient {
       throw transportError('GET', url, err);
     }
     if (res.statusCode !== 200) {
-      const body = parseJson(await res.body.text());
+      const body = parseJson(await readBounded(res.body, res.headers, MAX_BODY_BYTES, `WATCH ${url.pathname}`));
       throw apiError('GET', url.pathname, res.statusCode, body, res.headers as ApiResponse<T>['headers'], 'watch');
     }
     let buffered = '';
     try {
       for await (const chunk of res.body) {
-        buffered += (chunk as Buffer).toString('utf8');
+        const text = (chunk as Buffer).toString('utf8');
+        // Look for the end of the line in the new text only, so a long line costs linear time.
+        if (!text.includes('\n') && buffered.length + text.length > MAX_WATCH_LINE_BYTES) {
+          throw new KubebootError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
+        }
+        buffered += text;
+        if (!text.includes('\n')) continue;
         let newline: number;
         while ((newline = buffered.indexOf('\n')) >= 0) {
+          if (newline > MAX_WATCH_LINE_BYTES) throw new KubebootError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
           const line = buffered.slice(0, newline).trim();
           buffered = buffered.slice(newline + 1);
           if (line) yield JSON.parse(line) as WatchEvent<T>;
@@ -139,6 +181,7 @@ export class KubeClient {
       }
     } catch (err) {
       if (signal.aborted) return;
+      if (err instanceof KubebootError) throw err;
       throw transportError('WATCH', url, err);
     } finally {
       res.body.destroy();

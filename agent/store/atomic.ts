@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
 import path from 'node:path';
-import { KubebootError } from '../errors.js';
+import { ExitCode, KubebootError } from '../errors.js';
 
 /**
  * The file-system calls this module makes. Production uses node:fs/promises;
@@ -148,10 +148,32 @@ export async function writeFileAtomic(file: string, data: string | Uint8Array, o
 }
 
 /**
+ * Why `stat` (of `what`, a directory or a key file) cannot be trusted with
+ * keys, or null: it must belong to the uid kubeboot runs as and must not be
+ * writable by group or others. Someone else who can write there can plant a
+ * key (`kubelet.key.pending`) or swap a file between our write and rename.
+ */
+export function trustProblem(what: string, stat: { uid: number; mode: number }, uid: number = process.getuid?.() ?? 0): string | null {
+  if (stat.uid !== uid) return `${what} is owned by uid ${stat.uid}, not by uid ${uid} that kubeboot runs as; refusing to keep credentials there (chown ${uid} it)`;
+  if ((stat.mode & 0o022) !== 0) {
+    return `${what} is writable by group or others (mode ${(stat.mode & 0o7777).toString(8).padStart(4, '0')}); refusing to keep credentials there (chmod go-w it)`;
+  }
+  return null;
+}
+
+/** An existing directory kubeboot writes into passes trustProblem; exit 2 otherwise. */
+export async function assertTrustedDir(dir: string, fs: FsOps = realFs): Promise<void> {
+  const stat = await fs.lstat(dir);
+  const problem = trustProblem(dir, stat);
+  if (problem !== null) throw new KubebootError(problem, ExitCode.badInput);
+}
+
+/**
  * Creates `dir` and any missing parents with exactly `mode` and returns the
  * directories it created, outermost first. Existing directories keep their
  * mode and owner: /var/lib/kubelet/pki is 0755 on kubeadm nodes and is not
- * ours to tighten.
+ * ours to tighten; but an existing `dir` someone else owns or can write is
+ * refused (assertTrustedDir).
  */
 export async function ensureDir(dir: string, mode: number, fs: FsOps = realFs): Promise<string[]> {
   const missing: string[] = [];
@@ -167,6 +189,7 @@ export async function ensureDir(dir: string, mode: number, fs: FsOps = realFs): 
       if (path.dirname(current) === current) break;
     }
   }
+  if (missing.length === 0) await assertTrustedDir(path.resolve(dir), fs);
   const created: string[] = [];
   for (const d of missing) {
     try {

@@ -1,5 +1,8 @@
 import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
 import { InputError, ExitCode } from '../../../agent/errors.js';
+import { readOptional } from '../../../agent/read-optional.js';
 import { loadConfig } from '../../../agent/config/load.js';
 import { COMMANDS } from '../../../agent/config/options.js';
 import type { LoadInput } from '../../../agent/config/load.js';
@@ -143,8 +146,8 @@ interface Bad {
 }
 
 const bad: Bad[] = [
-  { name: 'YAML syntax error names the line', file: 'stateDir: /a\nkubelet: [unclosed\nlisten: off\n', message: `${CONFIG}: line 3: invalid YAML: Flow sequence in block collection must be sufficiently indented and end with a ]` },
-  { name: 'duplicate key', file: 'stateDir: /a\nstateDir: /b\n', message: `${CONFIG}: line 2: invalid YAML: Map keys must be unique` },
+  { name: 'YAML syntax error names the line', file: 'stateDir: /a\nkubelet: [unclosed\nlisten: off\n', message: `${CONFIG}: line 3: invalid YAML: bad indentation, or an unclosed [ or { at column 1` },
+  { name: 'duplicate key', file: 'stateDir: /a\nstateDir: /b\n', message: `${CONFIG}: line 2: invalid YAML: duplicate key (keys must be unique) at column 1` },
   { name: 'top level is not a mapping', file: '- a\n- b\n', message: `${CONFIG}: (document): expected a mapping of settings, got a list` },
   { name: 'unknown key with a suggestion', file: 'kubeProxy:\n  enable: true\n', message: `${CONFIG}: kubeProxy.enable: unknown key (did you mean kubeProxy.enabled?)` },
   { name: 'kebab-case key in the file', file: 'bootstrap-kubeconfig: /x\n', message: `${CONFIG}: bootstrap-kubeconfig: unknown key (did you mean bootstrapKubeconfig?)` },
@@ -207,4 +210,18 @@ t.test('wait takes --identity and a --timeout duration', async (t) => {
   t.match((bad as Error).message, /^command line: --timeout: expected seconds or a duration/);
   const misplaced = await loadConfig(input({ argv: ['status', '--timeout', '1m'] })).catch((err: unknown) => err);
   t.match((misplaced as Error).message, /--timeout: only valid with: kubeboot wait/);
+});
+
+t.test('a config file that is a directory or a FIFO is one line naming where it was given, exit 2', async (t) => {
+  const dir = t.testdir({ 'conf.d': {} });
+  execFileSync('mkfifo', [path.join(dir, 'fifo.yaml')]);
+  const real = (argv: string[]) => loadConfig({ argv, env: {}, readFile: readOptional, hostname: 'worker-1' });
+  await t.rejects(real(['run', '--config', path.join(dir, 'conf.d')]), {
+    code: 2,
+    message: `command line: --config: ${path.join(dir, 'conf.d')} is a directory; expected a regular file`,
+  });
+  await t.rejects(real(['run', '--config', path.join(dir, 'fifo.yaml')]), {
+    code: 2,
+    message: `command line: --config: ${path.join(dir, 'fifo.yaml')} is a named pipe (FIFO); expected a regular file`,
+  });
 });

@@ -118,3 +118,11 @@ t.test('no watchdog without WATCHDOG_USEC or without a notify socket', async (t)
   t.equal(startWatchdog(createNotifier({ env: { NOTIFY_SOCKET: '@x' }, logger, exec }), { env: {} }), null);
   t.equal(startWatchdog(createNotifier({ env: {}, logger, exec }), { env: { WATCHDOG_USEC: '1000000' } }), null);
 });
+
+t.test('a status carrying a token or key is scrubbed before it reaches systemd', async (t) => {
+  const sent: string[][] = [];
+  const exec: NotifyExec = async (_file, args) => void sent.push(args);
+  const notifier = createNotifier({ env: { NOTIFY_SOCKET: '/run/x' }, logger, exec });
+  await notifier.status('kubelet: abcdef.0123456789abcdef rejected; Bearer s3cr3t-value');
+  t.same(sent, [['--status=kubelet: abcdef.[redacted] rejected; Bearer [redacted]']]);
+});

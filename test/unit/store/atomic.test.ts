@@ -2,7 +2,7 @@ import t from 'tap';
 import { mkdir, readdir, readFile, stat, writeFile, chmod } from 'node:fs/promises';
 import path from 'node:path';
 import { KubebootError } from '../../../agent/errors.js';
-import { ensureDir, isTempName, realFs, removeFileDurably, tempPathFor, writeFileAtomic } from '../../../agent/store/atomic.js';
+import { ensureDir, isTempName, realFs, removeFileDurably, tempPathFor, trustProblem, writeFileAtomic } from '../../../agent/store/atomic.js';
 import type { FsOps } from '../../../agent/store/atomic.js';
 
 const modeOf = async (p: string) => (await stat(p)).mode & 0o777;
@@ -126,4 +126,14 @@ t.test('temp names are recognisable so the watcher can ignore them', async (t) =
   t.ok(isTempName(tempPathFor('/etc/kubernetes/kubelet.conf')));
   t.notOk(isTempName('/etc/kubernetes/kubelet.conf'));
   t.not(tempPathFor('/a/b'), tempPathFor('/a/b'), 'unique per call');
+});
+
+t.test('ensureDir refuses an existing directory that group or others can write, or another uid owns (exit 2)', async (t) => {
+  const dir = path.join(t.testdir(), 'state');
+  await mkdir(dir);
+  await chmod(dir, 0o777);
+  await t.rejects(ensureDir(dir, 0o700), { code: 2, message: `${dir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)` });
+  await chmod(dir, 0o755);
+  t.same(await ensureDir(dir, 0o700), [], 'a 0755 directory (kubeadm’s /var/lib/kubelet/pki) is fine');
+  t.equal(trustProblem(dir, { uid: 4242, mode: 0o40700 }, 0), `${dir} is owned by uid 4242, not by uid 0 that kubeboot runs as; refusing to keep credentials there (chown 0 it)`);
 });
