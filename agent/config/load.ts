@@ -18,7 +18,7 @@ import type { Command, ConfigKey, OptionSpec } from './options.js';
 import type { Config } from './types.js';
 import { dns1123SubdomainProblem, parseBool, parseDuration, quote } from './values.js';
 import { validateConfig } from './validate.js';
-import { isMapping, kindOf, parseYaml } from './yaml.js';
+import { isMapping, kindOf } from './shape.js';
 
 
 export interface LoadInput {
@@ -78,7 +78,8 @@ export async function loadConfig(input: LoadInput): Promise<Loaded> {
   if (text === null && configSetting !== undefined) {
     throw new InputError(configSetting.origin.source, configSetting.origin.field, `config file not found: ${configFile}`);
   }
-  const fileLayer = text === null ? [] : fileSettings(configFile, parseYaml(configFile, text));
+  // The YAML library loads only when there is a file to parse: `--version` and `--help` never need it.
+  const fileLayer = text === null ? [] : fileSettings(configFile, (await import('./yaml.js')).parseYaml(configFile, text));
 
   const config = defaultConfig(hostNodeName);
   const origins = new Map<ConfigKey, Origin>();

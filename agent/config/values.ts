@@ -5,7 +5,7 @@
  */
 import net from 'node:net';
 import { DEFAULT_LISTEN } from './defaults.js';
-import { canonicalPin } from '../pki/pin.js';
+import { canonicalPin } from '../pki/pin-format.js';
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
 

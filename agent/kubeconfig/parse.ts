@@ -6,7 +6,8 @@
  */
 import path from 'node:path';
 import { InputError } from '../errors.js';
-import { isMapping, kindOf, parseYaml } from '../config/yaml.js';
+import { isMapping, kindOf } from '../config/shape.js';
+import { parseYaml } from '../config/yaml.js';
 import { UnreadableInputError } from '../read-optional.js';
 
 import type { ReadFile } from '../read-optional.js';
