@@ -19,6 +19,7 @@ Commands:
   check       validate configuration, bootstrap kubeconfig, reachability and existing credentials; change nothing
   status      show each identity's subject, issuer, expiry, files, next renewal and last error
   renew       ask the running daemon to renew now (or renew directly when no daemon runs)
+  approver    cluster side: approve kube-proxy client (and, opted in, kubelet serving) CSRs that pass every rule
 
 ${renderOptionsHelp()}
 Other options:

@@ -1,0 +1,138 @@
+/**
+ * The approver loop: the informer feeds CSR names into a queue; while this
+ * process leads, one worker takes each name, decides (decide.ts) and acts:
+ * approve through /approval, or report the violated rule once (a log line
+ * and an Event) and leave the CSR pending, or deny it under --deny-violations.
+ * One worker keeps per-node decisions in creation order, which the
+ * one-unissued-per-node rule relies on.
+ */
+import type { KubeClient } from '../kube/client.js';
+import type { Logger } from '../log.js';
+import { decideCsr, getNode, subjectAccessReview, warnOnCsr } from './api.js';
+import type { ApproverCsr } from './csr.js';
+import { decide, type Decision } from './decide.js';
+import { CsrInformer } from './informer.js';
+import { LeaderElector, type LeaderOptions } from './leader.js';
+import type { ApproverMetrics } from './metrics.js';
+import type { ApproverPolicy } from './policy.js';
+
+export interface ApproverOptions {
+  policy: ApproverPolicy;
+  denyViolations: boolean;
+  lease: Omit<LeaderOptions, 'onChange' | 'now'>;
+  resyncMs: number;
+  /** A CSR whose decision failed (API error) is retried after this long. */
+  retryMs?: number;
+}
+
+export class Approver {
+  readonly informer: CsrInformer;
+  readonly leader: LeaderElector;
+  readonly #client: KubeClient;
+  readonly #opts: ApproverOptions;
+  readonly #logger: Logger;
+  readonly #metrics: ApproverMetrics;
+  readonly #queue = new Set<string>();
+  /** CSR uid → the violation last reported, so a resync does not repeat the Event. */
+  readonly #reported = new Map<string, string>();
+  #draining = false;
+  #signal: AbortSignal | null = null;
+
+  constructor(client: KubeClient, opts: ApproverOptions, logger: Logger, metrics: ApproverMetrics) {
+    this.#client = client;
+    this.#opts = opts;
+    this.#logger = logger;
+    this.#metrics = metrics;
+    this.informer = new CsrInformer(client, { resyncMs: opts.resyncMs, onChange: (name) => this.#enqueue(name) }, logger);
+    this.leader = new LeaderElector(
+      client,
+      {
+        ...opts.lease,
+        onChange: (leading) => {
+          metrics.leader(leading);
+          // A new leader looks at everything: CSRs may have arrived while it waited.
+          if (leading) for (const name of this.informer.cache.keys()) this.#enqueue(name);
+        },
+      },
+      logger,
+    );
+  }
+
+  async run(signal: AbortSignal): Promise<void> {
+    this.#signal = signal;
+    await Promise.all([this.informer.run(signal), this.leader.run(signal)]);
+  }
+
+  #stopped(): boolean {
+    return this.#signal?.aborted === true;
+  }
+
+  #enqueue(name: string): void {
+    this.#queue.add(name);
+    if (!this.#draining) void this.#drain();
+  }
+
+  async #drain(): Promise<void> {
+    this.#draining = true;
+    try {
+      while (this.#queue.size > 0 && !this.#stopped()) {
+        const name = this.#queue.values().next().value as string;
+        this.#queue.delete(name);
+        if (!this.leader.isLeader()) continue;
+        const csr = this.informer.cache.get(name);
+        if (csr === undefined) continue;
+        try {
+          await this.#handle(csr);
+        } catch (err) {
+          if (this.#stopped()) return;
+          this.#logger.warn('could not decide on CSR; retrying', { csr: name, error: (err as Error).message });
+          setTimeout(() => this.#enqueue(name), this.#opts.retryMs ?? 5_000).unref();
+        }
+      }
+    } finally {
+      this.#draining = false;
+    }
+  }
+
+  async #handle(csr: ApproverCsr): Promise<void> {
+    const signal = this.#signal ?? undefined;
+    const decision = await decide(csr, this.#opts.policy, {
+      node: (name) => getNode(this.#client, name, signal),
+      allowed: (c, subresource) => subjectAccessReview(this.#client, c, subresource, signal),
+      all: () => this.informer.cache.values(),
+    });
+    if (decision.kind === 'ignore') return;
+    // The look-ups took time; a leader that lost its lease meanwhile must not act.
+    if (!this.leader.isLeader()) return;
+    if (decision.kind === 'approve') return this.#approve(csr, decision);
+    return this.#violation(csr, decision);
+  }
+
+  async #approve(csr: ApproverCsr, decision: Extract<Decision, { kind: 'approve' }>): Promise<void> {
+    const message = `Approved by kubeboot approver ${this.#opts.lease.identity}: ${decision.message}`;
+    if (!(await decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined))) {
+      this.#logger.info('CSR changed while deciding; it is looked at again', { csr: csr.metadata.name });
+      return;
+    }
+    this.#metrics.decision(csr.spec.signerName, 'approved', decision.policy);
+    const created = Date.parse(csr.metadata.creationTimestamp ?? '');
+    if (!Number.isNaN(created)) this.#metrics.approvalLatency((Date.now() - created) / 1000);
+    this.#logger.info('approved CSR', { csr: csr.metadata.name, requester: csr.spec.username, signer: csr.spec.signerName, policy: decision.policy });
+  }
+
+  async #violation(csr: ApproverCsr, decision: Extract<Decision, { kind: 'violation' }>): Promise<void> {
+    const fields = { csr: csr.metadata.name, requester: csr.spec.username, signer: csr.spec.signerName, rule: decision.rule };
+    if (this.#opts.denyViolations) {
+      if (!(await decideCsr(this.#client, csr, 'Denied', decision.message, this.#signal ?? undefined))) return;
+      this.#metrics.decision(csr.spec.signerName, 'denied', decision.rule);
+      this.#logger.warn(`denied CSR: ${decision.message}`, fields);
+      return;
+    }
+    const key = csr.metadata.uid ?? csr.metadata.name;
+    if (this.#reported.get(key) === decision.message) return;
+    this.#reported.set(key, decision.message);
+    this.#metrics.decision(csr.spec.signerName, 'left-pending', decision.rule);
+    this.#logger.warn(`left CSR pending: ${decision.message}`, fields);
+    await warnOnCsr(this.#client, csr, 'PolicyViolation', `kubeboot approver left this CSR pending: ${decision.message}`, this.#signal ?? undefined);
+  }
+}
