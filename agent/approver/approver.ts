@@ -9,12 +9,15 @@
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
 import { decideCsr, getNode, subjectAccessReview, warnOnCsr } from './api.js';
-import type { ApproverCsr } from './csr.js';
-import { decide, type Decision } from './decide.js';
+import { isSettled, type ApproverCsr } from './csr.js';
+import { AUTHORIZED_RULE, decide, type Decision } from './decide.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
 import type { ApproverMetrics } from './metrics.js';
 import type { ApproverPolicy } from './policy.js';
+
+/** Rules whose outcome changes without the CSR changing (a Node appears, RBAC is granted, the older CSR is issued). */
+const TRANSIENT_RULES = new Set(['node-exists', AUTHORIZED_RULE, 'one-unissued-per-node']);
 
 export interface ApproverOptions {
   policy: ApproverPolicy;
@@ -35,6 +38,8 @@ export class Approver {
   readonly #queue = new Set<string>();
   /** CSR uid → the violation last reported, so a resync does not repeat the Event. */
   readonly #reported = new Map<string, string>();
+  /** CSR uid → how often a transient rule failed, for the back-off of its re-check. */
+  readonly #rechecks = new Map<string, number>();
   #draining = false;
   #signal: AbortSignal | null = null;
 
@@ -81,6 +86,7 @@ export class Approver {
         if (!this.leader.isLeader()) continue;
         const csr = this.informer.cache.get(name);
         if (csr === undefined) continue;
+        if (isSettled(csr)) this.#forget(csr);
         try {
           await this.#handle(csr);
         } catch (err) {
@@ -92,6 +98,12 @@ export class Approver {
     } finally {
       this.#draining = false;
     }
+  }
+
+  #forget(csr: ApproverCsr): void {
+    const key = csr.metadata.uid ?? csr.metadata.name;
+    this.#reported.delete(key);
+    this.#rechecks.delete(key);
   }
 
   async #handle(csr: ApproverCsr): Promise<void> {
@@ -129,6 +141,14 @@ export class Approver {
       return;
     }
     const key = csr.metadata.uid ?? csr.metadata.name;
+    if (TRANSIENT_RULES.has(decision.rule)) {
+      // The kubelet registers its Node only after it has its credential, so the kube-proxy CSR may
+      // come first; look again soon (5 s, 10 s, 20 s ... up to the resync period) instead of a resync away.
+      const n = this.#rechecks.get(key) ?? 0;
+      this.#rechecks.set(key, n + 1);
+      const delay = Math.min(this.#opts.resyncMs, (this.#opts.retryMs ?? 5_000) * 2 ** Math.min(n, 10));
+      setTimeout(() => this.#enqueue(csr.metadata.name), delay).unref();
+    }
     if (this.#reported.get(key) === decision.message) return;
     this.#reported.set(key, decision.message);
     this.#metrics.decision(csr.spec.signerName, 'left-pending', decision.rule);
