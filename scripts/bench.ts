@@ -3,6 +3,7 @@
 //   - API requests one bootstrap makes, and approval → files-on-disk time
 //   - idle `kubeboot run`: RSS and CPU over a minute, next to a bare Node timer
 //   - cold start of the bundle vs `node -e 0`
+//   - kubeboot approver: CSR created → approved p50/p99, idle RSS (scripts/bench-approver.ts)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,6 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane } from '../test/support/controlplane.js';
 import { bundle, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
+import { benchApprover } from './bench-approver.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 const rows: [string, string][] = [];
@@ -73,6 +75,8 @@ try {
   daemon.child.kill('SIGTERM');
   bare.kill('SIGTERM');
   await daemon.done;
+
+  rows.push(...(await benchApprover(plane, join(dir, 'approver'))));
 
   rows.push(['cold start: node dist/kubeboot.cjs --version (median of 20)', `${coldStart([process.execPath, bundle, '--version']).toFixed(0)} ms`]);
   rows.push(['cold start: node -e 0 (median of 20)', `${coldStart([process.execPath, '-e', '0']).toFixed(0)} ms`]);

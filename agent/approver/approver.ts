@@ -9,7 +9,7 @@
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
 import { decideCsr, getNode, subjectAccessReview, warnOnCsr } from './api.js';
-import { isSettled, type ApproverCsr } from './csr.js';
+import { isSettled, isUnissued, type ApproverCsr } from './csr.js';
 import { AUTHORIZED_RULE, decide, type Decision } from './decide.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
@@ -48,7 +48,7 @@ export class Approver {
     this.#opts = opts;
     this.#logger = logger;
     this.#metrics = metrics;
-    this.informer = new CsrInformer(client, { resyncMs: opts.resyncMs, onChange: (name) => this.#enqueue(name) }, logger);
+    this.informer = new CsrInformer(client, { resyncMs: opts.resyncMs, onChange: (name) => this.#changed(name) }, logger);
     this.leader = new LeaderElector(
       client,
       {
@@ -70,6 +70,19 @@ export class Approver {
 
   #stopped(): boolean {
     return this.#signal?.aborted === true;
+  }
+
+  /**
+   * A CSR that got its certificate (or was denied) may unblock a newer one of
+   * the same requester (one-unissued-per-node), so those are looked at again now.
+   */
+  #changed(name: string): void {
+    this.#enqueue(name);
+    const csr = this.informer.cache.get(name);
+    if (csr === undefined || isUnissued(csr)) return;
+    for (const other of this.informer.cache.values()) {
+      if (other.spec.username === csr.spec.username && other.spec.signerName === csr.spec.signerName && !isSettled(other)) this.#enqueue(other.metadata.name);
+    }
   }
 
   #enqueue(name: string): void {

@@ -18,7 +18,7 @@ t.test('--help lists every flag and every exit code the README documents', async
     t.match(readme, new RegExp(`\\n\\| ${code} \\|`), `README documents exit code ${code}`);
     t.match(help, new RegExp(`\\n  ${code}  `), `--help documents exit code ${code}`);
   }
-  for (const command of ['bootstrap', 'run', 'check', 'status', 'renew']) {
+  for (const command of ['bootstrap', 'run', 'check', 'status', 'renew', 'approver']) {
     t.match(help, new RegExp(`\\n  ${command} `), `--help lists ${command}`);
     t.match(readme, `kubeboot ${command}`, `README lists ${command}`);
   }
