@@ -79,22 +79,27 @@ export class LeaderElector {
   /** Runs until the signal aborts; then releases the lease if held. */
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
-      const started = this.#now();
-      try {
-        if (await this.#tryAcquireOrRenew(signal)) {
-          this.#renewedAt = started;
-          this.#setLeading(true, 'lease acquired or renewed');
-        } else {
-          this.#setLeading(false, 'lease held by another');
-        }
-      } catch (err) {
-        if (signal.aborted) break;
-        this.#logger.warn('lease update failed', { lease: `${this.#opts.namespace}/${this.#opts.name}`, error: (err as Error).message });
-      }
-      this.isLeader();
+      await this.step(signal);
       await sleep(this.#opts.retryPeriodMs, signal);
     }
     await this.release();
+  }
+
+  /** One attempt to take or renew the lease; a failed attempt only counts against the renew deadline. */
+  async step(signal: AbortSignal): Promise<void> {
+    const started = this.#now();
+    try {
+      if (await this.#tryAcquireOrRenew(signal)) {
+        this.#renewedAt = started;
+        this.#setLeading(true, 'lease acquired or renewed');
+      } else {
+        this.#setLeading(false, 'lease held by another');
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      this.#logger.warn('lease update failed', { lease: `${this.#opts.namespace}/${this.#opts.name}`, error: (err as Error).message });
+    }
+    this.isLeader();
   }
 
   async #tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
