@@ -3,8 +3,8 @@
  * process leads, one worker takes each name, decides (decide.ts) and acts:
  * approve through /approval, or report the violated rule once (a log line
  * and an Event) and leave the CSR pending, or deny it under --deny-violations.
- * One worker keeps per-node decisions in creation order, which the
- * one-unissued-per-node rule relies on.
+ * Workers run in parallel across requesters but one at a time per requester,
+ * which the one-unissued-per-node rule relies on.
  */
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
@@ -18,6 +18,9 @@ import type { ApproverPolicy } from './policy.js';
 
 /** Rules whose outcome changes without the CSR changing (a Node appears, RBAC is granted, the older CSR is issued). */
 const TRANSIENT_RULES = new Set(['node-exists', AUTHORIZED_RULE, 'one-unissued-per-node']);
+
+/** Decisions in flight at once: each is three API round trips (Node, SubjectAccessReview, /approval). */
+const WORKERS = 8;
 
 export interface ApproverOptions {
   policy: ApproverPolicy;
@@ -40,7 +43,8 @@ export class Approver {
   readonly #reported = new Map<string, string>();
   /** CSR uid → how often a transient rule failed, for the back-off of its re-check. */
   readonly #rechecks = new Map<string, number>();
-  #draining = false;
+  /** Requesters with a decision in flight. */
+  readonly #busy = new Set<string>();
   #signal: AbortSignal | null = null;
 
   constructor(client: KubeClient, opts: ApproverOptions, logger: Logger, metrics: ApproverMetrics) {
@@ -87,29 +91,42 @@ export class Approver {
 
   #enqueue(name: string): void {
     this.#queue.add(name);
-    if (!this.#draining) void this.#drain();
+    this.#pump();
   }
 
-  async #drain(): Promise<void> {
-    this.#draining = true;
+  /**
+   * Starts workers up to WORKERS, each on the oldest queued CSR whose
+   * requester has none in flight: different nodes are decided in parallel,
+   * one node's CSRs in order (one-unissued-per-node relies on that).
+   */
+  #pump(): void {
+    for (const name of this.#queue) {
+      if (this.#busy.size >= WORKERS || this.#stopped()) return;
+      const csr = this.informer.cache.get(name);
+      const requester = csr?.spec.username ?? '';
+      if (csr !== undefined && this.#busy.has(requester)) continue;
+      this.#queue.delete(name);
+      if (csr === undefined || !this.leader.isLeader()) continue;
+      this.#busy.add(requester);
+      void this.#process(csr).finally(() => {
+        this.#busy.delete(requester);
+        this.#pump();
+      });
+    }
+  }
+
+  async #process(csr: ApproverCsr): Promise<void> {
+    const name = csr.metadata.name;
+    if (isSettled(csr)) {
+      this.#forget(csr);
+      return;
+    }
     try {
-      while (this.#queue.size > 0 && !this.#stopped()) {
-        const name = this.#queue.values().next().value as string;
-        this.#queue.delete(name);
-        if (!this.leader.isLeader()) continue;
-        const csr = this.informer.cache.get(name);
-        if (csr === undefined) continue;
-        if (isSettled(csr)) this.#forget(csr);
-        try {
-          await this.#handle(csr);
-        } catch (err) {
-          if (this.#stopped()) return;
-          this.#logger.warn('could not decide on CSR; retrying', { csr: name, error: (err as Error).message });
-          setTimeout(() => this.#enqueue(name), this.#opts.retryMs ?? 5_000).unref();
-        }
-      }
-    } finally {
-      this.#draining = false;
+      await this.#handle(csr);
+    } catch (err) {
+      if (this.#stopped()) return;
+      this.#logger.warn('could not decide on CSR; retrying', { csr: name, error: (err as Error).message });
+      setTimeout(() => this.#enqueue(name), this.#opts.retryMs ?? 5_000).unref();
     }
   }
 
