@@ -14,6 +14,9 @@ import { approvals, createNode, csrEvents, installApprover, KUBE_PROXY, nodeClie
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, type Running } from '../support/kubeboot.js';
+import { listenNotifySocket } from '../support/notify-socket.js';
+import { freePort } from '../support/processes.js';
+import { request } from 'undici';
 
 const run = promisify(execFile);
 
@@ -162,5 +165,44 @@ if (plane) {
     await Promise.all(during.map(approved));
     for (const name of [...before, ...during]) t.equal(approvals(await getCsr(name)).length, 1, `${name}: exactly one approval`);
     await Promise.all(clients.map((c) => c.close()));
+  });
+
+  t.test('under --deny-violations a broken CSR is denied naming its rule; READY=1, /readyz and /metrics', async (t) => {
+    approver.child.kill('SIGTERM');
+    await approver.done;
+    const notify = await listenNotifySocket(dir, { abstract: true });
+    t.teardown(() => notify.close());
+    const port = await freePort();
+    approver = startApprover(config, [...policyFlags, '--deny-violations', '--approver-listen', `127.0.0.1:${port}`], { NOTIFY_SOCKET: notify.path });
+    await notify.waitFor((m) => m.includes('READY=1'), 60_000);
+    await approver.waitForOutput(/became the leader/, 30_000);
+    await createNode(plane, 'denied');
+    const node = await nodeClient(plane, 'denied');
+    const bad = await submitCsr(node, { cn: 'root', name: 'deny' });
+    const csr = await plane.admin.waitFor(`${bad} denied`, async () => {
+      const c = await getCsr(bad);
+      return (c?.status?.conditions ?? []).some((x: KubeObject) => x.type === 'Denied') ? c : undefined;
+    }, 30_000);
+    const [denied] = csr!.status.conditions as KubeObject[];
+    t.equal(denied?.reason, 'KubebootApprover', 'denied with reason KubebootApprover');
+    t.match(denied?.message, 'kube-proxy-client rule subject: CN root is not system:kube-proxy', 'the message names the rule');
+    // A denied CSR is settled, so it does not hold back the node's next one.
+    const good = await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'after-deny' });
+    await approved(good);
+    const text = async (path: string) => {
+      const res = await request(`http://127.0.0.1:${port}${path}`);
+      return { status: res.statusCode, body: await res.body.text() };
+    };
+    t.equal((await text('/healthz')).status, 200, '/healthz');
+    const ready = await text('/readyz');
+    t.equal(ready.status, 200, '/readyz once the CSR cache is synced');
+    t.match(ready.body, /leader: yes/);
+    const metrics = (await text('/metrics')).body;
+    // It also denied the CSRs the earlier tests left pending: those count too.
+    t.match(metrics, /kubeboot_approver_decisions_total\{signer="kubernetes.io\/kube-apiserver-client",decision="denied",rule="subject"\} [1-9]/, 'denials are counted by rule');
+    t.match(metrics, /kubeboot_approver_decisions_total\{signer="kubernetes.io\/kube-apiserver-client",decision="approved",rule="kube-proxy-client"\} [1-9]/, 'approvals by policy');
+    t.match(metrics, /kubeboot_approver_leader 1/, 'leader gauge');
+    t.match(metrics, /kubeboot_approver_approval_latency_seconds_count [1-9]/, 'latency histogram');
+    await node.close();
   });
 }

@@ -34,8 +34,8 @@ export async function installApprover(plane: ControlPlane, dir: string): Promise
 /** Fast leader election so takeovers fit in a test. */
 export const FAST_LEASE = ['--lease-duration', '4s', '--renew-deadline', '3s', '--retry-period', '1s'];
 
-export function startApprover(config: string, extra: string[] = []): Running {
-  return startKubeboot(['approver', '--config', config, '--approver-listen', 'off', ...FAST_LEASE, ...extra]);
+export function startApprover(config: string, extra: string[] = [], env: NodeJS.ProcessEnv = {}): Running {
+  return startKubeboot(['approver', '--config', config, '--approver-listen', 'off', ...FAST_LEASE, ...extra], env);
 }
 
 export async function createNode(plane: ControlPlane, name: string, addresses: { type: string; address: string }[] = []): Promise<void> {
