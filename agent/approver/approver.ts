@@ -1,6 +1,6 @@
 /**
  * The approver loop: the informer feeds CSR names into a queue; while this
- * process leads, one worker takes each name, decides (decide.ts) and acts:
+ * process leads, a worker takes each name, decides (decide.ts) and acts:
  * approve through /approval, or report the violated rule once (a log line
  * and an Event) and leave the CSR pending, or deny it under --deny-violations.
  * Workers run in parallel across requesters but one at a time per requester,
