@@ -106,7 +106,11 @@ export class Approver {
       const requester = csr?.spec.username ?? '';
       if (csr !== undefined && this.#busy.has(requester)) continue;
       this.#queue.delete(name);
-      if (csr === undefined || !this.leader.isLeader()) continue;
+      if (csr === undefined) continue;
+      if (!this.leader.isLeader()) {
+        this.#logger.debug('not the leader; CSR left to the leader', { csr: name });
+        continue;
+      }
       this.#busy.add(requester);
       void this.#process(csr).finally(() => {
         this.#busy.delete(requester);

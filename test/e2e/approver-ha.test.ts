@@ -77,4 +77,35 @@ if (plane) {
     t.match(standby.output(), /became the leader/, 'the standby logged that it became the leader');
     await Promise.all(clients.map((c) => c.close()));
   });
+
+  t.test('a leader whose lease is taken stops approving at once, and resumes when it gets the lease back', async (t) => {
+    const approver = startApprover(config, ['--log-level', 'debug']);
+    t.teardown(async () => {
+      approver.child.kill('SIGTERM');
+      await approver.done;
+    });
+    await approver.waitForOutput(/became the leader/, 60_000);
+    const leasePath = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver';
+    const lease = (await plane.admin.request<KubeObject>('GET', leasePath)).body;
+    // Another holder with a long lease, written over the leader's.
+    lease.spec = { ...lease.spec, holderIdentity: 'intruder', leaseDurationSeconds: 3600, renewTime: new Date().toISOString().replace('Z', '000Z') };
+    const stolen = await plane.admin.request('PUT', leasePath, lease);
+    t.equal(stolen.status, 200, 'the lease is taken over by another holder');
+    await approver.waitForOutput(/stopped leading/, 30_000);
+    await createNode(plane, 'while-stolen');
+    const node = await nodeClient(plane, 'while-stolen');
+    const name = await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'while-stolen' });
+    await approver.waitForOutput(new RegExp(`"csr":"${name}"[^\\n]*not the leader; CSR left to the leader`), 30_000);
+    t.same(approvals(await plane.admin.getCsr(name)), [], 'seen while not leading, and not approved');
+    // Give it back: the approver takes the released lease and only then approves.
+    const current = (await plane.admin.request<KubeObject>('GET', leasePath)).body;
+    current.spec = { ...current.spec, holderIdentity: undefined, leaseDurationSeconds: 1 };
+    const releasedAt = Date.now();
+    t.equal((await plane.admin.request('PUT', leasePath, current)).status, 200, 'the other holder releases the lease');
+    const csr = await plane.admin.waitFor(`${name} approved`, async () => (approvals(await plane.admin.getCsr(name)).length > 0 ? plane.admin.getCsr(name) : undefined), 30_000);
+    const [approval] = approvals(csr);
+    t.ok(Date.parse(approval?.lastUpdateTime ?? '') >= Math.floor(releasedAt / 1000) * 1000, 'approved only after the lease came back');
+    t.equal(approvals(csr).length, 1, 'approved once');
+    await node.close();
+  });
 }
