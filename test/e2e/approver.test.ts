@@ -24,7 +24,8 @@ const plane = await controlPlaneOrSkip(t, { name: 'approver' });
 if (plane) {
   const dir = await mkdtemp(join(tmpdir(), 'kubeboot-approver-'));
   const config = await installApprover(plane, dir);
-  const policyFlags = ['--approve-kubelet-serving', '--max-expiration', '24h', '--serving-dns-suffix', 'nodes.example', '--serving-ip-cidr', '10.0.0.0/24'];
+  // A long resync: every re-check these tests see comes from an event or the transient-rule back-off.
+  const policyFlags = ['--resync-period', '10m', '--approve-kubelet-serving', '--max-expiration', '24h', '--serving-dns-suffix', 'nodes.example', '--serving-ip-cidr', '10.0.0.0/24'];
   let approver: Running = startApprover(config, policyFlags);
   await approver.waitForOutput(/became the leader/, 60_000);
   t.teardown(async () => {
@@ -165,6 +166,17 @@ if (plane) {
     await Promise.all(during.map(approved));
     for (const name of [...before, ...during]) t.equal(approvals(await getCsr(name)).length, 1, `${name}: exactly one approval`);
     await Promise.all(clients.map((c) => c.close()));
+  });
+
+  t.test('a kube-proxy CSR sent before its Node registers is approved once the Node exists, without a resync', async (t) => {
+    const node = await nodeClient(plane, 'late');
+    const name = await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'before-node' });
+    const events = await plane.admin.waitFor(`Event on ${name}`, async () => ((await csrEvents(plane, name)).length > 0 ? csrEvents(plane, name) : undefined), 30_000);
+    t.match(events[0]?.message, 'rule node-exists: no Node late exists');
+    await createNode(plane, 'late');
+    await approved(name);
+    t.equal(approvals(await getCsr(name)).length, 1, 'approved once the kubelet registered the Node');
+    await node.close();
   });
 
   t.test('under --deny-violations a broken CSR is denied naming its rule; READY=1, /readyz and /metrics', async (t) => {
