@@ -52,7 +52,7 @@ export class Approver {
     this.#opts = opts;
     this.#logger = logger;
     this.#metrics = metrics;
-    this.informer = new CsrInformer(client, { resyncMs: opts.resyncMs, onChange: (name) => this.#changed(name) }, logger);
+    this.informer = new CsrInformer(client, { resyncMs: opts.resyncMs, onChange: (name) => this.#changed(name), onDelete: (csr) => this.#forget(csr) }, logger);
     this.leader = new LeaderElector(
       client,
       {

@@ -15,6 +15,8 @@ export const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests
 export interface InformerOptions {
   resyncMs: number;
   onChange: (name: string) => void;
+  /** A CSR left the cache (deleted, or gone from a re-list). */
+  onDelete?: (csr: ApproverCsr) => void;
   /** Server-side watch timeout; the watch is then resumed. */
   watchTimeoutSeconds?: number;
 }
@@ -71,6 +73,11 @@ export class CsrInformer {
     }
   }
 
+  #delete(name: string, csr: ApproverCsr): void {
+    this.cache.delete(name);
+    this.#opts.onDelete?.(csr);
+  }
+
   #resync(): void {
     for (const name of this.cache.keys()) this.#opts.onChange(name);
   }
@@ -82,7 +89,7 @@ export class CsrInformer {
       seen.add(csr.metadata.name);
       this.cache.set(csr.metadata.name, csr);
     }
-    for (const name of [...this.cache.keys()]) if (!seen.has(name)) this.cache.delete(name);
+    for (const [name, csr] of [...this.cache]) if (!seen.has(name)) this.#delete(name, csr);
     this.#synced = true;
     this.#resync();
     return res.body.metadata.resourceVersion;
@@ -100,7 +107,7 @@ export class CsrInformer {
         rv = event.object.metadata.resourceVersion ?? rv;
         if (event.type === 'BOOKMARK') continue;
         const name = event.object.metadata.name;
-        if (event.type === 'DELETED') this.cache.delete(name);
+        if (event.type === 'DELETED') this.#delete(name, event.object);
         else {
           this.cache.set(name, event.object);
           this.#opts.onChange(name);

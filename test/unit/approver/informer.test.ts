@@ -16,6 +16,7 @@ t.test('lists, watches from the list resourceVersion, re-lists on 410 and resume
   t.teardown(() => mock.close());
   const pool = mock.get(server);
   const seen: string[] = [];
+  const deleted: string[] = [];
   const isList = (rv?: string) => (path: string) => path === CSR_PATH && rv === undefined;
   const isWatch = (rv: string) => (path: string) => path.startsWith(`${CSR_PATH}?`) && path.includes('watch=true') && path.includes(`resourceVersion=${rv}&`);
   pool.intercept({ path: isList(), method: 'GET' }).reply(200, { metadata: { resourceVersion: '10' }, items: [csr('a', '5'), csr('b', '6')] });
@@ -28,6 +29,7 @@ t.test('lists, watches from the list resourceVersion, re-lists on 410 and resume
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
     {
       resyncMs: 3_600_000,
+      onDelete: (csr) => deleted.push(csr.metadata.name),
       onChange: (name) => {
         seen.push(`${name}@${informer.cache.get(name)?.metadata.resourceVersion}`);
         if (name === 'a' && informer.cache.get('a')?.metadata.resourceVersion === '26') stop.abort();
@@ -40,4 +42,5 @@ t.test('lists, watches from the list resourceVersion, re-lists on 410 and resume
   t.ok(informer.synced);
   t.same(seen, ['a@5', 'b@6', 'c@11', 'a@5', 'c@11', 'a@26'], 'first list, the watch, the re-list after 410, the resumed watch after a bookmark');
   t.same([...informer.cache.keys()].sort(), ['a', 'c'], 'b, gone while the watch was expired, is dropped');
+  t.same(deleted, ['b'], 'and reported as deleted');
 });
