@@ -102,7 +102,7 @@ stage_common() { # stage npm-arch strip-command
   install -d "$s/usr/lib/kubeboot/lib/$build"
   install -m0644 "dist/lib/$build"/*.mjs "$s/usr/lib/kubeboot/lib/$build/"
   install -m0755 packaging/files/kubeboot.sh "$s/usr/bin/kubeboot"
-  install -m0644 systemd/kubeboot.service "$s/usr/lib/systemd/system/"
+  install -m0644 systemd/kubeboot.service systemd/kubeboot-approver.service "$s/usr/lib/systemd/system/"
   install -m0644 systemd/kubelet.service.d/10-kubeboot.conf "$s/usr/lib/systemd/system/kubelet.service.d/"
   install -m0644 systemd/kube-proxy.service.d/10-kubeboot.conf "$s/usr/lib/systemd/system/kube-proxy.service.d/"
   install -m0644 packaging/files/tmpfiles.conf "$s/usr/lib/tmpfiles.d/kubeboot.conf"
@@ -113,6 +113,8 @@ stage_common() { # stage npm-arch strip-command
     install -d "$s/usr/share/kubeboot/manifests"
     install -m0644 packaging/manifests/*.yaml "$s/usr/share/kubeboot/manifests/"
   fi
+  install -d "$s/usr/share/kubeboot/manifests/approver"
+  install -m0644 packaging/manifests/approver/*.yaml packaging/manifests/approver/*.example "$s/usr/share/kubeboot/manifests/approver/"
   install -m0644 "$work/kubeboot.txt" "$work/THIRD-PARTY-NOTICES.gz" "$s/usr/share/doc/kubeboot/"
   install -m0644 "$work/kubeboot.1.gz" "$s/usr/share/man/man1/"
 }

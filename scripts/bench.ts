@@ -5,6 +5,7 @@
 //   - cold start of the bundle vs `node -e 0`
 //   - kubeboot bootstrap next to the kubelet's own LoadClientCert, interleaved,
 //     with API requests counted by the API server (its audit log)
+//   - kubeboot approver: CSR created → approved p50/p99, idle RSS (scripts/bench-approver.ts)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,6 +13,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane } from '../test/support/controlplane.js';
 import { bundle, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
+import { benchApprover } from './bench-approver.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 const rows: [string, string][] = [];
@@ -120,6 +122,7 @@ try {
     rows.push([`${label}: whole process, ${PEER_RUNS} runs`, `median ${median(who).toFixed(0)} ms, p90 ${quantile(times[who], 0.9).toFixed(0)} ms; API requests (server-side) ${[...new Set(apiRequests[who])].sort().join(' or ')}`]);
   }
   rows.push(['ratio kubeboot / kubelet (medians)', `${(median('kubeboot') / median('kubelet')).toFixed(2)}x`]);
+  rows.push(...(await benchApprover(plane, join(dir, 'approver'))));
 
   rows.push(['cold start: node dist/kubeboot.cjs --version (median of 20)', `${coldStart([process.execPath, bundle, '--version']).toFixed(0)} ms`]);
   rows.push(['cold start: node -e 0 (median of 20)', `${coldStart([process.execPath, '-e', '0']).toFixed(0)} ms`]);

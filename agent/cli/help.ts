@@ -21,6 +21,7 @@ Commands:
   renew       ask the running daemon to renew now (or renew directly when no daemon runs)
   wait        return once an identity (--identity) or every enabled one holds a valid credential on disk;
               reads files only (an ExecStartPre= for kube-proxy.service); exit 4 after --timeout
+  approver    cluster side: approve kube-proxy client (and, opted in, kubelet serving) CSRs that pass every rule
 
 ${renderOptionsHelp()}
 Other options:

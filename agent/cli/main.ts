@@ -47,6 +47,8 @@ async function main(argv: string[]): Promise<number> {
         return await (await import('./renew.js')).runRenew(config, logger, loaded.extraFlags.identity, stop.signal);
       case 'wait':
         return await (await import('./wait.js')).runWait(config, logger, stop.signal, { only: loaded.extraFlags.identity, timeout: loaded.extraFlags.timeout });
+      case 'approver':
+        return await (await import('./approver.js')).runApprover(config, logger, stop.signal);
     }
   } finally {
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());

@@ -12,7 +12,7 @@
 import { KEY_ALGORITHMS } from '../identity.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import type { Config } from './types.js';
-import { dns1123SubdomainProblem, formatDuration, ipProblem, signerNameProblem } from './values.js';
+import { cidrProblem, dns1123SubdomainProblem, formatDuration, ipProblem, signerNameProblem } from './values.js';
 
 /** Dotted paths to the leaves of Config: `nodeName`, `kubeProxy.enabled`, ... */
 type Leaves<T, P extends string = ''> = {
@@ -107,9 +107,9 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('kube-proxy', { key: 'kubeProxy.enabled', type: 'bool', help: 'Also keep a kube-proxy client certificate (--no-kube-proxy disables)' }),
   opt('kube-proxy-kubeconfig', { key: 'kubeProxy.kubeconfig', type: 'path', help: 'Kubeconfig written for kube-proxy' }),
   opt('kube-proxy-cert-dir', { key: 'kubeProxy.certDir', type: 'path', help: 'Directory of the kube-proxy client certificates' }),
-  opt('kube-proxy-common-name', { key: 'kubeProxy.commonName', type: 'string', metavar: 'CN', help: 'Subject CN of the kube-proxy certificate' }),
-  opt('kube-proxy-organization', { key: 'kubeProxy.organizations', type: 'strings', metavar: 'ORG', help: 'Subject O of the kube-proxy certificate (repeatable)' }),
-  opt('kube-proxy-signer', { key: 'kubeProxy.signerName', type: 'string', metavar: 'SIGNER', check: signerNameProblem, help: 'Signer for the kube-proxy CSR (it needs an approver; nothing approves it by default)' }),
+  opt('kube-proxy-common-name', { key: 'kubeProxy.commonName', type: 'string', metavar: 'CN', help: 'Subject CN of the kube-proxy certificate (kubeboot approver requires exactly this)' }),
+  opt('kube-proxy-organization', { key: 'kubeProxy.organizations', type: 'strings', metavar: 'ORG', help: 'Subject O of the kube-proxy certificate (repeatable; kubeboot approver requires exactly these)' }),
+  opt('kube-proxy-signer', { key: 'kubeProxy.signerName', type: 'string', metavar: 'SIGNER', check: signerNameProblem, help: 'Signer for the kube-proxy CSR (kubeboot approver approves only kubernetes.io/kube-apiserver-client; nothing in a stock cluster does)' }),
   fileOnly({ key: 'kubeProxy.hooks', type: 'hooks', help: 'Commands (argv lists, no shell) run after the kube-proxy certificate changed' }),
   opt('kubelet-serving', { key: 'kubeletServing.enabled', type: 'bool', help: 'Also keep a kubelet serving certificate (signer kubernetes.io/kubelet-serving)' }),
   opt('kubelet-serving-cert-dir', { key: 'kubeletServing.certDir', type: 'path', help: 'Directory of the kubelet serving certificates' }),
@@ -125,6 +125,26 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('log-level', { key: 'log.level', type: 'enum', values: ['error', 'warn', 'info', 'debug'], help: 'Log level' }),
   opt('log-format', { key: 'log.format', type: 'enum', values: ['json', 'text', 'auto'], help: 'Log format; auto is text on a terminal, JSON otherwise' }),
   opt('cloud-init-path', { key: 'cloudInitPaths', type: 'paths', help: 'cloud-init cache checked for a leftover bootstrap token (repeatable)' }),
+  opt('kubeconfig', { key: 'approver.kubeconfig', type: 'path', help: 'approver: kubeconfig of its own identity; when the file is absent, the in-cluster service account is used' }),
+  opt('approver-listen', { key: 'approver.listen', type: 'listen', help: 'approver: address for /healthz, /readyz and /metrics; off disables' }),
+  opt('lease-namespace', { key: 'approver.leaseNamespace', type: 'string', metavar: 'NAMESPACE', check: dns1123SubdomainProblem, help: 'approver: namespace of the leader-election Lease' }),
+  opt('lease-name', { key: 'approver.leaseName', type: 'string', metavar: 'NAME', check: dns1123SubdomainProblem, help: 'approver: name of the leader-election Lease' }),
+  opt('lease-duration', { key: 'approver.leaseDuration', type: 'duration', min: { seconds: 2 }, help: "approver: how long others wait after the leader's last renewal before taking over" }),
+  opt('renew-deadline', { key: 'approver.renewDeadline', type: 'duration', min: atLeastOne, help: 'approver: a leader that could not renew for this long stops approving (less than --lease-duration)' }),
+  opt('retry-period', { key: 'approver.retryPeriod', type: 'duration', min: atLeastOne, help: 'approver: how often to renew or try to take the Lease' }),
+  opt('resync-period', { key: 'approver.resyncPeriod', type: 'duration', min: atLeastOne, help: 'approver: look at every pending CSR again this often (RBAC or Nodes may have changed)' }),
+  opt('max-expiration', { key: 'approver.maxExpiration', type: 'duration', min: { seconds: 600, why: 'the API rejects shorter' }, help: 'approver: largest spec.expirationSeconds approved (unset lets the signer decide)' }),
+  opt('allowed-key-algorithm', {
+    key: 'approver.keyAlgorithms',
+    type: 'strings',
+    metavar: 'ALGORITHM',
+    check: (v) => ((KEY_ALGORITHMS as readonly string[]).includes(v) ? null : `expected one of ${KEY_ALGORITHMS.join(', ')}, got ${v}`),
+    help: 'approver: key algorithm a CSR may use (repeatable); RSA below 2048 bits is never approved',
+  }),
+  opt('approve-kubelet-serving', { key: 'approver.kubeletServing', type: 'bool', help: 'approver: also approve kubelet serving CSRs (signer kubernetes.io/kubelet-serving)' }),
+  opt('serving-dns-suffix', { key: 'approver.servingDnsSuffixes', type: 'strings', metavar: 'DOMAIN', check: dns1123SubdomainProblem, help: "approver: serving DNS SANs may also be the node's names under this domain (repeatable)" }),
+  opt('serving-ip-cidr', { key: 'approver.servingIpCidrs', type: 'strings', metavar: 'CIDR', check: cidrProblem, help: "approver: serving IP SANs must also lie in one of these (repeatable; the Node's addresses always apply)" }),
+  opt('deny-violations', { key: 'approver.denyViolations', type: 'bool', help: 'approver: deny a CSR that breaks a rule instead of leaving it pending with an Event' }),
 ];
 
 /** Flags that only some commands take; not part of Config. */
@@ -135,7 +155,7 @@ export interface CommandFlagSpec {
   metavar: string;
   help: string;
 }
-export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'wait'] as const;
+export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'wait', 'approver'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [

@@ -54,6 +54,23 @@ export interface Config {
   log: { level: 'error' | 'warn' | 'info' | 'debug'; format: 'json' | 'text' | 'auto' };
   /** cloud-init caches checked for a leftover copy of the bootstrap token. */
   cloudInitPaths: string[];
+  /** `kubeboot approver` only (cluster side). The kube-proxy subject it requires is kubeProxy.commonName/organizations. */
+  approver: {
+    kubeconfig: string;
+    listen: string | null;
+    leaseNamespace: string;
+    leaseName: string;
+    leaseDuration: number;
+    renewDeadline: number;
+    retryPeriod: number;
+    resyncPeriod: number;
+    maxExpiration: number;
+    keyAlgorithms: string[];
+    kubeletServing: boolean;
+    servingDnsSuffixes: string[];
+    servingIpCidrs: string[];
+    denyViolations: boolean;
+  };
 }
 
 export type { IdentityName };

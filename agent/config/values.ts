@@ -101,3 +101,12 @@ export function ipProblem(raw: string): string | null {
 export function signerNameProblem(raw: string): string | null {
   return /^[a-z0-9.-]+\/[^\s/][^\s]*$/i.test(raw) ? null : `expected a signer name like example.com/signer, got ${quote(raw)}`;
 }
+
+/** `10.0.0.0/8`, `fd00::/64`: an address and a prefix length that fits its family. */
+export function cidrProblem(raw: string): string | null {
+  const [address = '', prefix = '', ...rest] = raw.split('/');
+  const family = net.isIP(address);
+  const bits = Number(prefix);
+  const ok = rest.length === 0 && family !== 0 && /^\d{1,3}$/.test(prefix) && bits <= (family === 4 ? 32 : 128);
+  return ok ? null : `expected a CIDR like 10.0.0.0/8 or fd00::/64, got ${quote(raw)}`;
+}
