@@ -3,8 +3,10 @@ import { bootstrapNode } from '../bootstrap/flow.js';
 import type { Config } from '../config/types.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
+import { prepareJoin } from '../join/prepare.js';
 
 export async function runBootstrap(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
+  await prepareJoin(config, { logger, now: () => new Date(), signal });
   const report = await bootstrapNode(config, { logger, now: () => new Date(), signal });
   for (const outcome of report.outcomes) {
     const issued = outcome.issued;

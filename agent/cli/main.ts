@@ -45,6 +45,11 @@ async function main(argv: string[]): Promise<number> {
         return await (await import('./run.js')).runDaemonCommand(config, logger, stop.signal, async () => (await load()).config);
       case 'renew':
         return await (await import('./renew.js')).runRenew(config, logger, loaded.extraFlags.identity, stop.signal);
+      case 'token':
+        return await (await import('./token.js')).runToken(loaded.positionals, loaded.extraFlags.given, loaded.extraFlags.output, process.env);
+      case 'join-command':
+      case 'user-data':
+        return await (await import('./user-data.js')).runUserData(loaded.command, config, loaded.extraFlags.given, process.env);
     }
   } finally {
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());

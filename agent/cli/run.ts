@@ -9,8 +9,11 @@ import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Daemon } from '../daemon/daemon.js';
 import { takeRenewRequest } from './renew.js';
+import { prepareJoin } from '../join/prepare.js';
 
 export async function runDaemonCommand(config: Config, logger: Logger, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
+  // --server/--token: write the bootstrap kubeconfig the daemon then finds.
+  await prepareJoin(config, { logger, now: () => new Date(), signal });
   const daemon = new Daemon({ config, logger, signal, reload });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {

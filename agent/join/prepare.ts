@@ -1,0 +1,100 @@
+/**
+ * Joining with --server, --token (or --token-file) and --ca-cert-hash
+ * instead of a hand-written bootstrap kubeconfig: the CA comes from pinned
+ * cluster-info discovery (as `kubeadm join --discovery-token` does), then
+ * kubeboot writes the bootstrap kubeconfig itself and the usual flow takes
+ * over — including deleting that kubeconfig (and the token file) once the
+ * node's own credential is proven.
+ *
+ * Writes nothing when a bootstrap kubeconfig already exists (the operator's
+ * or an earlier run's) or the kubelet already holds a usable credential.
+ */
+import path from 'node:path';
+import { stringify } from 'yaml';
+import { identitiesFor } from '../identities.js';
+import { existingCredential } from '../bootstrap/existing.js';
+import type { Config } from '../config/types.js';
+import { ExitCode, InputError, KubebootError } from '../errors.js';
+import { discoverClusterCa } from '../kube/discovery.js';
+import { classifyToken } from '../kubeconfig/parse.js';
+import type { Logger } from '../log.js';
+import { readOptional } from '../read-optional.js';
+import { ensureDir, writeFileAtomic } from '../store/atomic.js';
+
+export interface JoinDeps {
+  logger: Logger;
+  now: () => Date;
+  signal?: AbortSignal;
+}
+
+export type JoinOutcome = 'not-requested' | 'bootstrap-kubeconfig-exists' | 'credential-valid' | 'written';
+
+const SETTINGS = 'configuration';
+
+export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinOutcome> {
+  const { server, token, tokenFile } = config;
+  if (server === null && token === null && tokenFile === null) return 'not-requested';
+  if (server === null) throw new InputError(SETTINGS, 'server (--server, KUBEBOOT_SERVER)', 'missing: a join token needs the API server URL');
+  if (token === null && tokenFile === null) throw new InputError(SETTINGS, 'token (--token, --token-file, KUBEBOOT_TOKEN)', `missing: joining ${server} needs a bootstrap token`);
+  if (token !== null && tokenFile !== null) throw new InputError(SETTINGS, 'tokenFile (--token-file)', 'cannot be combined with token; give one');
+
+  if ((await readOptional(config.bootstrapKubeconfig)) !== null) {
+    deps.logger.info(`join: ${config.bootstrapKubeconfig} exists; using it instead of --server/--token`);
+    return 'bootstrap-kubeconfig-exists';
+  }
+  const kubelet = await existingCredential(identitiesFor(config)[0]!, deps.now(), null);
+  if (kubelet.usable) return 'credential-valid';
+
+  const secret = token ?? (await readTokenFile(tokenFile as string));
+  const auth = classifyToken(secret);
+  const where = token !== null ? 'token (--token, KUBEBOOT_TOKEN)' : (tokenFile as string);
+  if ('problem' in auth) throw new InputError(SETTINGS, where, auth.problem);
+  if (auth.kind !== 'bootstrap-token') throw new InputError(SETTINGS, where, 'not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16})');
+  if (config.caCertHashes.length === 0 && !config.unsafeSkipCaVerification) {
+    throw new KubebootError(`joining ${server} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`, ExitCode.badInput);
+  }
+
+  deps.logger.info(`join: discovering the cluster CA from ${server} (kube-public/cluster-info)`);
+  const caPem = await discoverClusterCa({
+    server,
+    tlsServerName: null,
+    tokenId: auth.tokenId,
+    tokenSecret: auth.tokenSecret,
+    pins: config.caCertHashes,
+    unsafeSkipCaVerification: config.unsafeSkipCaVerification,
+    timeoutMs: config.waitTimeout * 1000,
+    logger: deps.logger,
+    ...(deps.signal ? { signal: deps.signal } : {}),
+  });
+  const text = renderBootstrapKubeconfig({ server, caPem, credential: tokenFile !== null ? { tokenFile } : { token: secret } });
+  await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
+  await writeFileAtomic(config.bootstrapKubeconfig, text, { mode: 0o600 });
+  deps.logger.info(`join: wrote ${config.bootstrapKubeconfig} for token ${auth.tokenId}`);
+  return 'written';
+}
+
+async function readTokenFile(file: string): Promise<string> {
+  const text = await readOptional(file);
+  if (text === null) throw new InputError(SETTINGS, 'tokenFile (--token-file)', `file not found: ${file}`);
+  // client-go trims a token file the same way.
+  return text.trim();
+}
+
+/**
+ * A bootstrap kubeconfig naming the token file rather than copying the
+ * token, so deleting the kubeconfig after the join deletes the file too.
+ */
+export function renderBootstrapKubeconfig(opts: { server: string; caPem: string; credential: { token: string } | { tokenFile: string } }): string {
+  const user = 'token' in opts.credential ? { token: opts.credential.token } : { tokenFile: opts.credential.tokenFile };
+  return stringify(
+    {
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'cluster', cluster: { server: opts.server.replace(/\/$/, ''), 'certificate-authority-data': Buffer.from(opts.caPem, 'utf8').toString('base64') } }],
+      users: [{ name: 'kubeboot-bootstrap', user }],
+      contexts: [{ name: 'bootstrap', context: { cluster: 'cluster', user: 'kubeboot-bootstrap' } }],
+      'current-context': 'bootstrap',
+    },
+    { lineWidth: 0 },
+  );
+}
