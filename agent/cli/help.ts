@@ -26,8 +26,7 @@ Cluster admin commands (use the admin kubeconfig, like kubectl):
   token create|list|delete ID
               make, show (never the secret) or delete bootstrap tokens (Secrets in kube-system)
   user-data   print cloud-init user-data (or --format script) that installs kubeboot and joins a node
-  join-command
-              print \`kubeboot bootstrap --server … --token … --ca-cert-hash …\` for a node with the package
+  join-command print \`kubeboot bootstrap --server … --token … --ca-cert-hash …\` for a node with the package
 
 ${renderOptionsHelp()}
 Other options:
