@@ -27,7 +27,7 @@ export interface JoinDeps {
   signal?: AbortSignal;
 }
 
-export type JoinOutcome = 'not-requested' | 'bootstrap-kubeconfig-exists' | 'credential-valid' | 'written';
+export type JoinOutcome = 'not-requested' | 'bootstrap-kubeconfig-exists' | 'credential-valid' | 'token-file-gone' | 'written';
 
 const SETTINGS = 'configuration';
 
@@ -45,7 +45,14 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
   const kubelet = await existingCredential(identitiesFor(config)[0]!, deps.now(), null);
   if (kubelet.usable) return 'credential-valid';
 
-  const secret = token ?? (await readTokenFile(tokenFile as string));
+  const secret = token ?? (await readOptional(tokenFile as string))?.trim() ?? null;
+  if (secret === null) {
+    // kubeboot deletes the token file after a join; a node whose credential
+    // later lapsed needs a new token, and the daemon says so on /readyz
+    // rather than refusing to start.
+    deps.logger.warn(`join: token file ${tokenFile} does not exist (it is deleted after a join); give a new token or bootstrap kubeconfig`);
+    return 'token-file-gone';
+  }
   const auth = classifyToken(secret);
   const where = token !== null ? 'token (--token, KUBEBOOT_TOKEN)' : (tokenFile as string);
   if ('problem' in auth) throw new InputError(SETTINGS, where, auth.problem);
@@ -71,13 +78,6 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
   await writeFileAtomic(config.bootstrapKubeconfig, text, { mode: 0o600 });
   deps.logger.info(`join: wrote ${config.bootstrapKubeconfig} for token ${auth.tokenId}`);
   return 'written';
-}
-
-async function readTokenFile(file: string): Promise<string> {
-  const text = await readOptional(file);
-  if (text === null) throw new InputError(SETTINGS, 'tokenFile (--token-file)', `file not found: ${file}`);
-  // client-go trims a token file the same way.
-  return text.trim();
 }
 
 /**
