@@ -24,7 +24,7 @@ const RESERVED = new Set(['server', 'token', 'caCertHashes', 'configFile']);
 export async function runUserData(command: 'user-data' | 'join-command', config: Config, given: Given, env: Record<string, string | undefined>): Promise<number> {
   const settings = command === 'user-data' ? parseSets(Array.isArray(given.set) ? given.set : []) : {};
   const repo = command === 'user-data' ? await packageRepo(given) : null;
-  const { server, token, pins } = await joinValues(config, given, env);
+  const { server, token, pins } = await joinValues(command, config, given, env);
   if (command === 'join-command') {
     process.stdout.write(joinCommand({ server, token, pins }) + '\n');
     return ExitCode.ok;
@@ -37,12 +37,15 @@ export async function runUserData(command: 'user-data' | 'join-command', config:
 }
 
 /** Server, token and pins: from the flags, else from the admin kubeconfig (and a new token with --create-token). */
-async function joinValues(config: Config, given: Given, env: Record<string, string | undefined>): Promise<{ server: string; token: string; pins: string[] }> {
+async function joinValues(command: string, config: Config, given: Given, env: Record<string, string | undefined>): Promise<{ server: string; token: string; pins: string[] }> {
   const create = given['create-token'] === true;
   let token = config.token ?? (config.tokenFile !== null ? await readTokenFile(config.tokenFile) : null);
   if (create && token !== null) throw new InputError(CLI, '--create-token', 'cannot be combined with --token or --token-file');
   if (!create && token === null) throw new InputError(CLI, '--token', 'missing: give --token, --token-file or KUBEBOOT_TOKEN, or --create-token');
-  const tokenSpec = create ? tokenSpecFrom(given as TokenFlags) : null;
+  const tokenFlags = ['ttl', 'expiry', 'usages', 'groups', 'description'].filter((f) => given[f] !== undefined);
+  if (!create && tokenFlags.length > 0) throw new InputError(CLI, `--${tokenFlags[0] === 'expiry' ? 'no-expiry' : tokenFlags[0]}`, 'only with --create-token');
+  // A description makes `kubeboot token list` say what the token was made for.
+  const tokenSpec = create ? tokenSpecFrom({ description: `kubeboot ${command}`, ...(given as TokenFlags) }) : null;
   const needAdmin = create || config.server === null || config.caCertHashes.length === 0;
   if (!needAdmin) return { server: (config.server as string).replace(/\/$/, ''), token: token as string, pins: config.caCertHashes };
   return withAdmin(given, env, create ? 'create a bootstrap token Secret in kube-system' : 'read the cluster', async (admin: Admin) => {

@@ -177,5 +177,7 @@ if (plane) {
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:join-user-data');
     await t.rejects(stat(tokenFile), { code: 'ENOENT' }, 'the token file from user-data is deleted after the join');
     t.equal((await csrsBy(secret![1]!)).length, 1, 'the CSR was made with the token user-data created');
+    const made = await plane.admin.request<{ data: Record<string, string> }>('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${secret![1]}`);
+    t.equal(Buffer.from(made.body.data.description ?? '', 'base64').toString(), 'kubeboot user-data', 'token list says what the token was made for');
   });
 }

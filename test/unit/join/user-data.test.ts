@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 import { parse } from 'yaml';
-import { parseSets } from '../../../agent/cli/user-data.js';
+import { parseSets, runUserData } from '../../../agent/cli/user-data.js';
+import { defaultConfig } from '../../../agent/config/defaults.js';
 import { loadConfig } from '../../../agent/config/load.js';
 import { joinCommand, renderCloudConfig, renderScript, type NodeJoin } from '../../../agent/join/user-data.js';
 
@@ -103,4 +104,11 @@ t.test('--set takes any config-file key, checked as the node would check it', as
     ['novalue', 'command line: --set novalue: expected KEY=VALUE with a config-file key (see kubeboot --help)'],
   ];
   for (const [item, message] of bad) t.throws(() => parseSets([item]), { message });
+});
+
+t.test('token settings without --create-token are refused rather than ignored', async (t) => {
+  const config = { ...defaultConfig('admin'), server: 'https://api.example:6443', token: TOKEN, caCertHashes: [PIN] };
+  await t.rejects(runUserData('user-data', config, { ttl: '2h' }, {}), { message: 'command line: --ttl: only with --create-token' });
+  await t.rejects(runUserData('join-command', config, { expiry: false }, {}), { message: 'command line: --no-expiry: only with --create-token' });
+  await t.rejects(runUserData('join-command', config, { 'create-token': true }, {}), { message: 'command line: --create-token: cannot be combined with --token or --token-file' });
 });
