@@ -13,6 +13,7 @@ import { clusterOf } from '../bootstrap/flow.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
 import { parseBootstrapKubeconfig } from '../kubeconfig/parse.js';
+import { joinRequested, joinSource } from '../join/prepare.js';
 
 interface Line {
   ok: boolean;
@@ -36,11 +37,13 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   let credential: Credential | null = kubelet.usable && kubelet.certPem && kubelet.keyPem ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
   let bootstrapFile: string | null = null;
   const text = await readOptional(config.bootstrapKubeconfig);
-  if (text === null) {
+  // --server/--token stand in for a bootstrap kubeconfig that bootstrap would write.
+  const joining = text === null && !allUsable && joinRequested(config);
+  if (text === null && !joining) {
     lines.push({ ok: allUsable, what: 'bootstrap kubeconfig', detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`, code: ExitCode.badInput });
   } else {
     try {
-      const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+      const bootstrap = text !== null ? await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional) : await joinSource(config);
       lines.push({ ok: true, what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
       // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
       const cluster = await clusterOf(bootstrap, config, { logger, now: () => new Date(), ...(signal ? { signal } : {}) });
@@ -73,6 +76,6 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
 
   for (const line of lines) out.write(`${line.ok ? 'ok  ' : 'FAIL'} ${line.what}: ${line.detail}\n`);
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
-  const failures = lines.filter((l) => !l.ok && !(l.what.endsWith('credential') && text !== null));
+  const failures = lines.filter((l) => !l.ok && !(l.what.endsWith('credential') && (text !== null || joining)));
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
 }

@@ -53,6 +53,21 @@ if (plane) {
     });
   });
 
+  t.test('check with --server --token --ca-cert-hash discovers the CA and authenticates, writing nothing', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'join-check');
+    const token = await newToken();
+    const result = await kubeboot(t, ['check', '--config', node.config, '--server', plane.server, '--ca-cert-hash', pin], { KUBEBOOT_TOKEN: token.token });
+    t.equal(result.code, 0, `exit 0; output:\n${result.stdout}${result.stderr}`);
+    t.match(result.stdout, /^ok {3}bootstrap kubeconfig: join settings \(--server, --token\/--token-file\): server https:\/\/127\.0\.0\.1:\d+, bootstrap-token, CA to be discovered$/m);
+    t.match(result.stdout, `ok   cluster CA: discovered from kube-public/cluster-info and pinned (${pin})`);
+    t.match(result.stdout, `authenticated as system:bootstrap:${token.id}`);
+    await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'no bootstrap kubeconfig written');
+    t.same(await csrsBy(token.id), [], 'no CSR');
+    const wrong = await kubeboot(t, ['check', '--config', node.config, '--server', plane.server, '--ca-cert-hash', `sha256:${'1'.repeat(64)}`], { KUBEBOOT_TOKEN: token.token });
+    t.equal(wrong.code, 1);
+    t.match(wrong.stdout, /^FAIL bootstrap kubeconfig: kube-public\/cluster-info at .*: the cluster CA matches none of the --ca-cert-hash pins; refusing it$/m);
+  });
+
   t.test('a wrong pin is refused before any CSR exists, and nothing is written', async (t) => {
     const node = await nodeLayout(t.testdir(), 'join-wrong-pin');
     const token = await newToken();
