@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { join, normalize } from 'node:path';
 import t from 'tap';
 import { execFile } from 'node:child_process';
-import { buildPackages, buildTools, cleanEnv, output, packages, run, scratchDebianRoot, toolsOrSkip, version } from './fixtures/packages.js';
+import { buildPackages, buildTools, cleanEnv, output, packages, repoRoot, run, scratchDebianRoot, toolsOrSkip, version } from './fixtures/packages.js';
 
 /**
  * The fixture's chroot, but asynchronous: apt inside the root fetches from
@@ -24,6 +24,8 @@ function chroot(root: string, args: string[]): Promise<{ status: number | null; 
   });
 }
 
+const bundle = join(repoRoot, 'dist/kubeboot.cjs');
+const TOKEN = 'abcdef.0123456789abcdef';
 const tools = [...buildTools, 'apt-ftparchive', 'createrepo_c', 'rpmsign', 'rpm', 'gpg', 'debootstrap', 'chroot'];
 
 if (toolsOrSkip(t, tools, true)) {
@@ -99,6 +101,29 @@ if (toolsOrSkip(t, tools, true)) {
       t.not(tampered.status, 0, 'apt-get update fails');
       t.match(tampered.stdout + tampered.stderr, /BADSIG|signatures were invalid|is not signed/);
     });
+  });
+
+  t.test('user-data --format script, run as root in a Debian root, sets up the repository, installs kubeboot and keeps its config', async (t) => {
+    const root = scratchDebianRoot(t);
+    writeFileSync(join(root, 'etc/apt/sources.list'), '');
+    const pin = `sha256:${'ef'.repeat(32)}`;
+    const rendered = run(process.execPath, [bundle, 'user-data', '--format', 'script', '--server', 'https://api.example:6443', '--token', TOKEN, '--ca-cert-hash', pin, '--repo-url', `${base}/apt`, '--repo-key', key, '--set', 'kubeProxy.enabled=false'], { env: { PATH: process.env.PATH ?? '' } });
+    t.equal(rendered.status, 0, rendered.stderr);
+    writeFileSync(join(root, 'join.sh'), rendered.stdout, { mode: 0o700 });
+    // A chroot has no running systemd: a stand-in records what the script asks of it.
+    mkdirSync(join(root, 'usr/local/sbin'), { recursive: true });
+    writeFileSync(join(root, 'usr/local/sbin/systemctl'), '#!/bin/sh\necho "$*" >> /systemctl.log\n', { mode: 0o755 });
+    const ran = await chroot(root, ['sh', '/join.sh']);
+    t.equal(ran.status, 0, `the script succeeds: ${ran.stdout.slice(-1500)}${ran.stderr}`);
+    t.match((await chroot(root, ['kubeboot', '--version'])).stdout, `kubeboot ${version} `, 'installed from the repository');
+    const config = readFileSync(join(root, 'etc/kubeboot/config.yaml'), 'utf8');
+    t.match(config, /^server: https:\/\/api\.example:6443$/m, 'the package kept the config the script wrote (--force-confold)');
+    t.match(config, /^kubeProxy:\n {2}enabled: false$/m);
+    t.equal(statSync(join(root, 'etc/kubeboot/config.yaml')).mode & 0o777, 0o600);
+    t.equal(statSync(join(root, 'etc/kubernetes/bootstrap-token')).mode & 0o777, 0o600);
+    t.equal(readFileSync(join(root, 'etc/kubernetes/bootstrap-token'), 'utf8'), `${TOKEN}\n`);
+    t.match(readFileSync(join(root, 'etc/apt/sources.list.d/kubeboot.list'), 'utf8'), `deb [signed-by=/etc/apt/keyrings/kubeboot.asc] ${base}/apt stable main`);
+    t.match(readFileSync(join(root, 'systemctl.log'), 'utf8'), /^enable --now kubeboot$/m, 'kubeboot is enabled and started');
   });
 
   t.test('the RPMs are signed with the repository key and repomd.xml carries its signature', async (t) => {
