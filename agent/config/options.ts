@@ -139,6 +139,8 @@ export interface CommandFlagSpec {
   values?: readonly string[];
   metavar: string;
   help: string;
+  /** How --help writes a bool flag when not `--flag` (e.g. `--no-expiry`). */
+  usage?: string;
 }
 export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'token', 'join-command', 'user-data'] as const;
 export type Command = (typeof COMMANDS)[number];
@@ -151,9 +153,9 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   { flag: 'identity', commands: ['renew'], values: ['kubelet', 'kube-proxy', 'kubelet-serving'], metavar: 'NAME', help: 'renew: only this identity (kubelet, kube-proxy, kubelet-serving)' },
   { flag: 'kubeconfig', commands: ADMIN_COMMANDS, metavar: 'PATH', help: 'token, join-command, user-data: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
   { flag: 'ttl', commands: ADMIN_COMMANDS, metavar: 'DURATION', help: 'token create, --create-token: lifetime of the new token (default 1h; 0 only with --no-expiry)' },
-  { flag: 'expiry', commands: ADMIN_COMMANDS, type: 'bool', metavar: '', help: 'token create, --create-token: --no-expiry makes a token that never expires (the tokencleaner never removes it)' },
-  { flag: 'usages', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'USAGE', help: 'token create, --create-token: authentication and/or signing (default both; signing lets discovery check cluster-info)' },
-  { flag: 'groups', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'GROUP', help: 'token create, --create-token: extra groups, each starting with system:bootstrappers: (repeatable)' },
+  { flag: 'expiry', commands: ADMIN_COMMANDS, type: 'bool', metavar: '', usage: '--no-expiry', help: 'token create, --create-token: --no-expiry makes a token that never expires (the tokencleaner never removes it)' },
+  { flag: 'usages', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'USAGE', help: 'token create, --create-token: authentication and/or signing, comma-separated or repeated (default both; signing lets discovery check cluster-info)' },
+  { flag: 'groups', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'GROUP', help: 'token create, --create-token: extra groups, each starting with system:bootstrappers:, comma-separated or repeated' },
   { flag: 'description', commands: ADMIN_COMMANDS, metavar: 'TEXT', help: 'token create, --create-token: a description stored with the token' },
   { flag: 'create-token', commands: ['join-command', 'user-data'], type: 'bool', metavar: '', help: 'join-command, user-data: create a new bootstrap token (as token create) instead of --token' },
   { flag: 'set', commands: ['user-data'], type: 'repeated', metavar: 'KEY=VALUE', help: 'user-data: a config-file setting for the node (file key as in the table, e.g. kubeProxy.enabled=false; repeatable)' },
@@ -187,7 +189,7 @@ function flagUsage(spec: OptionSpec): string {
 }
 
 export function commandFlagUsage(c: CommandFlagSpec): string {
-  return c.type === 'bool' ? `--[no-]${c.flag}` : `--${c.flag} ${c.metavar}`;
+  return c.usage ?? (c.type === 'bool' ? `--${c.flag}` : `--${c.flag} ${c.metavar}`);
 }
 
 /** The options part of `kubeboot --help`. */
