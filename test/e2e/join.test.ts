@@ -16,7 +16,7 @@ import { caCertHash } from '../../agent/pki/pin.js';
 import { readOptional } from '../../agent/read-optional.js';
 import { waitFor } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { forbid, handToken, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
+import { assertNoSecrets, forbid, handToken, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
 
 const run = promisify(execFile);
 
@@ -129,6 +129,7 @@ if (plane) {
     daemon.child.kill('SIGTERM');
     const done = await daemon.done;
     t.equal(done.code, 0, 'the daemon stops cleanly on SIGTERM');
+    assertNoSecrets(t, done.stdout + done.stderr, 'kubeboot run');
   });
 
   t.test('the line join-command prints joins a node', async (t) => {
