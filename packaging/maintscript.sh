@@ -23,7 +23,8 @@ kubeboot_create_dirs() {
 }
 
 kubeboot_has_credentials() {
-	[ -e /etc/kubernetes/bootstrap-kubelet.conf ] || [ -e /etc/kubernetes/kubelet.conf ]
+	# bootstrap-token: written by `kubeboot user-data` together with the join settings.
+	[ -e /etc/kubernetes/bootstrap-kubelet.conf ] || [ -e /etc/kubernetes/kubelet.conf ] || [ -e /etc/kubernetes/bootstrap-token ]
 }
 
 kubeboot_daemon_reload() {

@@ -10,9 +10,12 @@ import type { Logger } from '../log.js';
 import { Daemon } from '../daemon/daemon.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { takeRenewRequest } from './renew.js';
+import { prepareJoin } from '../join/prepare.js';
 
 export async function runDaemonCommand(config: Config, logger: Logger, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
   await sweepTempFiles(writtenDirs(config), logger);
+  // --server/--token: write the bootstrap kubeconfig the daemon then finds.
+  await prepareJoin(config, { logger, now: () => new Date(), signal });
   const daemon = new Daemon({ config, logger, signal, reload });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {

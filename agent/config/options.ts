@@ -12,7 +12,7 @@
 import { KEY_ALGORITHMS } from '../identity.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import type { Config } from './types.js';
-import { cidrProblem, dns1123SubdomainProblem, formatDuration, ipProblem, signerNameProblem } from './values.js';
+import { bootstrapTokenProblem, cidrProblem, dns1123SubdomainProblem, formatDuration, ipProblem, serverUrlProblem, signerNameProblem } from './values.js';
 
 /** Dotted paths to the leaves of Config: `nodeName`, `kubeProxy.enabled`, ... */
 type Leaves<T, P extends string = ''> = {
@@ -98,6 +98,9 @@ export const OPTIONS: readonly OptionSpec[] = [
     defaultText: 'unset (the signer decides)',
     help: 'Certificate lifetime to request (spec.expirationSeconds); the signer may cap it',
   }),
+  opt('server', { key: 'server', type: 'string', metavar: 'URL', check: serverUrlProblem, help: 'Join: API server URL; with --token and --ca-cert-hash kubeboot writes the bootstrap kubeconfig itself (CA from pinned discovery) when neither it nor a valid kubelet credential exists' }),
+  opt('token', { key: 'token', type: 'string', metavar: 'TOKEN', check: bootstrapTokenProblem, help: 'Join: bootstrap token [a-z0-9]{6}.[a-z0-9]{16} for --server; argv is visible to other users of the machine, so prefer --token-file or KUBEBOOT_TOKEN' }),
+  opt('token-file', { key: 'tokenFile', type: 'path', help: 'Join: file holding the bootstrap token for --server; deleted with the bootstrap kubeconfig once the node has joined' }),
   opt('ca-cert-hash', { key: 'caCertHashes', type: 'pins', help: 'Pin for CA discovery through kube-public/cluster-info (repeatable)' }),
   opt('unsafe-skip-ca-verification', { key: 'unsafeSkipCaVerification', type: 'bool', help: 'Trust a CA discovered through cluster-info without a pin (unsafe)' }),
   opt('unsafe-allow-insecure-bootstrap', { key: 'unsafeAllowInsecureBootstrap', type: 'bool', help: 'Accept a bootstrap kubeconfig with insecure-skip-tls-verify; the CA then still comes from pinned discovery (--ca-cert-hash) or --unsafe-skip-ca-verification (unsafe)' }),
@@ -125,7 +128,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('log-level', { key: 'log.level', type: 'enum', values: ['error', 'warn', 'info', 'debug'], help: 'Log level' }),
   opt('log-format', { key: 'log.format', type: 'enum', values: ['json', 'text', 'auto'], help: 'Log format; auto is text on a terminal, JSON otherwise' }),
   opt('cloud-init-path', { key: 'cloudInitPaths', type: 'paths', help: 'cloud-init cache checked for a leftover bootstrap token (repeatable)' }),
-  opt('kubeconfig', { key: 'approver.kubeconfig', type: 'path', help: 'approver: kubeconfig of its own identity; when the file is absent, the in-cluster service account is used' }),
+  opt('approver-kubeconfig', { key: 'approver.kubeconfig', type: 'path', help: 'approver: kubeconfig of its own identity (kubeboot approver --kubeconfig sets it too); when the file is absent, the in-cluster service account is used' }),
   opt('approver-listen', { key: 'approver.listen', type: 'listen', help: 'approver: address for /healthz, /readyz and /metrics; off disables' }),
   opt('lease-namespace', { key: 'approver.leaseNamespace', type: 'string', metavar: 'NAMESPACE', check: dns1123SubdomainProblem, help: 'approver: namespace of the leader-election Lease' }),
   opt('lease-name', { key: 'approver.leaseName', type: 'string', metavar: 'NAME', check: dns1123SubdomainProblem, help: 'approver: name of the leader-election Lease' }),
@@ -150,18 +153,38 @@ export const OPTIONS: readonly OptionSpec[] = [
 /** Flags that only some commands take; not part of Config. */
 export interface CommandFlagSpec {
   flag: string;
-  commands: readonly string[];
+  commands: readonly Command[];
+  /** `strings` is repeatable and comma-separated, `repeated` only repeatable; `bool` also takes `--no-<flag>`. */
+  type?: 'string' | 'strings' | 'repeated' | 'bool';
   values?: readonly string[];
   metavar: string;
   help: string;
+  /** How --help writes a bool flag when not `--flag` (e.g. `--no-expiry`). */
+  usage?: string;
 }
-export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'wait', 'approver'] as const;
+export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'wait', 'approver', 'token', 'join-command', 'user-data'] as const;
 export type Command = (typeof COMMANDS)[number];
+/** The cluster admin's commands: they run on the admin's machine, not on a node. */
+export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
+
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
-  { flag: 'output', commands: ['status'], values: ['text', 'json'], metavar: 'text|json', help: 'status: output format' },
+  { flag: 'output', commands: ['status', 'token'], values: ['text', 'json'], metavar: 'text|json', help: 'status, token: output format' },
   { flag: 'identity', commands: ['renew', 'wait'], values: ['kubelet', 'kube-proxy', 'kubelet-serving'], metavar: 'NAME', help: 'renew, wait: only this identity (kubelet, kube-proxy, kubelet-serving)' },
   { flag: 'timeout', commands: ['wait'], metavar: 'DURATION', help: 'wait: give up with exit 4 after this long (default: wait as long as it takes)' },
+  { flag: 'kubeconfig', commands: [...ADMIN_COMMANDS, 'approver'], metavar: 'PATH', help: 'token, join-command, user-data: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig' },
+  { flag: 'ttl', commands: ADMIN_COMMANDS, metavar: 'DURATION', help: 'token create, --create-token: lifetime of the new token (default 1h; 0 only with --no-expiry)' },
+  { flag: 'expiry', commands: ADMIN_COMMANDS, type: 'bool', metavar: '', usage: '--no-expiry', help: 'token create, --create-token: --no-expiry makes a token that never expires (the tokencleaner never removes it)' },
+  { flag: 'usages', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'USAGE', help: 'token create, --create-token: authentication and/or signing, comma-separated or repeated (default both; signing lets discovery check cluster-info)' },
+  { flag: 'groups', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'GROUP', help: 'token create, --create-token: extra groups, each starting with system:bootstrappers:, comma-separated or repeated' },
+  { flag: 'description', commands: ADMIN_COMMANDS, metavar: 'TEXT', help: 'token create, --create-token: a description stored with the token' },
+  { flag: 'create-token', commands: ['join-command', 'user-data'], type: 'bool', metavar: '', help: 'join-command, user-data: create a new bootstrap token (as token create) instead of --token' },
+  { flag: 'set', commands: ['user-data'], type: 'repeated', metavar: 'KEY=VALUE', help: 'user-data: a config-file setting for the node (file key as in the table, e.g. kubeProxy.enabled=false; repeatable)' },
+  { flag: 'format', commands: ['user-data'], values: ['cloud-config', 'script'], metavar: 'cloud-config|script', help: 'user-data: cloud-init #cloud-config (default) or a plain shell script for images without cloud-init' },
+  { flag: 'repo-url', commands: ['user-data'], metavar: 'URL', help: 'user-data: the package repository holding kubeboot (from npm run repo); without it the image\'s repositories must have it' },
+  { flag: 'repo-key', commands: ['user-data'], metavar: 'PATH', help: 'user-data: the repository\'s ASCII-armored public signing key (the only key trusted for it)' },
+  { flag: 'repo-type', commands: ['user-data'], values: ['apt', 'yum'], metavar: 'apt|yum', help: 'user-data: the node\'s package manager (default apt)' },
+  { flag: 'repo-suite', commands: ['user-data'], metavar: 'NAME', help: 'user-data: apt suite of --repo-url (default stable; component main)' },
 ];
 
 export function readKey(config: Config, key: ConfigKey): unknown {
@@ -186,6 +209,10 @@ function flagUsage(spec: OptionSpec): string {
   return `--${spec.flag} ${spec.metavar}`;
 }
 
+export function commandFlagUsage(c: CommandFlagSpec): string {
+  return c.usage ?? (c.type === 'bool' ? `--${c.flag}` : `--${c.flag} ${c.metavar}`);
+}
+
 /** The options part of `kubeboot --help`. */
 export function renderOptionsHelp(): string {
   const lines: string[] = ['Options (config file < KUBEBOOT_* environment < flags):'];
@@ -200,7 +227,7 @@ export function renderOptionsHelp(): string {
     lines.push(`  ${spec.key}: [[argv...], ...]`, `      ${spec.help}.`);
   }
   lines.push('', 'Command options:');
-  for (const c of COMMAND_FLAGS) lines.push(`  --${c.flag} ${c.metavar}`, `      ${c.help}.`);
+  for (const c of COMMAND_FLAGS) lines.push(`  ${commandFlagUsage(c)}`, `      ${c.help}.`);
   lines.push('', 'Durations are seconds or like 90s, 15m, 2h30m. Lists in the environment are comma-separated.');
   return lines.join('\n') + '\n';
 }

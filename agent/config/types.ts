@@ -13,6 +13,10 @@ export interface Config {
   keyAlgorithm: KeyAlgorithm;
   /** spec.expirationSeconds to request; null lets the signer decide. At least 600. */
   expirationSeconds: number | null;
+  /** Join without a bootstrap kubeconfig: API server URL, token (or a file holding it). */
+  server: string | null;
+  token: string | null;
+  tokenFile: string | null;
   /** `sha256:<64 hex>` pins for CA discovery through kube-public/cluster-info. */
   caCertHashes: string[];
   unsafeSkipCaVerification: boolean;

@@ -110,3 +110,23 @@ export function cidrProblem(raw: string): string | null {
   const ok = rest.length === 0 && family !== 0 && /^\d{1,3}$/.test(prefix) && bits <= (family === 4 ? 32 : 128);
   return ok ? null : `expected a CIDR like 10.0.0.0/8 or fd00::/64, got ${quote(raw)}`;
 }
+
+/** An API server URL for joining: https, a host, no path or credentials (as a bootstrap kubeconfig's server). */
+export function serverUrlProblem(raw: string): string | null {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return `expected https://host[:port], got ${quote(raw)}`;
+  }
+  // The URL is not quoted from here on: it could carry user:password.
+  if (url.protocol !== 'https:') return `must be an https:// URL, got scheme ${url.protocol.replace(':', '')}`;
+  if (url.username !== '' || url.password !== '') return 'must not contain credentials';
+  if (url.pathname !== '/' || url.search !== '' || url.hash !== '') return 'must be https://host[:port] without a path, query or fragment';
+  return null;
+}
+
+/** Never quotes the value: it is a secret. matches cluster-bootstrap's token format. */
+export function bootstrapTokenProblem(raw: string): string | null {
+  return /^[a-z0-9]{6}\.[a-z0-9]{16}$/.test(raw) ? null : 'not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}; the value is not shown)';
+}
