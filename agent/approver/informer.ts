@@ -32,6 +32,9 @@ class Gone extends Error {}
 export class CsrInformer {
   readonly cache = new Map<string, ApproverCsr>();
   #synced = false;
+  #markSynced!: () => void;
+  /** Resolves once the first list has completed. */
+  readonly whenSynced = new Promise<void>((resolve) => (this.#markSynced = resolve));
   readonly #client: KubeClient;
   readonly #opts: InformerOptions;
   readonly #logger: Logger;
@@ -92,6 +95,7 @@ export class CsrInformer {
     }
     for (const [name, csr] of [...this.cache]) if (!seen.has(name)) this.#delete(name, csr);
     this.#synced = true;
+    this.#markSynced();
     this.#resync();
     return res.body.metadata.resourceVersion;
   }

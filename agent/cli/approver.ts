@@ -78,10 +78,10 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
   });
   const watchdog = startWatchdog(notifier, { env: process.env, healthy: () => !signal.aborted });
   const running = approver.run(signal);
-  const ready = (async () => {
-    while (!approver.informer.synced && !signal.aborted) await new Promise((r) => setTimeout(r, 100));
+  // READY=1 once the first CSR list is in: from then on no CSR is missed.
+  const ready = Promise.race([approver.informer.whenSynced, running]).then(async () => {
     if (!signal.aborted) await notifier.ready(`watching CSRs; lease ${a.leaseNamespace}/${a.leaseName}`);
-  })();
+  });
   try {
     await Promise.all([running, ready]);
   } finally {

@@ -1,7 +1,7 @@
 // Two `kubeboot approver`s on one Lease: only the leader approves; after
 // kill -9 of the leader the standby takes over within the lease duration and
 // every valid CSR of a stream is approved exactly once.
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as pause } from 'node:timers/promises';
@@ -16,6 +16,7 @@ if (plane) {
   const leaseSeconds = Number(FAST_LEASE[1]!.replace('s', ''));
   const retrySeconds = Number(FAST_LEASE[5]!.replace('s', ''));
   const dir = await mkdtemp(join(tmpdir(), 'kubeboot-approver-ha-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
   const config = await installApprover(plane, dir);
 
   t.test('kill -9 of the leader while CSRs arrive: the standby takes over, each CSR is approved once, never by a non-leader', async (t) => {

@@ -4,7 +4,7 @@
 // and the log, CSRs it does not own are never touched, and a restart neither
 // double-approves nor misses anything.
 import { execFile } from 'node:child_process';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -23,6 +23,7 @@ const run = promisify(execFile);
 const plane = await controlPlaneOrSkip(t, { name: 'approver' });
 if (plane) {
   const dir = await mkdtemp(join(tmpdir(), 'kubeboot-approver-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
   const config = await installApprover(plane, dir);
   // A long resync: every re-check these tests see comes from an event or the transient-rule back-off.
   const policyFlags = ['--resync-period', '10m', '--approve-kubelet-serving', '--max-expiration', '24h', '--serving-dns-suffix', 'nodes.example', '--serving-ip-cidr', '10.0.0.0/24'];
