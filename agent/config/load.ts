@@ -16,7 +16,7 @@ import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import { ADMIN_COMMANDS, COMMAND_FLAGS, COMMANDS, OPTIONS } from './options.js';
 import type { Command, ConfigKey, OptionSpec } from './options.js';
 import type { Config } from './types.js';
-import { dns1123SubdomainProblem, parseBool, parseDuration, quote } from './values.js';
+import { dns1123SubdomainProblem, fieldLabel, parseBool, parseDuration, quote } from './values.js';
 import { validateConfig } from './validate.js';
 import { isMapping, kindOf } from './shape.js';
 
@@ -266,7 +266,8 @@ function fileSettings(file: string, data: unknown): Setting[] {
         if (!isMapping(raw)) throw new InputError(file, key, `expected a mapping, got ${kindOf(raw)}`);
         walk(raw, `${key}.`);
       } else {
-        throw new InputError(file, key, `unknown key${suggestion(key)}`);
+        // The key is the operator's text: bounded and quoted if odd, so the message stays one short line.
+        throw new InputError(file, fieldLabel(key), `unknown key${suggestion(key)}`);
       }
     }
   };

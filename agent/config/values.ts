@@ -19,6 +19,11 @@ export function quote(value: unknown): string {
   return typeof value === 'string' ? JSON.stringify(short) : short;
 }
 
+/** A field path from an input file as it may appear in a message: as is when short and printable, else quoted and cut. */
+export function fieldLabel(key: string): string {
+  return /^[\x21-\x7e]{1,80}$/.test(key) ? key : quote(key);
+}
+
 const DURATION = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/;
 
 /**
