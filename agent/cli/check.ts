@@ -6,8 +6,7 @@ import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
 import { clusterOf } from '../credential/requester.js';
 import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
-import { ApiError, ExitCode, exitCodeOf, InputError } from '../errors.js';
-import { parseCertificateChain } from '../pki/certificate.js';
+import { ApiError, ExitCode, exitCodeOf } from '../errors.js';
 import type { Logger } from '../log.js';
 import { KubeClient, type Credential, type Endpoint } from '../kube/client.js';
 import { caCertHash } from '../pki/pin.js';
@@ -54,7 +53,6 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   } else {
     try {
       const bootstrap = text !== null ? await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional) : await joinSource(config);
-      if (bootstrap.caPem !== null) refuseUnparseableCa(bootstrap.file, bootstrap.caPem);
       lines.push({ ok: true, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
       // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
       const cluster = await clusterOf(bootstrap, config, { logger, signal });
@@ -92,10 +90,3 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
 }
 
-function refuseUnparseableCa(file: string, caPem: string): void {
-  try {
-    parseCertificateChain(caPem);
-  } catch (err) {
-    throw new InputError(file, 'certificate-authority', `does not hold a valid certificate (${(err as Error).message})`);
-  }
-}
