@@ -36,6 +36,29 @@ export class InputError extends KubebootError {
 }
 
 /**
+ * An input file that exists but cannot be used as one. Carries the file and
+ * the problem separately so a parser can name the field that pointed at it.
+ */
+export class UnreadableInputError extends KubebootError {
+  override readonly name = 'UnreadableInputError';
+  readonly file: string;
+  readonly problem: string;
+  constructor(file: string, problem: string) {
+    super(`${file}: ${problem}`, ExitCode.badInput);
+    this.file = file;
+    this.problem = problem;
+  }
+}
+
+/** The token file named by the join settings is gone: kubeboot deletes it after a join. */
+export class TokenFileGoneError extends KubebootError {
+  override readonly name = 'TokenFileGoneError';
+  constructor(file: string) {
+    super(`token file ${file} does not exist (it is deleted after a join); give a new token or a bootstrap kubeconfig`, ExitCode.badInput);
+  }
+}
+
+/**
  * No bootstrap credential can authenticate: the file is missing, or the API
  * server rejected its token. Only the operator can fix it (a new file).
  */
@@ -93,6 +116,11 @@ export class ApiError extends KubebootError {
 /** The server could not be reached, the TLS handshake failed, or the connection broke: worth retrying. */
 export class TransportError extends KubebootError {
   override readonly name = 'TransportError';
+}
+
+/** A watch's resourceVersion is too old (410 Gone): re-list, then watch again. */
+export class WatchExpiredError extends KubebootError {
+  override readonly name = 'WatchExpiredError';
 }
 
 /** Nothing on the node can authenticate a CSR any more; only a new bootstrap kubeconfig helps. */

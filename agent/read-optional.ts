@@ -8,28 +8,13 @@
 import { constants } from 'node:fs';
 import type { Stats } from 'node:fs';
 import { open } from 'node:fs/promises';
-import { ExitCode, KubebootError } from './errors.js';
+import { UnreadableInputError } from './errors.js';
 
 /** How parsers read the files they are pointed at; tests pass an in-memory one. */
 export type ReadFile = (file: string) => Promise<string | null>;
 
 /** Cap for every input file; a CA bundle of every public root is about 220 KiB. */
 export const MAX_INPUT_BYTES = 1 << 20;
-
-/**
- * An input file that exists but cannot be used as one. Carries the file and
- * the problem separately so a parser can name the field that pointed at it.
- */
-export class UnreadableInputError extends KubebootError {
-  override readonly name = 'UnreadableInputError';
-  readonly file: string;
-  readonly problem: string;
-  constructor(file: string, problem: string) {
-    super(`${file}: ${problem}`, ExitCode.badInput);
-    this.file = file;
-    this.problem = problem;
-  }
-}
 
 function kindOfFile(stat: Stats): string {
   if (stat.isDirectory()) return 'a directory';

@@ -5,7 +5,7 @@
  * that changes, and every object again each resync period, is handed to
  * `onChange` by name; the cache is the informer's own.
  */
-import { ApiError } from '../errors.js';
+import { ApiError, WatchExpiredError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
 import type { ApproverCsr } from './csr.js';
@@ -27,7 +27,6 @@ interface CsrList {
   items: ApproverCsr[];
 }
 
-class Gone extends Error {}
 
 export class CsrInformer {
   readonly cache = new Map<string, ApproverCsr>();
@@ -62,7 +61,7 @@ export class CsrInformer {
           for (;;) rv = await this.#watch(rv, signal);
         } catch (err) {
           if (signal.aborted) return;
-          if (err instanceof Gone) {
+          if (err instanceof WatchExpiredError) {
             this.#logger.info('CSR watch expired (410 Gone); re-listing');
             continue;
           }
@@ -106,7 +105,7 @@ export class CsrInformer {
     try {
       for await (const event of this.#client.watch<ApproverCsr & { code?: number }>(CSR_PATH, query, signal)) {
         if (event.type === 'ERROR') {
-          if (event.object.code === 410) throw new Gone();
+          if (event.object.code === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
           throw new Error(`watch error: ${JSON.stringify(event.object).slice(0, 200)}`);
         }
         rv = event.object.metadata.resourceVersion ?? rv;
@@ -119,7 +118,7 @@ export class CsrInformer {
         }
       }
     } catch (err) {
-      if (err instanceof ApiError && err.status === 410) throw new Gone();
+      if (err instanceof ApiError && err.status === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
       throw err;
     }
     if (signal.aborted) throw new Error('stopped');

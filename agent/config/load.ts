@@ -8,7 +8,7 @@ import { parseArgs } from 'node:util';
 import type { ParseArgsOptionsConfig } from 'node:util';
 import { InputError } from '../errors.js';
 import type { ReadFile } from '../read-optional.js';
-import { UnreadableInputError } from '../read-optional.js';
+import { UnreadableInputError } from '../errors.js';
 import type { IdentityName } from '../identity.js';
 import { coerce } from './coerce.js';
 import type { Origin, Setting } from './coerce.js';

@@ -14,7 +14,7 @@ import { stringify } from 'yaml';
 import { identitiesFor } from '../identities.js';
 import { assessIdentity } from '../credential/assess.js';
 import type { Config } from '../config/types.js';
-import { ExitCode, InputError, KubebootError } from '../errors.js';
+import { ExitCode, InputError, KubebootError, TokenFileGoneError } from '../errors.js';
 import { discoverClusterCa } from '../kube/discovery.js';
 import { classifyToken, type BootstrapAuth, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
@@ -45,7 +45,7 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
   try {
     source = await joinSource(config);
   } catch (err) {
-    if (!(err instanceof TokenFileGone)) throw err;
+    if (!(err instanceof TokenFileGoneError)) throw err;
     // A node whose credential lapsed long after its join needs a new token;
     // the daemon says so on /readyz rather than refusing to start.
     deps.logger.warn(`join: ${err.message}`);
@@ -82,14 +82,6 @@ export function checkJoinSettings(config: Config): void {
   if (token !== null && tokenFile !== null) throw new InputError(SETTINGS, 'tokenFile (--token-file)', 'cannot be combined with token; give one');
 }
 
-/** The token file named by the join settings is gone: kubeboot deletes it after a join. */
-export class TokenFileGone extends KubebootError {
-  override readonly name = 'TokenFileGone';
-  constructor(file: string) {
-    super(`token file ${file} does not exist (it is deleted after a join); give a new token or a bootstrap kubeconfig`, ExitCode.badInput);
-  }
-}
-
 export type JoinSource = BootstrapKubeconfig & { auth: Extract<BootstrapAuth, { kind: 'bootstrap-token' }> };
 
 /**
@@ -100,7 +92,7 @@ export async function joinSource(config: Config): Promise<JoinSource> {
   checkJoinSettings(config);
   const { server, token, tokenFile } = config;
   const secret = token ?? (await readOptional(tokenFile as string))?.trim() ?? null;
-  if (secret === null) throw new TokenFileGone(tokenFile as string);
+  if (secret === null) throw new TokenFileGoneError(tokenFile as string);
   if (config.caCertHashes.length === 0 && !config.unsafeSkipCaVerification) {
     throw new KubebootError(`joining ${server as string} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`, ExitCode.badInput);
   }

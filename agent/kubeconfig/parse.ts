@@ -9,7 +9,7 @@ import { InputError } from '../errors.js';
 import { isMapping, kindOf } from '../config/shape.js';
 import { parseYaml } from '../config/yaml.js';
 import { quote } from '../config/values.js';
-import { UnreadableInputError } from '../read-optional.js';
+import { UnreadableInputError } from '../errors.js';
 
 import type { ReadFile } from '../read-optional.js';
 

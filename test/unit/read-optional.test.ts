@@ -3,7 +3,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { MAX_INPUT_BYTES, readOptional, UnreadableInputError } from '../../agent/read-optional.js';
+import { UnreadableInputError } from '../../agent/errors.js';
+import { MAX_INPUT_BYTES, readOptional } from '../../agent/read-optional.js';
 
 const dir = mkdtempSync(path.join(tmpdir(), 'kubeboot-read-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
