@@ -15,20 +15,11 @@ import { splitCredential } from '../../agent/store/cert-store.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout } from '../support/kubeboot.js';
+import { prng } from '../support/prng.js';
 
 const run = promisify(execFile);
 const POINTS = Number(process.env.KUBEBOOT_CHAOS_POINTS ?? 6);
 
-/** A seeded PRNG (mulberry32), so a failing kill point can be replayed with KUBEBOOT_CHAOS_SEED. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let r = Math.imul(a ^ (a >>> 15), 1 | a);
-    r = (r + Math.imul(r ^ (r >>> 7), 61 | r)) ^ r;
-    return ((r ^ (r >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const seed = Number(process.env.KUBEBOOT_CHAOS_SEED ?? Date.now() % 100_000);
 const random = prng(seed);
 t.comment(`chaos seed ${seed} (replay with KUBEBOOT_CHAOS_SEED=${seed}), ${POINTS} kill points per phase`);

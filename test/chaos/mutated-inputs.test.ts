@@ -17,6 +17,7 @@ import { parseBootstrapKubeconfig, parseClientKubeconfig } from '../../agent/kub
 import { caCertHash } from '../../agent/pki/pin.js';
 import { bundle } from '../support/kubeboot.js';
 import { createCa, issueLeaf } from '../support/pki.js';
+import { prng } from '../support/prng.js';
 
 const long = process.env.KUBEBOOT_CHAOS === '1';
 const IN_PROCESS = Number(process.env.KUBEBOOT_CHAOS_MUTATIONS ?? (long ? 5_000 : 300));
@@ -28,17 +29,6 @@ const PARSE_BUDGET_MS = 1_000;
 const PROCESS_BUDGET_MS = 15_000;
 /** Old-space cap for the child: an input that blows memory up crashes it (exit 134), which fails the test. */
 const HEAP_MB = 96;
-
-/** mulberry32: small, deterministic, good enough to pick mutations. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const SECRET = 'kq2m7x9p4c1z8w3v';
 const TOKEN = `abcdef.${SECRET}`;
