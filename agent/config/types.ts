@@ -51,7 +51,7 @@ export interface Config {
   };
   /** Address:port for /healthz, /readyz and /metrics; null disables the listener. */
   listen: string | null;
-  log: { level: 'error' | 'warn' | 'info' | 'debug'; format: 'json' | 'text' | 'auto' };
+  log: { level: 'error' | 'warn' | 'info' | 'debug'; format: 'json' | 'text' | 'journal' | 'auto' };
   /** cloud-init caches checked for a leftover copy of the bootstrap token. */
   cloudInitPaths: string[];
 }
