@@ -104,6 +104,9 @@ export async function bootContainer(t: Test, opts: { prepare?: (root: string) =>
   // cp -a: owners, device nodes and hard links as debootstrap made them;
   // --reflink=auto shares the blocks where the file system can.
   output('cp', ['-a', '--reflink=auto', cachedDebianRoot(), root]);
+  // The hostname systemd sets at boot (debootstrap copied the host's), and
+  // so the node name kubeboot defaults to.
+  writeFileSync(join(root, 'etc/hostname'), `${name}\n`);
   await opts.prepare?.(root);
   const fd = openSync(logFile, 'a', 0o600);
   const began = Date.now();
