@@ -55,16 +55,16 @@ async function provePackage(t: Test, plane: ControlPlane, what: string, tree: st
   const node = await nodeLayout(t.testdir(), name);
   await handToken(plane, node);
   const check = await kubeboot(['check', '--config', node.config]);
-  t.equal(check.code, 0, `${what}: check exits 0 with a working bootstrap kubeconfig\n${check.out}`);
+  t.equal(check.code, 0, `${what}: check exits 0 with a working bootstrap kubeconfig`, { output: check.out });
   assertNoSecrets(t, check.out, `${what} check`);
 
   const bootstrap = await kubeboot(['bootstrap', '--config', node.config]);
-  t.equal(bootstrap.code, 0, `${what}: bootstrap exits 0\n${bootstrap.out}`);
+  t.equal(bootstrap.code, 0, `${what}: bootstrap exits 0`, { output: bootstrap.out });
   assertNoSecrets(t, bootstrap.out, `${what} bootstrap`);
   t.comment(`${what}: kubeboot bootstrap under qemu-user took ${bootstrap.ms} ms`);
   t.equal(await whoami(plane, node.kubeletKubeconfig), `system:node:${name}`, `${what}: the credential authenticates as the node`);
   const after = await kubeboot(['check', '--config', node.config]);
-  t.equal(after.code, 0, `${what}: check after bootstrap exits 0\n${after.out}`);
+  t.equal(after.code, 0, `${what}: check after bootstrap exits 0`, { output: after.out });
 }
 
 if (toolsOrSkip(t, [QEMU, 'debootstrap', 'rpm2cpio', 'cpio', ...buildTools], true)) {
@@ -79,7 +79,7 @@ if (toolsOrSkip(t, [QEMU, 'debootstrap', 'rpm2cpio', 'cpio', ...buildTools], tru
       const tree = mkdtempSync(join(tmpdir(), 'kubeboot-rpm-'));
       t.teardown(() => rmSync(tree, { recursive: true, force: true }));
       const r = run('sh', ['-c', 'rpm2cpio "$0" | cpio -idm --quiet', packages.rpmAarch64], { cwd: tree });
-      t.equal(r.status, 0, r.stderr);
+      t.equal(r.status, 0, 'rpm2cpio | cpio unpacks the payload', { stderr: r.stderr });
       await provePackage(t, plane, 'aarch64 rpm', tree, sysroot);
     });
   }

@@ -24,7 +24,7 @@ const fastDropIn = '[Service]\nWatchdogSec=6s\nRestartSec=2s\n';
 
 if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], true)) {
   buildPackages();
-  const plane = await controlPlaneOrSkip(t, { name: 'systemd', signingDuration: '30m' });
+  const plane = await controlPlaneOrSkip(t, { name: 'systemd', signingDuration: '10m' });
   if (plane) await suite(plane);
 }
 
@@ -66,8 +66,11 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
     await waitActive('kubelet.service');
     await waitActive('kube-proxy.service');
     t.comment(`package install to kubeboot READY: ${Date.now() - began} ms`);
+    const started = await node.numberProperty('kubeboot.service', 'ExecMainStartTimestampMonotonic');
+    const readyAt = await node.numberProperty('kubeboot.service', 'ActiveEnterTimestampMonotonic');
+    t.comment(`kubeboot process start to READY (kube-proxy CSR approved by the test): ${Math.round((readyAt - started) / 1000)} ms`);
 
-    const ready = await node.numberProperty('kubeboot.service', 'ActiveEnterTimestampMonotonic');
+    const ready = readyAt;
     const kubeletStart = await node.numberProperty('kubelet.service', 'ExecMainStartTimestampMonotonic');
     const proxyStart = await node.numberProperty('kube-proxy.service', 'ExecMainStartTimestampMonotonic');
     t.ok(ready > 0 && kubeletStart >= ready, `the kubelet started (${kubeletStart} µs) after kubeboot went active (${ready} µs)`);
@@ -92,9 +95,11 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
       .filter(Boolean)
       .map((l) => JSON.parse(l) as { MESSAGE: string; PRIORITY: string });
     t.ok(entries.length >= 3, `kubeboot logged ${entries.length} lines to the journal`);
-    for (const e of entries) {
-      t.notMatch(e.MESSAGE, /^\{|^<\d>/, `a readable line, not JSON or a raw prefix: ${e.MESSAGE.slice(0, 80)}`);
-    }
+    t.same(
+      entries.filter((e) => /^\{|^<\d>/.test(e.MESSAGE)).map((e) => e.MESSAGE),
+      [],
+      'readable lines: no JSON, no priority prefix left in the text',
+    );
     t.ok(entries.some((e) => e.PRIORITY === '6'), 'info lines at priority 6');
     const warnings = (await node.run(['journalctl', '--no-pager', '-o', 'cat', '-u', 'kubeboot.service', '_TRANSPORT=stdout', '-p', 'warning'])).split('\n').filter(Boolean);
     t.match(warnings.join('\n'), /bootstrap token is still present in \/var\/lib\/cloud\/instance\/user-data\.txt/, 'the cloud-init warning is a warning');
@@ -115,9 +120,10 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
     const before = await kubeletCredentialTarget();
     const kubeletCsrs = async () => (await csrsOf('kubernetes.io/kube-apiserver-client-kubelet')).length;
     const csrsBefore = await kubeletCsrs();
-    // A margin 20 s short of the 30-minute lifetime: the renewal timer fires
-    // about 20 s after each issue. Config changes take effect on reload.
-    node.writeFile('/etc/kubeboot/config.yaml', config('1780s'));
+    // A margin 10 s short of the 10-minute lifetime: the renewal timer fires
+    // soon after each issue (held 30 s apart, 5 % of the lifetime, by the
+    // daemon's guard). Config changes take effect on reload.
+    node.writeFile('/etc/kubeboot/config.yaml', config('590s'));
     await node.run(['systemctl', 'reload', 'kubeboot.service']);
     await plane.admin.waitFor('a renewal by reload, then one by the timer', async () => ((await kubeletCsrs()) >= csrsBefore + 2 ? true : undefined), 120_000);
     node.writeFile('/etc/kubeboot/config.yaml', config());
