@@ -1,6 +1,9 @@
 /**
  * Every failure an operator can see carries its exit code and, where one
  * exists, the remedy. The CLI prints `message` as one line and exits `code`.
+ *
+ * Callers branch on the class (`instanceof`), never on the text: like
+ * undici's errors, each class is one kind of failure with a stable meaning.
  */
 export const ExitCode = {
   ok: 0,
@@ -23,8 +26,23 @@ export class KubebootError extends Error {
 /** Bad configuration or input file: names the file and the field. */
 export class InputError extends KubebootError {
   override readonly name = 'InputError';
-  constructor(file: string, field: string, problem: string) {
-    super(`${file}: ${field}: ${problem}`, ExitCode.badInput);
+  readonly file: string;
+  readonly field: string;
+  constructor(file: string, field: string, problem: string, options?: { cause?: unknown }) {
+    super(`${file}: ${field}: ${problem}`, ExitCode.badInput, options);
+    this.file = file;
+    this.field = field;
+  }
+}
+
+/**
+ * No bootstrap credential can authenticate: the file is missing, or the API
+ * server rejected its token. Only the operator can fix it (a new file).
+ */
+export class BootstrapCredentialError extends KubebootError {
+  override readonly name = 'BootstrapCredentialError';
+  constructor(message: string) {
+    super(message, ExitCode.badInput);
   }
 }
 
@@ -36,11 +54,55 @@ export class CsrRejectedError extends KubebootError {
   }
 }
 
+/** The CSR can no longer lead to our certificate (deleted, replaced, or someone else's); retrying needs a new one. */
+export class CsrUnusableError extends KubebootError {
+  override readonly name = 'CsrUnusableError';
+}
+
+/** The issued certificate authenticates as someone other than the identity asked for. */
+export class IdentityMismatchError extends KubebootError {
+  override readonly name = 'IdentityMismatchError';
+}
+
 export class TimedOutError extends KubebootError {
   override readonly name = 'TimedOutError';
   constructor(message: string) {
     super(message, ExitCode.timedOut);
   }
+}
+
+/** Whether a failed request was a plain request or a watch: a refused watch falls back to polling. */
+export type RequestPhase = 'request' | 'watch';
+
+/** A non-2xx answer from the API server, with the Status reason and Retry-After. */
+export class ApiError extends KubebootError {
+  override readonly name = 'ApiError';
+  readonly status: number;
+  readonly reason: string;
+  readonly retryAfter: string | undefined;
+  readonly phase: RequestPhase;
+  constructor(o: { method: string; path: string; status: number; reason: string; message: string; retryAfter?: string; phase?: RequestPhase }) {
+    super(`${o.phase === 'watch' ? 'WATCH' : o.method} ${o.path}: ${o.status} ${o.reason}${o.message ? `: ${o.message}` : ''}`);
+    this.status = o.status;
+    this.reason = o.reason;
+    this.retryAfter = o.retryAfter;
+    this.phase = o.phase ?? 'request';
+  }
+}
+
+/** The server could not be reached, the TLS handshake failed, or the connection broke: worth retrying. */
+export class TransportError extends KubebootError {
+  override readonly name = 'TransportError';
+}
+
+/** Nothing on the node can authenticate a CSR any more; only a new bootstrap kubeconfig helps. */
+export class NeedsBootstrapError extends KubebootError {
+  override readonly name = 'NeedsBootstrapError';
+}
+
+/** Another identity waits while the kubelet's credential is being obtained; not a failure. */
+export class WaitingForKubeletError extends KubebootError {
+  override readonly name = 'WaitingForKubeletError';
 }
 
 export function exitCodeOf(err: unknown): ExitCode {

@@ -7,6 +7,17 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 
 const outfile = 'dist/kubeboot.cjs';
 const pkg = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8'));
+// Runs before any bundled module: on an older Node, undici and friends fail at
+// load time with a bare TypeError, so the version is checked first.
+const nodeMajor = Number(pkg.kubeboot.node.split('.')[0]);
+const nodeGuard = `"use strict";
+(function () {
+  var major = Number(process.versions.node.split('.')[0]);
+  if (!(major >= ${nodeMajor})) {
+    process.stderr.write('kubeboot: needs Node.js ${nodeMajor} or newer; this is Node.js ' + process.versions.node + '\\n');
+    process.exit(1);
+  }
+})();`;
 const result = await build({
   entryPoints: ['agent/cli/main.ts'],
   outfile,
@@ -16,6 +27,7 @@ const result = await build({
   target: 'node24',
   sourcemap: false,
   legalComments: 'none',
+  banner: { js: nodeGuard },
   define: { KUBEBOOT_VERSION: JSON.stringify(pkg.version) },
   logLevel: 'warning',
   write: false,

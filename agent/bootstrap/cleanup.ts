@@ -3,27 +3,96 @@
  * in deleting the bootstrap kubeconfig, but only after proof, never before
  * (kubeadm#2054). Copies kubeboot did not make are reported, not touched.
  */
-import { readdir, readFile, stat } from 'node:fs/promises';
+import { lstat, readdir, readFile, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
+import type { Config } from '../config/types.js';
+import type { NodeCredential } from '../credential/assess.js';
+import type { RunDeps } from '../credential/issue.js';
+import { nodeRequester } from '../credential/requester.js';
+import { IdentityMismatchError, KubebootError } from '../errors.js';
+import { whoAmI } from '../kube/whoami.js';
+import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
-import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
-import { removeFileDurably, type WriteObserver } from '../store/atomic.js';
+import { readOptional } from '../read-optional.js';
+import { errnoCode, fileError, removeFileDurably, type WriteObserver } from '../store/atomic.js';
 
 const SCAN_LIMIT_BYTES = 1 << 20;
 
-export async function removeBootstrapToken(bootstrap: BootstrapKubeconfig, cloudInitPaths: string[], logger: Logger, observer?: WriteObserver): Promise<void> {
-  const opts = observer ? { observer } : {};
-  await removeFileDurably(bootstrap.file, opts);
-  logger.info(`deleted the bootstrap kubeconfig ${bootstrap.file}`);
-  if (bootstrap.tokenFile) {
-    await removeFileDurably(bootstrap.tokenFile, opts);
-    logger.info(`deleted the bootstrap token file ${bootstrap.tokenFile}`);
+/**
+ * Deletes the bootstrap kubeconfig (and a token file it names) once every
+ * identity holds a proven credential. `unproven` is a kubelet credential that
+ * was kept rather than issued by this run: one SelfSubjectReview shows it
+ * works before the only way back is deleted. A file that no longer parses is
+ * deleted all the same: it is no longer needed and may hold a token.
+ * Returns whether a bootstrap kubeconfig was there and is now gone.
+ */
+export async function finishBootstrap(config: Config, deps: Pick<RunDeps, 'logger' | 'observer' | 'signal' | 'dispatcher'>, unproven: NodeCredential | null): Promise<boolean> {
+  const text = await readOptional(config.bootstrapKubeconfig);
+  if (text === null) return false;
+  if (unproven) await proveNode(unproven, deps);
+  let bootstrap: BootstrapKubeconfig;
+  try {
+    bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+  } catch {
+    await removeSecretFile(config.bootstrapKubeconfig, 'bootstrap kubeconfig', deps.logger, deps.observer);
+    return true;
   }
+  await removeBootstrapToken(bootstrap, config.cloudInitPaths, deps.logger, deps.observer);
+  return true;
+}
+
+/** The node's kubelet credential authenticates as itself; otherwise the bootstrap kubeconfig is still needed. */
+async function proveNode(node: NodeCredential, deps: Pick<RunDeps, 'signal' | 'dispatcher'>): Promise<void> {
+  const requester = nodeRequester(node, deps.dispatcher);
+  try {
+    const user = await whoAmI(requester.client, deps.signal);
+    if (user.username !== node.identity.subject.commonName) {
+      throw new IdentityMismatchError(`the kubelet credential authenticates as ${user.username}, want ${node.identity.subject.commonName}; keeping the bootstrap kubeconfig`);
+    }
+  } finally {
+    await requester.client.close();
+  }
+}
+
+export async function removeBootstrapToken(bootstrap: BootstrapKubeconfig, cloudInitPaths: string[], logger: Logger, observer?: WriteObserver): Promise<void> {
+  await removeSecretFile(bootstrap.file, 'bootstrap kubeconfig', logger, observer);
+  if (bootstrap.tokenFile) await removeSecretFile(bootstrap.tokenFile, 'bootstrap token file', logger, observer);
   if (bootstrap.auth.kind === 'client-certificate') return;
   const secret = bootstrap.auth.kind === 'bootstrap-token' ? bootstrap.auth.tokenSecret : bootstrap.auth.token;
   for (const file of await filesContaining(cloudInitPaths, secret)) {
     logger.warn(`the bootstrap token is still present in ${file} (cloud-init's cached user-data); it stays valid until it expires or is deleted from the cluster`);
   }
+}
+
+/**
+ * Removes a file holding a secret. A symlink is followed: unlinking only the
+ * link would leave the token where it was while saying it is gone, so the
+ * file it points at goes too (then the link). A failure names the file and
+ * what to do; the credentials are in place either way.
+ */
+async function removeSecretFile(file: string, what: string, logger: Logger, observer?: WriteObserver): Promise<void> {
+  const fail = (target: string, err: unknown): never => {
+    throw new KubebootError(
+      `${fileError('delete', target, err).message} (the ${what}); the node's credentials are in place, so delete it by hand (the token stays valid until it expires or is deleted from the cluster)`,
+      undefined,
+      { cause: err },
+    );
+  };
+  let isLink: boolean;
+  try {
+    isLink = (await lstat(file)).isSymbolicLink();
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return;
+    return fail(file, err);
+  }
+  let target: string | null = null;
+  if (isLink) {
+    // A dangling link has nothing behind it: only the link goes.
+    target = await realpath(file).catch((err: unknown) => (errnoCode(err) === 'ENOENT' ? null : fail(file, err)));
+  }
+  if (target !== null) await removeFileDurably(target, { observer }).catch((err: unknown) => fail(target, err));
+  await removeFileDurably(file, { observer }).catch((err: unknown) => fail(file, err));
+  logger.info(target !== null ? `deleted the ${what} ${target} and the link to it, ${file}` : `deleted the ${what} ${file}`);
 }
 
 /** Files (a path, or the files directly inside a directory) whose text contains `needle`. */

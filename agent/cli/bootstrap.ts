@@ -3,8 +3,10 @@ import { bootstrapNode } from '../bootstrap/flow.js';
 import type { Config } from '../config/types.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
+import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 
 export async function runBootstrap(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
+  await sweepTempFiles(writtenDirs(config), logger);
   const report = await bootstrapNode(config, { logger, now: () => new Date(), signal });
   for (const outcome of report.outcomes) {
     const issued = outcome.issued;

@@ -2,54 +2,65 @@
  * `kubeboot check`: everything bootstrap would look at, nothing it would
  * change. One line per check; the exit code is the first failure's.
  */
-import { existingCredential } from '../bootstrap/existing.js';
+import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
+import { clusterOf } from '../credential/requester.js';
 import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
-import { ExitCode, exitCodeOf } from '../errors.js';
-import { identitiesFor } from '../identities.js';
+import { ApiError, ExitCode, exitCodeOf, InputError } from '../errors.js';
+import { parseCertificateChain } from '../pki/certificate.js';
 import type { Logger } from '../log.js';
-import { ApiError, KubeClient, type Credential, type Endpoint } from '../kube/client.js';
-import { clusterOf } from '../bootstrap/flow.js';
+import { KubeClient, type Credential, type Endpoint } from '../kube/client.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
 import { parseBootstrapKubeconfig } from '../kubeconfig/parse.js';
 
 interface Line {
   ok: boolean;
+  /** A missing credential is what bootstrap is for; it fails the check only when nothing could fix it. */
+  kind: 'credential' | 'setup';
   what: string;
   detail: string;
   code?: number;
 }
 
 export async function runCheck(config: Config, logger: Logger, signal?: AbortSignal, out: NodeJS.WritableStream = process.stdout): Promise<number> {
-  const lines: Line[] = [{ ok: true, what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
-  const now = new Date();
-  const identities = identitiesFor(config);
-  const kubelet = await existingCredential(identities[0]!, now, null);
-  for (const identity of identities) {
-    const e = identity === identities[0] ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? null);
-    lines.push({ ok: e.usable, what: `${identity.name} credential`, detail: e.usable ? `valid until ${e.notAfter?.toISOString()}` : e.reason, code: ExitCode.other });
+  const lines: Line[] = [{ ok: true, kind: 'setup', what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
+  const node = await assessNode(config, new Date());
+  // Read first: with no bootstrap kubeconfig a missing credential is bad input (nothing could fix it), exit 2.
+  let text: string | null = null;
+  let unreadable: Error | null = null;
+  try {
+    text = await readOptional(config.bootstrapKubeconfig);
+  } catch (err) {
+    unreadable = err as Error;
+  }
+  const credentialCode = text === null && unreadable === null ? ExitCode.badInput : ExitCode.other;
+  for (const a of allOf(node)) {
+    lines.push({ ok: a.state === 'usable', kind: 'credential', what: `${a.identity.name} credential`, detail: a.state === 'usable' ? `valid until ${a.notAfter.toISOString()}` : a.reason, code: credentialCode });
   }
   const allUsable = lines.every((l) => l.ok);
 
+  const kubelet = node.kubelet;
   let endpoint: Endpoint | null = kubelet.cluster;
-  let credential: Credential | null = kubelet.usable && kubelet.certPem && kubelet.keyPem ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
+  let credential: Credential | null = isNodeCredential(kubelet) ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
   let bootstrapFile: string | null = null;
-  const text = await readOptional(config.bootstrapKubeconfig);
-  if (text === null) {
-    lines.push({ ok: allUsable, what: 'bootstrap kubeconfig', detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`, code: ExitCode.badInput });
+  if (unreadable !== null) {
+    lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
+  } else if (text === null) {
+    lines.push({ ok: allUsable, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`, code: ExitCode.badInput });
   } else {
     try {
       const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
-      lines.push({ ok: true, what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
+      if (bootstrap.caPem !== null) refuseUnparseableCa(bootstrap.file, bootstrap.caPem);
+      lines.push({ ok: true, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
       // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
-      const cluster = await clusterOf(bootstrap, config, { logger, now: () => new Date(), ...(signal ? { signal } : {}) });
-      lines.push({ ok: true, what: 'cluster CA', detail: bootstrap.caPem ? 'from the bootstrap kubeconfig' : `discovered from kube-public/cluster-info and pinned (${caCertHash(cluster.caPem)})` });
+      const cluster = await clusterOf(bootstrap, config, { logger, signal });
+      lines.push({ ok: true, kind: 'setup', what: 'cluster CA', detail: bootstrap.caPem ? 'from the bootstrap kubeconfig' : `discovered from kube-public/cluster-info and pinned (${caCertHash(cluster.caPem)})` });
       endpoint = cluster;
       bootstrapFile = bootstrap.file;
       credential = bootstrap.auth.kind === 'client-certificate' ? { kind: 'client-certificate', certPem: bootstrap.auth.certPem, keyPem: bootstrap.auth.keyPem } : { kind: 'token', token: bootstrap.auth.token };
     } catch (err) {
-      lines.push({ ok: false, what: 'bootstrap kubeconfig', detail: (err as Error).message, code: exitCodeOf(err) });
+      lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: (err as Error).message, code: exitCodeOf(err) });
     }
   }
 
@@ -57,11 +68,12 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
     const client = new KubeClient(endpoint, credential);
     try {
       const user = await whoAmI(client, signal);
-      lines.push({ ok: true, what: 'API server', detail: `${endpoint.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]` });
+      lines.push({ ok: true, kind: 'setup', what: 'API server', detail: `${endpoint.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]` });
     } catch (err) {
       const rejected = bootstrapFile !== null && err instanceof ApiError && err.status === 401;
       lines.push({
         ok: false,
+        kind: 'setup',
         what: 'API server',
         detail: rejected ? `${bootstrapFile}: the API server rejected the bootstrap credential (401 Unauthorized): it is expired, deleted or mistyped` : (err as Error).message,
         code: rejected ? ExitCode.badInput : ExitCode.other,
@@ -73,6 +85,14 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
 
   for (const line of lines) out.write(`${line.ok ? 'ok  ' : 'FAIL'} ${line.what}: ${line.detail}\n`);
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
-  const failures = lines.filter((l) => !l.ok && !(l.what.endsWith('credential') && text !== null));
+  const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && (text !== null || unreadable !== null)));
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
+}
+
+function refuseUnparseableCa(file: string, caPem: string): void {
+  try {
+    parseCertificateChain(caPem);
+  } catch (err) {
+    throw new InputError(file, 'certificate-authority', `does not hold a valid certificate (${(err as Error).message})`);
+  }
 }

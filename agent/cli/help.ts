@@ -19,6 +19,8 @@ Commands:
   check       validate configuration, bootstrap kubeconfig, reachability and existing credentials; change nothing
   status      show each identity's subject, issuer, expiry, files, next renewal and last error
   renew       ask the running daemon to renew now (or renew directly when no daemon runs)
+  wait        return once an identity (--identity) or every enabled one holds a valid credential on disk;
+              reads files only (an ExecStartPre= for kube-proxy.service); exit 4 after --timeout
 
 ${renderOptionsHelp()}
 Other options:

@@ -45,6 +45,8 @@ async function main(argv: string[]): Promise<number> {
         return await (await import('./run.js')).runDaemonCommand(config, logger, stop.signal, async () => (await load()).config);
       case 'renew':
         return await (await import('./renew.js')).runRenew(config, logger, loaded.extraFlags.identity, stop.signal);
+      case 'wait':
+        return await (await import('./wait.js')).runWait(config, logger, stop.signal, { only: loaded.extraFlags.identity, timeout: loaded.extraFlags.timeout });
     }
   } finally {
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());

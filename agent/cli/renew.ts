@@ -1,42 +1,26 @@
 /**
- * `kubeboot renew [--identity NAME]`: a running daemon (found by its pid
- * file) is asked through a request file and SIGUSR2; with no daemon, the
+ * `kubeboot renew [--identity NAME]`: a running daemon (found and verified
+ * through its pid file, see daemon/control.ts) is asked through a request file and SIGUSR2; with no daemon, the
  * renewal is done here and now.
  */
 import { readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { existingCredential } from '../bootstrap/existing.js';
 import { bootstrapNode } from '../bootstrap/flow.js';
+import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
+import { renewIdentity } from '../credential/renew.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError } from '../errors.js';
 import { identitiesFor } from '../identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
-import { renewIdentity } from '../daemon/renew.js';
 import { runIdentityHooks } from '../daemon/hooks.js';
 import { KEEP_OLD_CREDENTIALS } from '../daemon/daemon.js';
 import { pruneOld } from '../store/cert-store.js';
 import { writeFileAtomic } from '../store/atomic.js';
+import { runningDaemon } from '../daemon/control.js';
 
 function requestFile(stateDir: string): string {
   return path.join(stateDir, 'renew-request');
-}
-
-/**
- * The pid in the daemon's pid file, if that process is still `kubeboot run`.
- * A pid file left by a killed daemon may name a reused pid: signalling an
- * unrelated process is exactly what this check prevents.
- */
-async function runningDaemon(stateDir: string): Promise<number | null> {
-  try {
-    const pid = Number((await readFile(path.join(stateDir, 'kubeboot.pid'), 'utf8')).trim());
-    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return null;
-    const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0');
-    const isKubebootRun = argv.some((a) => /kubeboot(\.cjs)?$/.test(a)) && argv.includes('run');
-    return isKubebootRun ? pid : null;
-  } catch {
-    return null;
-  }
 }
 
 /** The daemon's side: which identities were asked for (and forget the request). */
@@ -62,19 +46,17 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
     logger.info(`asked the running daemon (pid ${pid}) to renew ${only ?? 'all identities'}`);
     return ExitCode.ok;
   }
-  const now = new Date();
-  const kubelet = await existingCredential(identities[0]!, now, null);
+  const node = await assessNode(config, new Date());
   const deps = { logger, now: () => new Date(), signal };
-  if (!kubelet.usable) {
-    logger.info(`no daemon running and the kubelet credential is not usable (${kubelet.reason}); bootstrapping instead`);
+  if (!isNodeCredential(node.kubelet)) {
+    logger.info(`no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`);
     await bootstrapNode(config, deps);
     return ExitCode.ok;
   }
-  for (const identity of identities.filter((i) => only === null || i.name === only)) {
-    const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? null);
-    await renewIdentity(config, identity, own, kubelet, deps);
-    await pruneOld(identity, KEEP_OLD_CREDENTIALS);
-    await runIdentityHooks(identity, logger, { timeoutMs: config.renewal.hookTimeout * 1000 });
+  for (const own of allOf(node).filter((a) => only === null || a.identity.name === only)) {
+    await renewIdentity(config, own, node.kubelet, deps);
+    await pruneOld(own.identity, KEEP_OLD_CREDENTIALS);
+    await runIdentityHooks(own.identity, logger, { timeoutMs: config.renewal.hookTimeout * 1000 });
   }
   return ExitCode.ok;
 }

@@ -8,9 +8,11 @@ import type { Config } from '../config/types.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Daemon } from '../daemon/daemon.js';
+import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { takeRenewRequest } from './renew.js';
 
 export async function runDaemonCommand(config: Config, logger: Logger, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
+  await sweepTempFiles(writtenDirs(config), logger);
   const daemon = new Daemon({ config, logger, signal, reload });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {

@@ -6,6 +6,7 @@ import { currentCertPath } from '../identity.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { loadCurrent } from '../store/cert-store.js';
 import { readDaemonState, type IdentityState } from '../daemon/state.js';
+import { describePending, pendingCsr } from '../credential/pending-csr.js';
 
 export interface IdentityStatus {
   identity: string;
@@ -18,6 +19,8 @@ export interface IdentityStatus {
   currentLink: string;
   kubeconfig: string | null;
   error: string | null;
+  /** The CSR in flight, from the node's pending key: its name and when it was sent. */
+  pendingCsr: { name: string; since: string; description: string } | null;
   daemon: IdentityState | null;
 }
 
@@ -25,7 +28,14 @@ export async function collectStatus(config: Config, now = new Date()): Promise<I
   const daemon = await readDaemonState(config.stateDir);
   const result: IdentityStatus[] = [];
   for (const identity of identitiesFor(config)) {
-    const base = { identity: identity.name, currentLink: currentCertPath(identity), kubeconfig: identity.kubeconfigPath, daemon: daemon?.identities[identity.name] ?? null };
+    const pending = await pendingCsr(config.stateDir, identity);
+    const base = {
+      identity: identity.name,
+      currentLink: currentCertPath(identity),
+      kubeconfig: identity.kubeconfigPath,
+      pendingCsr: pending ? { name: pending.name, since: pending.since.toISOString(), description: describePending(pending, now) } : null,
+      daemon: daemon?.identities[identity.name] ?? null,
+    };
     try {
       const current = await loadCurrent(identity);
       if (!current) {
@@ -63,6 +73,7 @@ export async function runStatus(config: Config, output: 'text' | 'json', out: No
       }
       out.write(`  current link: ${s.currentLink}\n`);
       if (s.kubeconfig) out.write(`  kubeconfig:   ${s.kubeconfig}\n`);
+      if (s.pendingCsr) out.write(`  pending:      ${s.pendingCsr.description}\n`);
       if (s.daemon) {
         out.write(`  next renewal: ${s.daemon.nextRenewal ?? 'not scheduled'}\n  last success: ${s.daemon.lastSuccess ?? 'never'}\n  last error:   ${s.daemon.lastError ?? 'none'}\n`);
         for (const hook of s.daemon.lastHooks) out.write(`  hook:         ${hook.argv.join(' ')} -> ${hook.ok ? 'ok' : `failed (exit ${hook.exitCode ?? 'signal'})`} at ${hook.at}\n`);

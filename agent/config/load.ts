@@ -7,6 +7,8 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ParseArgsOptionsConfig } from 'node:util';
 import { InputError } from '../errors.js';
+import type { ReadFile } from '../read-optional.js';
+import { UnreadableInputError } from '../read-optional.js';
 import type { IdentityName } from '../identity.js';
 import { coerce } from './coerce.js';
 import type { Origin, Setting } from './coerce.js';
@@ -14,11 +16,10 @@ import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import { COMMAND_FLAGS, COMMANDS, OPTIONS } from './options.js';
 import type { Command, ConfigKey, OptionSpec } from './options.js';
 import type { Config } from './types.js';
-import { dns1123SubdomainProblem, parseBool, quote } from './values.js';
+import { dns1123SubdomainProblem, parseBool, parseDuration, quote } from './values.js';
 import { validateConfig } from './validate.js';
 import { isMapping, kindOf, parseYaml } from './yaml.js';
 
-export type ReadFile = (p: string) => Promise<string | null>;
 
 export interface LoadInput {
   argv: string[];
@@ -33,8 +34,10 @@ export interface LoadInput {
 export interface ExtraFlags {
   /** `status --output`. */
   output: 'text' | 'json';
-  /** `renew --identity`; null renews every configured identity. */
+  /** `renew`/`wait --identity`; null means every configured identity. */
   identity: IdentityName | null;
+  /** `wait --timeout` in seconds; null waits as long as it takes. */
+  timeout: number | null;
 }
 
 export interface Loaded {
@@ -62,7 +65,16 @@ export async function loadConfig(input: LoadInput): Promise<Loaded> {
   const envSettings = environmentSettings(input.env, cwd);
   const configSetting = [...cli.settings, ...envSettings].reverse().find((s) => s.spec.key === 'configFile');
   const configFile = configSetting !== undefined ? (coerce(configSetting) as string) : DEFAULT_CONFIG_FILE;
-  const text = await input.readFile(configFile);
+  let text: string | null;
+  try {
+    text = await input.readFile(configFile);
+  } catch (err) {
+    // A directory, FIFO or oversize file named by --config or KUBEBOOT_CONFIG: name where it was given.
+    if (err instanceof UnreadableInputError && configSetting !== undefined) {
+      throw new InputError(configSetting.origin.source, configSetting.origin.field, `${err.file} ${err.problem}`);
+    }
+    throw err;
+  }
   if (text === null && configSetting !== undefined) {
     throw new InputError(configSetting.origin.source, configSetting.origin.field, `config file not found: ${configFile}`);
   }
@@ -165,7 +177,7 @@ function parseCommandLine(argv: string[], cwd: string): CommandLine {
     command = first as Command;
   }
 
-  const extraFlags: ExtraFlags = { output: 'text', identity: null };
+  const extraFlags: ExtraFlags = { output: 'text', identity: null, timeout: null };
   for (const spec of COMMAND_FLAGS) {
     const value = values[spec.flag];
     if (typeof value !== 'string') continue;
@@ -177,6 +189,11 @@ function parseCommandLine(argv: string[], cwd: string): CommandLine {
     }
     if (spec.flag === 'output') extraFlags.output = value as ExtraFlags['output'];
     if (spec.flag === 'identity') extraFlags.identity = value as IdentityName;
+    if (spec.flag === 'timeout') {
+      const parsed = parseDuration(value);
+      if (!parsed.ok) throw new InputError(CLI, '--timeout', parsed.problem);
+      extraFlags.timeout = parsed.value;
+    }
   }
 
   const settings: Setting[] = [];

@@ -135,12 +135,13 @@ export interface CommandFlagSpec {
   metavar: string;
   help: string;
 }
-export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew'] as const;
+export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'wait'] as const;
 export type Command = (typeof COMMANDS)[number];
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   { flag: 'output', commands: ['status'], values: ['text', 'json'], metavar: 'text|json', help: 'status: output format' },
-  { flag: 'identity', commands: ['renew'], values: ['kubelet', 'kube-proxy', 'kubelet-serving'], metavar: 'NAME', help: 'renew: only this identity (kubelet, kube-proxy, kubelet-serving)' },
+  { flag: 'identity', commands: ['renew', 'wait'], values: ['kubelet', 'kube-proxy', 'kubelet-serving'], metavar: 'NAME', help: 'renew, wait: only this identity (kubelet, kube-proxy, kubelet-serving)' },
+  { flag: 'timeout', commands: ['wait'], metavar: 'DURATION', help: 'wait: give up with exit 4 after this long (default: wait as long as it takes)' },
 ];
 
 export function readKey(config: Config, key: ConfigKey): unknown {

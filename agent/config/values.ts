@@ -5,6 +5,7 @@
  */
 import net from 'node:net';
 import { DEFAULT_LISTEN } from './defaults.js';
+import { canonicalPin } from '../pki/pin.js';
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
 
@@ -70,12 +71,10 @@ export function dns1123SubdomainProblem(name: string): string | null {
   return null;
 }
 
-const PIN = /^sha256:[0-9a-f]{64}$/i;
-
 /** kubeadm's pin format; stored lower-case so comparisons are plain string equality. */
 export function parsePin(raw: string): Parsed<string> {
-  const text = raw.trim();
-  return PIN.test(text) ? ok(text.toLowerCase()) : bad(`expected sha256:<64 hex digits>, got ${quote(raw)}`);
+  const pin = canonicalPin(raw);
+  return pin !== null ? ok(pin) : bad(`expected sha256:<64 hex digits>, got ${quote(raw)}`);
 }
 
 /** `host:port`, `[v6]:port`, or `off` (null). A host is required so "all interfaces" is never an accident. */

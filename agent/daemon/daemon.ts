@@ -2,41 +2,48 @@
  * `kubeboot run`: one loop per identity that sleeps until the renewal
  * deadline (in chunks, re-checking the wall clock), wakes early on external
  * file changes, SIGHUP or `kubeboot renew`, and never gives up while the
- * current certificate is valid. Readiness is "every identity holds a valid
- * certificate"; READY=1 is sent the first time that holds.
+ * current certificate is valid. What to do and how long to wait are decided
+ * by the pure functions in renewal/plan.ts; this file carries them out.
+ *
+ * READY=1 is sent once the kubelet's credential is valid: the kubelet never
+ * waits for kube-proxy's or the serving certificate's approval (kube-proxy's
+ * unit waits for its own with `kubeboot wait`). /readyz reports every identity.
  */
 import { createHash } from 'node:crypto';
-import { unlink, writeFile } from 'node:fs/promises';
+import type { Dispatcher } from 'undici';
 import path from 'node:path';
-import { bootstrapNode, finishBootstrap } from '../bootstrap/flow.js';
-import { existingCredential, type ExistingCredential } from '../bootstrap/existing.js';
+import { finishBootstrap } from '../bootstrap/cleanup.js';
+import { issueKubelet, recoverNode } from '../bootstrap/flow.js';
 import type { Config } from '../config/types.js';
-import { CsrRejectedError, ExitCode, KubebootError } from '../errors.js';
+import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
+import type { Issued, RunDeps } from '../credential/issue.js';
+import { renewIdentity } from '../credential/renew.js';
+import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
 import { identitiesFor } from '../identities.js';
 import type { Identity, IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
-import { ApiError } from '../kube/client.js';
 import { parseCertificateChain } from '../pki/certificate.js';
-import { nextDelay, retryAfterMs, type BackoffOptions } from '../renewal/backoff.js';
-import { systemClock, type Clock } from '../renewal/clock.js';
-import { isDue, renewalDeadline } from '../renewal/deadline.js';
-import { sleepUntil } from '../renewal/timer.js';
+import { deadlineFor, nextAction, progressDue, retryPlan } from '../renewal/plan.js';
 import { ensureDir } from '../store/atomic.js';
 import { pruneOld } from '../store/cert-store.js';
+import { systemClock, type Clock } from '../time/clock.js';
+import { sleepUntil } from '../time/timer.js';
+import { removePidFile, writePidFile } from './control.js';
 import { runIdentityHooks } from './hooks.js';
+import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
 import { createNotifier, startWatchdog, type Notifier } from './notify.js';
-import { NeedsBootstrapError, renewIdentity, WaitingForKubeletError } from './renew.js';
 import { writeDaemonState, type IdentityState } from './state.js';
-import { startHttpServer, type StatusServer } from './http.js';
-import { watchCredentials, createSelfWrites, type CredentialWatcher } from './watch.js';
+import { createSelfWrites, watchCredentials, type CredentialWatcher } from './watch.js';
 
-/** Renewal retries: 2 s doubling to 5 min; a denied CSR waits the full cap. */
-export const RENEW_BACKOFF: BackoffOptions = { initial: 2_000, factor: 2, cap: 300_000, jitter: 0.1 };
-/** How long an expired node waits between looks for a new bootstrap kubeconfig, besides file events. */
-const REBOOTSTRAP_RECHECK_MS = 60_000;
 /** Older timestamped credential files kept after a renewal; the kubelet never prunes them, so they pile up. */
 export const KEEP_OLD_CREDENTIALS = 5;
+/** A sleeping loop shows progress at least this often, so liveness can tell asleep from stuck. */
+const SLEEP_CHUNK_MS = 60_000;
+/** Slack on every liveness bound: an event loop under load is late, not stuck. */
+const LIVENESS_GRACE_MS = 30_000;
+/** Beyond the CSR waits and hooks, what requests and disk writes of one pass may take. */
+const PASS_OVERHEAD_MS = 5 * 60_000;
 
 export interface DaemonOptions {
   config: Config;
@@ -46,12 +53,14 @@ export interface DaemonOptions {
   env?: NodeJS.ProcessEnv;
   clock?: Clock;
   random?: () => number;
+  /** Every API connection goes through it (tests inject undici's MockAgent). */
+  dispatcher?: Dispatcher;
 }
 
 interface Slot {
   state: IdentityState;
-  usable: boolean;
-  notAfter: Date | null;
+  /** What the last pass found on disk (or just issued). */
+  seen: Assessment | null;
   /** Cached deadline for one certificate, so the jitter is drawn once per certificate. */
   deadline: { certKey: string; at: Date } | null;
   wake: (() => void) | null;
@@ -59,6 +68,8 @@ interface Slot {
   pendingWake: boolean;
   force: boolean;
   attempt: number;
+  /** Monotonic time by which the loop must show progress again (liveness). */
+  progressDue: number;
 }
 
 export class Daemon {
@@ -69,6 +80,7 @@ export class Daemon {
   readonly #clock: Clock;
   readonly #random: () => number;
   readonly #env: NodeJS.ProcessEnv;
+  readonly #dispatcher: Dispatcher | undefined;
   readonly #slots = new Map<IdentityName, Slot>();
   readonly #selfWrites = createSelfWrites();
   /**
@@ -76,10 +88,14 @@ export class Daemon {
    * the files, it still authenticates the re-issue (kubernetes#53288: certs
    * lost on disk must not strand the node while a valid one is in memory).
    */
-  #lastGoodKubelet: ExistingCredential | null = null;
+  #lastGoodKubelet: NodeCredential | null = null;
+  /** The kubelet certificate this process issued (and so proved); others are proven before the token goes. */
+  #provenKubeletPem: string | null = null;
+  #cleaningUp = false;
   readonly metrics: KubebootMetrics;
   #notifier: Notifier;
   #readySent = false;
+  #allValidLogged = false;
 
   constructor(options: DaemonOptions) {
     this.#config = options.config;
@@ -89,21 +105,44 @@ export class Daemon {
     this.#clock = options.clock ?? systemClock;
     this.#random = options.random ?? Math.random;
     this.#env = options.env ?? process.env;
+    this.#dispatcher = options.dispatcher;
     this.#notifier = createNotifier({ env: this.#env, logger: this.#logger });
     for (const identity of identitiesFor(this.#config)) {
-      this.#slots.set(identity.name, { state: { nextRenewal: null, lastSuccess: null, lastError: null, lastHooks: [] }, usable: false, notAfter: null, deadline: null, wake: null, pendingWake: false, force: false, attempt: 0 });
+      this.#slots.set(identity.name, {
+        state: { nextRenewal: null, lastSuccess: null, lastError: null, pendingCsr: null, lastHooks: [] },
+        seen: null,
+        deadline: null,
+        wake: null,
+        pendingWake: false,
+        force: false,
+        attempt: 0,
+        progressDue: this.#clock.monotonic() + this.#maxPassMs() + LIVENESS_GRACE_MS,
+      });
     }
-    this.metrics = createMetrics({ certificates: () => [...this.#slots].map(([identity, slot]) => ({ identity, notAfter: slot.notAfter })), now: () => this.#clock.now() });
+    this.metrics = createMetrics({ certificates: () => [...this.#slots].map(([identity, slot]) => ({ identity, notAfter: this.#validNow(slot)?.notAfter ?? null })), now: () => this.#clock.now() });
   }
 
   get config(): Config {
     return this.#config;
   }
 
-  /** Every identity holds a currently valid certificate. */
+  /** /readyz: every identity holds a certificate that is valid right now (not merely at the last pass). */
   readiness(): { ready: boolean; detail: string[] } {
-    const detail = [...this.#slots].map(([name, slot]) => `${name}: ${slot.usable ? `valid until ${slot.notAfter?.toISOString()}` : (slot.state.lastError ?? 'no valid certificate')}`);
-    return { ready: [...this.#slots.values()].every((s) => s.usable), detail };
+    const detail = [...this.#slots].map(([name, slot]) => `${name}: ${this.#describe(slot)}`);
+    return { ready: [...this.#slots.values()].every((s) => this.#validNow(s) !== null), detail };
+  }
+
+  /** READY=1: the kubelet's credential is valid; the other identities may still be pending. */
+  nodeReady(): boolean {
+    const kubelet = this.#slots.get('kubelet');
+    return kubelet !== undefined && this.#validNow(kubelet) !== null;
+  }
+
+  /** /healthz and the watchdog: every loop showed progress within its bound. */
+  healthy(): boolean {
+    if (this.#signal.aborted) return false;
+    const now = this.#clock.monotonic();
+    return [...this.#slots.values()].every((s) => now <= s.progressDue);
   }
 
   /** Wake identities now; `force` renews even a certificate that is not due. */
@@ -140,15 +179,15 @@ export class Daemon {
       if (identity.kubeconfigPath) await ensureDir(path.dirname(identity.kubeconfigPath), 0o755);
     }
     await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
-    const pidFile = path.join(config.stateDir, 'kubeboot.pid');
-    await writeFile(pidFile, `${process.pid}\n`, { mode: 0o600 });
+    await recoverNode(config, this.#runDeps());
+    await writePidFile(config.stateDir);
     let http: StatusServer | null = null;
     let watcher: CredentialWatcher | null = null;
-    const watchdog = startWatchdog(this.#notifier, { env: this.#env, healthy: () => !this.#signal.aborted });
+    const watchdog = startWatchdog(this.#notifier, { env: this.#env, healthy: () => this.healthy() });
     try {
       if (config.listen) {
         const { host, port } = splitListen(config.listen);
-        http = await startHttpServer({ host, port, healthy: () => !this.#signal.aborted, readiness: () => this.readiness(), registry: this.metrics.registry, logger: this.#logger });
+        http = await startHttpServer({ host, port, healthy: () => this.healthy(), readiness: () => this.readiness(), registry: this.metrics.registry, logger: this.#logger });
         this.#logger.info(`serving /healthz, /readyz and /metrics on ${http.address.host}:${http.address.port}`);
       }
       watcher = await watchCredentials({
@@ -168,7 +207,7 @@ export class Daemon {
       await watcher?.close();
       await http?.close();
       await this.#notifier.stopping('stopping');
-      await unlink(pidFile).catch(() => undefined);
+      await removePidFile(config.stateDir);
     }
   }
 
@@ -176,152 +215,146 @@ export class Daemon {
     const slot = this.#slots.get(name)!;
     while (!this.#signal.aborted) {
       const config = this.#config;
-      const identities = identitiesFor(config);
-      const identity = identities.find((i) => i.name === name);
+      const identity = identitiesFor(config).find((i) => i.name === name);
       if (!identity) return;
       // One configuration per pass, taken with the renew-now flag before
       // anything awaits: a SIGHUP that lands mid-step renews on the next
       // pass, under the configuration it loaded.
       const force = slot.force;
       slot.force = false;
+      slot.progressDue = progressDue({ kind: 'working' }, this.#clock.monotonic(), this.#livenessLimits());
       let wakeAt: Date;
       try {
-        wakeAt = await this.#step(config, identity, identities[0]!, slot, force);
+        wakeAt = await this.#step(config, identity, slot, force);
       } catch (err) {
         if (this.#signal.aborted) return;
         wakeAt = this.#failed(identity, slot, err);
       }
       await this.#publish();
+      await this.#removeBootstrapWhenDone(config);
       await this.#sleep(slot, wakeAt);
     }
   }
 
-  /** Look at the files, renew if due, and say when to look again. */
-  async #step(config: Config, identity: Identity, kubeletIdentity: Identity, slot: Slot, force: boolean): Promise<Date> {
+  /** One pass for one identity, like the kubelet's LoadClientCert: look, decide, act, record. Returns when to look again. */
+  async #step(config: Config, identity: Identity, slot: Slot, force: boolean): Promise<Date> {
     const now = this.#clock.now();
-    const kubelet = await existingCredential(kubeletIdentity, now, null);
-    const requester = this.#requester(kubelet, now);
-    const own = identity.name === 'kubelet' ? kubelet : await existingCredential(identity, now, kubelet.cluster?.caPem ?? requester?.cluster?.caPem ?? null);
-    slot.usable = own.usable;
-    slot.notAfter = own.notAfter;
-    if (own.usable && !force) {
-      const at = this.#deadline(slot, own, config.renewal.margin);
-      slot.state.nextRenewal = at.toISOString();
-      if (!isDue(at, now)) return at;
-      this.#logger.info(`${identity.name}: renewal due (deadline ${at.toISOString()}, expires ${own.notAfter?.toISOString()})`);
-    } else {
-      this.#logger.info(`${identity.name}: ${force ? 'renewal requested' : `needs a certificate (${own.reason})`}`);
+    const node = await assessNode(config, now, this.#lastGoodKubelet?.cluster.caPem);
+    const own = identity.name === 'kubelet' ? node.kubelet : node.others.find((a) => a.identity.name === identity.name)!;
+    const requester = this.#requester(node.kubelet, now);
+    slot.seen = own;
+    const action = nextAction({
+      own,
+      requester,
+      kubeletProblem: node.kubelet.state === 'unusable' ? node.kubelet.reason : null,
+      deadline: own.state === 'usable' ? this.#deadline(slot, own, config.renewal.margin) : null,
+      force,
+      now,
+    });
+    switch (action.kind) {
+      case 'sleep':
+        slot.state.nextRenewal = action.until.toISOString();
+        return action.until;
+      case 'wait-for-kubelet':
+        // The kubelet loop nudges this one when its credential lands.
+        slot.state.lastError = action.why;
+        this.#logger.info(`${identity.name}: ${action.why}`, { identity: identity.name });
+        return action.until;
+      case 'bootstrap':
+      case 'renew': {
+        this.#logger.info(`${identity.name}: ${action.why}`);
+        const started = this.#clock.monotonic();
+        const issued = action.kind === 'bootstrap' ? await this.#bootstrapKubelet(config, own) : await renewIdentity(config, own, action.requester, this.#runDeps());
+        if (issued) await this.#issued(identity, slot, issued, started);
+        return this.#clock.now();
+      }
     }
-
-    const started = this.#clock.now();
-    const deps = {
-      logger: this.#logger,
-      now: () => this.#clock.now(),
-      signal: this.#signal,
-      observer: this.#selfWrites,
-      onCsrWait: (seconds: number) => this.metrics.observeCsrWait(identity.name, seconds),
-    };
-    let notAfter: Date | null;
-    if (!requester) {
-      if (identity.name !== 'kubelet') throw new WaitingForKubeletError(`${identity.name}: waiting for the kubelet credential (${kubelet.reason})`);
-      notAfter = await this.#rebootstrap(config, { ...deps, onCsrWait: (id: Identity, seconds: number) => this.metrics.observeCsrWait(id.name, seconds) });
-    } else {
-      notAfter = (await renewIdentity(config, identity, own, requester, deps)).notAfter;
-    }
-    await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: this.#selfWrites });
-    this.#succeeded(identity, slot, started, notAfter);
-    await this.#runHooks(identity, slot);
-    if (identity.name === 'kubelet') {
-      // Others may have been waiting for the kubelet's credential.
-      this.nudge([...this.#slots.keys()].filter((n) => n !== 'kubelet' && !this.#slots.get(n)!.usable), false);
-    }
-    if ([...this.#slots.values()].every((s) => s.usable)) {
-      await finishBootstrap(config, { logger: this.#logger, observer: this.#selfWrites });
-    }
-    return this.#clock.now();
   }
 
-  /** The kubelet's credential from a bootstrap kubeconfig; the other loops then renew theirs with it. */
-  async #rebootstrap(config: Config, deps: Parameters<typeof bootstrapNode>[1]): Promise<Date | null> {
+  /** The kubelet's credential from a bootstrap kubeconfig; null when recovering a half-done swap made it usable again. */
+  async #bootstrapKubelet(config: Config, kubelet: Assessment): Promise<Issued | null> {
+    const deps = this.#runDeps();
+    await recoverNode(config, deps);
+    const again = (await assessNode(config, this.#clock.now())).kubelet;
+    if (again.state === 'usable') return null;
     try {
-      const report = await bootstrapNode(config, deps, { onlyKubelet: true });
-      return report.outcomes.find((o) => o.identity === 'kubelet')?.notAfter ?? null;
+      return (await issueKubelet(config, kubelet, deps)).issued;
     } catch (err) {
-      if (err instanceof KubebootError && err.code === ExitCode.badInput) throw new NeedsBootstrapError(err.message);
+      if (err instanceof InputError || err instanceof BootstrapCredentialError) throw new NeedsBootstrapError(err.message);
       throw err;
     }
   }
 
   /** What authenticates CSRs: the kubelet credential on disk, or the last good one from memory when the files went missing. */
-  #requester(onDisk: ExistingCredential, now: Date): ExistingCredential | null {
-    if (onDisk.usable) {
+  #requester(onDisk: Assessment, now: Date): NodeCredential | null {
+    if (isNodeCredential(onDisk)) {
       this.#lastGoodKubelet = onDisk;
       return onDisk;
     }
     const remembered = this.#lastGoodKubelet;
-    if (remembered?.notAfter && remembered.notAfter > now && remembered.identity.subject.commonName === onDisk.identity.subject.commonName) {
-      this.#logger.warn(`kubelet: ${onDisk.reason}; authenticating with the credential kubeboot still holds in memory (valid until ${remembered.notAfter.toISOString()})`);
+    if (remembered && remembered.notAfter > now && remembered.identity.subject.commonName === onDisk.identity.subject.commonName) {
+      this.#logger.warn(`kubelet: ${onDisk.state === 'unusable' ? onDisk.reason : 'not usable'}; authenticating with the credential kubeboot still holds in memory (valid until ${remembered.notAfter.toISOString()})`);
       return remembered;
     }
     return null;
   }
 
-  #deadline(slot: Slot, own: ExistingCredential, margin: number): Date {
-    const certKey = createHash('sha256').update(own.certPem ?? '').digest('hex');
+  #deadline(slot: Slot, own: Usable, margin: number): Date {
+    const certKey = createHash('sha256').update(own.certPem).digest('hex');
     if (slot.deadline?.certKey !== certKey) {
-      const leaf = parseCertificateChain(own.certPem!)[0]!;
-      let at = renewalDeadline(leaf, { margin }, this.#random);
-      // A margin close to the whole lifetime would make every fresh
-      // certificate due at once: never renew again within 5 % of the
-      // remaining lifetime of the last success.
-      const last = slot.state.lastSuccess ? new Date(slot.state.lastSuccess).getTime() : null;
-      if (last !== null && at.getTime() < last + 0.05 * (leaf.notAfter.getTime() - last)) {
-        at = new Date(last + 0.05 * (leaf.notAfter.getTime() - last));
-        this.#logger.warn(`${own.identity.name}: renew margin ${margin}s leaves almost no lifetime; holding renewals ${Math.round((at.getTime() - last) / 1000)}s apart`);
-      }
+      const leaf = parseCertificateChain(own.certPem)[0]!;
+      const lastSuccess = slot.state.lastSuccess ? new Date(slot.state.lastSuccess) : null;
+      const { at, held } = deadlineFor(leaf, margin, this.#random, lastSuccess);
+      if (held) this.#logger.warn(`${own.identity.name}: renew margin ${margin}s leaves almost no lifetime; holding renewals ${Math.round((at.getTime() - lastSuccess!.getTime()) / 1000)}s apart`);
       slot.deadline = { certKey, at };
-      this.#logger.info(`${own.identity.name}: certificate valid until ${leaf.notAfter.toISOString()}; renewal scheduled for ${slot.deadline.at.toISOString()}`, { identity: own.identity.name });
+      this.#logger.info(`${own.identity.name}: certificate valid until ${leaf.notAfter.toISOString()}; renewal scheduled for ${at.toISOString()}`, { identity: own.identity.name });
     }
     return slot.deadline.at;
   }
 
-  #succeeded(identity: Identity, slot: Slot, started: Date, notAfter: Date | null): void {
+  /** After a certificate landed: prune, record, hooks, and wake the identities that waited for the kubelet. */
+  async #issued(identity: Identity, slot: Slot, issued: Issued, startedMonotonic: number): Promise<void> {
+    await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: this.#selfWrites });
+    const now = this.#clock.now();
     slot.attempt = 0;
-    slot.usable = true;
-    slot.notAfter = notAfter;
-    slot.state.lastSuccess = this.#clock.now().toISOString();
+    slot.seen = await this.#reassess(identity);
+    slot.state.lastSuccess = now.toISOString();
     slot.state.lastError = null;
+    slot.state.pendingCsr = null;
     slot.deadline = null;
-    this.metrics.recordRenewal(identity.name, this.#clock.now());
-    this.#logger.info(`${identity.name}: certificate renewed in ${((this.#clock.now().getTime() - started.getTime()) / 1000).toFixed(1)}s`);
+    if (identity.name === 'kubelet' && slot.seen?.state === 'usable') this.#provenKubeletPem = slot.seen.certPem;
+    this.metrics.recordRenewal(identity.name, now);
+    this.#logger.info(`${identity.name}: certificate renewed in ${((this.#clock.monotonic() - startedMonotonic) / 1000).toFixed(1)}s, valid until ${issued.notAfter.toISOString()}`);
+    await this.#runHooks(identity, slot);
+    if (identity.name === 'kubelet') {
+      // Others may have been waiting for the kubelet's credential.
+      this.nudge([...this.#slots.keys()].filter((n) => n !== 'kubelet' && this.#validNow(this.#slots.get(n)!) === null), false);
+    }
+  }
+
+  async #reassess(identity: Identity): Promise<Assessment | null> {
+    const node = await assessNode(this.#config, this.#clock.now(), this.#lastGoodKubelet?.cluster.caPem);
+    return [node.kubelet, ...node.others].find((a) => a.identity.name === identity.name) ?? null;
   }
 
   #failed(identity: Identity, slot: Slot, err: unknown): Date {
     const message = (err as Error).message;
-    slot.state.lastError = message;
     const now = this.#clock.now();
-    if (err instanceof WaitingForKubeletError) {
-      // The kubelet loop nudges this one when its credential lands.
-      this.#logger.info(message, { identity: identity.name });
-      return new Date(now.getTime() + REBOOTSTRAP_RECHECK_MS);
-    }
+    const current = this.#validNow(slot);
+    const plan = retryPlan(err, slot.attempt, { now, notAfter: current?.notAfter ?? null, random: this.#random });
+    slot.attempt = plan.attempt;
+    slot.state.lastError = message;
+    slot.state.pendingCsr = null;
+    this.metrics.recordRenewalFailure(identity.name, plan.reason);
     if (err instanceof NeedsBootstrapError) {
-      slot.usable = false;
-      this.metrics.recordRenewalFailure(identity.name, 'needs-bootstrap');
       this.#logger.error(
         `${message}. To recover, place a new bootstrap kubeconfig at ${this.#config.bootstrapKubeconfig} (for example from a fresh \`kubeadm token create\`); kubeboot notices it and re-bootstraps on its own`,
         { identity: identity.name },
       );
-      return new Date(now.getTime() + REBOOTSTRAP_RECHECK_MS);
+    } else {
+      this.#logger.error(`${identity.name}: renewal failed: ${message}; retrying in ${Math.round(plan.waitMs / 1000)}s${current ? ` (the current certificate stays valid until ${current.notAfter.toISOString()})` : ''}`, { identity: identity.name });
     }
-    const reason = err instanceof CsrRejectedError ? 'denied' : err instanceof ApiError ? `http-${err.status}` : err instanceof KubebootError && err.code === ExitCode.timedOut ? 'timeout' : 'error';
-    this.metrics.recordRenewalFailure(identity.name, reason);
-    const wait =
-      err instanceof CsrRejectedError
-        ? RENEW_BACKOFF.cap
-        : ((err instanceof ApiError ? retryAfterMs(err.retryAfter, now) : null) ?? nextDelay(slot.attempt++, RENEW_BACKOFF, this.#random));
-    this.#logger.error(`${identity.name}: renewal failed: ${message}; retrying in ${Math.round(wait / 1000)}s${slot.usable ? ` (the current certificate stays valid until ${slot.notAfter?.toISOString()})` : ''}`, { identity: identity.name });
-    return new Date(now.getTime() + wait);
+    return new Date(now.getTime() + plan.waitMs);
   }
 
   async #runHooks(identity: Identity, slot: Slot): Promise<void> {
@@ -331,6 +364,26 @@ export class Daemon {
     for (const r of results) if (!r.ok) this.metrics.recordHookFailure(identity.name);
   }
 
+  /**
+   * Once every identity is valid, the bootstrap kubeconfig goes — also one
+   * found at start or dropped in later next to valid credentials. A kubelet
+   * certificate this process did not issue is proven first (one
+   * SelfSubjectReview). A failure is logged and tried again after the next pass.
+   */
+  async #removeBootstrapWhenDone(config: Config): Promise<void> {
+    const kubelet = this.#slots.get('kubelet')?.seen;
+    if (this.#cleaningUp || !this.readiness().ready || !kubelet || !isNodeCredential(kubelet)) return;
+    this.#cleaningUp = true;
+    try {
+      await finishBootstrap(config, this.#runDeps(), kubelet.certPem === this.#provenKubeletPem ? null : kubelet);
+    } catch (err) {
+      if (!this.#signal.aborted) this.#logger.error((err as Error).message);
+    } finally {
+      this.#cleaningUp = false;
+    }
+  }
+
+  /** Sleeps until `until` in chunks, each one a sign of life for the liveness check. */
   async #sleep(slot: Slot, until: Date): Promise<void> {
     if (this.#signal.aborted) return;
     const woken = new AbortController();
@@ -339,8 +392,14 @@ export class Daemon {
       slot.pendingWake = false;
       woken.abort();
     }
+    const signal = AbortSignal.any([woken.signal, this.#signal]);
     try {
-      await sleepUntil(until, this.#clock, { signal: AbortSignal.any([woken.signal, this.#signal]) });
+      for (;;) {
+        const left = until.getTime() - this.#clock.now().getTime();
+        if (left <= 0) break;
+        slot.progressDue = progressDue({ kind: 'sleeping', msUntilWake: left }, this.#clock.monotonic(), this.#livenessLimits());
+        await sleepUntil(new Date(this.#clock.now().getTime() + Math.min(left, SLEEP_CHUNK_MS)), this.#clock, { signal });
+      }
     } catch {
       // Woken early or stopping: the loop re-checks.
     } finally {
@@ -348,20 +407,63 @@ export class Daemon {
     }
   }
 
+  #livenessLimits(): { chunkMs: number; maxPassMs: number; graceMs: number } {
+    return { chunkMs: SLEEP_CHUNK_MS, maxPassMs: this.#maxPassMs(), graceMs: LIVENESS_GRACE_MS };
+  }
+
+  /** The longest one pass may take: CA discovery and the CSR wait (each bounded by waitTimeout), the hooks, and requests. */
+  #maxPassMs(): number {
+    const c = this.#config;
+    const hooks = Math.max(0, ...identitiesFor(c).map((i) => i.hooks.length));
+    return (2 * c.waitTimeout + hooks * c.renewal.hookTimeout) * 1000 + PASS_OVERHEAD_MS;
+  }
+
+  /** The slot's credential when it is valid at this moment, by the clock, not by the last pass. */
+  #validNow(slot: Slot): Usable | null {
+    return slot.seen?.state === 'usable' && slot.seen.notAfter > this.#clock.now() ? slot.seen : null;
+  }
+
+  #describe(slot: Slot): string {
+    const valid = this.#validNow(slot);
+    if (valid) return `valid until ${valid.notAfter.toISOString()}`;
+    if (slot.state.pendingCsr) return `waiting for CSR ${slot.state.pendingCsr} to be approved (kubectl certificate approve ${slot.state.pendingCsr})`;
+    return slot.state.lastError ?? (slot.seen?.state === 'usable' ? `expired at ${slot.seen.notAfter.toISOString()}` : 'no valid certificate');
+  }
+
+  #runDeps(): RunDeps {
+    return {
+      logger: this.#logger,
+      now: () => this.#clock.now(),
+      signal: this.#signal,
+      observer: this.#selfWrites,
+      onCsrSubmitted: (identity, name) => {
+        const slot = this.#slots.get(identity.name);
+        if (slot) slot.state.pendingCsr = name;
+        void this.#publish();
+      },
+      onCsrWait: (identity, seconds) => this.metrics.observeCsrWait(identity.name, seconds),
+      dispatcher: this.#dispatcher,
+    };
+  }
+
   async #publish(): Promise<void> {
     const { ready, detail } = this.readiness();
-    if (ready && !this.#readySent) {
+    const nodeReady = this.nodeReady();
+    const status = ready ? `credentials valid: ${detail.join('; ')}` : nodeReady ? `kubelet ready; pending: ${detail.filter((l) => !l.startsWith('kubelet:')).join('; ')}` : `not ready: ${detail.join('; ')}`;
+    if (nodeReady && !this.#readySent) {
       this.#readySent = true;
-      await this.#notifier.ready(`credentials valid: ${detail.join('; ')}`);
-      this.#logger.info('all credentials valid; ready');
+      await this.#notifier.ready(status);
+      this.#logger.info(ready ? 'all credentials valid; ready' : `kubelet credential valid; ready (the kubelet may start); pending: ${detail.filter((l) => !l.startsWith('kubelet:')).join('; ')}`);
+      this.#allValidLogged = ready;
     } else {
-      await this.#notifier.status(ready ? `credentials valid: ${detail.join('; ')}` : `not ready: ${detail.join('; ')}`);
+      await this.#notifier.status(status);
+      if (ready && !this.#allValidLogged) this.#logger.info('all credentials valid');
+      this.#allValidLogged = ready;
     }
     const identities: Record<string, IdentityState> = {};
     for (const [name, slot] of this.#slots) identities[name] = slot.state;
     await writeDaemonState(this.#config.stateDir, { pid: process.pid, updated: this.#clock.now().toISOString(), identities }).catch((err: Error) => this.#logger.warn(`cannot write status file: ${err.message}`));
   }
-
 }
 
 function splitListen(listen: string): { host: string; port: number } {

@@ -100,6 +100,24 @@ export function runHook(argv: string[], options: HookOptions = {}): Promise<Hook
   });
 }
 
+/** Used when kubeboot itself has no PATH (systemd gives services one, but a bare exec may not). */
+export const HOOK_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** What a hook inherits from kubeboot's environment; nothing else crosses. */
+const INHERITED = ['PATH', 'HOME', 'LANG', 'LC_ALL', 'TZ', 'USER', 'LOGNAME'];
+
+/**
+ * A clean environment for hooks. Never NOTIFY_SOCKET, WATCHDOG_USEC or
+ * WATCHDOG_PID: under NotifyAccess=all a hook holding the socket could send
+ * READY=1 or STOPPING=1 for kubeboot. Nor KUBEBOOT_* settings, which are
+ * kubeboot's configuration, not the hook's.
+ */
+export function hookEnvironment(base: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const name of INHERITED) if (base[name] !== undefined) env[name] = base[name];
+  env.PATH ??= HOOK_PATH;
+  return env;
+}
+
 /**
  * Runs an identity's hooks one after another (order is the operator's),
  * logging each failure. Hooks get KUBEBOOT_IDENTITY, KUBEBOOT_CERT_FILE and,
@@ -107,7 +125,7 @@ export function runHook(argv: string[], options: HookOptions = {}): Promise<Hook
  */
 export async function runIdentityHooks(identity: Identity, logger: Logger, options: HookOptions = {}): Promise<HookResult[]> {
   const env: NodeJS.ProcessEnv = {
-    ...(options.env ?? process.env),
+    ...hookEnvironment(options.env ?? process.env),
     KUBEBOOT_IDENTITY: identity.name,
     KUBEBOOT_CERT_FILE: currentCertPath(identity),
     ...(identity.kubeconfigPath ? { KUBEBOOT_KUBECONFIG: identity.kubeconfigPath } : {}),

@@ -13,6 +13,7 @@ import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { KubebootError } from '../errors.js';
 import type { Logger } from '../log.js';
+import { scrub } from '../redact.js';
 
 export const DEFAULT_HTTP_HOST = '127.0.0.1';
 export const DEFAULT_HTTP_PORT = 10271;
@@ -54,7 +55,8 @@ async function route(pathname: string, opts: HttpOptions): Promise<Reply> {
       return (opts.healthy?.() ?? true) ? text(200, 'ok\n') : text(503, 'daemon loop stalled\n');
     case '/readyz': {
       const r = opts.readiness();
-      return text(r.ready ? 200 : 503, r.detail.map((l) => l + '\n').join('') || (r.ready ? 'ok\n' : 'not ready\n'));
+      // Unauthenticated: the detail carries error text, so it is scrubbed like the log.
+      return text(r.ready ? 200 : 503, r.detail.map((l) => scrub(l) + '\n').join('') || (r.ready ? 'ok\n' : 'not ready\n'));
     }
     case '/metrics':
       return { status: 200, type: opts.registry.contentType, body: await opts.registry.metrics() };
@@ -63,24 +65,52 @@ async function route(pathname: string, opts: HttpOptions): Promise<Reply> {
   }
 }
 
+/** The path of a request target, or null when it is not a URL at all (`GET http://[`). */
+export function requestPath(target: string | undefined): string | null {
+  try {
+    return new URL(target ?? '/', 'http://localhost').pathname;
+  } catch {
+    return null;
+  }
+}
+
+async function handle(req: http.IncomingMessage, res: http.ServerResponse, opts: HttpOptions): Promise<void> {
+  let reply: Reply;
+  const pathname = requestPath(req.url);
+  if (req.method !== 'GET' && req.method !== 'HEAD') {
+    res.writeHead(405, { allow: 'GET, HEAD' }).end();
+    return;
+  }
+  if (pathname === null) {
+    reply = text(400, 'bad request\n');
+  } else {
+    try {
+      reply = await route(pathname, opts);
+    } catch (err) {
+      opts.logger?.error('status endpoint failed', { path: pathname, error: (err as Error).message });
+      reply = text(500, 'internal error\n');
+    }
+  }
+  res.writeHead(reply.status, { 'content-type': reply.type, 'cache-control': 'no-store' });
+  res.end(req.method === 'HEAD' ? undefined : reply.body);
+}
+
 export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> {
   const host = opts.host ?? DEFAULT_HTTP_HOST;
   const port = opts.port ?? DEFAULT_HTTP_PORT;
   const server = http.createServer((req, res) => {
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD' }).end();
-      return;
-    }
-    const pathname = new URL(req.url ?? '/', 'http://localhost').pathname;
-    route(pathname, opts)
-      .catch((err: unknown) => {
-        opts.logger?.error('status endpoint failed', { path: pathname, error: (err as Error).message });
-        return text(500, 'internal error\n');
-      })
-      .then((reply) => {
-        res.writeHead(reply.status, { 'content-type': reply.type, 'cache-control': 'no-store' });
-        res.end(req.method === 'HEAD' ? undefined : reply.body);
-      });
+    // Last resort: whatever a request does, it must not take the daemon (and
+    // with it the node's renewals) down; a local user can send anything here.
+    handle(req, res, opts).catch((err: unknown) => {
+      opts.logger?.error('status endpoint failed', { error: (err as Error).message });
+      if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end();
+    });
+  });
+  // A client that resets mid-request must not surface as an unhandled error.
+  server.on('clientError', (_err, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+    else socket.destroy();
   });
 
   await new Promise<void>((resolve, reject) => {

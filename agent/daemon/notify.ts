@@ -8,7 +8,8 @@
  */
 import { execFile } from 'node:child_process';
 import type { Logger } from '../log.js';
-import { systemClock, type Clock, type TimerHandle } from '../renewal/clock.js';
+import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
+import { scrub } from '../redact.js';
 
 export type NotifyExec = (file: string, args: string[], env: NodeJS.ProcessEnv) => Promise<void>;
 
@@ -37,9 +38,12 @@ const defaultExec: NotifyExec = (file, args, env) =>
     });
   });
 
-/** The protocol separates assignments by newlines; a status must stay one line. */
+/**
+ * The protocol separates assignments by newlines; a status must stay one
+ * line. Scrubbed: STATUS= is readable by any local user (systemctl status).
+ */
 function oneLine(text: string): string {
-  return text.replace(/[\r\n]+/g, ' ');
+  return scrub(text).replace(/[\r\n]+/g, ' ');
 }
 
 export function createNotifier(options: NotifierOptions): Notifier {

@@ -18,6 +18,8 @@ export interface IdentityState {
   nextRenewal: string | null;
   lastSuccess: string | null;
   lastError: string | null;
+  /** The CSR this identity waits on, while it waits. */
+  pendingCsr: string | null;
   lastHooks: HookOutcome[];
 }
 

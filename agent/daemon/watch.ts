@@ -15,6 +15,7 @@ import { watch } from 'chokidar';
 import { currentCertPath, type Identity, type IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import type { WriteObserver } from '../store/atomic.js';
+import { isCredentialFileName } from '../store/cert-store.js';
 
 /** kubeboot's own writes, announced by the store just before and after it makes them. */
 export interface SelfWrites extends WriteObserver {
@@ -91,8 +92,6 @@ export interface CredentialChange {
   kind: 'changed' | 'removed';
 }
 
-const escape = (s: string): string => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-
 /**
  * What a path is to kubeboot, or null. Certificates are `<prefix>-current.pem`
  * and the timestamped files it links to (client-go certificate_store names);
@@ -104,8 +103,7 @@ export function classify(file: string, identities: Identity[], bootstrapKubeconf
   for (const identity of identities) {
     if (identity.kubeconfigPath && abs === path.resolve(identity.kubeconfigPath)) return { identity: identity.name, file: 'kubeconfig' };
     if (path.dirname(abs) !== path.resolve(identity.certDir)) continue;
-    const name = new RegExp(`^${escape(identity.filePrefix)}-(current|\\d{4}(-\\d{2}){5})\\.pem$`);
-    if (name.test(path.basename(abs))) return { identity: identity.name, file: 'certificate' };
+    if (isCredentialFileName(identity, path.basename(abs))) return { identity: identity.name, file: 'certificate' };
   }
   return null;
 }

@@ -5,7 +5,7 @@
  * header and never appear in errors.
  */
 import { Agent, request, type Dispatcher } from 'undici';
-import { KubebootError } from '../errors.js';
+import { ApiError, KubebootError, TransportError, type RequestPhase } from '../errors.js';
 
 export interface Endpoint {
   server: string;
@@ -27,25 +27,6 @@ export interface ApiResponse<T> {
   headers: Record<string, string | string[] | undefined>;
 }
 
-/** A non-2xx answer from the API server, with the Status reason and Retry-After. */
-export class ApiError extends KubebootError {
-  override readonly name = 'ApiError';
-  readonly status: number;
-  readonly reason: string;
-  readonly retryAfter: string | undefined;
-  constructor(method: string, path: string, status: number, reason: string, message: string, retryAfter?: string) {
-    super(`${method} ${path}: ${status} ${reason}${message ? `: ${message}` : ''}`);
-    this.status = status;
-    this.reason = reason;
-    this.retryAfter = retryAfter;
-  }
-}
-
-/** The server could not be reached or the TLS handshake failed. */
-export class TransportError extends KubebootError {
-  override readonly name = 'TransportError';
-}
-
 export interface RequestOptions {
   body?: unknown;
   query?: Record<string, string | number | boolean | undefined>;
@@ -54,6 +35,38 @@ export interface RequestOptions {
   timeoutMs?: number;
   /** Statuses returned as a response instead of thrown (e.g. 404, 409). */
   accept?: number[];
+  /** Largest response body read; defaults to MAX_BODY_BYTES. */
+  maxBodyBytes?: number;
+}
+
+/**
+ * Every object kubeboot reads (a CSR with its certificate, a Status, a
+ * SelfSubjectReview, cluster-info) is kilobytes; the API server's own request
+ * limit is 3 MiB. A server that sends more is refused, not buffered (a
+ * 200 MiB body took the daemon to 427 MiB, on every retry).
+ */
+export const MAX_BODY_BYTES = 4 << 20;
+/** One watch event is one CSR object; the same bound applies per line. */
+export const MAX_WATCH_LINE_BYTES = 4 << 20;
+
+/** The body as text, refusing one longer than `max` bytes as soon as it is. */
+async function readBounded(body: Dispatcher.ResponseData['body'], headers: Dispatcher.ResponseData['headers'], max: number, what: string): Promise<string> {
+  const declared = Number(headers['content-length']);
+  if (Number.isFinite(declared) && declared > max) {
+    body.destroy();
+    throw new KubebootError(`${what}: response body is ${declared} bytes; at most ${max} are read`);
+  }
+  const chunks: Buffer[] = [];
+  let length = 0;
+  for await (const chunk of body) {
+    length += (chunk as Buffer).length;
+    if (length > max) {
+      body.destroy();
+      throw new KubebootError(`${what}: response body exceeds ${max} bytes; refusing it`);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }
 
 const USER_AGENT = 'kubeboot';
@@ -62,6 +75,8 @@ export class KubeClient {
   readonly endpoint: Endpoint;
   readonly #credential: Credential;
   readonly #dispatcher: Dispatcher;
+  /** An injected dispatcher (a test's MockAgent) is shared, so only one made here is closed here. */
+  readonly #ownsDispatcher: boolean;
   readonly #base: URL;
 
   constructor(endpoint: Endpoint, credential: Credential, dispatcher?: Dispatcher) {
@@ -69,6 +84,7 @@ export class KubeClient {
     this.#credential = credential;
     this.#base = new URL(endpoint.server.endsWith('/') ? endpoint.server : endpoint.server + '/');
     this.#dispatcher = dispatcher ?? agentFor(endpoint, credential);
+    this.#ownsDispatcher = dispatcher === undefined;
   }
 
   get identityHint(): string {
@@ -107,13 +123,16 @@ export class KubeClient {
     } catch (err) {
       throw transportError(method, url, err);
     }
-    const text = await res.body.text();
+    const text = await readBounded(res.body, res.headers, options.maxBodyBytes ?? MAX_BODY_BYTES, `${method} ${url.pathname}`).catch((err: unknown) => {
+      if (err instanceof KubebootError) throw err;
+      throw transportError(method, url, err);
+    });
     const body = parseJson(text);
     const headers = res.headers as ApiResponse<T>['headers'];
     if ((res.statusCode >= 200 && res.statusCode < 300) || options.accept?.includes(res.statusCode)) {
       return { status: res.statusCode, body: body as T, headers };
     }
-    throw apiError(method, url.pathname, res.statusCode, body, headers);
+    throw apiError(method, url.pathname, res.statusCode, body, headers, 'request');
   }
 
   /**
@@ -121,7 +140,7 @@ export class KubeClient {
    * or the connection fails (which throws). Matches the API's watch framing:
    * one JSON object per line.
    */
-  async *watch<T = unknown>(path: string, query: RequestOptions['query'], signal: AbortSignal): AsyncGenerator<WatchEvent<T>> {
+  async *watch<T = unknown>(path: string, query: RequestOptions['query'], signal: AbortSignal, idleTimeoutMs = 0): AsyncGenerator<WatchEvent<T>> {
     const url = this.url(path, { ...query, watch: true });
     let res: Dispatcher.ResponseData;
     try {
@@ -131,22 +150,30 @@ export class KubeClient {
         dispatcher: this.#dispatcher,
         signal,
         headersTimeout: 30_000,
-        // The server closes the watch after timeoutSeconds; the caller's signal bounds it too.
-        bodyTimeout: 0,
+        // The server closes the watch after timeoutSeconds; silence longer
+        // than idleTimeoutMs (0: none) means the connection died unnoticed.
+        bodyTimeout: idleTimeoutMs,
       });
     } catch (err) {
       throw transportError('GET', url, err);
     }
     if (res.statusCode !== 200) {
-      const body = parseJson(await res.body.text());
-      throw apiError('WATCH', url.pathname, res.statusCode, body, res.headers as ApiResponse<T>['headers']);
+      const body = parseJson(await readBounded(res.body, res.headers, MAX_BODY_BYTES, `WATCH ${url.pathname}`));
+      throw apiError('GET', url.pathname, res.statusCode, body, res.headers as ApiResponse<T>['headers'], 'watch');
     }
     let buffered = '';
     try {
       for await (const chunk of res.body) {
-        buffered += (chunk as Buffer).toString('utf8');
+        const text = (chunk as Buffer).toString('utf8');
+        // Look for the end of the line in the new text only, so a long line costs linear time.
+        if (!text.includes('\n') && buffered.length + text.length > MAX_WATCH_LINE_BYTES) {
+          throw new KubebootError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
+        }
+        buffered += text;
+        if (!text.includes('\n')) continue;
         let newline: number;
         while ((newline = buffered.indexOf('\n')) >= 0) {
+          if (newline > MAX_WATCH_LINE_BYTES) throw new KubebootError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
           const line = buffered.slice(0, newline).trim();
           buffered = buffered.slice(newline + 1);
           if (line) yield JSON.parse(line) as WatchEvent<T>;
@@ -154,6 +181,7 @@ export class KubeClient {
       }
     } catch (err) {
       if (signal.aborted) return;
+      if (err instanceof KubebootError) throw err;
       throw transportError('WATCH', url, err);
     } finally {
       res.body.destroy();
@@ -161,7 +189,7 @@ export class KubeClient {
   }
 
   async close(): Promise<void> {
-    await this.#dispatcher.close();
+    if (this.#ownsDispatcher) await this.#dispatcher.close();
   }
 }
 
@@ -193,12 +221,12 @@ function parseJson(text: string): unknown {
   }
 }
 
-function apiError(method: string, path: string, status: number, body: unknown, headers: Record<string, string | string[] | undefined>): ApiError {
+function apiError(method: string, path: string, status: number, body: unknown, headers: Record<string, string | string[] | undefined>, phase: RequestPhase): ApiError {
   const statusObj = (typeof body === 'object' && body !== null ? body : {}) as { reason?: string; message?: string };
   const reason = statusObj.reason ?? (status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error');
   const message = typeof statusObj.message === 'string' ? statusObj.message : typeof body === 'string' ? body.slice(0, 200) : '';
   const retryAfter = headers['retry-after'];
-  return new ApiError(method, path, status, reason, message, Array.isArray(retryAfter) ? retryAfter[0] : retryAfter);
+  return new ApiError({ method, path, status, reason, message, retryAfter: Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, phase });
 }
 
 function transportError(method: string, url: URL, err: unknown): KubebootError {

@@ -4,18 +4,17 @@
  * every reconnect and falling back to polling when watching is refused.
  */
 import { setTimeout as delay } from 'node:timers/promises';
-import { CsrRejectedError, KubebootError, TimedOutError } from '../errors.js';
+import { ApiError, CsrRejectedError, CsrUnusableError, KubebootError, TimedOutError, TransportError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { ApiError, type KubeClient } from './client.js';
+import type { KubeClient } from './client.js';
 import { csrState, pendingNotice, type CertificateSigningRequest } from './csr-state.js';
-import { nextDelay, retryAfterMs, DEFAULT_BACKOFF } from '../renewal/backoff.js';
+import { transientWaitMs } from './retry.js';
 
 const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
-
-/** The CSR can no longer lead to our certificate (deleted, replaced, or someone else's); retrying needs a new one. */
-export class CsrUnusableError extends KubebootError {
-  override readonly name = 'CsrUnusableError';
-}
+/** How long one watch runs before the server ends it and we re-list. */
+const WATCH_SECONDS = 60;
+/** Silence beyond the watch's own end that means the connection is dead. */
+const WATCH_SILENCE_SECONDS = 15;
 
 export interface CsrRequest {
   name: string;
@@ -120,10 +119,15 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
           continue;
         }
         const remainingSeconds = Math.max(1, Math.floor((opts.timeoutMs - (Date.now() - started)) / 1000));
+        // A watch the server ends after a minute, and silence for 15 s past
+        // that counts as a dead connection: a half-open TCP connection is
+        // noticed within 75 s, not after the kernel's keep-alive (minutes).
+        const timeoutSeconds = Math.min(WATCH_SECONDS, remainingSeconds);
         const events = client.watch<CertificateSigningRequest>(
           CSR_PATH,
-          { fieldSelector: `metadata.name=${name}`, resourceVersion: list.body.metadata.resourceVersion, timeoutSeconds: Math.min(300, remainingSeconds), allowWatchBookmarks: true },
+          { fieldSelector: `metadata.name=${name}`, resourceVersion: list.body.metadata.resourceVersion, timeoutSeconds, allowWatchBookmarks: true },
           signal,
+          (timeoutSeconds + WATCH_SILENCE_SECONDS) * 1000,
         );
         for await (const event of events) {
           attempt = 0;
@@ -136,14 +140,14 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
         // The server ended the watch (timeoutSeconds): re-list and watch again.
       } catch (err) {
         if (signal.aborted) throw err;
-        if (!(err instanceof ApiError) && err instanceof KubebootError && !isTransient(err)) throw err;
-        if (err instanceof ApiError && (err.status === 403 || err.status === 405) && !pollOnly && err.message.startsWith('WATCH')) {
+        if (!(err instanceof ApiError) && !(err instanceof TransportError) && err instanceof KubebootError) throw err;
+        if (err instanceof ApiError && (err.status === 403 || err.status === 405) && !pollOnly && err.phase === 'watch') {
           opts.logger.warn(`watching CSR ${name} is not permitted; polling instead`, { csr: name });
           pollOnly = true;
           continue;
         }
         if (err instanceof ApiError && !retryable(err.status)) throw err;
-        const wait = (err instanceof ApiError ? retryAfterMs(err.retryAfter, new Date()) : null) ?? nextDelay(attempt++, DEFAULT_BACKOFF, random);
+        const wait = transientWaitMs(err, attempt++, random);
         opts.logger.warn(`waiting for CSR ${name}: ${(err as Error).message}; retrying in ${Math.round(wait / 1000)}s`, { csr: name });
         await delay(wait, undefined, { signal });
       }
@@ -160,8 +164,4 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
 
 function retryable(status: number): boolean {
   return status === 429 || status >= 500 || status === 410;
-}
-
-function isTransient(err: KubebootError): boolean {
-  return err.name === 'TransportError';
 }

@@ -7,14 +7,16 @@
  * identical. The bootstrap token is never sent during discovery.
  */
 import { setTimeout as delay } from 'node:timers/promises';
-import { parse as parseYaml } from 'yaml';
 import { KubebootError, ExitCode } from '../errors.js';
+import { parseYaml } from '../config/yaml.js';
 import type { Logger } from '../log.js';
 import { verifyDetachedJws } from '../pki/jws.js';
 import { matchesAnyPin } from '../pki/pin.js';
 import { KubeClient } from './client.js';
 
 const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
+/** cluster-info is a kubeconfig and a few signatures; it arrives over unverified TLS, so anyone on the path could send more. */
+export const CLUSTER_INFO_MAX_BYTES = 1 << 20;
 
 export interface DiscoveryInput {
   server: string;
@@ -64,7 +66,7 @@ type Attempt = { ca: string; kubeconfig: string; waitingFor?: never } | { ca?: n
 async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<Attempt> {
   let configMap: ConfigMap;
   try {
-    configMap = (await client.request<ConfigMap>('GET', CLUSTER_INFO, input.signal ? { signal: input.signal } : {})).body;
+    configMap = (await client.request<ConfigMap>('GET', CLUSTER_INFO, { maxBodyBytes: CLUSTER_INFO_MAX_BYTES, ...(input.signal ? { signal: input.signal } : {}) })).body;
   } catch (err) {
     return { waitingFor: `cannot read kube-public/cluster-info (${(err as Error).message})` };
   }
@@ -85,7 +87,7 @@ async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<
 async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expected: string): Promise<void> {
   const verified = new KubeClient({ server: input.server, caPem: ca, tlsServerName: input.tlsServerName }, { kind: 'anonymous' });
   try {
-    const again = (await verified.request<ConfigMap>('GET', CLUSTER_INFO, input.signal ? { signal: input.signal } : {})).body;
+    const again = (await verified.request<ConfigMap>('GET', CLUSTER_INFO, { maxBodyBytes: CLUSTER_INFO_MAX_BYTES, ...(input.signal ? { signal: input.signal } : {}) })).body;
     if (again.data?.kubeconfig !== expected) {
       throw new KubebootError(`kube-public/cluster-info at ${input.server} changed between the unverified and the verified fetch; refusing it`);
     }
@@ -97,9 +99,10 @@ async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expecte
 function caFromClusterInfo(kubeconfig: string): string {
   let doc: { clusters?: { cluster?: { 'certificate-authority-data'?: string } }[] };
   try {
-    doc = parseYaml(kubeconfig) as typeof doc;
-  } catch {
-    throw new KubebootError('kube-public/cluster-info: kubeconfig is not valid YAML');
+    // The operator-file parser: bounded nesting and aliases, errors without content.
+    doc = parseYaml('kube-public/cluster-info', kubeconfig) as typeof doc;
+  } catch (err) {
+    throw new KubebootError(`${(err as Error).message}`);
   }
   const data = doc?.clusters?.[0]?.cluster?.['certificate-authority-data'];
   if (!data) throw new KubebootError('kube-public/cluster-info: kubeconfig has no certificate-authority-data');

@@ -7,8 +7,9 @@
 import path from 'node:path';
 import { InputError } from '../errors.js';
 import { isMapping, kindOf, parseYaml } from '../config/yaml.js';
+import { UnreadableInputError } from '../read-optional.js';
 
-export type ReadFile = (p: string) => Promise<string | null>;
+import type { ReadFile } from '../read-optional.js';
 
 export type BootstrapAuth =
   | { kind: 'bootstrap-token'; tokenId: string; tokenSecret: string; token: string }
@@ -64,6 +65,8 @@ export async function parseClientKubeconfig(file: string, text: string, readFile
 // would otherwise be sent as a bearer token and fail as a bare 401.
 const BOOTSTRAP_TOKEN = /^([a-z0-9]{6})\.([a-z0-9]{16})$/;
 const BOOTSTRAP_TOKEN_SHAPED = /^([A-Za-z0-9]+)\.([A-Za-z0-9]+)$/;
+/** Service-account JWTs are a few KiB; anything far larger is not a token. */
+const MAX_TOKEN_LENGTH = 16_384;
 const BOOTSTRAP_WANT = 'not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16})';
 
 export function classifyToken(token: string): BootstrapAuth | { problem: string } {
@@ -104,6 +107,16 @@ class Doc {
     return new InputError(this.file, field, problem);
   }
 
+  /** A file this kubeconfig names; an unusable one is reported under the field that named it. */
+  private async read(field: string, file: string): Promise<string | null> {
+    try {
+      return await this.readFile(file);
+    } catch (err) {
+      if (err instanceof UnreadableInputError) throw this.error(field, `${err.file} ${err.problem}`);
+      throw err;
+    }
+  }
+
   /** current-context → context → cluster + user; without one, the only cluster and user. */
   select(text: string): { cluster: Entry; user: Entry } {
     if (text.trim() === '') throw this.error('(document)', 'file is empty');
@@ -124,6 +137,8 @@ class Doc {
       return this.fromContext(context, clusters, users);
     }
     if (contexts.length === 1 && contexts[0] !== undefined) return this.fromContext(contexts[0], clusters, users);
+    // matches clientcmd: with several contexts and none current, there is no choosing.
+    if (contexts.length > 1) throw this.error('current-context', `not set, and there are ${contexts.length} contexts to choose from (${names(contexts)})`);
     if (users.length === 0) throw this.error('users', 'no user defined');
     if (clusters.length === 1 && users.length === 1 && clusters[0] !== undefined && users[0] !== undefined) {
       return { cluster: clusters[0], user: users[0] };
@@ -218,7 +233,7 @@ class Doc {
     } else if (fileRef !== null) {
       where = `${at}.${field}`;
       const resolved = path.resolve(this.dir, fileRef);
-      const text = await this.readFile(resolved);
+      const text = await this.read(where, resolved);
       if (text === null) throw this.error(where, `file not found: ${resolved}`);
       pem = text;
     } else {
@@ -254,7 +269,7 @@ class Doc {
     if (token !== null) return { auth: this.token(`${at}.token`, token), tokenFile: null };
     if (tokenFileRef === null) return null;
     const tokenFile = path.resolve(this.dir, tokenFileRef);
-    const text = await this.readFile(tokenFile);
+    const text = await this.read(`${at}.tokenFile`, tokenFile);
     if (text === null) throw this.error(`${at}.tokenFile`, `file not found: ${tokenFile}`);
     return { auth: this.token(`${at}.tokenFile`, text), tokenFile };
   }
@@ -264,6 +279,9 @@ class Doc {
     const token = raw.trim();
     if (token === '') throw this.error(at, 'empty token');
     if (/\s/.test(token)) throw this.error(at, 'token contains whitespace');
+    // An HTTP header carries visible ASCII only; say so here rather than let undici fail with UND_ERR_INVALID_ARG.
+    if (!/^[\x21-\x7e]+$/.test(token)) throw this.error(at, 'token has characters outside printable ASCII');
+    if (token.length > MAX_TOKEN_LENGTH) throw this.error(at, `token is ${token.length} characters; at most ${MAX_TOKEN_LENGTH} are accepted`);
     const result = classifyToken(token);
     if ('problem' in result) throw this.error(at, result.problem);
     return result;

@@ -115,22 +115,52 @@ function issuedBy(child: CertInfo, parent: CertInfo): boolean {
 }
 
 /**
+ * Longest chain accepted from a signer: the leaf and up to 8 intermediates.
+ * Go's x509 Verify has no fixed cap but bounds its work (maxChainSignatureChecks
+ * = 100); a kubelet CA chain is one or two deep in practice.
+ */
+export const MAX_CHAIN_LENGTH = 9;
+
+/**
  * Certificates from the leaf's issuer up to a trusted CA, or null. Intermediates
  * come from the rest of the leaf's PEM and must be CAs, as in Go's x509 Verify.
+ * One step per certificate, no backtracking: each certificate's issuer is the
+ * first unused intermediate that signed it, so the work is at most n² checks,
+ * never n! (eight self-issued certificates under one name once took 17 s).
  */
 function pathToCa(leaf: CertInfo, intermediates: readonly CertInfo[], cas: readonly CertInfo[]): CertInfo[] | null {
-  const walk = (cert: CertInfo, seen: CertInfo[]): CertInfo[] | null => {
+  const unused = intermediates.filter((c) => c.isCa);
+  const path: CertInfo[] = [];
+  for (let cert = leaf; ; ) {
     const ca = cas.find((candidate) => issuedBy(cert, candidate));
-    if (ca) return [ca];
-    if (seen.length >= 8) return null;
-    for (const next of intermediates) {
-      if (seen.includes(next) || !next.isCa || !issuedBy(cert, next)) continue;
-      const rest = walk(next, [...seen, next]);
-      if (rest) return [next, ...rest];
-    }
-    return null;
-  };
-  return walk(leaf, [leaf]);
+    if (ca) return [...path, ca];
+    const index = unused.findIndex((candidate) => issuedBy(cert, candidate));
+    if (index < 0) return null;
+    cert = unused.splice(index, 1)[0]!;
+    path.push(cert);
+  }
+}
+
+function chainLengthProblem(chain: readonly CertInfo[]): string | null {
+  return chain.length > MAX_CHAIN_LENGTH ? `certificate chain has ${chain.length} certificates; at most ${MAX_CHAIN_LENGTH} are accepted` : null;
+}
+
+/**
+ * What a leaf must never be, whatever was requested: a CA, or a key allowed
+ * to sign certificates or CRLs (the kube-controller-manager signer never sets
+ * these; a signer that does is misbehaving, and such a key could mint
+ * identities). A client certificate carries no DNS or IP names: the signer
+ * for kubelet client certificates refuses CSRs with them.
+ */
+function leafProblems(leaf: CertInfo, usages: readonly KeyUsage[]): string[] {
+  const problems: string[] = [];
+  if (leaf.isCa) problems.push('certificate is a CA (basic constraints CA:TRUE)');
+  for (const usage of ['cert sign', 'crl sign']) if (leaf.keyUsages.includes(usage)) problems.push(`certificate allows ${usage}`);
+  const client = !usages.includes('server auth');
+  if (client && (leaf.dnsNames.length > 0 || leaf.ipAddresses.length > 0)) {
+    problems.push('client certificate carries DNS names or IP addresses it did not ask for');
+  }
+  return problems;
 }
 
 /** notBefore ≤ now < notAfter. */
@@ -202,9 +232,13 @@ export async function checkIssuedCertificate(opts: IssuedCertificateCheck): Prom
     if (!leaf.ipAddresses.includes(canonicalIp(ip))) add(`certificate lacks IP address ${ip}`);
   }
   add(timeProblem(leaf, opts.now, 'certificate'));
+  for (const problem of leafProblems(leaf, opts.usages)) add(problem);
 
-  const path = pathToCa(leaf, intermediates, cas);
-  if (!path) {
+  const tooLong = chainLengthProblem(chain);
+  const path = tooLong === null ? pathToCa(leaf, intermediates, cas) : null;
+  if (tooLong !== null) {
+    add(tooLong);
+  } else if (!path) {
     add(`certificate (issuer CN=${leaf.issuerCommonName}) is not signed by the cluster CA`);
   } else {
     // matches Go's x509 Verify: every certificate on the path must be valid now.
@@ -266,6 +300,8 @@ export async function assessCredential(opts: CredentialCheck): Promise<Credentia
   } catch (err) {
     return no(`cluster CA does not parse: ${(err as Error).message}`);
   }
+  const tooLong = chainLengthProblem(chain);
+  if (tooLong !== null) return no(tooLong);
   if (!pathToCa(leaf, intermediates, cas)) {
     return no(`certificate (issuer CN=${leaf.issuerCommonName}) is not signed by the cluster CA`);
   }

@@ -15,7 +15,7 @@ import {
 import { inspect, promisify } from 'node:util';
 import { KubebootError } from '../errors.js';
 import type { KeyAlgorithm } from '../identity.js';
-import { pemBlocks } from './pem.js';
+import { isPrivateKeyBlock, pemBlocks } from './pem.js';
 import { subjectPublicKeyInfoOf } from './der.js';
 
 interface WebCryptoParams {
@@ -89,8 +89,6 @@ export async function generateKey(algorithm: KeyAlgorithm): Promise<PrivateKey> 
   return fromKeyObject(privateKey);
 }
 
-const PRIVATE_KEY_TYPES = new Set(['EC PRIVATE KEY', 'PRIVATE KEY', 'RSA PRIVATE KEY']);
-
 /**
  * Reads the first private key in `pem`, which may also hold certificates or
  * EC parameters (matches keyutil.ParsePrivateKeyPEM, which skips other blocks).
@@ -101,7 +99,7 @@ export async function parsePrivateKey(pem: string): Promise<PrivateKey> {
   if (blocks.some((b) => b.type === 'ENCRYPTED PRIVATE KEY')) {
     throw new KubebootError('encrypted private keys are not supported');
   }
-  const block = blocks.find((b) => PRIVATE_KEY_TYPES.has(b.type));
+  const block = blocks.find(isPrivateKeyBlock);
   if (!block) throw new KubebootError('no private key found in PEM');
   if (block.hasHeaders) throw new KubebootError('encrypted private keys are not supported');
   let keyObject: KeyObject;

@@ -34,6 +34,27 @@ export function pemBlocks(text: string): PemBlock[] {
   return blocks;
 }
 
+/**
+ * Every block of `text` when the whole text is intact, or null: a block that
+ * is unterminated or not base64 (what a torn write leaves) makes it null
+ * instead of throwing, for callers that treat such a file as absent.
+ */
+export function intactPemBlocks(text: string): PemBlock[] | null {
+  try {
+    const blocks = pemBlocks(text);
+    return text.split('-----BEGIN ').length - 1 === blocks.length ? blocks : null;
+  } catch {
+    return null;
+  }
+}
+
+const PRIVATE_KEY_TYPES = new Set(['PRIVATE KEY', 'EC PRIVATE KEY', 'RSA PRIVATE KEY']);
+
+/** `PRIVATE KEY` (PKCS#8), `EC PRIVATE KEY` (SEC 1) and `RSA PRIVATE KEY` (PKCS#1): all read by client-go. */
+export function isPrivateKeyBlock(block: PemBlock): boolean {
+  return PRIVATE_KEY_TYPES.has(block.type);
+}
+
 export function toPem(type: string, der: Uint8Array): string {
   const base64 = Buffer.from(der).toString('base64');
   const lines = base64.match(/.{1,64}/g) ?? [];

@@ -5,7 +5,7 @@
  * certificate survives re-issuing the CA with the same key.
  */
 import { createHash } from 'node:crypto';
-import { ExitCode, KubebootError } from '../errors.js';
+import { KubebootError } from '../errors.js';
 import { subjectPublicKeyInfoOf } from './der.js';
 import { pemBlocks } from './pem.js';
 
@@ -38,19 +38,13 @@ export function isValidPin(text: string): boolean {
   return PIN.test(text.trim());
 }
 
-/** The pin in canonical lower case; throws a bad-input error otherwise. */
-export function parsePin(text: string): string {
-  if (!isValidPin(text)) {
-    throw new KubebootError(
-      'invalid CA certificate hash: expected "sha256:" followed by 64 hex digits',
-      ExitCode.badInput,
-    );
-  }
-  return text.trim().toLowerCase();
+/** The pin in canonical lower case, or null when it is not one; the only definition of the format. */
+export function canonicalPin(text: string): string | null {
+  return isValidPin(text) ? text.trim().toLowerCase() : null;
 }
 
 /** Any certificate in the bundle(s) matching any pin is enough (matches kubeadm Set.CheckAny). */
 export function matchesAnyPin(caPems: readonly string[], pins: readonly string[]): boolean {
-  const wanted = new Set(pins.filter(isValidPin).map(parsePin));
+  const wanted = new Set(pins.map(canonicalPin).filter((p) => p !== null));
   return caCertHashes(caPems).some((hash) => wanted.has(hash));
 }

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import * as fsp from 'node:fs/promises';
 import path from 'node:path';
-import { KubebootError } from '../errors.js';
+import { ExitCode, KubebootError } from '../errors.js';
 
 /**
  * The file-system calls this module makes. Production uses node:fs/promises;
@@ -71,6 +71,28 @@ export function errnoCode(err: unknown): string | undefined {
   return (err as NodeJS.ErrnoException | null)?.code;
 }
 
+/**
+ * A file-system failure as the operator needs it: the file kubeboot meant
+ * (not a temp name), what went wrong in words, and no stack. ENOSPC, EROFS
+ * and EACCES are what a full disk, a read-only mount and a locked-down
+ * directory look like.
+ */
+export function fileError(action: 'write' | 'delete' | 'read', file: string, err: unknown): KubebootError {
+  const code = errnoCode(err);
+  if (code === undefined) return err instanceof KubebootError ? err : new KubebootError(`cannot ${action} ${file}: ${(err as Error).message}`, undefined, { cause: err });
+  const words: Record<string, string> = {
+    ENOSPC: 'no space left on the device; free some and kubeboot retries',
+    EDQUOT: 'disk quota exceeded',
+    EROFS: 'the file system is read-only; make the directory writable (a unit drop-in with ReadWritePaths=, or remount)',
+    EACCES: 'permission denied',
+    EPERM: 'operation not permitted',
+    ENOENT: 'its directory does not exist',
+    ENOTDIR: 'a path component is not a directory',
+    EISDIR: 'it is a directory',
+  };
+  return new KubebootError(`cannot ${action} ${file}: ${code}: ${words[code] ?? (err as Error).message}`, undefined, { cause: err });
+}
+
 /** Makes a rename, link or unlink in `dir` durable. */
 export async function fsyncDir(dir: string, fs: FsOps = realFs): Promise<void> {
   const handle = await fs.open(dir, 'r');
@@ -102,7 +124,9 @@ async function removeQuietly(file: string, fs: FsOps): Promise<void> {
 export async function writeFileAtomic(file: string, data: string | Uint8Array, opts: WriteOptions & { mode: number }): Promise<void> {
   const fs = opts.fs ?? realFs;
   const tmp = tempPathFor(file);
-  const handle = await fs.open(tmp, 'wx', opts.mode);
+  const handle = await fs.open(tmp, 'wx', opts.mode).catch((err: unknown) => {
+    throw fileError('write', file, err);
+  });
   try {
     try {
       // The umask may have narrowed the mode (0644 under umask 077); set it
@@ -118,16 +142,38 @@ export async function writeFileAtomic(file: string, data: string | Uint8Array, o
     opts.observer?.didWrite?.(file);
   } catch (err) {
     await removeQuietly(tmp, fs);
-    throw err;
+    throw fileError('write', file, err);
   }
   await fsyncDir(path.dirname(file), fs);
+}
+
+/**
+ * Why `stat` (of `what`, a directory or a key file) cannot be trusted with
+ * keys, or null: it must belong to the uid kubeboot runs as and must not be
+ * writable by group or others. Someone else who can write there can plant a
+ * key (`kubelet.key.pending`) or swap a file between our write and rename.
+ */
+export function trustProblem(what: string, stat: { uid: number; mode: number }, uid: number = process.getuid?.() ?? 0): string | null {
+  if (stat.uid !== uid) return `${what} is owned by uid ${stat.uid}, not by uid ${uid} that kubeboot runs as; refusing to keep credentials there (chown ${uid} it)`;
+  if ((stat.mode & 0o022) !== 0) {
+    return `${what} is writable by group or others (mode ${(stat.mode & 0o7777).toString(8).padStart(4, '0')}); refusing to keep credentials there (chmod go-w it)`;
+  }
+  return null;
+}
+
+/** An existing directory kubeboot writes into passes trustProblem; exit 2 otherwise. */
+export async function assertTrustedDir(dir: string, fs: FsOps = realFs): Promise<void> {
+  const stat = await fs.lstat(dir);
+  const problem = trustProblem(dir, stat);
+  if (problem !== null) throw new KubebootError(problem, ExitCode.badInput);
 }
 
 /**
  * Creates `dir` and any missing parents with exactly `mode` and returns the
  * directories it created, outermost first. Existing directories keep their
  * mode and owner: /var/lib/kubelet/pki is 0755 on kubeadm nodes and is not
- * ours to tighten.
+ * ours to tighten; but an existing `dir` someone else owns or can write is
+ * refused (assertTrustedDir).
  */
 export async function ensureDir(dir: string, mode: number, fs: FsOps = realFs): Promise<string[]> {
   const missing: string[] = [];
@@ -143,6 +189,7 @@ export async function ensureDir(dir: string, mode: number, fs: FsOps = realFs): 
       if (path.dirname(current) === current) break;
     }
   }
+  if (missing.length === 0) await assertTrustedDir(path.resolve(dir), fs);
   const created: string[] = [];
   for (const d of missing) {
     try {
@@ -169,7 +216,7 @@ export async function removeFileDurably(file: string, opts: WriteOptions = {}): 
     await fs.unlink(file);
   } catch (err) {
     if (errnoCode(err) === 'ENOENT') return;
-    throw err;
+    throw fileError('delete', file, err);
   }
   await fsyncDir(path.dirname(file), fs);
 }

@@ -16,24 +16,9 @@ import { currentCertPath } from '../identity.js';
 import type { Identity } from '../identity.js';
 import { ensureDir, errnoCode, fsyncDir, realFs, removeFileDurably, tempPathFor, writeFileAtomic } from './atomic.js';
 import type { WriteOptions } from './atomic.js';
-import { pemBlocks as parsePem, type PemBlock } from '../pki/pem.js';
+import { intactPemBlocks, isPrivateKeyBlock } from '../pki/pem.js';
 
 export type StoreOptions = WriteOptions;
-
-/** All blocks of `text`; null when one is unterminated or not base64 (a torn write). */
-export function pemBlocks(text: string): PemBlock[] | null {
-  try {
-    const blocks = parsePem(text);
-    return text.split('-----BEGIN ').length - 1 === blocks.length ? blocks : null;
-  } catch {
-    return null;
-  }
-}
-
-/** `PRIVATE KEY`, `EC PRIVATE KEY` and `RSA PRIVATE KEY` are all read by client-go. */
-export function isPrivateKeyBlock(block: PemBlock): boolean {
-  return block.type === 'PRIVATE KEY' || block.type === 'EC PRIVATE KEY' || block.type === 'RSA PRIVATE KEY';
-}
 
 export interface Credential {
   /** Leaf first, then intermediates, as issued. */
@@ -43,7 +28,7 @@ export interface Credential {
 
 /** Null unless `text` holds at least one CERTIFICATE block and exactly one private key block. */
 export function splitCredential(text: string): Credential | null {
-  const blocks = pemBlocks(text);
+  const blocks = intactPemBlocks(text);
   if (blocks === null) return null;
   const certs = blocks.filter((b) => b.type === 'CERTIFICATE');
   const keys = blocks.filter(isPrivateKeyBlock);
@@ -59,6 +44,15 @@ const TS = '\\d{4}-\\d{2}-\\d{2}-\\d{2}-\\d{2}-\\d{2}';
 
 function timestampedName(identity: Identity): RegExp {
   return new RegExp(`^${escapeRegExp(identity.filePrefix)}-(${TS})(?:-(\\d+))?\\.pem$`);
+}
+
+/**
+ * `<prefix>-current.pem` or a timestamped credential file the store writes
+ * (`<prefix>-<timestamp>.pem`, or `-<n>.pem` when two land in one second);
+ * never a temp name. The file watcher uses this same matcher.
+ */
+export function isCredentialFileName(identity: Identity, name: string): boolean {
+  return name === path.basename(currentCertPath(identity)) || timestampedName(identity).test(name);
 }
 
 /** Temp files and temp links this module leaves only if it is interrupted. */
@@ -112,8 +106,8 @@ export async function storeCredential(
   now: Date,
   opts: StoreOptions = {},
 ): Promise<{ file: string; currentPath: string }> {
-  const certs = (pemBlocks(certPem) ?? []).filter((b) => b.type === 'CERTIFICATE');
-  const keys = (pemBlocks(keyPem) ?? []).filter(isPrivateKeyBlock);
+  const certs = (intactPemBlocks(certPem) ?? []).filter((b) => b.type === 'CERTIFICATE');
+  const keys = (intactPemBlocks(keyPem) ?? []).filter(isPrivateKeyBlock);
   if (certs.length === 0) throw new KubebootError(`${identity.name}: refusing to store a credential without a PEM certificate`);
   if (keys.length !== 1) throw new KubebootError(`${identity.name}: refusing to store a credential without exactly one PEM private key`);
   const content = certs.map((b) => b.text).join('') + (keys[0]?.text ?? '');

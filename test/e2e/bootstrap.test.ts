@@ -1,15 +1,16 @@
 // The bootstrap flow against a real kube-apiserver + kube-controller-manager:
 // what an operator sees on a fresh node.
 import { execFile } from 'node:child_process';
-import { lstat, readFile, readlink, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { lstat, mkdir, readFile, readlink, stat, symlink, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import { caCertHash } from '../../agent/pki/pin.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { forbid, handToken, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
+import { assertNoSecrets, bundle, forbid, handToken, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
+import { startFaultProxy } from '../support/fault-proxy.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
 
 const run = promisify(execFile);
@@ -212,6 +213,77 @@ if (plane) {
     t.equal(renamed.code, 0, renamed.stderr);
     t.match(renamed.stderr, /needs a certificate \(.*system:node:worker-12/, 'says why the old credential no longer fits');
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-12b');
+  });
+
+  t.test('credentials already valid and a bootstrap kubeconfig still there: proven with one SelfSubjectReview, then the token goes', async (t) => {
+    const node = await nodeLayout(t.testdir(), 'worker-20');
+    await handToken(plane, node, 'data');
+    t.equal((await kubeboot(t, ['bootstrap', '--config', node.config])).code, 0);
+    // A kubeboot killed after kubelet.conf was written, or a node the kubelet bootstrapped itself.
+    await handToken(plane, node, 'data');
+    const again = await kubeboot(t, ['bootstrap', '--config', node.config, '--log-level', 'debug']);
+    t.equal(again.code, 0, again.stderr);
+    t.match(again.stderr, /selfsubjectreviews/, 'the kept credential was shown to the API server first');
+    t.notMatch(again.stderr, /certificatesigningrequests/, 'and no CSR was made');
+    await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'the bootstrap kubeconfig is deleted');
+  });
+
+  t.test('a symlinked bootstrap kubeconfig: the file it points at is deleted too, and the log says both', async (t) => {
+    const dir = t.testdir();
+    const node = await nodeLayout(dir, 'worker-21');
+    const real = join(dir, 'secrets', 'bootstrap.conf');
+    await mkdir(dirname(real), { recursive: true });
+    await handToken(plane, node, 'data', real);
+    await symlink(real, node.bootstrapKubeconfig);
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    t.equal(result.code, 0, result.stderr);
+    await t.rejects(lstat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'the link is gone');
+    await t.rejects(stat(real), { code: 'ENOENT' }, 'the file holding the token is gone');
+    t.match(result.stderr, new RegExp(`deleted the bootstrap kubeconfig ${real} and the link to it`));
+  });
+
+  t.test('bootstrap started while the API server resets connections retries until it answers', async (t) => {
+    const proxy = await startFaultProxy(plane.server, { resetFirst: 3 });
+    t.teardown(() => proxy.close());
+    const node = await nodeLayout(t.testdir(), 'worker-22');
+    const token = await plane.admin.createBootstrapToken();
+    forbid(token.secret);
+    await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data', server: proxy.url });
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    t.equal(result.code, 0, result.stderr);
+    t.match(result.stderr, /creating CSR node-csr-\S+: .*retrying in/, 'the resets were retried with backoff');
+    t.ok(proxy.connections() > 3, `${proxy.connections()} connections, the first 3 reset`);
+    t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-22');
+  });
+
+  t.test('a read-only kubeconfig directory fails before anything is switched, names the kubeconfig, and a renewal there still works', async (t) => {
+    const dir = t.testdir();
+    const etc = join(dir, 'etc');
+    await mkdir(etc);
+    const node = await nodeLayout(dir, 'worker-23', { kubelet: { kubeconfig: join(etc, 'kubelet.conf') } });
+    await handToken(plane, node, 'data');
+    const readOnly = (args: string[]) =>
+      new Promise<{ code: number | null; stderr: string }>((resolve) => {
+        const script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"';
+        execFile('unshare', ['-m', 'sh', '-c', script, 'sh', etc, process.execPath, bundle, ...args], { env: { PATH: process.env.PATH, KUBEBOOT_LOG_FORMAT: 'json' } }, (err, _out, stderr) =>
+          resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
+        );
+      });
+    const first = await readOnly(['bootstrap', '--config', node.config]);
+    assertNoSecrets(t, first.stderr, 'kubeboot bootstrap');
+    t.equal(first.code, 1, 'exit 1');
+    t.match(first.stderr, new RegExp(`cannot write ${join(etc, 'kubelet.conf')}: EROFS`), 'names the kubeconfig, not a temp file');
+    await t.rejects(lstat(join(node.kubeletCertDir, 'kubelet-client-current.pem')), { code: 'ENOENT' }, 'the -current.pem link was not switched');
+    t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'the bootstrap kubeconfig is kept');
+
+    const fixed = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    t.equal(fixed.code, 0, 'with the directory writable again, the same CSR is adopted');
+    t.equal((await csrsFor('system:node:worker-23')).length, 1, 'one CSR in all');
+    const before = await readlink(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
+    const renewed = await readOnly(['renew', '--config', node.config]);
+    t.equal(renewed.code, 0, `a renewal needs no kubeconfig write: ${renewed.stderr}`);
+    t.not(await readlink(join(node.kubeletCertDir, 'kubelet-client-current.pem')), before, 'the link moved to the new certificate');
+    t.equal((await whoami(join(etc, 'kubelet.conf'))).username, 'system:node:worker-23');
   });
 
   t.test('check validates everything without changing anything', async (t) => {

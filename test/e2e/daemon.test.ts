@@ -2,6 +2,7 @@
 // node's own certificate, reaction to files changed behind its back, signals,
 // and recovery of an expired node.
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { lstat, mkdir, readFile, readlink, rm, stat, symlink, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -12,7 +13,7 @@ import { renderClientKubeconfig } from '../../agent/kubeconfig/render.js';
 import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
-import { assertNoSecrets, handToken, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
+import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
 import { listenNotifySocket, type NotifySocket } from '../support/notify-socket.js';
 import { freePort } from '../support/processes.js';
 
@@ -169,12 +170,49 @@ if (plane) {
     await stop();
   });
 
+  t.test('READY=1 waits only for the kubelet: kube-proxy waits for its own approval with kubeboot wait', async (t) => {
+    const node = await bootstrappedNode(t, 'daemon-6', { kubeProxy: { enabled: true } });
+    const { notify, port, stop } = await startDaemon(t, node);
+    const ready = await notify.waitFor((m) => m.includes('READY=1'), 120_000);
+    t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-6', 'kubelet.conf works when READY=1 arrives');
+    const proxyCsr = await plane.admin.waitFor('the pending kube-proxy CSR', async () =>
+      (await csrsBy('system:node:daemon-6')).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions),
+    );
+    t.notOk(existsSync(node.kubeProxyKubeconfig), 'READY=1 came while kube-proxy had no credential');
+    t.match(ready, /kube-proxy/, 'the READY status names what is still pending');
+    t.ok(existsSync(node.bootstrapKubeconfig), 'the bootstrap kubeconfig stays until every identity is proven');
+    const readyz = await get(port, '/readyz');
+    t.equal(readyz.status, 503, '/readyz still reports the pending kube-proxy');
+    t.match(readyz.body, /^kube-proxy: (?!valid)/m, '/readyz names the kube-proxy identity as not valid');
+
+    const status = await kubeboot(t, ['status', '--config', node.config, '--output', 'json']);
+    const proxyStatus = JSON.parse(status.stdout).identities.find((i: { identity: string }) => i.identity === 'kube-proxy');
+    t.equal(proxyStatus.pendingCsr?.name, proxyCsr.metadata.name, 'kubeboot status names the pending CSR');
+
+    const timedOut = await kubeboot(t, ['wait', '--config', node.config, '--identity', 'kube-proxy', '--timeout', '1s']);
+    t.equal(timedOut.code, 4, 'kubeboot wait --timeout exits 4 while the CSR is pending');
+    t.match(timedOut.stderr, new RegExp(`kubectl certificate approve ${proxyCsr.metadata.name}`), 'and says which CSR to approve');
+    t.equal((await kubeboot(t, ['wait', '--config', node.config, '--identity', 'kubelet', '--timeout', '1s'])).code, 0, 'the kubelet identity is already there');
+
+    const waiting = startKubeboot(['wait', '--config', node.config, '--identity', 'kube-proxy']);
+    await waiting.waitForOutput(/waiting for kube-proxy/);
+    t.equal(waiting.child.exitCode, null, 'kubeboot wait is still waiting before approval');
+    await plane.admin.approveCsr(proxyCsr.metadata.name);
+    const waited = await waiting.done;
+    t.equal(waited.code, 0, 'kubeboot wait exits 0 once kube-proxy holds its credential');
+    t.equal(await whoami(node.kubeProxyKubeconfig), 'system:kube-proxy', 'kube-proxy.conf works');
+    await plane.admin.waitFor('the bootstrap kubeconfig to be deleted', async () => (existsSync(node.bootstrapKubeconfig) ? undefined : true));
+    await plane.admin.waitFor('/readyz to turn 200', async () => ((await get(port, '/readyz')).status === 200 ? true : undefined));
+    await stop();
+  });
+
   t.test('SIGTERM during a renewal leaves the old credential intact', async (t) => {
     const node = await bootstrappedNode(t, 'daemon-3', { kubeProxy: { enabled: true } });
     const { daemon, notify } = await startDaemon(t, node);
     const proxyCsr = await plane.admin.waitFor('the kube-proxy CSR', async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions && c.spec?.username === 'system:node:daemon-3'));
     await plane.admin.approveCsr(proxyCsr.metadata.name);
     await notify.waitFor((m) => m.includes('READY=1'), 120_000);
+    t.equal((await kubeboot(t, ['wait', '--config', node.config, '--identity', 'kube-proxy', '--timeout', '2m'])).code, 0, 'kube-proxy holds its credential');
     const proxyLink = join(node.kubeProxyCertDir, 'kube-proxy-client-current.pem');
     const before = await readlink(proxyLink);
 

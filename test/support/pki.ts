@@ -137,3 +137,25 @@ export async function createClusterPki(): Promise<ClusterPki> {
     serviceAccount: { ...serviceAccount, publicKeyPem: publicKeyPem(serviceAccount.keys.publicKey) },
   };
 }
+
+/** What a signer would issue for a PKCS#10 request: its key and subject, signed by `ca`. */
+export async function signRequest(ca: CertAndKey, requestPem: string, opts: { usage: 'server' | 'client'; notAfter?: Date }): Promise<string> {
+  const request = new x509.Pkcs10CertificateRequest(requestPem);
+  const cert = await x509.X509CertificateGenerator.create({
+    serialNumber: serialNumber(),
+    subject: request.subject,
+    issuer: ca.cert.subject,
+    notBefore: new Date(Date.now() - 5 * 60_000),
+    notAfter: opts.notAfter ?? new Date(Date.now() + day),
+    publicKey: await request.publicKey.export(),
+    signingKey: ca.keys.privateKey,
+    signingAlgorithm,
+    extensions: [
+      new x509.BasicConstraintsExtension(false, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
+      new x509.ExtendedKeyUsageExtension([opts.usage === 'server' ? x509.ExtendedKeyUsage.serverAuth : x509.ExtendedKeyUsage.clientAuth], false),
+      await x509.AuthorityKeyIdentifierExtension.create(ca.cert),
+    ],
+  });
+  return cert.toString('pem');
+}

@@ -1,7 +1,7 @@
 // README, `kubeboot --help` and the options table must say the same thing.
 import { readFile } from 'node:fs/promises';
 import t from 'tap';
-import { OPTIONS, renderOptionsReference } from '../../agent/config/options.js';
+import { COMMANDS, OPTIONS, renderOptionsReference } from '../../agent/config/options.js';
 import { helpText } from '../../agent/cli/help.js';
 
 const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
@@ -18,7 +18,7 @@ t.test('--help lists every flag and every exit code the README documents', async
     t.match(readme, new RegExp(`\\n\\| ${code} \\|`), `README documents exit code ${code}`);
     t.match(help, new RegExp(`\\n  ${code}  `), `--help documents exit code ${code}`);
   }
-  for (const command of ['bootstrap', 'run', 'check', 'status', 'renew']) {
+  for (const command of COMMANDS) {
     t.match(help, new RegExp(`\\n  ${command} `), `--help lists ${command}`);
     t.match(readme, `kubeboot ${command}`, `README lists ${command}`);
   }

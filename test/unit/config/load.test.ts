@@ -1,6 +1,10 @@
 import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
 import { InputError, ExitCode } from '../../../agent/errors.js';
+import { readOptional } from '../../../agent/read-optional.js';
 import { loadConfig } from '../../../agent/config/load.js';
+import { COMMANDS } from '../../../agent/config/options.js';
 import type { LoadInput } from '../../../agent/config/load.js';
 import { defaultConfig, DEFAULT_LISTEN } from '../../../agent/config/defaults.js';
 
@@ -142,8 +146,8 @@ interface Bad {
 }
 
 const bad: Bad[] = [
-  { name: 'YAML syntax error names the line', file: 'stateDir: /a\nkubelet: [unclosed\nlisten: off\n', message: `${CONFIG}: line 3: invalid YAML: Flow sequence in block collection must be sufficiently indented and end with a ]` },
-  { name: 'duplicate key', file: 'stateDir: /a\nstateDir: /b\n', message: `${CONFIG}: line 2: invalid YAML: Map keys must be unique` },
+  { name: 'YAML syntax error names the line', file: 'stateDir: /a\nkubelet: [unclosed\nlisten: off\n', message: `${CONFIG}: line 3: invalid YAML: bad indentation, or an unclosed [ or { at column 1` },
+  { name: 'duplicate key', file: 'stateDir: /a\nstateDir: /b\n', message: `${CONFIG}: line 2: invalid YAML: duplicate key (keys must be unique) at column 1` },
   { name: 'top level is not a mapping', file: '- a\n- b\n', message: `${CONFIG}: (document): expected a mapping of settings, got a list` },
   { name: 'unknown key with a suggestion', file: 'kubeProxy:\n  enable: true\n', message: `${CONFIG}: kubeProxy.enable: unknown key (did you mean kubeProxy.enabled?)` },
   { name: 'kebab-case key in the file', file: 'bootstrap-kubeconfig: /x\n', message: `${CONFIG}: bootstrap-kubeconfig: unknown key (did you mean bootstrapKubeconfig?)` },
@@ -172,7 +176,7 @@ const bad: Bad[] = [
   { name: 'boolean flag with a bad value', argv: ['bootstrap', '--kube-proxy=maybe'], message: 'command line: --kube-proxy: expected true or false, got "maybe"' },
   { name: 'unknown key algorithm', argv: ['bootstrap', '--key-algorithm', 'ed25519'], message: 'command line: --key-algorithm: expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096, got "ed25519"' },
   { name: 'unknown log level in the environment', env: { KUBEBOOT_LOG_LEVEL: 'verbose' }, message: 'environment: KUBEBOOT_LOG_LEVEL: expected one of error, warn, info, debug, got "verbose"' },
-  { name: 'unknown command', argv: ['bootstarp'], message: 'command line: command: unknown command "bootstarp" (want bootstrap, run, check, status, renew)' },
+  { name: 'unknown command', argv: ['bootstarp'], message: `command line: command: unknown command "bootstarp" (want ${COMMANDS.join(', ')})` },
   { name: 'command flag with the wrong command', argv: ['run', '--output', 'json'], message: 'command line: --output: only valid with: kubeboot status' },
   { name: 'command flag with a bad value', argv: ['renew', '--identity', 'kubelet-client'], message: 'command line: --identity: expected one of kubelet, kube-proxy, kubelet-serving, got "kubelet-client"' },
   { name: 'hook given as a shell string', file: 'kubelet:\n  hooks: ["systemctl restart kubelet"]\n', message: `${CONFIG}: kubelet.hooks[0]: expected an argv list like [systemctl, restart, kubelet] (run without a shell), got "systemctl restart kubelet"` },
@@ -194,3 +198,30 @@ for (const c of bad) {
     t.equal((err as InputError).code, ExitCode.badInput);
   });
 }
+
+t.test('wait takes --identity and a --timeout duration', async (t) => {
+  const waited = await loadConfig(input({ argv: ['wait', '--identity', 'kube-proxy', '--timeout', '15m'] }));
+  t.equal(waited.command, 'wait');
+  t.equal(waited.extraFlags.identity, 'kube-proxy');
+  t.equal(waited.extraFlags.timeout, 900);
+  t.equal((await loadConfig(input({ argv: ['wait'] }))).extraFlags.timeout, null, 'no --timeout waits as long as it takes');
+  const bad = await loadConfig(input({ argv: ['wait', '--timeout', 'soon'] })).catch((err: unknown) => err);
+  t.type(bad, InputError);
+  t.match((bad as Error).message, /^command line: --timeout: expected seconds or a duration/);
+  const misplaced = await loadConfig(input({ argv: ['status', '--timeout', '1m'] })).catch((err: unknown) => err);
+  t.match((misplaced as Error).message, /--timeout: only valid with: kubeboot wait/);
+});
+
+t.test('a config file that is a directory or a FIFO is one line naming where it was given, exit 2', async (t) => {
+  const dir = t.testdir({ 'conf.d': {} });
+  execFileSync('mkfifo', [path.join(dir, 'fifo.yaml')]);
+  const real = (argv: string[]) => loadConfig({ argv, env: {}, readFile: readOptional, hostname: 'worker-1' });
+  await t.rejects(real(['run', '--config', path.join(dir, 'conf.d')]), {
+    code: 2,
+    message: `command line: --config: ${path.join(dir, 'conf.d')} is a directory; expected a regular file`,
+  });
+  await t.rejects(real(['run', '--config', path.join(dir, 'fifo.yaml')]), {
+    code: 2,
+    message: `command line: --config: ${path.join(dir, 'fifo.yaml')} is a named pipe (FIFO); expected a regular file`,
+  });
+});

@@ -89,3 +89,18 @@ t.test('stopping kubeboot stops a running hook instead of waiting out its timeou
   t.equal(result.timedOut, false, 'not reported as a timeout');
   t.equal(result.signal, 'SIGTERM', 'the hook got SIGTERM');
 });
+
+t.test('identity hooks get a clean environment: no systemd notify socket, watchdog or kubeboot settings', async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'kubeboot-hooks-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'env');
+  const identity = kubeletIdentity({ hooks: [['/bin/sh', '-c', 'env > "$0"', out]] });
+  const env = { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8', NOTIFY_SOCKET: '/run/systemd/notify', WATCHDOG_USEC: '30000000', WATCHDOG_PID: '1', KUBEBOOT_NODE_NAME: 'x', SECRET_THING: 'y' };
+  const results = await runIdentityHooks(identity, winston.createLogger({ silent: true }), { timeoutMs: 10_000, env });
+  t.ok(results[0]?.ok);
+  const seen = Object.fromEntries((await readFile(out, 'utf8')).trim().split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+  for (const name of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID', 'KUBEBOOT_NODE_NAME', 'SECRET_THING']) t.notOk(name in seen, `${name} is not passed`);
+  t.equal(seen.PATH, '/usr/bin:/bin');
+  t.equal(seen.LANG, 'C.UTF-8');
+  t.equal(seen.KUBEBOOT_IDENTITY, 'kubelet');
+});

@@ -1,5 +1,6 @@
 import t, { type Test } from 'tap';
 import http from 'node:http';
+import net from 'node:net';
 import { Registry, Counter } from 'prom-client';
 import { silentLogger } from '../../../agent/log.js';
 import { startHttpServer, type Readiness } from '../../../agent/daemon/http.js';
@@ -113,4 +114,43 @@ t.test('close stops accepting connections', async (t) => {
   t.equal((await get(port, '/healthz')).status, 200);
   await server.close();
   await t.rejects(get(port, '/healthz'), { code: 'ECONNREFUSED' });
+});
+
+/** Sends raw bytes and returns the status line the server answers with. */
+function rawRequest(port: number, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.end(request));
+    let got = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (c: string) => (got += c));
+    socket.on('end', () => resolve(got.split('\r\n')[0] ?? ''));
+    socket.on('error', reject);
+  });
+}
+
+t.test('a malformed request URL gets 400 and the server keeps answering', async (t) => {
+  const { address } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
+  t.equal(await rawRequest(address.port, 'GET http://[ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'), 'HTTP/1.1 400 Bad Request');
+  t.equal((await get(address.port, '/healthz')).status, 200);
+});
+
+t.test('a readiness callback that throws answers 500, not a crash', async (t) => {
+  const registry = new Registry();
+  const server = await startHttpServer({
+    port: 0,
+    readiness: () => {
+      throw new Error('boom');
+    },
+    registry,
+    logger: silentLogger(),
+  });
+  t.teardown(() => server.close());
+  t.equal((await get(server.address.port, '/readyz')).status, 500);
+  t.equal((await get(server.address.port, '/healthz')).status, 200);
+});
+
+t.test('the unauthenticated readyz body is scrubbed of tokens', async (t) => {
+  const { address } = await start(t, { healthy: true, readiness: { ready: false, detail: ['kubelet: token abcdef.0123456789abcdef was refused'] } });
+  const got = await get(address.port, '/readyz');
+  t.equal(got.body, 'kubelet: token abcdef.[redacted] was refused\n');
 });

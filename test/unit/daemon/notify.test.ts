@@ -3,7 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/renewal/clock.js';
+import { FakeClock } from '../../../agent/time/clock.js';
 import { createNotifier, startWatchdog, watchdogIntervalMs, type NotifyExec } from '../../../agent/daemon/notify.js';
 import { listenNotifySocket } from '../../support/notify-socket.js';
 
@@ -117,4 +117,12 @@ t.test('no watchdog without WATCHDOG_USEC or without a notify socket', async (t)
   const exec: NotifyExec = async () => {};
   t.equal(startWatchdog(createNotifier({ env: { NOTIFY_SOCKET: '@x' }, logger, exec }), { env: {} }), null);
   t.equal(startWatchdog(createNotifier({ env: {}, logger, exec }), { env: { WATCHDOG_USEC: '1000000' } }), null);
+});
+
+t.test('a status carrying a token or key is scrubbed before it reaches systemd', async (t) => {
+  const sent: string[][] = [];
+  const exec: NotifyExec = async (_file, args) => void sent.push(args);
+  const notifier = createNotifier({ env: { NOTIFY_SOCKET: '/run/x' }, logger, exec });
+  await notifier.status('kubelet: abcdef.0123456789abcdef rejected; Bearer s3cr3t-value');
+  t.same(sent, [['--status=kubelet: abcdef.[redacted] rejected; Bearer [redacted]']]);
 });

@@ -137,6 +137,7 @@ t.test('classify names certificate files by the client-go store pattern only', a
   const bootstrap = '/r/etc/bootstrap-kubelet.conf';
   t.same(classify('/r/pki/kubelet-client-current.pem', [identity], bootstrap), { identity: 'kubelet', file: 'certificate' });
   t.same(classify('/r/pki/kubelet-client-2025-01-01-00-00-00.pem', [identity], bootstrap), { identity: 'kubelet', file: 'certificate' });
+  t.same(classify('/r/pki/kubelet-client-2025-01-01-00-00-00-1.pem', [identity], bootstrap), { identity: 'kubelet', file: 'certificate' }, 'the -N suffix the store adds for a second file in one second');
   t.same(classify('/r/etc/kubelet.conf', [identity], bootstrap), { identity: 'kubelet', file: 'kubeconfig' });
   t.same(classify('/r/etc/../etc/bootstrap-kubelet.conf', [identity], bootstrap), { identity: null, file: 'bootstrap-kubeconfig' });
   t.equal(classify('/r/pki/kubelet-client-x.pem', [identity], bootstrap), null);

@@ -1,4 +1,9 @@
 import t from 'tap';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { readOptional } from '../../../agent/read-optional.js';
 import { InputError } from '../../../agent/errors.js';
 import { classifyToken, parseBootstrapKubeconfig, parseClientKubeconfig } from '../../../agent/kubeconfig/parse.js';
 
@@ -111,7 +116,7 @@ interface Bad {
 
 const bad: Bad[] = [
   { name: 'empty file', text: '\n  \n', message: `${FILE}: (document): file is empty` },
-  { name: 'YAML syntax error names the line but not its content', text: `users:\n- name: x\n  user: {token: ${TOKEN}\n`, message: `${FILE}: line 4: invalid YAML: Flow map in block collection must be sufficiently indented and end with a }` },
+  { name: 'YAML syntax error names the line but not its content', text: `users:\n- name: x\n  user: {token: ${TOKEN}\n`, message: `${FILE}: line 4: invalid YAML: bad indentation, or an unclosed [ or { at column 1` },
   { name: 'not a mapping', text: 'just a string\n', message: `${FILE}: (document): expected a kubeconfig mapping, got a string` },
   { name: 'no clusters', text: `users:\n- name: u\n  user: {token: ${TOKEN}}\n`, message: `${FILE}: clusters: no cluster defined` },
   { name: 'clusters is not a list', text: 'clusters: {}\n', message: `${FILE}: clusters: expected a list, got a mapping` },
@@ -139,6 +144,11 @@ const bad: Bad[] = [
   { name: 'client certificate without key', text: kubeconfig({ user: [`client-certificate-data: ${b64(CERT)}`] }), message: `${FILE}: users[0].user.client-key: missing (a client certificate needs its key: client-key or client-key-data)` },
   { name: 'client key that is not a key', text: kubeconfig({ user: [`client-certificate-data: ${b64(CERT)}`, `client-key-data: ${b64(CERT)}`] }), message: `${FILE}: users[0].user.client-key-data: does not contain a PEM private key` },
   { name: 'token and client certificate', text: kubeconfig({ user: [`token: ${TOKEN}`, `client-certificate-data: ${b64(CERT)}`, `client-key-data: ${b64(KEY)}`] }), message: `${FILE}: users[0].user: has both a token and a client certificate; a bootstrap kubeconfig needs exactly one credential` },
+  { name: 'several contexts and no current-context (clientcmd refuses it too)', text: kubeconfig({ currentContext: null }).replace('contexts:\n', 'contexts:\n- name: other\n  context: { cluster: kubernetes, user: tls-bootstrap-token-user }\n'), message: `${FILE}: current-context: not set, and there are 2 contexts to choose from ("other", "tls-bootstrap-token-user@kubernetes")` },
+  { name: 'token with non-ASCII characters', text: kubeconfig({ user: ['token: "tökén-ünïcode"'] }), message: `${FILE}: users[0].user.token: token has characters outside printable ASCII` },
+  { name: 'an alias named like a token is not echoed', text: kubeconfig({ user: [`token: *${TOKEN}`] }), message: `${FILE}: (document): invalid YAML: an alias names an anchor that is not defined before it` },
+  { name: 'deep nesting', text: `clusters: ${'['.repeat(5000)}\n`, message: `${FILE}: (document): invalid YAML: nested more than 64 levels deep` },
+  { name: 'an alias bomb', text: `a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n`, message: `${FILE}: (document): invalid YAML: aliases expand more than 100 times` },
 ];
 
 for (const c of bad) {
@@ -159,4 +169,22 @@ t.test('no error message contains the token secret, the key material or a passwo
       t.notOk(err.message.includes(secret), `${c.name}: no secret in "${err.message}"`);
     }
   }
+});
+
+t.test('a CA file or token file that is not a regular file is refused naming the field, without blocking', async (t) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'kubeboot-parse-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  mkdirSync(path.join(dir, 'ca.crt'));
+  execFileSync('mkfifo', [path.join(dir, 'token')]);
+  const file = path.join(dir, 'bootstrap.conf');
+  const caDir = kubeconfig({ cluster: ['certificate-authority: ca.crt', 'server: https://h'] });
+  await t.rejects(parseBootstrapKubeconfig(file, caDir, readOptional), {
+    name: 'InputError',
+    message: `${file}: clusters[0].cluster.certificate-authority: ${dir}/ca.crt is a directory; expected a regular file`,
+  });
+  const fifo = kubeconfig({ user: ['tokenFile: token'] });
+  await t.rejects(parseBootstrapKubeconfig(file, fifo, readOptional), {
+    name: 'InputError',
+    message: `${file}: users[0].user.tokenFile: ${dir}/token is a named pipe (FIFO); expected a regular file`,
+  });
 });

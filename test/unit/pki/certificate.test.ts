@@ -1,5 +1,6 @@
 import t from 'tap';
 import { randomBytes, type webcrypto } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import { KubebootError } from '../../../agent/errors.js';
 import type { KeyUsage, Subject } from '../../../agent/identity.js';
 import { assessCredential, checkIssuedCertificate, parseCertificateChain } from '../../../agent/pki/certificate.js';
@@ -60,12 +61,14 @@ interface LeafSpec {
   notAfter?: Date;
   dnsNames?: string[];
   ipAddresses?: string[];
+  /** BasicConstraints CA flag (a misbehaving signer). */
+  ca?: boolean;
 }
 
 /** Signs a leaf the way kube-controller-manager's signer would (5 minutes backdated, 1 year). */
 async function issue(ca: Ca, spec: LeafSpec): Promise<string> {
   const subject = spec.subject ?? node;
-  const extensions: x509.Extension[] = [new x509.BasicConstraintsExtension(false, undefined, true)];
+  const extensions: x509.Extension[] = [new x509.BasicConstraintsExtension(spec.ca ?? false, undefined, true)];
   const ku = spec.ku === undefined ? x509.KeyUsageFlags.digitalSignature : spec.ku;
   if (ku !== null) extensions.push(new x509.KeyUsagesExtension(ku, true));
   const eku = spec.eku === undefined ? [x509.ExtendedKeyUsage.clientAuth] : spec.eku;
@@ -213,6 +216,51 @@ t.test('checkIssuedCertificate', async (t) => {
       'certificate lacks DNS name worker-1.example',
       'certificate lacks IP address 10.0.0.7',
     ]);
+  });
+
+  t.test('refuses a leaf that is a CA or may sign certificates or CRLs', async (t) => {
+    t.match(await checkIssuedCertificate({ ...request, certPem: await issue(ca, { key, ca: true }) }), [/^certificate is a CA \(basic constraints CA:TRUE\)$/]);
+    const signer = await issue(ca, { key, ku: x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyCertSign });
+    t.match(await checkIssuedCertificate({ ...request, certPem: signer }), [/^certificate allows cert sign$/]);
+    const crl = await issue(ca, { key, ku: x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.cRLSign });
+    t.match(await checkIssuedCertificate({ ...request, certPem: crl }), [/^certificate allows crl sign$/]);
+  });
+
+  t.test('refuses DNS or IP names on a client certificate', async (t) => {
+    const named = await issue(ca, { key, dnsNames: ['evil.example'], ipAddresses: ['10.0.0.9'] });
+    t.same(await checkIssuedCertificate({ ...request, certPem: named }), ['client certificate carries DNS names or IP addresses it did not ask for']);
+  });
+
+  t.test('refuses a chain longer than the cap without trying every order', async (t) => {
+    // Self-issued CAs under one name: each could be the issuer of each other;
+    // trying every permutation took 17 s for eight of them.
+    const keys = (await crypto.subtle.generateKey(ecdsa, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+    const loops: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      const c = await x509.X509CertificateGenerator.createSelfSigned({
+        name: 'CN=loop',
+        keys,
+        signingAlgorithm: sha256,
+        serialNumber: serial(),
+        extensions: [new x509.BasicConstraintsExtension(true, undefined, true)],
+        notBefore: new Date(now.getTime() - day),
+        notAfter: new Date(now.getTime() + day),
+      });
+      loops.push(c.toString('pem') + '\n');
+    }
+    const loopCa = { cert: new x509.X509Certificate(loops[0]!), pem: loops[0]!, keys };
+    const leaf = await issue(loopCa, { key });
+    const started = performance.now();
+    t.match(await checkIssuedCertificate({ ...request, certPem: leaf + loops.slice(1, 9).join('') }), [/not signed by the cluster CA/]);
+    t.ok(performance.now() - started < 2_000, 'eight self-issued intermediates are walked in bounded time');
+    t.match(await checkIssuedCertificate({ ...request, certPem: leaf + loops.slice(1).join('') }), [/chain has 12 certificates; at most 9 are accepted/]);
+  });
+
+  t.test('follows intermediates sent in any order', async (t) => {
+    const a = await makeCa('intermediate-a', undefined, ca);
+    const b = await makeCa('intermediate-b', undefined, a);
+    const leaf = await issue(b, { key });
+    t.same(await checkIssuedCertificate({ ...request, certPem: leaf + a.pem + b.pem }), []);
   });
 
   t.test('reports every problem at once', async (t) => {

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { generateKeyPairSync } from 'node:crypto';
-import { readdir, stat, writeFile, mkdir } from 'node:fs/promises';
+import { chmod, readdir, stat, symlink, unlink, writeFile, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { KubebootError } from '../../../agent/errors.js';
 import { clearPendingKey, loadPendingKey, pendingKeyPath, savePendingKey } from '../../../agent/store/pending-key.js';
@@ -55,4 +55,20 @@ t.test('a pending key that is not a PEM private key is an error that names the f
   t.match(err?.message ?? '', pendingKeyPath(stateDir, 'kubelet'));
   t.notMatch(err?.message ?? '', 'BEGIN');
   await t.rejects(savePendingKey(stateDir, 'kubelet', 'not a key'), KubebootError, 'refuses to save garbage');
+});
+
+t.test('a pending key in a directory others can write, or not a regular file, is refused (exit 2)', async (t) => {
+  const stateDir = path.join(t.testdir(), 'state');
+  await savePendingKey(stateDir, 'kubelet', keyPem());
+  await chmod(stateDir, 0o777);
+  await t.rejects(loadPendingKey(stateDir, 'kubelet'), { code: 2, message: `${stateDir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)` });
+  await t.rejects(savePendingKey(stateDir, 'kubelet', keyPem()), { code: 2, message: /writable by group or others/ });
+  await chmod(stateDir, 0o700);
+  await chmod(pendingKeyPath(stateDir, 'kubelet'), 0o666);
+  await t.rejects(loadPendingKey(stateDir, 'kubelet'), { code: 2, message: /kubelet\.key\.pending is writable by group or others \(mode 0666\)/ });
+  const other = path.join(path.dirname(stateDir), 'planted.key');
+  await writeFile(other, keyPem(), { mode: 0o600 });
+  await unlink(pendingKeyPath(stateDir, 'kubelet'));
+  await symlink(other, pendingKeyPath(stateDir, 'kubelet'));
+  await t.rejects(loadPendingKey(stateDir, 'kubelet'), { code: 2, message: /kubelet\.key\.pending is not a regular file/ });
 });

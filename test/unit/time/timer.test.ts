@@ -1,6 +1,6 @@
 import t from 'tap';
-import { FakeClock } from '../../../agent/renewal/clock.js';
-import { DEFAULT_CHUNK_MS, delay, sleepUntil } from '../../../agent/renewal/timer.js';
+import { FakeClock } from '../../../agent/time/clock.js';
+import { DEFAULT_CHUNK_MS, delay, sleepUntil } from '../../../agent/time/timer.js';
 
 const DAY = 24 * 60 * 60 * 1000;
 const HOUR = 60 * 60 * 1000;

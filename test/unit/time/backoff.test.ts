@@ -1,5 +1,5 @@
 import t from 'tap';
-import { DEFAULT_BACKOFF, nextDelay, retryAfterMs } from '../../../agent/renewal/backoff.js';
+import { DEFAULT_BACKOFF, nextDelay, retryAfterMs } from '../../../agent/time/backoff.js';
 
 t.test('the default schedule doubles from 2 s and stays at 32 s, like client-go', async (t) => {
   const delays = [0, 1, 2, 3, 4, 5, 6, 50].map((a) => nextDelay(a, DEFAULT_BACKOFF, () => 0));

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { FakeClock, MAX_TIMER_MS, systemClock } from '../../../agent/renewal/clock.js';
+import { FakeClock, MAX_TIMER_MS, systemClock } from '../../../agent/time/clock.js';
 
 t.test('advance fires due timers in order and moves the wall clock with them', async (t) => {
   const clock = new FakeClock(0);

@@ -11,6 +11,8 @@ export type TimerHandle = object;
 
 export interface Clock {
   now(): Date;
+  /** Milliseconds on a clock that never steps (for "how long ago", not "what time"). */
+  monotonic(): number;
   setTimeout(fn: () => void, ms: number): TimerHandle;
   clearTimeout(handle: TimerHandle): void;
 }
@@ -20,6 +22,7 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export const systemClock: Clock = {
   now: () => new Date(),
+  monotonic: () => performance.now(),
   // Clamped rather than overflowing: firing early is harmless to callers that
   // re-check now(), firing after 1 ms is not.
   setTimeout: (fn, ms) => setTimeout(fn, Math.min(Math.max(ms, 0), MAX_TIMER_MS)),
@@ -49,6 +52,10 @@ export class FakeClock implements Clock {
 
   now(): Date {
     return new Date(this.#wall);
+  }
+
+  monotonic(): number {
+    return this.#mono;
   }
 
   setTimeout(fn: () => void, ms: number): TimerHandle {

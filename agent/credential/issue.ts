@@ -4,39 +4,79 @@
  * → kubeconfig. Used by first bootstrap and by renewal alike; only the client
  * that authenticates the CSR differs.
  */
-import { CsrRejectedError, KubebootError } from '../errors.js';
+import { access, constants } from 'node:fs/promises';
+import path from 'node:path';
+import type { Dispatcher } from 'undici';
+import type { Config } from '../config/types.js';
+import { ApiError, CsrRejectedError, CsrUnusableError, IdentityMismatchError, KubebootError } from '../errors.js';
 import type { Identity, KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
-import { ApiError, KubeClient, type Endpoint } from '../kube/client.js';
-import { createCsr, CsrUnusableError, waitForCertificate } from '../kube/csr.js';
+import { KubeClient } from '../kube/client.js';
+import { createCsr, waitForCertificate } from '../kube/csr.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { whoAmI } from '../kube/whoami.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
 import { createCsrPem, parseCsrPem } from '../pki/csr.js';
 import { csrName } from '../pki/csr-name.js';
 import { generateKey, parsePrivateKey, samePublicKey, type PrivateKey } from '../pki/keys.js';
+import { sameSubject } from '../pki/names.js';
 import { renderClientKubeconfig } from '../kubeconfig/render.js';
-import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
+import { fileError, writeFileAtomic, type WriteObserver } from '../store/atomic.js';
+import { currentCertPath } from '../identity.js';
+import { retryTransient } from '../kube/retry.js';
+import { readOptional } from '../read-optional.js';
 import { storeCredential } from '../store/cert-store.js';
 import { clearPendingKey, loadPendingKey, savePendingKey } from '../store/pending-key.js';
+import type { Cluster } from './assess.js';
+import type { Requester } from './requester.js';
 
-export interface IssueContext {
+/**
+ * What every command that obtains credentials passes down: the one place
+ * where bootstrap, renewal and the daemon meet the clock, the logger, the
+ * stop signal and the write observer. Callbacks receive the identity, so one
+ * value serves every identity.
+ */
+export interface RunDeps {
+  logger: Logger;
+  now: () => Date;
+  signal?: AbortSignal;
+  /** Told about kubeboot's own writes, so the file watcher ignores them. */
+  observer?: WriteObserver;
+  /** The CSR is on the server under this name (a restart adopts it). */
+  onCsrSubmitted?: (identity: Identity, csrName: string) => void;
+  /** Seconds the CSR waited for its certificate. */
+  onCsrWait?: (identity: Identity, seconds: number) => void;
+  /** Every API connection of this run goes through it; unset, each client makes its own TLS agent. Tests inject undici's MockAgent. */
+  dispatcher?: Dispatcher;
+}
+
+export interface IssueContext extends RunDeps {
   /** The cluster the new kubeconfig points at (server and CA). */
-  cluster: Endpoint & { caPem: string };
+  cluster: Cluster;
   /** Authenticates the CSR: the bootstrap token, or the current certificate on renewal. */
   requester: KubeClient;
   stateDir: string;
   keyAlgorithm: KeyAlgorithm;
   expirationSeconds: number | null;
   /** On renewal with reuseKey, the current key; otherwise a fresh one is made. */
-  reuseKeyPem?: string | null;
+  reuseKeyPem: string | null;
   waitTimeoutMs: number;
   pendingNoticeMs: number;
-  logger: Logger;
-  now: () => Date;
-  signal?: AbortSignal;
-  observer?: WriteObserver;
-  onCsrWait?: (seconds: number) => void;
+}
+
+/** The one conversion from Config (seconds) to what issueCredential takes (milliseconds). */
+export function issueContext(config: Config, requester: Requester, deps: RunDeps, reuseKeyPem: string | null = null): IssueContext {
+  return {
+    ...deps,
+    cluster: requester.cluster,
+    requester: requester.client,
+    stateDir: config.stateDir,
+    keyAlgorithm: config.keyAlgorithm,
+    expirationSeconds: config.expirationSeconds,
+    reuseKeyPem,
+    waitTimeoutMs: config.waitTimeout * 1000,
+    pendingNoticeMs: config.pendingNoticeInterval * 1000,
+  };
 }
 
 export interface Issued {
@@ -58,18 +98,24 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
   const waitStart = Date.now();
   let certPem: string;
   try {
-    const csr = await createCsr(
-      ctx.requester,
-      { name, requestPem, signerName: identity.signerName, usages: identity.usages, expirationSeconds: ctx.expirationSeconds },
-      (existing) => compatibility(existing, identity, key, ctx.now()),
-      ctx.signal,
+    const csr = await retryTransient(
+      `${identity.name}: creating CSR ${name}`,
+      () =>
+        createCsr(
+          ctx.requester,
+          { name, requestPem, signerName: identity.signerName, usages: identity.usages, expirationSeconds: ctx.expirationSeconds },
+          (existing) => compatibility(existing, identity, key, ctx.now()),
+          ctx.signal,
+        ),
+      { timeoutMs: ctx.waitTimeoutMs, logger: log, signal: ctx.signal },
     );
+    ctx.onCsrSubmitted?.(identity, name);
     log.info(`CSR ${name} submitted for ${identity.subject.commonName} (signer ${identity.signerName})`, { csr: name });
     certPem = await waitForCertificate(ctx.requester, csr, {
       logger: log,
       timeoutMs: ctx.waitTimeoutMs,
       pendingNoticeMs: ctx.pendingNoticeMs,
-      ...(ctx.signal ? { signal: ctx.signal } : {}),
+      signal: ctx.signal,
     });
   } catch (err) {
     // A CSR that was denied, failed, deleted or cannot be adopted will not
@@ -82,7 +128,7 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
   }
   const arrived = Date.now();
   const waitedSeconds = (arrived - waitStart) / 1000;
-  ctx.onCsrWait?.(waitedSeconds);
+  ctx.onCsrWait?.(identity, waitedSeconds);
 
   const problems = await checkIssuedCertificate({
     certPem,
@@ -110,23 +156,42 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
     }
   }
 
+  // The switch-over is one unit: a kubeconfig that cannot be written is found
+  // before the -current.pem link moves, not after.
+  const kubeconfig = await kubeconfigToWrite(identity, ctx);
+  if (kubeconfig) await assertWritable(kubeconfig.path);
   const stored = await storeCredential(identity, certPem, key.pem, ctx.now(), optsOf(ctx));
-  if (identity.kubeconfigPath !== null) {
-    const kubeconfig = renderClientKubeconfig({
-      server: ctx.cluster.server,
-      caPem: ctx.cluster.caPem,
-      certFile: stored.currentPath,
-      keyFile: stored.currentPath,
-      userName: 'default-auth',
-      tlsServerName: ctx.cluster.tlsServerName ?? null,
-    });
-    await writeFileAtomic(identity.kubeconfigPath, kubeconfig, { mode: 0o600, ...optsOf(ctx) });
-  }
+  if (kubeconfig) await writeFileAtomic(kubeconfig.path, kubeconfig.text, { mode: 0o600, ...optsOf(ctx) });
   await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
   const storeMillis = Date.now() - arrived;
   const notAfter = parseCertificateChain(certPem)[0]!.notAfter;
   log.info(`${identity.name} credential stored at ${stored.file}, valid until ${notAfter.toISOString()}`, { csr: name });
   return { csrName: name, certFile: stored.file, currentPath: stored.currentPath, notAfter, waitedSeconds, storeMillis };
+}
+
+/**
+ * The identity's kubeconfig when it must be (re)written. It names the stable
+ * `-current.pem` path, not the timestamped file, so a renewal leaves it as it
+ * is: only the first issue, a moved API server or a new CA rewrite it.
+ */
+async function kubeconfigToWrite(identity: Identity, ctx: IssueContext): Promise<{ path: string; text: string } | null> {
+  if (identity.kubeconfigPath === null) return null;
+  const current = currentCertPath(identity);
+  const text = renderClientKubeconfig({
+    server: ctx.cluster.server,
+    caPem: ctx.cluster.caPem,
+    certFile: current,
+    keyFile: current,
+    userName: 'default-auth',
+    tlsServerName: ctx.cluster.tlsServerName ?? null,
+  });
+  return (await readOptional(identity.kubeconfigPath)) === text ? null : { path: identity.kubeconfigPath, text };
+}
+
+async function assertWritable(file: string): Promise<void> {
+  await access(path.dirname(file), constants.W_OK).catch((err: unknown) => {
+    throw fileError('write', file, err);
+  });
 }
 
 /** matches kubelet: the key for an in-flight CSR is on disk before the CSR is sent, so a restart reuses it. */
@@ -154,7 +219,7 @@ async function compatibility(existing: CertificateSigningRequest, identity: Iden
     return 'its request cannot be parsed';
   }
   if (!request.signatureValid || !samePublicKey(request.publicKeyDer, key.publicKeyDer)) return 'it was made with another key';
-  if (request.subject.commonName !== identity.subject.commonName || !sameSet(request.subject.organizations, identity.subject.organizations)) {
+  if (!sameSubject(request.subject, identity.subject)) {
     return `its subject is CN=${request.subject.commonName}, want CN=${identity.subject.commonName}`;
   }
   const issued = existing.status?.certificate;
@@ -165,15 +230,11 @@ async function compatibility(existing: CertificateSigningRequest, identity: Iden
   return null;
 }
 
-class IdentityMismatchError extends KubebootError {
-  override readonly name = 'IdentityMismatchError';
-}
-
 /** The new credential must authenticate as the requested subject before it replaces anything. */
 async function proveIdentity(identity: Identity, ctx: IssueContext, certPem: string, keyPem: string): Promise<void> {
-  const client = new KubeClient(ctx.cluster, { kind: 'client-certificate', certPem, keyPem });
+  const client = new KubeClient(ctx.cluster, { kind: 'client-certificate', certPem, keyPem }, ctx.dispatcher);
   try {
-    const user = await whoAmI(client, ctx.signal);
+    const user = await retryTransient(`${identity.name}: proving the new certificate`, () => whoAmI(client, ctx.signal), { timeoutMs: ctx.waitTimeoutMs, logger: ctx.logger, signal: ctx.signal });
     const missing = identity.subject.organizations.filter((o) => !user.groups.includes(o));
     if (user.username !== identity.subject.commonName || missing.length > 0) {
       throw new IdentityMismatchError(
@@ -203,10 +264,6 @@ function checkTime(certPem: string, now: Date, log: Logger): Date {
   return leaf.notBefore;
 }
 
-function sameSet(a: string[], b: string[]): boolean {
-  return a.length === b.length && [...a].sort().join('\n') === [...b].sort().join('\n');
-}
-
 function optsOf(ctx: IssueContext): { observer?: WriteObserver } {
-  return ctx.observer ? { observer: ctx.observer } : {};
+  return { observer: ctx.observer };
 }

@@ -1,0 +1,88 @@
+/**
+ * Who authenticates a CSR: the bootstrap kubeconfig's credential (a node
+ * without a usable kubelet credential), or the node's own kubelet
+ * certificate (renewals, and every identity after the kubelet's).
+ */
+import type { Dispatcher } from 'undici';
+import type { Config } from '../config/types.js';
+import { ApiError, BootstrapCredentialError, InputError } from '../errors.js';
+import { KubeClient } from '../kube/client.js';
+import { discoverClusterCa } from '../kube/discovery.js';
+import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
+import type { Logger } from '../log.js';
+import { matchesAnyPin } from '../pki/pin.js';
+import { readOptional } from '../read-optional.js';
+import type { Cluster, NodeCredential } from './assess.js';
+
+export interface Requester {
+  client: KubeClient;
+  cluster: Cluster;
+  /** Set when the bootstrap kubeconfig authenticates; it is deleted once every identity is proven. */
+  bootstrap: BootstrapKubeconfig | null;
+}
+
+/** The node's kubelet certificate asks: the approver sees which node wants what. */
+export function nodeRequester(node: NodeCredential, dispatcher?: Dispatcher): Requester {
+  return { client: new KubeClient(node.cluster, { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem }, dispatcher), cluster: node.cluster, bootstrap: null };
+}
+
+/**
+ * The bootstrap kubeconfig's credential and cluster; the only way a node
+ * without a kubelet credential can ask. `why` says why the kubelet's own
+ * credential cannot, for the error when there is no bootstrap kubeconfig.
+ */
+export async function bootstrapRequester(config: Config, why: string, deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher }): Promise<Requester> {
+  const text = await readOptional(config.bootstrapKubeconfig);
+  if (text === null) {
+    throw new BootstrapCredentialError(
+      `${config.bootstrapKubeconfig}: not found, and the kubelet has no usable credential to request certificates with (${why}); place a bootstrap kubeconfig there`,
+    );
+  }
+  const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+  const cluster = await clusterOf(bootstrap, config, deps);
+  const credential =
+    bootstrap.auth.kind === 'client-certificate'
+      ? ({ kind: 'client-certificate', certPem: bootstrap.auth.certPem, keyPem: bootstrap.auth.keyPem } as const)
+      : ({ kind: 'token', token: bootstrap.auth.token } as const);
+  return { client: new KubeClient(cluster, credential, deps.dispatcher), cluster, bootstrap };
+}
+
+/** Server and CA for a bootstrap kubeconfig: its own CA (checked against any pins), or pinned discovery. */
+export async function clusterOf(bootstrap: BootstrapKubeconfig, config: Config, deps: { logger: Logger; signal?: AbortSignal }): Promise<Cluster> {
+  const base = { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName };
+  if (bootstrap.insecureSkipTlsVerify && !config.unsafeAllowInsecureBootstrap) {
+    throw new InputError(bootstrap.file, 'insecure-skip-tls-verify', 'refused: TLS verification must stay on (pass --unsafe-allow-insecure-bootstrap to accept it, or give --ca-cert-hash)');
+  }
+  if (bootstrap.caPem && !bootstrap.insecureSkipTlsVerify) {
+    if (config.caCertHashes.length > 0 && !matchesAnyPin([bootstrap.caPem], config.caCertHashes)) {
+      throw new InputError(bootstrap.file, 'certificate-authority', 'the CA matches none of the --ca-cert-hash pins');
+    }
+    return { ...base, caPem: bootstrap.caPem };
+  }
+  if (bootstrap.auth.kind !== 'bootstrap-token') {
+    throw new InputError(bootstrap.file, 'certificate-authority', 'missing; CA discovery through cluster-info needs a bootstrap token, so give the CA here');
+  }
+  deps.logger.info(`discovering the cluster CA from ${bootstrap.server} (kube-public/cluster-info)`);
+  const caPem = await discoverClusterCa({
+    server: bootstrap.server,
+    tlsServerName: bootstrap.tlsServerName,
+    tokenId: bootstrap.auth.tokenId,
+    tokenSecret: bootstrap.auth.tokenSecret,
+    pins: config.caCertHashes,
+    unsafeSkipCaVerification: config.unsafeSkipCaVerification,
+    timeoutMs: config.waitTimeout * 1000,
+    logger: deps.logger,
+    signal: deps.signal,
+  });
+  return { ...base, caPem };
+}
+
+/** A 401 while using the bootstrap credential is the operator's input to fix, not a transient failure. */
+export function explainBootstrapFailure(err: unknown, bootstrap: BootstrapKubeconfig | null): unknown {
+  if (bootstrap && err instanceof ApiError && err.status === 401) {
+    return new BootstrapCredentialError(
+      `${bootstrap.file}: the API server rejected the bootstrap credential (401 Unauthorized): it is expired, deleted or mistyped; create a new one (for example kubeadm token create) and replace this file`,
+    );
+  }
+  return err;
+}
