@@ -56,22 +56,20 @@ function exited(child: ChildProcess): Promise<void> {
   });
 }
 
-/** The container's systemd: the child of the nspawn process named systemd. */
-function containerInit(nspawnPid: number): number | undefined {
-  let children: string;
+function childrenOf(pid: number): number[] {
   try {
-    children = readFileSync(`/proc/${nspawnPid}/task/${nspawnPid}/children`, 'utf8');
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
   } catch {
-    return undefined;
+    return [];
   }
-  for (const pid of children.trim().split(/\s+/).filter(Boolean).map(Number)) {
-    try {
-      if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'systemd') return pid;
-    } catch {
-      // exited meanwhile
-    }
+}
+
+function comm(pid: number): string | undefined {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return undefined; // exited meanwhile
   }
-  return undefined;
 }
 
 function nsExec(pid1: number, args: string[], timeoutMs: number): Promise<ExecResult> {
@@ -110,22 +108,30 @@ export async function bootContainer(t: Test, opts: { prepare?: (root: string) =>
   await opts.prepare?.(root);
   const fd = openSync(logFile, 'a', 0o600);
   const began = Date.now();
+  // nspawn runs as PID 1 of a pid namespace of its own (unshare): a
+  // container outlives a SIGKILLed nspawn, but nothing outlives the init of
+  // its pid namespace, and unshare's --kill-child and the pdeathsig of
+  // spawnTiedToTest chain that init's death to the test process's.
   // --register=no: there is no machined; --keep-unit: stay in the caller's
   // cgroup instead of asking a host systemd for a scope; --console=pipe: no
   // tty needed. Host networking is nspawn's default.
-  const child = spawnTiedToTest(NSPAWN, ['-q', '-D', root, `--machine=${name}`, '--boot', '--register=no', '--keep-unit', '--console=pipe'], {
-    stdio: ['ignore', fd, fd],
-    env: cleanEnv,
-  });
+  const child = spawnTiedToTest(
+    'unshare',
+    ['--pid', '--fork', '--kill-child=SIGKILL', '--mount-proc', '--', NSPAWN, '-q', '-D', root, `--machine=${name}`, '--boot', '--register=no', '--keep-unit', '--console=pipe'],
+    { stdio: ['ignore', fd, fd], env: cleanEnv },
+  );
   closeSync(fd);
   const gone = exited(child);
+  let nspawnPid: number | undefined;
   let pid1: number | undefined;
   let stopped = false;
   const stop = async (): Promise<void> => {
     if (stopped) return;
     stopped = true;
-    // nspawn turns SIGTERM into SIGRTMIN+3 for the container's systemd: a clean halt.
-    child.kill('SIGTERM');
+    // nspawn turns SIGTERM into SIGRTMIN+3 for the container's systemd: a
+    // clean halt. Killing unshare takes down the whole pid namespace.
+    if (nspawnPid !== undefined) process.kill(nspawnPid, 'SIGTERM');
+    else child.kill('SIGKILL');
     const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
     await gone;
     clearTimeout(timer);
@@ -146,7 +152,9 @@ export async function bootContainer(t: Test, opts: { prepare?: (root: string) =>
     `container ${name} to boot (nspawn log: ${logFile})`,
     async () => {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`systemd-nspawn exited: ${readFileSync(logFile, 'utf8')}`);
-      pid1 ??= containerInit(child.pid!);
+      nspawnPid ??= childrenOf(child.pid!)[0];
+      if (nspawnPid === undefined) return undefined;
+      pid1 ??= childrenOf(nspawnPid).find((pid) => comm(pid) === 'systemd');
       if (pid1 === undefined) return undefined;
       const r = await nsExec(pid1, ['systemctl', 'is-system-running'], 10_000);
       const state = r.stdout.trim();
