@@ -5,8 +5,9 @@
 # Layout (the same in every package): /usr/lib/kubeboot/node is the project's
 # pinned Node for that architecture (the official build, from the npm
 # registry's node-linux-<arch> package via scripts/node.sh, stripped),
-# /usr/lib/kubeboot/kubeboot.cjs the esbuild bundle, /usr/bin/kubeboot a
-# two-line sh wrapper. Chosen over a Node SEA because it needs no
+# /usr/lib/kubeboot/kubeboot.cjs the loader of the esbuild bundle's ES module
+# chunks in /usr/lib/kubeboot/lib/<build id>/, /usr/bin/kubeboot a short sh
+# wrapper. Chosen over a Node SEA because it needs no
 # postject-style injection tooling and leaves the official binary intact
 # apart from stripping. Node 24's official Linux builds need glibc >= 2.28
 # and libstdc++ from GCC >= 7 (RHEL/Alma 8, Debian 10, Ubuntu 18.10 and
@@ -41,7 +42,7 @@ rpms=("kubeboot-${version}-1.x86_64.rpm" "kubeboot-${version}-1.aarch64.rpm")
 
 inputs=$( {
   echo "$version $node_version $SOURCE_DATE_EPOCH $xz_level $maintainer"
-  sha256sum dist/kubeboot.cjs package-lock.json
+  sha256sum dist/kubeboot.cjs "dist/lib/$(cat dist/lib/current)"/*.mjs package-lock.json
   find packaging systemd -type f -print0 | sort -z | xargs -0 sha256sum
 } | sha256sum | cut -d' ' -f1)
 if [ "${KUBEBOOT_PACKAGE_FORCE:-}" != 1 ] && [ "$(cat "$out/.inputs" 2>/dev/null)" = "$inputs" ] &&
@@ -97,8 +98,11 @@ stage_common() { # stage npm-arch strip-command
     "$s/usr/share/kubeboot/cloud-init" "$s/usr/share/doc/kubeboot" "$s/usr/share/man/man1"
   stripped_node "$2" "$3" "$s/usr/lib/kubeboot/node"
   install -m0644 dist/kubeboot.cjs "$s/usr/lib/kubeboot/kubeboot.cjs"
+  local build; build=$(cat dist/lib/current)
+  install -d "$s/usr/lib/kubeboot/lib/$build"
+  install -m0644 "dist/lib/$build"/*.mjs "$s/usr/lib/kubeboot/lib/$build/"
   install -m0755 packaging/files/kubeboot.sh "$s/usr/bin/kubeboot"
-  install -m0644 systemd/kubeboot.service "$s/usr/lib/systemd/system/"
+  install -m0644 systemd/kubeboot.service systemd/kubeboot-approver.service "$s/usr/lib/systemd/system/"
   install -m0644 systemd/kubelet.service.d/10-kubeboot.conf "$s/usr/lib/systemd/system/kubelet.service.d/"
   install -m0644 systemd/kube-proxy.service.d/10-kubeboot.conf "$s/usr/lib/systemd/system/kube-proxy.service.d/"
   install -m0644 packaging/files/tmpfiles.conf "$s/usr/lib/tmpfiles.d/kubeboot.conf"
@@ -109,6 +113,8 @@ stage_common() { # stage npm-arch strip-command
     install -d "$s/usr/share/kubeboot/manifests"
     install -m0644 packaging/manifests/*.yaml "$s/usr/share/kubeboot/manifests/"
   fi
+  install -d "$s/usr/share/kubeboot/manifests/approver"
+  install -m0644 packaging/manifests/approver/*.yaml packaging/manifests/approver/*.example "$s/usr/share/kubeboot/manifests/approver/"
   install -m0644 "$work/kubeboot.txt" "$work/THIRD-PARTY-NOTICES.gz" "$s/usr/share/doc/kubeboot/"
   install -m0644 "$work/kubeboot.1.gz" "$s/usr/share/man/man1/"
 }

@@ -4,6 +4,9 @@
 # not running (systemctl enable/disable still work there, offline).
 
 kubeboot_unit=kubeboot.service
+# Cluster side, disabled by default: never enabled here, but stopped,
+# disabled and restarted with the package like the node unit.
+kubeboot_approver_unit=kubeboot-approver.service
 # Set on removal (deb prerm, rpm preun), so a reinstall from dpkg's config-files
 # state (which looks like an upgrade) enables the unit again.
 kubeboot_removed_marker=/var/lib/kubeboot/.package-removed
@@ -20,7 +23,8 @@ kubeboot_create_dirs() {
 }
 
 kubeboot_has_credentials() {
-	[ -e /etc/kubernetes/bootstrap-kubelet.conf ] || [ -e /etc/kubernetes/kubelet.conf ]
+	# bootstrap-token: written by `kubeboot user-data` together with the join settings.
+	[ -e /etc/kubernetes/bootstrap-kubelet.conf ] || [ -e /etc/kubernetes/kubelet.conf ] || [ -e /etc/kubernetes/bootstrap-token ]
 }
 
 kubeboot_daemon_reload() {
@@ -44,13 +48,13 @@ kubeboot_upgraded() {
 	kubeboot_create_dirs
 	kubeboot_daemon_reload
 	# Restarts only a running daemon; one stopped by the operator stays so.
-	if systemd_running; then systemctl --no-block try-restart "$kubeboot_unit" >/dev/null 2>&1 || :; fi
+	if systemd_running; then systemctl --no-block try-restart "$kubeboot_unit" "$kubeboot_approver_unit" >/dev/null 2>&1 || :; fi
 }
 
 # Runs while the unit file still exists: disable needs it.
 kubeboot_removing() {
-	if systemd_running; then systemctl stop "$kubeboot_unit" >/dev/null 2>&1 || :; fi
-	if have_systemctl; then systemctl --quiet disable "$kubeboot_unit" >/dev/null 2>&1 || :; fi
+	if systemd_running; then systemctl stop "$kubeboot_unit" "$kubeboot_approver_unit" >/dev/null 2>&1 || :; fi
+	if have_systemctl; then systemctl --quiet disable "$kubeboot_unit" "$kubeboot_approver_unit" >/dev/null 2>&1 || :; fi
 	if [ -d /var/lib/kubeboot ]; then : >"$kubeboot_removed_marker"; fi
 }
 

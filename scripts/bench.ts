@@ -3,6 +3,9 @@
 //   - API requests one bootstrap makes, and approval → files-on-disk time
 //   - idle `kubeboot run`: RSS and CPU over a minute, next to a bare Node timer
 //   - cold start of the bundle vs `node -e 0`
+//   - kubeboot bootstrap next to the kubelet's own LoadClientCert, interleaved,
+//     with API requests counted by the API server (its audit log)
+//   - kubeboot approver: CSR created → approved p50/p99, idle RSS (scripts/bench-approver.ts)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,6 +13,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane } from '../test/support/controlplane.js';
 import { bundle, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
+import { benchApprover } from './bench-approver.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 const rows: [string, string][] = [];
@@ -41,7 +45,25 @@ function coldStart(argv: string[], runs = 20): number {
   return times[Math.floor(runs / 2)]!;
 }
 
-const plane = await startControlPlane({ name: 'bench' });
+const PEER_RUNS = Number(process.env.KUBEBOOT_BENCH_PEER_RUNS ?? 15);
+
+const quantile = (values: number[], q: number): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+};
+
+/** Requests the API server saw from these users, one per audit ID. */
+function requestsBy(auditLog: string, users: string[]): number {
+  const ids = new Set<string>();
+  for (const line of readFileSync(auditLog, 'utf8').split('\n')) {
+    if (!line) continue;
+    const event = JSON.parse(line) as { auditID: string; user?: { username?: string } };
+    if (users.includes(event.user?.username ?? '')) ids.add(event.auditID);
+  }
+  return ids.size;
+}
+
+const plane = await startControlPlane({ name: 'bench', audit: true });
 const dir = mkdtempSync(join(tmpdir(), 'kubeboot-bench-'));
 try {
   rows.push(['control plane', `${plane.version}, ready in ${(plane.startupMs / 1000).toFixed(1)} s`]);
@@ -73,6 +95,34 @@ try {
   daemon.child.kill('SIGTERM');
   bare.kill('SIGTERM');
   await daemon.done;
+
+  // kubeboot next to the kubelet's own bootstrap, the kubelet identity only, interleaved.
+  const peer = execFileSync('bash', ['test/bench/build-kubelet-bootstrap.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim();
+  const auditLog = join(plane.dir, 'audit.log');
+  const times: Record<'kubeboot' | 'kubelet', number[]> = { kubeboot: [], kubelet: [] };
+  const apiRequests: Record<'kubeboot' | 'kubelet', number[]> = { kubeboot: [], kubelet: [] };
+  for (let i = 0; i < PEER_RUNS; i++) {
+    for (const who of ['kubeboot', 'kubelet'] as const) {
+      const n = await nodeLayout(join(dir, `${who}-${i}`), `peer-${who}-${i}`);
+      const tok = await plane.admin.createBootstrapToken();
+      await plane.writeBootstrapKubeconfig(n.bootstrapKubeconfig, tok.token, { ca: 'data' });
+      const argv =
+        who === 'kubeboot'
+          ? [process.execPath, bundle, 'bootstrap', '--config', n.config, '--no-kube-proxy']
+          : [peer, '--kubeconfig', n.kubeletKubeconfig, '--bootstrap-kubeconfig', n.bootstrapKubeconfig, '--cert-dir', n.kubeletCertDir, '--node-name', n.name];
+      const started = process.hrtime.bigint();
+      execFileSync(argv[0]!, argv.slice(1), { stdio: 'ignore' });
+      times[who].push(Number(process.hrtime.bigint() - started) / 1e6);
+      apiRequests[who].push(requestsBy(auditLog, [`system:bootstrap:${tok.id}`, `system:node:${n.name}`]));
+    }
+  }
+  const median = (who: 'kubeboot' | 'kubelet') => quantile(times[who], 0.5);
+  for (const who of ['kubeboot', 'kubelet'] as const) {
+    const label = who === 'kubeboot' ? 'kubeboot bootstrap --no-kube-proxy' : "the kubelet's LoadClientCert (Go)";
+    rows.push([`${label}: whole process, ${PEER_RUNS} runs`, `median ${median(who).toFixed(0)} ms, p90 ${quantile(times[who], 0.9).toFixed(0)} ms; API requests (server-side) ${[...new Set(apiRequests[who])].sort().join(' or ')}`]);
+  }
+  rows.push(['ratio kubeboot / kubelet (medians)', `${(median('kubeboot') / median('kubelet')).toFixed(2)}x`]);
+  rows.push(...(await benchApprover(plane, join(dir, 'approver'))));
 
   rows.push(['cold start: node dist/kubeboot.cjs --version (median of 20)', `${coldStart([process.execPath, bundle, '--version']).toFixed(0)} ms`]);
   rows.push(['cold start: node -e 0 (median of 20)', `${coldStart([process.execPath, '-e', '0']).toFixed(0)} ms`]);

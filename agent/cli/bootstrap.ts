@@ -3,10 +3,14 @@ import { bootstrapNode } from '../bootstrap/flow.js';
 import type { Config } from '../config/types.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
+import { runningDaemon } from '../daemon/control.js';
+import { prepareJoin } from '../join/prepare.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 
 export async function runBootstrap(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
-  await sweepTempFiles(writtenDirs(config), logger);
+  // A running daemon's temp file is a write in progress, not a leftover.
+  if ((await runningDaemon(config.stateDir)) === null) await sweepTempFiles(writtenDirs(config), logger);
+  await prepareJoin(config, { logger, now: () => new Date(), signal });
   const report = await bootstrapNode(config, { logger, now: () => new Date(), signal });
   for (const outcome of report.outcomes) {
     const issued = outcome.issued;

@@ -6,13 +6,13 @@ import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
 import { clusterOf } from '../credential/requester.js';
 import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
-import { ApiError, ExitCode, exitCodeOf, InputError } from '../errors.js';
-import { parseCertificateChain } from '../pki/certificate.js';
+import { ApiError, ExitCode, exitCodeOf } from '../errors.js';
 import type { Logger } from '../log.js';
 import { KubeClient, type Credential, type Endpoint } from '../kube/client.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
 import { parseBootstrapKubeconfig } from '../kubeconfig/parse.js';
+import { joinRequested, joinSource } from '../join/prepare.js';
 
 interface Line {
   ok: boolean;
@@ -34,11 +34,13 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   } catch (err) {
     unreadable = err as Error;
   }
-  const credentialCode = text === null && unreadable === null ? ExitCode.badInput : ExitCode.other;
+  const allUsable = allOf(node).every((a) => a.state === 'usable');
+  // --server/--token stand in for a bootstrap kubeconfig that bootstrap would write.
+  const joining = text === null && unreadable === null && !allUsable && joinRequested(config);
+  const canBootstrap = text !== null || unreadable !== null || joining;
   for (const a of allOf(node)) {
-    lines.push({ ok: a.state === 'usable', kind: 'credential', what: `${a.identity.name} credential`, detail: a.state === 'usable' ? `valid until ${a.notAfter.toISOString()}` : a.reason, code: credentialCode });
+    lines.push({ ok: a.state === 'usable', kind: 'credential', what: `${a.identity.name} credential`, detail: a.state === 'usable' ? `valid until ${a.notAfter.toISOString()}` : a.reason, code: canBootstrap ? ExitCode.other : ExitCode.badInput });
   }
-  const allUsable = lines.every((l) => l.ok);
 
   const kubelet = node.kubelet;
   let endpoint: Endpoint | null = kubelet.cluster;
@@ -46,12 +48,11 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   let bootstrapFile: string | null = null;
   if (unreadable !== null) {
     lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
-  } else if (text === null) {
+  } else if (text === null && !joining) {
     lines.push({ ok: allUsable, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`, code: ExitCode.badInput });
   } else {
     try {
-      const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
-      if (bootstrap.caPem !== null) refuseUnparseableCa(bootstrap.file, bootstrap.caPem);
+      const bootstrap = text !== null ? await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional) : await joinSource(config);
       lines.push({ ok: true, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
       // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
       const cluster = await clusterOf(bootstrap, config, { logger, signal });
@@ -85,14 +86,7 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
 
   for (const line of lines) out.write(`${line.ok ? 'ok  ' : 'FAIL'} ${line.what}: ${line.detail}\n`);
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
-  const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && (text !== null || unreadable !== null)));
+  const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && canBootstrap));
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
 }
 
-function refuseUnparseableCa(file: string, caPem: string): void {
-  try {
-    parseCertificateChain(caPem);
-  } catch (err) {
-    throw new InputError(file, 'certificate-authority', `does not hold a valid certificate (${(err as Error).message})`);
-  }
-}

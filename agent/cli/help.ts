@@ -6,7 +6,9 @@ export const EXIT_CODES_HELP = `Exit codes:
   1  other failure (API unreachable, unexpected response, interrupted)
   2  bad configuration or input (the message names the file and the field)
   3  a CSR was denied or failed (the message carries the reason)
-  4  timed out waiting for a CSR to be approved and signed`;
+  4  timed out waiting for a CSR to be approved and signed
+  (token, user-data, join-command: 1 = cluster unreachable or the admin credential refused or forbidden,
+   2 = no or bad admin kubeconfig, invalid --groups/--usages/--ttl, unknown token id)`;
 
 export function helpText(): string {
   return `kubeboot — TLS bootstrap and certificate rotation for Kubernetes worker nodes
@@ -21,6 +23,13 @@ Commands:
   renew       ask the running daemon to renew now (or renew directly when no daemon runs)
   wait        return once an identity (--identity) or every enabled one holds a valid credential on disk;
               reads files only (an ExecStartPre= for kube-proxy.service); exit 4 after --timeout
+  approver    cluster side: approve kube-proxy client (and, opted in, kubelet serving) CSRs that pass every rule
+
+Cluster admin commands (use the admin kubeconfig, like kubectl):
+  token create|list|delete ID
+              make, show (never the secret) or delete bootstrap tokens (Secrets in kube-system)
+  user-data   print cloud-init user-data (or --format script) that installs kubeboot and joins a node
+  join-command print \`kubeboot bootstrap --server … --token … --ca-cert-hash …\` for a node with the package
 
 ${renderOptionsHelp()}
 Other options:

@@ -3,6 +3,7 @@
  * every failure into one line on stderr and its documented exit code.
  */
 import os from 'node:os';
+import path from 'node:path';
 import { loadConfig } from '../config/load.js';
 import { ExitCode, exitCodeOf, KubebootError } from '../errors.js';
 import { scrub } from '../redact.js';
@@ -47,6 +48,17 @@ async function main(argv: string[]): Promise<number> {
         return await (await import('./renew.js')).runRenew(config, logger, loaded.extraFlags.identity, stop.signal);
       case 'wait':
         return await (await import('./wait.js')).runWait(config, logger, stop.signal, { only: loaded.extraFlags.identity, timeout: loaded.extraFlags.timeout });
+      case 'approver': {
+        // `--kubeconfig` is the approver's own, as for kubectl; the file key is approver.kubeconfig.
+        const kubeconfig = loaded.extraFlags.given['kubeconfig'];
+        if (typeof kubeconfig === 'string') config.approver.kubeconfig = path.resolve(kubeconfig);
+        return await (await import('./approver.js')).runApprover(config, logger, stop.signal);
+      }
+      case 'token':
+        return await (await import('./token.js')).runToken(loaded.positionals, loaded.extraFlags.given, loaded.extraFlags.output, process.env);
+      case 'join-command':
+      case 'user-data':
+        return await (await import('./user-data.js')).runUserData(loaded.command, config, loaded.extraFlags.given, process.env);
     }
   } finally {
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());

@@ -5,7 +5,8 @@
  */
 import { readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { bootstrapNode } from '../bootstrap/flow.js';
+import { bootstrapNode, recoverNode } from '../bootstrap/flow.js';
+import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
 import { renewIdentity } from '../credential/renew.js';
 import type { Config } from '../config/types.js';
@@ -46,6 +47,9 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
     logger.info(`asked the running daemon (pid ${pid}) to renew ${only ?? 'all identities'}`);
     return ExitCode.ok;
   }
+  // No daemon: what an interrupted run left behind is ours to clear, as bootstrap and run do.
+  await sweepTempFiles(writtenDirs(config), logger);
+  await recoverNode(config, { logger, now: () => new Date() });
   const node = await assessNode(config, new Date());
   const deps = { logger, now: () => new Date(), signal };
   if (!isNodeCredential(node.kubelet)) {

@@ -8,11 +8,18 @@ import type { Config } from '../config/types.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Daemon } from '../daemon/daemon.js';
+import { isLoopbackListen } from '../daemon/http.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { takeRenewRequest } from './renew.js';
+import { prepareJoin } from '../join/prepare.js';
 
 export async function runDaemonCommand(config: Config, logger: Logger, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
   await sweepTempFiles(writtenDirs(config), logger);
+  if (config.listen !== null && !isLoopbackListen(config.listen)) {
+    logger.warn(`listen ${config.listen} is not a loopback address: /healthz, /readyz and /metrics are unauthenticated and reachable from other hosts`);
+  }
+  // --server/--token: write the bootstrap kubeconfig the daemon then finds.
+  await prepareJoin(config, { logger, now: () => new Date(), signal });
   const daemon = new Daemon({ config, logger, signal, reload });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {

@@ -7,7 +7,7 @@ import { InputError } from '../errors.js';
 import type { OptionSpec } from './options.js';
 import { bad, ok, parseBool, parseDuration, parseListen, parsePin, quote } from './values.js';
 import type { Parsed } from './values.js';
-import { kindOf } from './yaml.js';
+import { kindOf } from './shape.js';
 
 /** Where a value came from: the file (or `environment` / `command line`), the field, and the base for relative paths. */
 export interface Origin {

@@ -1,9 +1,12 @@
 /** Defaults follow kubeadm and kubelet conventions. */
+import { KEY_ALGORITHMS } from '../identity.js';
 import type { Config } from './types.js';
 
 export const DEFAULT_CONFIG_FILE = '/etc/kubeboot/config.yaml';
 // 10271: not a port any Kubernetes component uses (10250, 10256, 10257, 10258, 10259 are taken).
 export const DEFAULT_LISTEN = '127.0.0.1:10271';
+// The approver may run next to the node daemon on a control-plane node.
+export const DEFAULT_APPROVER_LISTEN = '127.0.0.1:10272';
 
 export function defaultConfig(nodeName: string): Config {
   return {
@@ -13,6 +16,9 @@ export function defaultConfig(nodeName: string): Config {
     nodeName,
     keyAlgorithm: 'ecdsa-p256',
     expirationSeconds: null,
+    server: null,
+    token: null,
+    tokenFile: null,
     caCertHashes: [],
     unsafeSkipCaVerification: false,
     unsafeAllowInsecureBootstrap: false,
@@ -43,5 +49,23 @@ export function defaultConfig(nodeName: string): Config {
     listen: DEFAULT_LISTEN,
     log: { level: 'info', format: 'auto' },
     cloudInitPaths: ['/var/lib/cloud/instance/user-data.txt', '/var/lib/cloud/instance/scripts'],
+    approver: {
+      kubeconfig: '/etc/kubeboot/approver.conf',
+      listen: DEFAULT_APPROVER_LISTEN,
+      leaseNamespace: 'kube-system',
+      leaseName: 'kubeboot-approver',
+      // client-go's leader-election defaults.
+      leaseDuration: 15,
+      renewDeadline: 10,
+      retryPeriod: 2,
+      resyncPeriod: 60,
+      // One year: kube-controller-manager's default --cluster-signing-duration.
+      maxExpiration: 365 * 24 * 3600,
+      keyAlgorithms: [...KEY_ALGORITHMS],
+      kubeletServing: false,
+      servingDnsSuffixes: [],
+      servingIpCidrs: [],
+      denyViolations: false,
+    },
   };
 }

@@ -13,12 +13,12 @@ import type { IdentityName } from '../identity.js';
 import { coerce } from './coerce.js';
 import type { Origin, Setting } from './coerce.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
-import { COMMAND_FLAGS, COMMANDS, OPTIONS } from './options.js';
+import { ADMIN_COMMANDS, COMMAND_FLAGS, COMMANDS, OPTIONS } from './options.js';
 import type { Command, ConfigKey, OptionSpec } from './options.js';
 import type { Config } from './types.js';
-import { dns1123SubdomainProblem, parseBool, parseDuration, quote } from './values.js';
+import { dns1123SubdomainProblem, fieldLabel, parseBool, parseDuration, quote } from './values.js';
 import { validateConfig } from './validate.js';
-import { isMapping, kindOf, parseYaml } from './yaml.js';
+import { isMapping, kindOf } from './shape.js';
 
 
 export interface LoadInput {
@@ -38,6 +38,8 @@ export interface ExtraFlags {
   identity: IdentityName | null;
   /** `wait --timeout` in seconds; null waits as long as it takes. */
   timeout: number | null;
+  /** Every command flag given, by flag name (`strings` split on commas; `--no-x` is false). */
+  given: Record<string, string | string[] | boolean>;
 }
 
 export interface Loaded {
@@ -78,7 +80,8 @@ export async function loadConfig(input: LoadInput): Promise<Loaded> {
   if (text === null && configSetting !== undefined) {
     throw new InputError(configSetting.origin.source, configSetting.origin.field, `config file not found: ${configFile}`);
   }
-  const fileLayer = text === null ? [] : fileSettings(configFile, parseYaml(configFile, text));
+  // The YAML library loads only when there is a file to parse: `--version` and `--help` never need it.
+  const fileLayer = text === null ? [] : fileSettings(configFile, (await import('./yaml.js')).parseYaml(configFile, text));
 
   const config = defaultConfig(hostNodeName);
   const origins = new Map<ConfigKey, Origin>();
@@ -87,7 +90,9 @@ export async function loadConfig(input: LoadInput): Promise<Loaded> {
     origins.set(setting.spec.key, setting.origin);
   }
   config.configFile = configFile;
-  if (!origins.has('nodeName')) {
+  // The admin's machine and the approver need no node name of their own.
+  const onNode = cli.result.command === null || !(ADMIN_COMMANDS.includes(cli.result.command) || cli.result.command === 'approver');
+  if (!origins.has('nodeName') && onNode) {
     const problem = dns1123SubdomainProblem(hostNodeName);
     if (problem !== null) throw new InputError('hostname', 'node name', `${problem}; set --node-name`);
   }
@@ -123,7 +128,7 @@ function parseArgsOptions(): ParseArgsOptionsConfig {
   for (const [flag, spec] of BY_FLAG) {
     options[flag] = spec.type === 'bool' ? { type: 'boolean' } : { type: 'string', multiple: LIST_TYPES.has(spec.type) };
   }
-  for (const c of COMMAND_FLAGS) options[c.flag] = { type: 'string' };
+  for (const c of COMMAND_FLAGS) options[c.flag] = c.type === 'bool' ? { type: 'boolean' } : { type: 'string', multiple: c.type === 'strings' || c.type === 'repeated' };
   return options;
 }
 
@@ -148,7 +153,8 @@ function normalizeBooleans(argv: string[]): string[] {
 function isKnownFlag(name: string): boolean {
   if (name === 'help' || name === 'version' || BY_FLAG.has(name)) return true;
   if (COMMAND_FLAGS.some((c) => c.flag === name)) return true;
-  return name.startsWith('no-') && BY_FLAG.get(name.slice(3))?.type === 'bool';
+  const positive = name.slice(3);
+  return name.startsWith('no-') && (BY_FLAG.get(positive)?.type === 'bool' || COMMAND_FLAGS.some((c) => c.flag === positive && c.type === 'bool'));
 }
 
 function parseCommandLine(argv: string[], cwd: string): CommandLine {
@@ -177,13 +183,18 @@ function parseCommandLine(argv: string[], cwd: string): CommandLine {
     command = first as Command;
   }
 
-  const extraFlags: ExtraFlags = { output: 'text', identity: null, timeout: null };
+  const extraFlags: ExtraFlags = { output: 'text', identity: null, timeout: null, given: {} };
   for (const spec of COMMAND_FLAGS) {
     const value = values[spec.flag];
-    if (typeof value !== 'string') continue;
+    if (value === undefined) continue;
     if (command === null || !spec.commands.includes(command)) {
       throw new InputError(CLI, `--${spec.flag}`, `only valid with: ${spec.commands.map((c) => `kubeboot ${c}`).join(', ')}`);
     }
+    if (typeof value !== 'string') {
+      extraFlags.given[spec.flag] = Array.isArray(value) && spec.type === 'strings' ? value.flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v !== '') : value;
+      continue;
+    }
+    extraFlags.given[spec.flag] = value;
     if (spec.values !== undefined && !spec.values.includes(value)) {
       throw new InputError(CLI, `--${spec.flag}`, `expected one of ${spec.values.join(', ')}, got ${quote(value)}`);
     }
@@ -255,7 +266,8 @@ function fileSettings(file: string, data: unknown): Setting[] {
         if (!isMapping(raw)) throw new InputError(file, key, `expected a mapping, got ${kindOf(raw)}`);
         walk(raw, `${key}.`);
       } else {
-        throw new InputError(file, key, `unknown key${suggestion(key)}`);
+        // The key is the operator's text: bounded and quoted if odd, so the message stays one short line.
+        throw new InputError(file, fieldLabel(key), `unknown key${suggestion(key)}`);
       }
     }
   };

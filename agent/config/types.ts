@@ -13,6 +13,10 @@ export interface Config {
   keyAlgorithm: KeyAlgorithm;
   /** spec.expirationSeconds to request; null lets the signer decide. At least 600. */
   expirationSeconds: number | null;
+  /** Join without a bootstrap kubeconfig: API server URL, token (or a file holding it). */
+  server: string | null;
+  token: string | null;
+  tokenFile: string | null;
   /** `sha256:<64 hex>` pins for CA discovery through kube-public/cluster-info. */
   caCertHashes: string[];
   unsafeSkipCaVerification: boolean;
@@ -54,6 +58,23 @@ export interface Config {
   log: { level: 'error' | 'warn' | 'info' | 'debug'; format: 'json' | 'text' | 'journal' | 'auto' };
   /** cloud-init caches checked for a leftover copy of the bootstrap token. */
   cloudInitPaths: string[];
+  /** `kubeboot approver` only (cluster side). The kube-proxy subject it requires is kubeProxy.commonName/organizations. */
+  approver: {
+    kubeconfig: string;
+    listen: string | null;
+    leaseNamespace: string;
+    leaseName: string;
+    leaseDuration: number;
+    renewDeadline: number;
+    retryPeriod: number;
+    resyncPeriod: number;
+    maxExpiration: number;
+    keyAlgorithms: string[];
+    kubeletServing: boolean;
+    servingDnsSuffixes: string[];
+    servingIpCidrs: string[];
+    denyViolations: boolean;
+  };
 }
 
 export type { IdentityName };

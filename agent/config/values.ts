@@ -5,7 +5,7 @@
  */
 import net from 'node:net';
 import { DEFAULT_LISTEN } from './defaults.js';
-import { canonicalPin } from '../pki/pin.js';
+import { canonicalPin } from '../pki/pin-format.js';
 
 export type Parsed<T> = { ok: true; value: T } | { ok: false; problem: string };
 
@@ -17,6 +17,11 @@ export function quote(value: unknown): string {
   const text = typeof value === 'string' ? value : (JSON.stringify(value) ?? String(value));
   const short = text.length > 60 ? `${text.slice(0, 57)}...` : text;
   return typeof value === 'string' ? JSON.stringify(short) : short;
+}
+
+/** A field path from an input file as it may appear in a message: as is when short and printable, else quoted and cut. */
+export function fieldLabel(key: string): string {
+  return /^[\x21-\x7e]{1,80}$/.test(key) ? key : quote(key);
 }
 
 const DURATION = /^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/;
@@ -100,4 +105,33 @@ export function ipProblem(raw: string): string | null {
 /** Kubernetes signer names are `<domain>/<path>`; deeper rules are the API's job. */
 export function signerNameProblem(raw: string): string | null {
   return /^[a-z0-9.-]+\/[^\s/][^\s]*$/i.test(raw) ? null : `expected a signer name like example.com/signer, got ${quote(raw)}`;
+}
+
+/** `10.0.0.0/8`, `fd00::/64`: an address and a prefix length that fits its family. */
+export function cidrProblem(raw: string): string | null {
+  const [address = '', prefix = '', ...rest] = raw.split('/');
+  const family = net.isIP(address);
+  const bits = Number(prefix);
+  const ok = rest.length === 0 && family !== 0 && /^\d{1,3}$/.test(prefix) && bits <= (family === 4 ? 32 : 128);
+  return ok ? null : `expected a CIDR like 10.0.0.0/8 or fd00::/64, got ${quote(raw)}`;
+}
+
+/** An API server URL for joining: https, a host, no path or credentials (as a bootstrap kubeconfig's server). */
+export function serverUrlProblem(raw: string): string | null {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return `expected https://host[:port], got ${quote(raw)}`;
+  }
+  // The URL is not quoted from here on: it could carry user:password.
+  if (url.protocol !== 'https:') return `must be an https:// URL, got scheme ${url.protocol.replace(':', '')}`;
+  if (url.username !== '' || url.password !== '') return 'must not contain credentials';
+  if (url.pathname !== '/' || url.search !== '' || url.hash !== '') return 'must be https://host[:port] without a path, query or fragment';
+  return null;
+}
+
+/** Never quotes the value: it is a secret. matches cluster-bootstrap's token format. */
+export function bootstrapTokenProblem(raw: string): string | null {
+  return /^[a-z0-9]{6}\.[a-z0-9]{16}$/.test(raw) ? null : 'not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}; the value is not shown)';
 }

@@ -10,6 +10,7 @@ import { KubeClient } from '../kube/client.js';
 import { discoverClusterCa } from '../kube/discovery.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
+import { parseCertificateChain } from '../pki/certificate.js';
 import { matchesAnyPin } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
 import type { Cluster, NodeCredential } from './assess.js';
@@ -54,6 +55,12 @@ export async function clusterOf(bootstrap: BootstrapKubeconfig, config: Config, 
     throw new InputError(bootstrap.file, 'insecure-skip-tls-verify', 'refused: TLS verification must stay on (pass --unsafe-allow-insecure-bootstrap to accept it, or give --ca-cert-hash)');
   }
   if (bootstrap.caPem && !bootstrap.insecureSkipTlsVerify) {
+    // A CA that only looks like PEM would fail every TLS handshake with a vaguer error.
+    try {
+      parseCertificateChain(bootstrap.caPem);
+    } catch (err) {
+      throw new InputError(bootstrap.file, 'certificate-authority', `does not hold a valid certificate (${(err as Error).message})`);
+    }
     if (config.caCertHashes.length > 0 && !matchesAnyPin([bootstrap.caPem], config.caCertHashes)) {
       throw new InputError(bootstrap.file, 'certificate-authority', 'the CA matches none of the --ca-cert-hash pins');
     }

@@ -18,6 +18,15 @@ import { scrub } from '../redact.js';
 export const DEFAULT_HTTP_HOST = '127.0.0.1';
 export const DEFAULT_HTTP_PORT = 10271;
 
+/**
+ * Whether a `listen` address (`host:port`, `[v6]:port`) stays on this host.
+ * The endpoints are unauthenticated, so anything else is worth a warning.
+ */
+export function isLoopbackListen(listen: string): boolean {
+  const host = listen.slice(0, listen.lastIndexOf(':')).replace(/^\[|\]$/g, '').toLowerCase();
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host) || /^::ffff:127\./.test(host);
+}
+
 export interface Readiness {
   ready: boolean;
   /** One line per identity, e.g. "kubelet: valid until 2026-01-01T00:00:00Z". */

@@ -4,6 +4,7 @@
  * newline-delimited watch streams. Tokens travel only in the Authorization
  * header and never appear in errors.
  */
+import { readFileSync } from 'node:fs';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError, KubebootError, TransportError, type RequestPhase } from '../errors.js';
 
@@ -18,6 +19,8 @@ export interface Endpoint {
 
 export type Credential =
   | { kind: 'token'; token: string }
+  /** Re-read at most once a minute (matches client-go's cached file token source): projected service-account tokens rotate. */
+  | { kind: 'token-file'; path: string }
   | { kind: 'client-certificate'; certPem: string; keyPem: string }
   | { kind: 'anonymous' };
 
@@ -103,7 +106,24 @@ export class KubeClient {
     const headers: Record<string, string> = { accept: 'application/json', 'user-agent': USER_AGENT };
     if (json) headers['content-type'] = 'application/json';
     if (this.#credential.kind === 'token') headers.authorization = `Bearer ${this.#credential.token}`;
+    if (this.#credential.kind === 'token-file') headers.authorization = `Bearer ${this.#fileToken(this.#credential.path)}`;
     return headers;
+  }
+
+  #tokenCache: { token: string; readAt: number } | null = null;
+  #fileToken(file: string): string {
+    if (this.#tokenCache === null || Date.now() - this.#tokenCache.readAt > 60_000) {
+      let token: string;
+      try {
+        token = readFileSync(file, 'utf8').trim();
+      } catch (err) {
+        // Keep the last token through a momentary gap while the kubelet swaps the file.
+        if (this.#tokenCache !== null) return this.#tokenCache.token;
+        throw new KubebootError(`cannot read token file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, undefined, { cause: err });
+      }
+      this.#tokenCache = { token, readAt: Date.now() };
+    }
+    return this.#tokenCache.token;
   }
 
   async request<T = unknown>(method: string, path: string, options: RequestOptions = {}): Promise<ApiResponse<T>> {

@@ -6,7 +6,9 @@
  */
 import path from 'node:path';
 import { InputError } from '../errors.js';
-import { isMapping, kindOf, parseYaml } from '../config/yaml.js';
+import { isMapping, kindOf } from '../config/shape.js';
+import { parseYaml } from '../config/yaml.js';
+import { quote } from '../config/values.js';
 import { UnreadableInputError } from '../read-optional.js';
 
 import type { ReadFile } from '../read-optional.js';
@@ -132,7 +134,7 @@ class Doc {
       if (typeof current !== 'string') throw this.error('current-context', `expected a string, got ${kindOf(current)}`);
       const context = contexts.find((c) => c.name === current);
       if (context === undefined) {
-        throw this.error('current-context', `context ${JSON.stringify(current)} not found (have: ${names(contexts)})`);
+        throw this.error('current-context', `context ${quote(current)} not found (have: ${names(contexts)})`);
       }
       return this.fromContext(context, clusters, users);
     }
@@ -152,7 +154,7 @@ class Doc {
       const at = `${context.at}.context.${field}`;
       if (typeof want !== 'string' || want === '') throw this.error(at, 'missing');
       const found = list.find((e) => e.name === want);
-      if (found === undefined) throw this.error(at, `${field} ${JSON.stringify(want)} not found (have: ${names(list)})`);
+      if (found === undefined) throw this.error(at, `${field} ${quote(want)} not found (have: ${names(list)})`);
       return found;
     };
     return { cluster: pick('cluster', clusters), user: pick('user', users) };
@@ -201,7 +203,7 @@ class Doc {
     if (url.protocol !== 'https:') throw this.error(at, `must be an https:// URL, got scheme ${url.protocol.replace(':', '')}`);
     if (url.username !== '' || url.password !== '') throw this.error(at, 'must not contain credentials');
     if (url.hostname === '') throw this.error(at, 'has no host');
-    if (url.pathname !== '/' && url.pathname !== '') throw this.error(at, `must not have a path, got ${JSON.stringify(url.pathname)}`);
+    if (url.pathname !== '/' && url.pathname !== '') throw this.error(at, `must not have a path, got ${quote(url.pathname)}`);
     if (url.search !== '' || url.hash !== '') throw this.error(at, 'must not have a query or fragment');
     return url.origin;
   }
@@ -296,6 +298,9 @@ function hasPemBlock(text: string, label: 'CERTIFICATE' | 'PRIVATE KEY'): boolea
   return re.test(text);
 }
 
+/** The names in a list, for a message: each quoted and cut at 60 characters, at most five. */
 function names(list: { name: string }[]): string {
-  return list.length === 0 ? 'none' : list.map((e) => JSON.stringify(e.name)).join(', ');
+  if (list.length === 0) return 'none';
+  const shown = list.slice(0, 5).map((e) => quote(e.name));
+  return list.length > 5 ? `${shown.join(', ')} and ${list.length - 5} more` : shown.join(', ');
 }

@@ -8,8 +8,7 @@ import { createHash } from 'node:crypto';
 import { KubebootError } from '../errors.js';
 import { subjectPublicKeyInfoOf } from './der.js';
 import { pemBlocks } from './pem.js';
-
-const PIN = /^sha256:[0-9a-f]{64}$/i;
+import { canonicalPin } from './pin-format.js';
 
 function certificateDers(pem: string): Uint8Array[] {
   const ders = pemBlocks(pem)
@@ -31,16 +30,6 @@ export function caCertHash(certPem: string): string {
 /** Pins of every certificate in every bundle, for "none of ... is pinned" messages. */
 export function caCertHashes(caPems: readonly string[]): string[] {
   return caPems.flatMap((pem) => certificateDers(pem).map(hashOf));
-}
-
-/** Format and hex are case-insensitive, as kubeadm accepts them. */
-export function isValidPin(text: string): boolean {
-  return PIN.test(text.trim());
-}
-
-/** The pin in canonical lower case, or null when it is not one; the only definition of the format. */
-export function canonicalPin(text: string): string | null {
-  return isValidPin(text) ? text.trim().toLowerCase() : null;
 }
 
 /** Any certificate in the bundle(s) matching any pin is enough (matches kubeadm Set.CheckAny). */

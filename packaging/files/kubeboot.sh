@@ -3,4 +3,12 @@
 # never on the distribution's nodejs.
 # --disable-sigusr1: a signal must never open an inspector in a root process
 # that holds private keys.
+# NODE_COMPILE_CACHE: Node keeps the compiled bundle in /var/cache/kubeboot
+# (root only, 0700, made by tmpfiles.d and the unit's CacheDirectory=), so each
+# start after the first skips most parsing and compiling. Only for root: a
+# cache another user can write would be code that root runs.
+if [ -z "${NODE_COMPILE_CACHE+x}" ] && [ "$(id -u)" = 0 ]; then
+  NODE_COMPILE_CACHE=/var/cache/kubeboot
+  export NODE_COMPILE_CACHE
+fi
 exec /usr/lib/kubeboot/node --disable-sigusr1 /usr/lib/kubeboot/kubeboot.cjs "$@"

@@ -33,6 +33,7 @@ const commonFiles = [
   'usr/lib/kubeboot/node',
   'usr/lib/kubeboot/kubeboot.cjs',
   'usr/lib/systemd/system/kubeboot.service',
+  'usr/lib/systemd/system/kubeboot-approver.service',
   'usr/lib/systemd/system/kubelet.service.d/10-kubeboot.conf',
   'usr/lib/systemd/system/kube-proxy.service.d/10-kubeboot.conf',
   'usr/lib/tmpfiles.d/kubeboot.conf',
@@ -45,6 +46,9 @@ const commonFiles = [
   ...readdirSync(join(repoRoot, 'packaging/manifests'))
     .filter((f) => f.endsWith('.yaml'))
     .map((f) => `usr/share/kubeboot/manifests/${f}`),
+  ...readdirSync(join(repoRoot, 'packaging/manifests/approver'))
+    .filter((f) => f.endsWith('.yaml') || f.endsWith('.example'))
+    .map((f) => `usr/share/kubeboot/manifests/approver/${f}`),
 ];
 
 /** The credentials kubeboot writes for others; removing kubeboot must keep them. */
@@ -113,7 +117,11 @@ if (toolsOrSkip(t, tools, true)) {
     }
     const wrapper = join(tree, 'usr/bin/kubeboot');
     tt.equal(statSync(wrapper).mode & 0o777, 0o755, 'wrapper is executable');
-    tt.match(readFileSync(wrapper, 'utf8'), /^#!\/bin\/sh\n(?:#.*\n)*exec \/usr\/lib\/kubeboot\/node --disable-sigusr1 \/usr\/lib\/kubeboot\/kubeboot\.cjs "\$@"\n$/, 'wrapper execs the shipped node, with SIGUSR1 unable to open an inspector');
+    const script = readFileSync(wrapper, 'utf8');
+    tt.match(script, /^#!\/bin\/sh\n[\s\S]*\nexec \/usr\/lib\/kubeboot\/node --disable-sigusr1 \/usr\/lib\/kubeboot\/kubeboot\.cjs "\$@"\n$/, 'wrapper execs the shipped node, with SIGUSR1 unable to open an inspector');
+    tt.match(script, /if \[ -z "\$\{NODE_COMPILE_CACHE\+x\}" \] && \[ "\$\(id -u\)" = 0 \]; then\n\s+NODE_COMPILE_CACHE=\/var\/cache\/kubeboot\n/, 'the compile cache is root-only, in /var/cache/kubeboot');
+    const build = readFileSync(join(tree, 'usr/lib/kubeboot/kubeboot.cjs'), 'utf8').match(/'lib', "([0-9a-f]{12})", 'main\.mjs'/)?.[1];
+    tt.ok(build && statSync(join(tree, 'usr/lib/kubeboot/lib', build, 'main.mjs')).isFile(), 'the loader names a chunk directory the package ships');
     tt.equal(output('dpkg-deb', ['-I', packages.debAmd64, 'conffiles']), '/etc/default/kubeboot\n/etc/kubeboot/config.yaml\n', 'config files are conffiles');
     tt.match(readFileSync(join(tree, 'usr/share/doc/kubeboot/kubeboot.txt'), 'utf8'), /Usage: kubeboot/, 'help text generated from the bundle');
     tt.match(readFileSync(join(tree, 'usr/share/doc/kubeboot/copyright'), 'utf8'), /^Format: https:\/\/www\.debian\.org\/doc\/packaging-manuals\/copyright-format\/1\.0\//, 'machine-readable copyright');
@@ -165,6 +173,22 @@ if (toolsOrSkip(t, tools, true)) {
     tt.notMatch(unit, /^(PrivateNetwork|PrivateUsers|IPAddressDeny)=/m, 'network and uid 0 stay real');
   });
 
+  t.test('the approver unit runs unprivileged with its kubeconfig as a credential', async (tt) => {
+    const unit = readFileSync(join(repoRoot, 'systemd/kubeboot-approver.service'), 'utf8');
+    for (const line of [
+      'Type=notify',
+      'NotifyAccess=all',
+      'DynamicUser=yes',
+      'LoadCredential=approver.conf:/etc/kubeboot/approver.conf',
+      'ExecStart=/usr/bin/kubeboot approver --kubeconfig %d/approver.conf $KUBEBOOT_APPROVER_ARGS',
+      'ProtectSystem=strict',
+      'CapabilityBoundingSet=',
+    ]) {
+      tt.match(unit, new RegExp(`^${line.replace(/[$.%]/g, '\\$&')}$`, 'm'), line);
+    }
+    tt.notMatch(unit, /^MemoryDenyWriteExecute=/m, 'no MemoryDenyWriteExecute: V8 JIT needs W+X pages');
+  });
+
   t.test('cloud-init accepts both user-data examples', async (tt) => {
     for (const name of ['user-data.yaml', 'user-data-pinned.yaml']) {
       const file = join(repoRoot, 'packaging/cloud-init', name);
@@ -206,15 +230,18 @@ if (toolsOrSkip(t, tools, true)) {
       writeFileSync(join(root, 'etc/systemd/system', unit), '[Service]\nExecStart=/bin/true\n');
     }
     // --man=no: minbase has no man-db to resolve Documentation=man:kubeboot(1).
-    const verify = run('systemd-analyze', ['verify', '--man=no', `--root=${root}`, 'kubeboot.service', 'kubelet.service', 'kube-proxy.service']);
+    const verify = run('systemd-analyze', ['verify', '--man=no', `--root=${root}`, 'kubeboot.service', 'kubeboot-approver.service', 'kubelet.service', 'kube-proxy.service']);
     tt.equal(`${verify.stdout}${verify.stderr}`, '', 'systemd-analyze verify prints nothing');
     tt.equal(verify.status, 0, 'systemd-analyze verify');
-    const security = output('systemd-analyze', ['security', '--offline=true', `--root=${root}`, 'kubeboot.service']);
-    const exposure = /Overall exposure level for kubeboot\.service: ([\d.]+) (\S+)/.exec(security);
-    tt.ok(exposure, 'exposure reported');
-    tt.comment(`systemd-analyze security exposure: ${exposure?.[1]} ${exposure?.[2]}`);
-    tt.ok(Number(exposure?.[1]) <= 2.0, `exposure ${exposure?.[1]} <= 2.0`);
-    tt.equal(exposure?.[2], 'OK');
+    for (const unit of ['kubeboot.service', 'kubeboot-approver.service']) {
+      const security = output('systemd-analyze', ['security', '--offline=true', `--root=${root}`, unit]);
+      const exposure = new RegExp(`Overall exposure level for ${unit.replaceAll('.', '\\.')}: ([\\d.]+) (\\S+)`).exec(security);
+      tt.ok(exposure, `${unit}: exposure reported`);
+      tt.comment(`${unit}: systemd-analyze security exposure: ${exposure?.[1]} ${exposure?.[2]}`);
+      tt.ok(Number(exposure?.[1]) <= 2.0, `${unit}: exposure ${exposure?.[1]} <= 2.0`);
+      tt.equal(exposure?.[2], 'OK', `${unit}: OK`);
+    }
+    tt.notOk(existsSync(join(root, 'etc/systemd/system/multi-user.target.wants/kubeboot-approver.service')), 'the approver unit is not enabled on install');
 
     const again = chroot(root, ['dpkg', '-i', '/tmp/kubeboot.deb']);
     tt.equal(again.status, 0, 'reinstall (upgrade path)', { output: again.stderr });

@@ -56,8 +56,10 @@ export function etcdArgs(dataDir: string, clientPort: number, peerPort: number):
   ];
 }
 
-export function apiserverArgs(o: { etcdUrl: string; port: number; files: PkiFiles; certDir: string }): string[] {
+export function apiserverArgs(o: { etcdUrl: string; port: number; files: PkiFiles; certDir: string; audit?: { policy: string; log: string }; extra?: string[] }): string[] {
   return [
+    ...(o.audit ? [`--audit-policy-file=${o.audit.policy}`, `--audit-log-path=${o.audit.log}`, '--audit-log-format=json', '--audit-log-mode=blocking'] : []),
+    ...(o.extra ?? []),
     `--etcd-servers=${o.etcdUrl}`,
     '--bind-address=127.0.0.1',
     `--secure-port=${o.port}`,

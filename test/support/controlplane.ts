@@ -1,7 +1,7 @@
 // A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager)
 // on loopback for one test file: fresh PKI, random ports, the shipped RBAC
 // manifests applied, kube-public/cluster-info published as kubeadm does.
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
@@ -22,6 +22,10 @@ export interface StartOptions {
   signingDuration?: string;
   /** Names the temp dir, to tell concurrent planes apart. */
   name?: string;
+  /** Write every request's metadata to `<dir>/audit.log` (benchmarks count requests server-side). */
+  audit?: boolean;
+  /** More kube-apiserver flags, e.g. a low --max-requests-inflight. */
+  apiserverFlags?: string[];
 }
 
 export interface ControlPlane {
@@ -106,7 +110,9 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
       ([port = 0]) => {
         server = `https://127.0.0.1:${port}`;
         const etcdUrl = `http://127.0.0.1:${etcdPort}`;
-        return start('kube-apiserver', bin.kubeApiserver, apiserverArgs({ etcdUrl, port, files, certDir: join(dir, 'apiserver-certs') }));
+        const audit = opts.audit ? { policy: join(dir, 'audit-policy.yaml'), log: join(dir, 'audit.log') } : undefined;
+        if (audit) writeFileSync(audit.policy, 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n');
+        return start('kube-apiserver', bin.kubeApiserver, apiserverArgs({ etcdUrl, port, files, certDir: join(dir, 'apiserver-certs'), audit, extra: opts.apiserverFlags }));
       },
       async (c) => {
         const a = client({ server, caPem: pki.ca.certPem, certPem: pki.admin.certPem, keyPem: pki.admin.keyPem });

@@ -177,7 +177,10 @@ const bad: Bad[] = [
   { name: 'unknown key algorithm', argv: ['bootstrap', '--key-algorithm', 'ed25519'], message: 'command line: --key-algorithm: expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096, got "ed25519"' },
   { name: 'unknown log level in the environment', env: { KUBEBOOT_LOG_LEVEL: 'verbose' }, message: 'environment: KUBEBOOT_LOG_LEVEL: expected one of error, warn, info, debug, got "verbose"' },
   { name: 'unknown command', argv: ['bootstarp'], message: `command line: command: unknown command "bootstarp" (want ${COMMANDS.join(', ')})` },
-  { name: 'command flag with the wrong command', argv: ['run', '--output', 'json'], message: 'command line: --output: only valid with: kubeboot status' },
+  { name: 'approver renew deadline not below the lease duration', argv: ['approver', '--lease-duration', '10s', '--renew-deadline', '10s'], message: 'command line: --renew-deadline: must be less than approver.leaseDuration (10 >= 10)' },
+  { name: 'approver serving CIDR that is not one', argv: ['approver', '--serving-ip-cidr', '10.0.0.0/33'], message: 'command line: --serving-ip-cidr: expected a CIDR like 10.0.0.0/8 or fd00::/64, got "10.0.0.0/33"' },
+  { name: 'approver key algorithm not known', argv: ['approver', '--allowed-key-algorithm', 'rsa-1024'], message: 'command line: --allowed-key-algorithm: expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096, got rsa-1024' },
+  { name: 'command flag with the wrong command', argv: ['run', '--output', 'json'], message: 'command line: --output: only valid with: kubeboot status, kubeboot token' },
   { name: 'command flag with a bad value', argv: ['renew', '--identity', 'kubelet-client'], message: 'command line: --identity: expected one of kubelet, kube-proxy, kubelet-serving, got "kubelet-client"' },
   { name: 'hook given as a shell string', file: 'kubelet:\n  hooks: ["systemctl restart kubelet"]\n', message: `${CONFIG}: kubelet.hooks[0]: expected an argv list like [systemctl, restart, kubelet] (run without a shell), got "systemctl restart kubelet"` },
   { name: 'serving IP that is not an address', file: 'kubeletServing:\n  ipAddresses: [10.0.0.300]\n', message: `${CONFIG}: kubeletServing.ipAddresses[0]: expected an IPv4 or IPv6 address, got "10.0.0.300"` },
@@ -224,4 +227,11 @@ t.test('a config file that is a directory or a FIFO is one line naming where it 
     code: 2,
     message: `command line: --config: ${path.join(dir, 'fifo.yaml')} is a named pipe (FIFO); expected a regular file`,
   });
+});
+
+t.test('the approver, like the admin commands, needs no node name: a hostname that is not one is fine', async (t) => {
+  const loaded = await loadConfig(input({ argv: ['approver', '--kubeconfig', 'a.conf'], hostname: 'Not_A_DNS_Name' }));
+  t.equal(loaded.command, 'approver');
+  t.equal(loaded.extraFlags.given['kubeconfig'], 'a.conf', '--kubeconfig reaches the approver');
+  await t.rejects(loadConfig(input({ argv: ['run'], hostname: 'Not_A_DNS_Name' })), { message: /^hostname: node name: .*set --node-name$/ }, 'a node still does');
 });

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { OPTIONS, COMMAND_FLAGS, readKey, renderOptionsHelp, renderOptionsReference } from '../../../agent/config/options.js';
+import { OPTIONS, COMMAND_FLAGS, commandFlagUsage, readKey, renderOptionsHelp, renderOptionsReference } from '../../../agent/config/options.js';
 import { defaultConfig, DEFAULT_LISTEN } from '../../../agent/config/defaults.js';
 
 /** Dotted paths of every leaf in a Config value. */
@@ -40,7 +40,7 @@ t.test('help text lists every flag, environment variable, file key and command f
     if (o.env !== null) t.match(help, o.env);
     if (o.inFile) t.match(help, o.key);
   }
-  for (const c of COMMAND_FLAGS) t.match(help, `--${c.flag} ${c.metavar}`);
+  for (const c of COMMAND_FLAGS) t.match(help, commandFlagUsage(c));
   t.match(help, '--wait-timeout DURATION\n      How long to wait for a CSR to be approved and signed: bootstrap then exits 4, run retries with the same CSR.\n      env KUBEBOOT_WAIT_TIMEOUT, file waitTimeout; default 15m\n');
   t.match(help, 'default lower-cased hostname');
 });

@@ -3,7 +3,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { Registry, Counter } from 'prom-client';
 import { silentLogger } from '../../../agent/log.js';
-import { startHttpServer, type Readiness } from '../../../agent/daemon/http.js';
+import { isLoopbackListen, startHttpServer, type Readiness } from '../../../agent/daemon/http.js';
 import { KubebootError } from '../../../agent/errors.js';
 
 interface Got {
@@ -153,4 +153,9 @@ t.test('the unauthenticated readyz body is scrubbed of tokens', async (t) => {
   const { address } = await start(t, { healthy: true, readiness: { ready: false, detail: ['kubelet: token abcdef.0123456789abcdef was refused'] } });
   const got = await get(address.port, '/readyz');
   t.equal(got.body, 'kubelet: token abcdef.[redacted] was refused\n');
+});
+
+t.test('only loopback listen addresses count as local', async (t) => {
+  for (const listen of ['127.0.0.1:10271', '127.1.2.3:1', 'localhost:10271', '[::1]:10271', '[::ffff:127.0.0.1]:80']) t.ok(isLoopbackListen(listen), listen);
+  for (const listen of ['0.0.0.0:10271', '[::]:10271', '10.0.0.7:10271', ':10271', 'example.com:80', '128.0.0.1:1']) t.notOk(isLoopbackListen(listen), listen);
 });

@@ -1,7 +1,8 @@
 import t from 'tap';
 import { createHash, X509Certificate, type webcrypto } from 'node:crypto';
 import { KubebootError } from '../../../agent/errors.js';
-import { caCertHash, caCertHashes, canonicalPin, isValidPin, matchesAnyPin } from '../../../agent/pki/pin.js';
+import { caCertHash, caCertHashes, matchesAnyPin } from '../../../agent/pki/pin.js';
+import { canonicalPin, isValidPin } from '../../../agent/pki/pin-format.js';
 import { x509 } from '../../../agent/pki/x509.js';
 
 async function selfSigned(cn: string): Promise<string> {

@@ -1,0 +1,192 @@
+/**
+ * The approver loop: the informer feeds CSR names into a queue; while this
+ * process leads, a worker takes each name, decides (decide.ts) and acts:
+ * approve through /approval, or report the violated rule once (a log line
+ * and an Event) and leave the CSR pending, or deny it under --deny-violations.
+ * Workers run in parallel across requesters but one at a time per requester,
+ * which the one-unissued-per-node rule relies on.
+ */
+import type { KubeClient } from '../kube/client.js';
+import type { Logger } from '../log.js';
+import { decideCsr, getNode, subjectAccessReview, warnOnCsr } from './api.js';
+import { isSettled, isUnissued, type ApproverCsr } from './csr.js';
+import { AUTHORIZED_RULE, decide, type Decision } from './decide.js';
+import { CsrInformer } from './informer.js';
+import { LeaderElector, type LeaderOptions } from './leader.js';
+import type { ApproverMetrics } from './metrics.js';
+import type { ApproverPolicy } from './policy.js';
+
+/** Rules whose outcome changes without the CSR changing (a Node appears, RBAC is granted, the older CSR is issued). */
+const TRANSIENT_RULES = new Set(['node-exists', AUTHORIZED_RULE, 'one-unissued-per-node']);
+
+/** Decisions in flight at once: each is three API round trips (Node, SubjectAccessReview, /approval). */
+const WORKERS = 8;
+
+export interface ApproverOptions {
+  policy: ApproverPolicy;
+  denyViolations: boolean;
+  lease: Omit<LeaderOptions, 'onChange' | 'now'>;
+  resyncMs: number;
+  /** A CSR whose decision failed (API error) is retried after this long. */
+  retryMs?: number;
+}
+
+export class Approver {
+  readonly informer: CsrInformer;
+  readonly leader: LeaderElector;
+  readonly #client: KubeClient;
+  readonly #opts: ApproverOptions;
+  readonly #logger: Logger;
+  readonly #metrics: ApproverMetrics;
+  readonly #queue = new Set<string>();
+  /** CSR uid → the violation last reported, so a resync does not repeat the Event. */
+  readonly #reported = new Map<string, string>();
+  /** CSR uid → how often a transient rule failed, for the back-off of its re-check. */
+  readonly #rechecks = new Map<string, number>();
+  /** Requesters with a decision in flight. */
+  readonly #busy = new Set<string>();
+  #signal: AbortSignal | null = null;
+
+  constructor(client: KubeClient, opts: ApproverOptions, logger: Logger, metrics: ApproverMetrics) {
+    this.#client = client;
+    this.#opts = opts;
+    this.#logger = logger;
+    this.#metrics = metrics;
+    this.informer = new CsrInformer(client, { resyncMs: opts.resyncMs, onChange: (name) => this.#changed(name), onDelete: (csr) => this.#forget(csr) }, logger);
+    this.leader = new LeaderElector(
+      client,
+      {
+        ...opts.lease,
+        onChange: (leading) => {
+          metrics.leader(leading);
+          // A new leader looks at everything: CSRs may have arrived while it waited.
+          if (leading) for (const name of this.informer.cache.keys()) this.#enqueue(name);
+        },
+      },
+      logger,
+    );
+  }
+
+  async run(signal: AbortSignal): Promise<void> {
+    this.#signal = signal;
+    await Promise.all([this.informer.run(signal), this.leader.run(signal)]);
+  }
+
+  #stopped(): boolean {
+    return this.#signal?.aborted === true;
+  }
+
+  /**
+   * A CSR that got its certificate (or was denied) may unblock a newer one of
+   * the same requester (one-unissued-per-node), so those are looked at again now.
+   */
+  #changed(name: string): void {
+    this.#enqueue(name);
+    const csr = this.informer.cache.get(name);
+    if (csr === undefined || isUnissued(csr)) return;
+    for (const other of this.informer.cache.values()) {
+      if (other.spec.username === csr.spec.username && other.spec.signerName === csr.spec.signerName && !isSettled(other)) this.#enqueue(other.metadata.name);
+    }
+  }
+
+  #enqueue(name: string): void {
+    this.#queue.add(name);
+    this.#pump();
+  }
+
+  /**
+   * Starts workers up to WORKERS, each on the oldest queued CSR whose
+   * requester has none in flight: different nodes are decided in parallel,
+   * one node's CSRs in order (one-unissued-per-node relies on that).
+   */
+  #pump(): void {
+    for (const name of this.#queue) {
+      if (this.#busy.size >= WORKERS || this.#stopped()) return;
+      const csr = this.informer.cache.get(name);
+      const requester = csr?.spec.username ?? '';
+      if (csr !== undefined && this.#busy.has(requester)) continue;
+      this.#queue.delete(name);
+      if (csr === undefined) continue;
+      if (!this.leader.isLeader()) {
+        this.#logger.debug('not the leader; CSR left to the leader', { csr: name });
+        continue;
+      }
+      this.#busy.add(requester);
+      void this.#process(csr).finally(() => {
+        this.#busy.delete(requester);
+        this.#pump();
+      });
+    }
+  }
+
+  async #process(csr: ApproverCsr): Promise<void> {
+    const name = csr.metadata.name;
+    if (isSettled(csr)) {
+      this.#forget(csr);
+      return;
+    }
+    try {
+      await this.#handle(csr);
+    } catch (err) {
+      if (this.#stopped()) return;
+      this.#logger.warn('could not decide on CSR; retrying', { csr: name, error: (err as Error).message });
+      setTimeout(() => this.#enqueue(name), this.#opts.retryMs ?? 5_000).unref();
+    }
+  }
+
+  #forget(csr: ApproverCsr): void {
+    const key = csr.metadata.uid ?? csr.metadata.name;
+    this.#reported.delete(key);
+    this.#rechecks.delete(key);
+  }
+
+  async #handle(csr: ApproverCsr): Promise<void> {
+    const signal = this.#signal ?? undefined;
+    const decision = await decide(csr, this.#opts.policy, {
+      node: (name) => getNode(this.#client, name, signal),
+      allowed: (c, subresource) => subjectAccessReview(this.#client, c, subresource, signal),
+      all: () => this.informer.cache.values(),
+    });
+    if (decision.kind === 'ignore') return;
+    // The look-ups took time; a leader that lost its lease meanwhile must not act.
+    if (!this.leader.isLeader()) return;
+    if (decision.kind === 'approve') return this.#approve(csr, decision);
+    return this.#violation(csr, decision);
+  }
+
+  async #approve(csr: ApproverCsr, decision: Extract<Decision, { kind: 'approve' }>): Promise<void> {
+    const message = `Approved by kubeboot approver ${this.#opts.lease.identity}: ${decision.message}`;
+    if (!(await decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined))) {
+      this.#logger.info('CSR changed while deciding; it is looked at again', { csr: csr.metadata.name });
+      return;
+    }
+    this.#metrics.decision(csr.spec.signerName, 'approved', decision.policy);
+    const created = Date.parse(csr.metadata.creationTimestamp ?? '');
+    if (!Number.isNaN(created)) this.#metrics.approvalLatency((Date.now() - created) / 1000);
+    this.#logger.info('approved CSR', { csr: csr.metadata.name, requester: csr.spec.username, signer: csr.spec.signerName, policy: decision.policy });
+  }
+
+  async #violation(csr: ApproverCsr, decision: Extract<Decision, { kind: 'violation' }>): Promise<void> {
+    const fields = { csr: csr.metadata.name, requester: csr.spec.username, signer: csr.spec.signerName, rule: decision.rule };
+    if (this.#opts.denyViolations) {
+      if (!(await decideCsr(this.#client, csr, 'Denied', decision.message, this.#signal ?? undefined))) return;
+      this.#metrics.decision(csr.spec.signerName, 'denied', decision.rule);
+      this.#logger.warn(`denied CSR: ${decision.message}`, fields);
+      return;
+    }
+    const key = csr.metadata.uid ?? csr.metadata.name;
+    if (TRANSIENT_RULES.has(decision.rule)) {
+      // The kubelet registers its Node only after it has its credential, so the kube-proxy CSR may
+      // come first; look again soon (5 s, 10 s, 20 s ... up to the resync period) instead of a resync away.
+      const n = this.#rechecks.get(key) ?? 0;
+      this.#rechecks.set(key, n + 1);
+      const delay = Math.min(this.#opts.resyncMs, (this.#opts.retryMs ?? 5_000) * 2 ** Math.min(n, 10));
+      setTimeout(() => this.#enqueue(csr.metadata.name), delay).unref();
+    }
+    if (this.#reported.get(key) === decision.message) return;
+    this.#reported.set(key, decision.message);
+    this.#metrics.decision(csr.spec.signerName, 'left-pending', decision.rule);
+    this.#logger.warn(`left CSR pending: ${decision.message}`, fields);
+    await warnOnCsr(this.#client, csr, 'PolicyViolation', `kubeboot approver left this CSR pending: ${decision.message}`, this.#signal ?? undefined);
+  }
+}

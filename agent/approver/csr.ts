@@ -1,0 +1,45 @@
+/**
+ * The approver's view of CertificateSigningRequest objects: pure helpers
+ * over what the API returned.
+ */
+import type { CertificateSigningRequest } from '../kube/csr-state.js';
+import type { CsrFacts } from './policy.js';
+import type { RequestFacts } from './request.js';
+
+/** The fields kube-controller-manager's approver also reads: the requester's uid and extra. */
+export type ApproverCsr = CertificateSigningRequest & {
+  spec: CertificateSigningRequest['spec'] & { uid?: string; extra?: Record<string, string[]> };
+};
+
+export function hasCondition(csr: ApproverCsr, ...types: string[]): boolean {
+  return (csr.status?.conditions ?? []).some((c) => types.includes(c.type));
+}
+
+/** matches sarapprove.go: a CSR with a certificate, or already approved or denied, is never decided again. */
+export function isSettled(csr: ApproverCsr): boolean {
+  return Boolean(csr.status?.certificate) || hasCondition(csr, 'Approved', 'Denied', 'Failed');
+}
+
+/** Still on its way to a certificate: no certificate yet and not denied or failed (approved or not). */
+export function isUnissued(csr: ApproverCsr): boolean {
+  return !csr.status?.certificate && !hasCondition(csr, 'Denied', 'Failed');
+}
+
+/** Creation order, with the name breaking ties inside one second (creationTimestamp has no fraction). */
+export function isOlder(a: ApproverCsr, b: ApproverCsr): boolean {
+  const ta = Date.parse(a.metadata.creationTimestamp ?? '');
+  const tb = Date.parse(b.metadata.creationTimestamp ?? '');
+  return ta !== tb ? ta < tb : a.metadata.name < b.metadata.name;
+}
+
+export function csrFacts(csr: ApproverCsr, request: RequestFacts | null): CsrFacts {
+  return {
+    name: csr.metadata.name,
+    signerName: csr.spec.signerName,
+    username: csr.spec.username ?? '',
+    groups: csr.spec.groups ?? [],
+    usages: csr.spec.usages ?? [],
+    expirationSeconds: csr.spec.expirationSeconds,
+    request,
+  };
+}

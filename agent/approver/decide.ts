@@ -1,0 +1,67 @@
+/**
+ * One decision about one CSR: recognise it, look up what the rules need,
+ * run the rules, then ask the API server whether the requester may have
+ * this kind of certificate (a SubjectAccessReview, as kube-controller-
+ * manager's csrapproving controller does). The lookups are injected, so the
+ * whole decision runs in unit tests without a cluster.
+ */
+import { csrFacts, isOlder, isSettled, isUnissued, type ApproverCsr } from './csr.js';
+import { evaluate, nodeNameOf, POLICIES, recognize, type ApproverPolicy, type NodeAddress, type PolicyName, type World } from './policy.js';
+import { requestFacts, type RequestFacts } from './request.js';
+
+export type Decision =
+  | { kind: 'ignore'; why: 'not-ours' | 'settled' }
+  | { kind: 'approve'; policy: PolicyName; message: string }
+  | { kind: 'violation'; policy: PolicyName; rule: string; message: string };
+
+export interface Lookups {
+  node(name: string): Promise<{ name: string; addresses: NodeAddress[] } | null>;
+  /** SubjectAccessReview as the CSR's requester for `create certificatesigningrequests/<subresource>`. */
+  allowed(csr: ApproverCsr, subresource: string): Promise<boolean>;
+  /** Every CSR the informer knows, for the one-unissued-per-node rule. */
+  all(): Iterable<ApproverCsr>;
+}
+
+/** The rule the SubjectAccessReview is reported as. */
+export const AUTHORIZED_RULE = 'authorized';
+
+async function parsedRequest(csr: ApproverCsr): Promise<RequestFacts | null> {
+  try {
+    return await requestFacts(csr.spec.request);
+  } catch {
+    return null;
+  }
+}
+
+export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: Lookups): Promise<Decision> {
+  // Settled first: it is cheap, and most watch events are for CSRs already decided.
+  if (isSettled(csr)) return { kind: 'ignore', why: 'settled' };
+  const request = await parsedRequest(csr);
+  const facts = csrFacts(csr, request);
+  const policyName = recognize(facts, policy);
+  if (policyName === null) return { kind: 'ignore', why: 'not-ours' };
+  const spec = POLICIES[policyName];
+  const nodeName = nodeNameOf(facts.username);
+  const world: World = {
+    node: nodeName !== null ? await lookups.node(nodeName) : null,
+    olderUnissued: [...lookups.all()]
+      .filter((other) => other.metadata.name !== csr.metadata.name && other.spec.signerName === spec.signerName)
+      .filter((other) => other.spec.username === csr.spec.username && isUnissued(other) && isOlder(other, csr))
+      .map((other) => other.metadata.name),
+  };
+  const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
+  if (!verdict.ok) return { kind: 'violation', policy: policyName, rule: verdict.rule, message: `${policyName} rule ${verdict.rule}: ${verdict.problem}` };
+  if (!(await lookups.allowed(csr, spec.subresource))) {
+    return {
+      kind: 'violation',
+      policy: policyName,
+      rule: AUTHORIZED_RULE,
+      message: `${policyName} rule ${AUTHORIZED_RULE}: SubjectAccessReview denies ${facts.username} create certificatesigningrequests/${spec.subresource} (grant it with RBAC)`,
+    };
+  }
+  return {
+    kind: 'approve',
+    policy: policyName,
+    message: `${policyName}: every rule passed (${spec.rules.map((r) => r.name).join(', ')}) and ${facts.username} may create certificatesigningrequests/${spec.subresource}`,
+  };
+}

@@ -1,0 +1,166 @@
+/**
+ * Leader election on a coordination.k8s.io/v1 Lease, after client-go's
+ * leaderelection package: try to take or renew the Lease every retry period,
+ * with optimistic concurrency through resourceVersion; another holder's
+ * lease counts as valid for leaseDuration after *we* saw it change (local
+ * clock, so skew between nodes does not matter); a leader that has not
+ * renewed within renewDeadline stops leading at once, before its lease can
+ * expire for the others (renewDeadline < leaseDuration).
+ */
+import { ApiError } from '../errors.js';
+import type { KubeClient } from '../kube/client.js';
+import type { Logger } from '../log.js';
+
+export interface LeaderOptions {
+  namespace: string;
+  name: string;
+  identity: string;
+  leaseDurationMs: number;
+  renewDeadlineMs: number;
+  retryPeriodMs: number;
+  /** Monotonic milliseconds. */
+  now?: () => number;
+  onChange?: (leading: boolean) => void;
+}
+
+interface LeaseSpec {
+  holderIdentity?: string;
+  leaseDurationSeconds?: number;
+  acquireTime?: string;
+  renewTime?: string;
+  leaseTransitions?: number;
+}
+
+interface Lease {
+  apiVersion: 'coordination.k8s.io/v1';
+  kind: 'Lease';
+  metadata: { name: string; namespace: string; resourceVersion?: string };
+  spec: LeaseSpec;
+}
+
+/** MicroTime wants exactly six fractional digits. */
+export function microTime(date: Date): string {
+  return date.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
+}
+
+export class LeaderElector {
+  readonly #client: KubeClient;
+  readonly #opts: LeaderOptions;
+  readonly #logger: Logger;
+  readonly #now: () => number;
+  #leading = false;
+  /** When the last successful renewal was *sent*. */
+  #renewedAt = -Infinity;
+  #observed: { key: string; at: number } | null = null;
+
+  constructor(client: KubeClient, opts: LeaderOptions, logger: Logger) {
+    this.#client = client;
+    this.#opts = opts;
+    this.#logger = logger;
+    this.#now = opts.now ?? (() => performance.now());
+  }
+
+  get path(): string {
+    return `/apis/coordination.k8s.io/v1/namespaces/${encodeURIComponent(this.#opts.namespace)}/leases/${encodeURIComponent(this.#opts.name)}`;
+  }
+
+  /** True only while the last renewal is younger than the renew deadline. */
+  isLeader(): boolean {
+    if (this.#leading && this.#now() - this.#renewedAt >= this.#opts.renewDeadlineMs) this.#setLeading(false, 'renew deadline passed');
+    return this.#leading;
+  }
+
+  #setLeading(leading: boolean, why: string): void {
+    if (leading === this.#leading) return;
+    this.#leading = leading;
+    this.#logger.info(leading ? 'became the leader' : 'stopped leading', { lease: `${this.#opts.namespace}/${this.#opts.name}`, identity: this.#opts.identity, why });
+    this.#opts.onChange?.(leading);
+  }
+
+  /** Runs until the signal aborts; then releases the lease if held. */
+  async run(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await this.step(signal);
+      await sleep(this.#opts.retryPeriodMs, signal);
+    }
+    await this.release();
+  }
+
+  /** One attempt to take or renew the lease; a failed attempt only counts against the renew deadline. */
+  async step(signal: AbortSignal): Promise<void> {
+    const started = this.#now();
+    try {
+      if (await this.#tryAcquireOrRenew(signal)) {
+        this.#renewedAt = started;
+        this.#setLeading(true, 'lease acquired or renewed');
+      } else {
+        this.#setLeading(false, 'lease held by another');
+      }
+    } catch (err) {
+      if (signal.aborted) return;
+      this.#logger.warn('lease update failed', { lease: `${this.#opts.namespace}/${this.#opts.name}`, error: (err as Error).message });
+    }
+    this.isLeader();
+  }
+
+  async #tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
+    const wall = new Date();
+    const got = await this.#client.request<Lease>('GET', this.path, { accept: [404], signal, timeoutMs: this.#opts.renewDeadlineMs });
+    const mine: LeaseSpec = {
+      holderIdentity: this.#opts.identity,
+      leaseDurationSeconds: Math.ceil(this.#opts.leaseDurationMs / 1000),
+      acquireTime: microTime(wall),
+      renewTime: microTime(wall),
+      leaseTransitions: 0,
+    };
+    if (got.status === 404) {
+      const lease: Lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.#opts.name, namespace: this.#opts.namespace }, spec: mine };
+      const created = await this.#client.request('POST', this.path.replace(/\/[^/]+$/, ''), { body: lease, accept: [409], signal });
+      return created.status !== 409;
+    }
+    const lease = got.body;
+    const spec = lease.spec ?? {};
+    const key = `${spec.holderIdentity ?? ''}|${spec.renewTime ?? ''}|${lease.metadata.resourceVersion ?? ''}`;
+    if (this.#observed?.key !== key) this.#observed = { key, at: this.#now() };
+    const holder = spec.holderIdentity ?? '';
+    const heldByOther = holder !== '' && holder !== this.#opts.identity;
+    const validForMs = (spec.leaseDurationSeconds ?? 0) * 1000;
+    if (heldByOther && this.#observed.at + validForMs > this.#now()) return false;
+    const next: LeaseSpec =
+      holder === this.#opts.identity
+        ? { ...spec, ...mine, acquireTime: spec.acquireTime ?? mine.acquireTime, leaseTransitions: spec.leaseTransitions ?? 0 }
+        : { ...spec, ...mine, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 };
+    const updated = await this.#client.request('PUT', this.path, { body: { ...lease, spec: next }, accept: [409], signal, timeoutMs: this.#opts.renewDeadlineMs });
+    return updated.status !== 409;
+  }
+
+  /** matches client-go's ReleaseOnCancel: an empty holder lets the next candidate take over at once. */
+  async release(): Promise<void> {
+    if (!this.#leading) return;
+    this.#setLeading(false, 'releasing the lease');
+    try {
+      const got = await this.#client.request<Lease>('GET', this.path, { timeoutMs: 5_000 });
+      if (got.body.spec?.holderIdentity !== this.#opts.identity) return;
+      const now = microTime(new Date());
+      const spec: LeaseSpec = { leaseDurationSeconds: 1, acquireTime: now, renewTime: now, leaseTransitions: got.body.spec.leaseTransitions ?? 0 };
+      await this.#client.request('PUT', this.path, { body: { ...got.body, spec }, timeoutMs: 5_000 });
+      this.#logger.info('released the lease', { lease: `${this.#opts.namespace}/${this.#opts.name}` });
+    } catch (err) {
+      const detail = err instanceof ApiError ? `${err.status} ${err.reason}` : (err as Error).message;
+      this.#logger.warn('could not release the lease; the next leader waits for it to expire', { error: detail });
+    }
+  }
+}
+
+export function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

@@ -1,0 +1,305 @@
+/**
+ * The approval policy as named, pure rules (the shape of
+ * postfinance/kubelet-csr-approver's checks, with kube-controller-manager's
+ * csrapproving SubjectAccessReview as the last step, done by the caller).
+ * Each rule looks at one property of a CSR and returns the problem, or null.
+ * The first rule that fails names the violation in the Event, the log line
+ * and the metrics, so an operator can tell exactly what to fix.
+ */
+import { BlockList, isIP } from 'node:net';
+import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_SERVING_SIGNER } from '../identity.js';
+import { keyAlgorithmName, type RequestFacts } from './request.js';
+
+export interface ApproverPolicy {
+  kubeProxy: { commonName: string; organizations: string[] };
+  /** Largest spec.expirationSeconds approved; an unset one leaves the signer's --cluster-signing-duration in charge. */
+  maxExpirationSeconds: number;
+  /** `ecdsa-p256`, `rsa-2048`, ...; RSA below 2048 bits is refused whatever this says. */
+  keyAlgorithms: string[];
+  serving: { enabled: boolean; dnsSuffixes: string[]; ipCidrs: string[] };
+}
+
+export type PolicyName = 'kube-proxy-client' | 'kubelet-serving';
+
+/** The parts of a CertificateSigningRequest the rules read. */
+export interface CsrFacts {
+  name: string;
+  signerName: string;
+  username: string;
+  groups: string[];
+  usages: string[];
+  expirationSeconds: number | undefined;
+  /** Null when spec.request does not parse. */
+  request: RequestFacts | null;
+}
+
+export interface NodeAddress {
+  type: string;
+  address: string;
+}
+
+/** What the cluster says about the requester, looked up before the rules run. */
+export interface World {
+  /** The Node named by the requester, or null when there is none. */
+  node: { name: string; addresses: NodeAddress[] } | null;
+  /** Older CSRs of the same policy and requester that are neither issued, denied nor failed. */
+  olderUnissued: string[];
+}
+
+export interface RuleInput {
+  csr: CsrFacts;
+  /** From the requester `system:node:<n>`; null when the requester is not a node. */
+  nodeName: string | null;
+  world: World;
+  policy: ApproverPolicy;
+}
+
+export interface Rule {
+  name: string;
+  /** One line for the README's rule table. */
+  summary: string;
+  check(input: RuleInput): string | null;
+}
+
+export const NODE_USER_PREFIX = 'system:node:';
+export const NODES_GROUP = 'system:nodes';
+const MIN_RSA_BITS = 2048;
+
+/** `system:node:<n>` → `<n>`; anything else → null. */
+export function nodeNameOf(username: string): string | null {
+  return username.startsWith(NODE_USER_PREFIX) && username.length > NODE_USER_PREFIX.length ? username.slice(NODE_USER_PREFIX.length) : null;
+}
+
+const list = (values: readonly string[]): string => `[${values.join(', ')}]`;
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  const sa = [...a].sort();
+  const sb = [...b].sort();
+  return sa.length === sb.length && sa.every((v, i) => v === sb[i]);
+}
+
+// ---- rules shared by both policies ----
+
+const requesterIsNode: Rule = {
+  name: 'requester-is-node',
+  summary: 'requested by `system:node:<n>` in group `system:nodes` (not a bootstrap token, service account or user)',
+  check: ({ csr, nodeName }) =>
+    nodeName !== null && csr.groups.includes(NODES_GROUP) ? null : `requester ${csr.username} (groups ${list(csr.groups)}) is not a node in ${NODES_GROUP}`,
+};
+
+const requestSignature: Rule = {
+  name: 'request-signature',
+  summary: 'spec.request parses and is signed by the key it carries',
+  check: ({ csr }) =>
+    csr.request === null ? 'spec.request is not a PEM certificate request' : csr.request.signatureValid ? null : 'spec.request is not signed by its own key',
+};
+
+const nodeExists: Rule = {
+  name: 'node-exists',
+  summary: 'a Node object `<n>` exists',
+  check: ({ world, nodeName }) => (world.node !== null ? null : `no Node ${nodeName ?? ''} exists`),
+};
+
+const keyAlgorithm: Rule = {
+  name: 'key-algorithm',
+  summary: 'key is one of the allowed algorithms (default ECDSA P-256/P-384, RSA 2048/3072/4096); never RSA < 2048',
+  check: ({ csr, policy }) => {
+    const key = csr.request!.key;
+    const name = keyAlgorithmName(key);
+    if (key.kind === 'rsa' && key.bits < MIN_RSA_BITS) return `RSA key of ${key.bits} bits (at least ${MIN_RSA_BITS} required)`;
+    return policy.keyAlgorithms.includes(name) ? null : `key algorithm ${name} is not allowed (allowed: ${list(policy.keyAlgorithms)})`;
+  },
+};
+
+const expiration: Rule = {
+  name: 'expiration',
+  summary: 'spec.expirationSeconds, when set, is at most the configured maximum',
+  check: ({ csr, policy }) =>
+    csr.expirationSeconds === undefined || csr.expirationSeconds <= policy.maxExpirationSeconds
+      ? null
+      : `expirationSeconds ${csr.expirationSeconds} is above the maximum ${policy.maxExpirationSeconds}`,
+};
+
+/** matches the kubelet and Go's signers: key encipherment only makes sense (and is only allowed) for RSA keys. */
+function usagesRule(purpose: 'client auth' | 'server auth'): Rule {
+  return {
+    name: 'usages',
+    summary: `usages exactly \`digital signature\` and \`${purpose}\` (plus \`key encipherment\` for RSA keys)`,
+    check: ({ csr }) => {
+      const required = ['digital signature', purpose];
+      const allowed = csr.request?.key.kind === 'rsa' ? [...required, 'key encipherment'] : required;
+      const usages = csr.usages;
+      const unique = new Set(usages);
+      const ok = unique.size === usages.length && required.every((u) => unique.has(u)) && usages.every((u) => allowed.includes(u));
+      return ok ? null : `usages ${list(usages)} are not exactly ${list(required)}${allowed.length > required.length ? ' (+ key encipherment)' : ''}`;
+    },
+  };
+}
+
+// ---- kube-proxy client ----
+
+const proxySubject: Rule = {
+  name: 'subject',
+  summary: 'subject exactly the configured CN (default `system:kube-proxy`) and O (default none)',
+  check: ({ csr, policy }) => {
+    const { commonName, organizations } = csr.request!.subject;
+    const want = policy.kubeProxy;
+    if (commonName !== want.commonName) return `CN ${commonName} is not ${want.commonName}`;
+    return sameList(organizations, want.organizations) ? null : `O ${list(organizations)} is not ${list(want.organizations)}`;
+  },
+};
+
+const noSans: Rule = {
+  name: 'no-sans',
+  summary: 'no subject alternative names of any kind',
+  check: ({ csr }) => {
+    const r = csr.request!;
+    const sans = [...r.dnsNames.map((d) => `DNS:${d}`), ...r.ipAddresses.map((i) => `IP:${i}`), ...r.emailAddresses.map((e) => `email:${e}`), ...r.uris.map((u) => `URI:${u}`), ...r.otherNames];
+    return sans.length === 0 ? null : `a client certificate carries no SANs, got ${list(sans)}`;
+  },
+};
+
+const oneUnissuedPerNode: Rule = {
+  name: 'one-unissued-per-node',
+  summary: 'no older kube-proxy CSR of the same node is still unissued (a flood is not approved)',
+  check: ({ world }) => (world.olderUnissued.length === 0 ? null : `an older CSR of this node is still unissued: ${world.olderUnissued.join(', ')}`),
+};
+
+export const KUBE_PROXY_RULES: readonly Rule[] = [
+  requesterIsNode,
+  requestSignature,
+  nodeExists,
+  proxySubject,
+  noSans,
+  usagesRule('client auth'),
+  keyAlgorithm,
+  expiration,
+  oneUnissuedPerNode,
+];
+
+// ---- kubelet serving ----
+
+const HOSTNAME_ADDRESS_TYPES = new Set(['Hostname', 'InternalDNS', 'ExternalDNS']);
+
+const servingSubject: Rule = {
+  name: 'subject',
+  summary: 'subject CN `system:node:<n>` for the requesting node and O exactly `system:nodes`',
+  check: ({ csr, nodeName }) => {
+    const { commonName, organizations } = csr.request!.subject;
+    if (commonName !== `${NODE_USER_PREFIX}${nodeName}`) return `CN ${commonName} is not the requester's ${NODE_USER_PREFIX}${nodeName}`;
+    return sameList(organizations, [NODES_GROUP]) ? null : `O ${list(organizations)} is not [${NODES_GROUP}]`;
+  },
+};
+
+const hasSan: Rule = {
+  name: 'has-san',
+  summary: 'at least one DNS or IP SAN',
+  check: ({ csr }) => (csr.request!.dnsNames.length + csr.request!.ipAddresses.length > 0 ? null : 'a serving certificate needs a DNS or IP SAN'),
+};
+
+/** The node name, the Node's own hostnames, and each of those under every configured suffix. */
+export function allowedDnsNames(nodeName: string, addresses: readonly NodeAddress[], suffixes: readonly string[]): Set<string> {
+  const names = [nodeName, ...addresses.filter((a) => HOSTNAME_ADDRESS_TYPES.has(a.type)).map((a) => a.address)].map((n) => n.toLowerCase());
+  const suffixed = names.flatMap((n) => suffixes.map((s) => `${n}.${s.replace(/^\./, '').toLowerCase()}`));
+  return new Set([...names, ...suffixed]);
+}
+
+const dnsSans: Rule = {
+  name: 'dns-sans',
+  summary: "DNS SANs ⊆ the node name and the Node's `status.addresses` hostnames (each optionally under a configured suffix)",
+  check: ({ csr, world, policy }) => {
+    const allowed = allowedDnsNames(world.node!.name, world.node!.addresses, policy.serving.dnsSuffixes);
+    const stray = csr.request!.dnsNames.filter((d) => !allowed.has(d.toLowerCase()));
+    return stray.length === 0 ? null : `DNS SANs ${list(stray)} are not this Node's names ${list([...allowed])}`;
+  },
+};
+
+function cidrList(cidrs: readonly string[]): BlockList {
+  const blocks = new BlockList();
+  for (const cidr of cidrs) {
+    const [net = '', prefix = ''] = cidr.split('/');
+    blocks.addSubnet(net, Number(prefix), isIP(net) === 6 ? 'ipv6' : 'ipv4');
+  }
+  return blocks;
+}
+
+const ipSans: Rule = {
+  name: 'ip-sans',
+  summary: "IP SANs ⊆ the Node's `status.addresses` IPs (and inside the configured CIDRs, when any)",
+  check: ({ csr, world, policy }) => {
+    const nodeIps = new Set(world.node!.addresses.filter((a) => isIP(a.address) !== 0).map((a) => canonical(a.address)));
+    const blocks = policy.serving.ipCidrs.length > 0 ? cidrList(policy.serving.ipCidrs) : null;
+    for (const ip of csr.request!.ipAddresses) {
+      if (!nodeIps.has(ip)) return `IP SAN ${ip} is not one of this Node's addresses ${list([...nodeIps])}`;
+      if (blocks !== null && !blocks.check(ip, isIP(ip) === 6 ? 'ipv6' : 'ipv4')) return `IP SAN ${ip} is outside ${list(policy.serving.ipCidrs)}`;
+    }
+    return null;
+  },
+};
+
+function canonical(ip: string): string {
+  return isIP(ip) === 6 ? new URL(`http://[${ip}]/`).hostname.replace(/^\[|\]$/g, '') : ip;
+}
+
+const noEmailUriSans: Rule = {
+  name: 'no-email-uri-sans',
+  summary: 'no email, URI or other SANs',
+  check: ({ csr }) => {
+    const r = csr.request!;
+    const other = [...r.emailAddresses.map((e) => `email:${e}`), ...r.uris.map((u) => `URI:${u}`), ...r.otherNames];
+    return other.length === 0 ? null : `a serving certificate carries only DNS and IP SANs, got ${list(other)}`;
+  },
+};
+
+export const KUBELET_SERVING_RULES: readonly Rule[] = [
+  requesterIsNode,
+  requestSignature,
+  nodeExists,
+  servingSubject,
+  hasSan,
+  dnsSans,
+  ipSans,
+  noEmailUriSans,
+  usagesRule('server auth'),
+  keyAlgorithm,
+  expiration,
+];
+
+export interface PolicySpec {
+  name: PolicyName;
+  signerName: string;
+  rules: readonly Rule[];
+  /** Virtual subresource of certificatesigningrequests the requester must be allowed to `create`. */
+  subresource: string;
+}
+
+export const POLICIES: Record<PolicyName, PolicySpec> = {
+  'kube-proxy-client': { name: 'kube-proxy-client', signerName: KUBE_APISERVER_CLIENT_SIGNER, rules: KUBE_PROXY_RULES, subresource: 'kubeproxyclient' },
+  'kubelet-serving': { name: 'kubelet-serving', signerName: KUBELET_SERVING_SIGNER, rules: KUBELET_SERVING_RULES, subresource: 'selfnodeserving' },
+};
+
+/**
+ * Which policy a CSR falls under, or null when it is none of the approver's
+ * business (left untouched). A CSR is ours when it is for one of our signers
+ * and either comes from a node or asks for the identity we issue, so a
+ * bootstrap token asking for `system:kube-proxy` is reported, while a user's
+ * own client CSR for kube-apiserver-client is left to whoever handles it.
+ */
+export function recognize(csr: Pick<CsrFacts, 'signerName' | 'username' | 'groups' | 'request'>, policy: ApproverPolicy): PolicyName | null {
+  const fromNode = nodeNameOf(csr.username) !== null || csr.groups.includes(NODES_GROUP);
+  const cn = csr.request?.subject.commonName;
+  if (csr.signerName === KUBE_APISERVER_CLIENT_SIGNER && (fromNode || cn === policy.kubeProxy.commonName)) return 'kube-proxy-client';
+  if (policy.serving.enabled && csr.signerName === KUBELET_SERVING_SIGNER && (fromNode || cn?.startsWith(NODE_USER_PREFIX) === true)) return 'kubelet-serving';
+  return null;
+}
+
+export type Verdict = { ok: true } | { ok: false; rule: string; problem: string };
+
+/** Runs the rules in order; the first failure is the verdict. */
+export function evaluate(rules: readonly Rule[], input: RuleInput): Verdict {
+  for (const rule of rules) {
+    const problem = rule.check(input);
+    if (problem !== null) return { ok: false, rule: rule.name, problem };
+  }
+  return { ok: true };
+}

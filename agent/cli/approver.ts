@@ -1,0 +1,94 @@
+/**
+ * `kubeboot approver`: the cluster-side CSR approver. Connects (kubeconfig or
+ * in-cluster), serves /healthz, /readyz and /metrics, tells systemd READY
+ * once the first CSR list is in, and runs until SIGTERM, which releases the
+ * Lease so a standby takes over at once.
+ */
+import os from 'node:os';
+import { randomUUID } from 'node:crypto';
+import { Approver } from '../approver/approver.js';
+import { connect } from '../approver/connect.js';
+import { createApproverMetrics } from '../approver/metrics.js';
+import type { ApproverPolicy } from '../approver/policy.js';
+import type { Config } from '../config/types.js';
+import { startHttpServer, type StatusServer } from '../daemon/http.js';
+import { createNotifier, startWatchdog } from '../daemon/notify.js';
+import { ExitCode } from '../errors.js';
+import type { Logger } from '../log.js';
+import { readOptional } from '../read-optional.js';
+
+export function approverPolicy(config: Config): ApproverPolicy {
+  const a = config.approver;
+  return {
+    kubeProxy: { commonName: config.kubeProxy.commonName, organizations: config.kubeProxy.organizations },
+    maxExpirationSeconds: a.maxExpiration,
+    keyAlgorithms: a.keyAlgorithms,
+    serving: { enabled: a.kubeletServing, dnsSuffixes: a.servingDnsSuffixes, ipCidrs: a.servingIpCidrs },
+  };
+}
+
+export async function runApprover(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
+  const a = config.approver;
+  const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: process.env, readFile: readOptional });
+  // matches client-go's leader-election identity: hostname plus a unique suffix, so two processes on one host differ.
+  const identity = `${os.hostname()}_${randomUUID()}`;
+  const metrics = createApproverMetrics();
+  const approver = new Approver(
+    client,
+    {
+      policy: approverPolicy(config),
+      denyViolations: a.denyViolations,
+      resyncMs: a.resyncPeriod * 1000,
+      lease: {
+        namespace: a.leaseNamespace,
+        name: a.leaseName,
+        identity,
+        leaseDurationMs: a.leaseDuration * 1000,
+        renewDeadlineMs: a.renewDeadline * 1000,
+        retryPeriodMs: a.retryPeriod * 1000,
+      },
+    },
+    logger,
+    metrics,
+  );
+  const notifier = createNotifier({ env: process.env, logger });
+  let http: StatusServer | null = null;
+  if (a.listen !== null) {
+    const at = a.listen.lastIndexOf(':');
+    http = await startHttpServer({
+      host: a.listen.slice(0, at).replace(/^\[|\]$/g, ''),
+      port: Number(a.listen.slice(at + 1)),
+      healthy: () => !signal.aborted,
+      readiness: () => ({
+        ready: approver.informer.synced,
+        detail: [`csr cache: ${approver.informer.synced ? `synced (${approver.informer.cache.size} CSRs)` : 'not synced yet'}`, `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`],
+      }),
+      registry: metrics.registry,
+      logger,
+    });
+    logger.info(`serving /healthz, /readyz and /metrics on ${http.address.host}:${http.address.port}`);
+  }
+  logger.info('kubeboot approver starting', {
+    api: source,
+    identity,
+    lease: `${a.leaseNamespace}/${a.leaseName}`,
+    kubeProxySubject: { commonName: config.kubeProxy.commonName, organizations: config.kubeProxy.organizations },
+    kubeletServing: a.kubeletServing,
+    denyViolations: a.denyViolations,
+  });
+  const watchdog = startWatchdog(notifier, { env: process.env, healthy: () => !signal.aborted });
+  const running = approver.run(signal);
+  // READY=1 once the first CSR list is in: from then on no CSR is missed.
+  const ready = Promise.race([approver.informer.whenSynced, running]).then(async () => {
+    if (!signal.aborted) await notifier.ready(`watching CSRs; lease ${a.leaseNamespace}/${a.leaseName}`);
+  });
+  try {
+    await Promise.all([running, ready]);
+  } finally {
+    watchdog?.stop();
+    await notifier.stopping('releasing the lease');
+    await http?.close();
+    await client.close();
+  }
+  return ExitCode.ok;
+}

@@ -1,0 +1,125 @@
+/**
+ * `kubeboot user-data` and `kubeboot join-command`: everything a node needs
+ * to join, right by construction — the server and CA pin from the admin
+ * kubeconfig (unless given), the token given or freshly created, the package
+ * source with its key.
+ */
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import type { Config } from '../config/types.js';
+import { coerce } from '../config/coerce.js';
+import { OPTIONS, type OptionSpec } from '../config/options.js';
+import { ExitCode, InputError, KubebootError } from '../errors.js';
+import type { Admin } from '../join/admin.js';
+import { tokenSpecFrom, type TokenFlags } from '../join/token.js';
+import { DEFAULT_TOKEN_FILE, joinCommand, renderCloudConfig, renderScript, type NodeJoin, type PackageRepo } from '../join/user-data.js';
+import { caCertHash } from '../pki/pin.js';
+import { createToken, withAdmin, type Given } from './token.js';
+
+const CLI = 'command line';
+// Set by the dedicated flags: --set would contradict them.
+const RESERVED = new Set(['server', 'token', 'caCertHashes', 'configFile']);
+
+export async function runUserData(command: 'user-data' | 'join-command', config: Config, given: Given, env: Record<string, string | undefined>): Promise<number> {
+  const settings = command === 'user-data' ? parseSets(Array.isArray(given.set) ? given.set : []) : {};
+  const repo = command === 'user-data' ? await packageRepo(given) : null;
+  const { server, token, pins } = await joinValues(command, config, given, env);
+  if (command === 'join-command') {
+    process.stdout.write(joinCommand({ server, token, pins }) + '\n');
+    return ExitCode.ok;
+  }
+  const tokenFile = typeof settings.tokenFile === 'string' ? settings.tokenFile : DEFAULT_TOKEN_FILE;
+  delete settings.tokenFile;
+  const join: NodeJoin = { server, token, pins, settings, tokenFile, repo };
+  process.stdout.write(given.format === 'script' ? renderScript(join) : renderCloudConfig(join));
+  return ExitCode.ok;
+}
+
+/** Server, token and pins: from the flags, else from the admin kubeconfig (and a new token with --create-token). */
+async function joinValues(command: string, config: Config, given: Given, env: Record<string, string | undefined>): Promise<{ server: string; token: string; pins: string[] }> {
+  const create = given['create-token'] === true;
+  let token = config.token ?? (config.tokenFile !== null ? await readTokenFile(config.tokenFile) : null);
+  if (create && token !== null) throw new InputError(CLI, '--create-token', 'cannot be combined with --token or --token-file');
+  if (!create && token === null) throw new InputError(CLI, '--token', 'missing: give --token, --token-file or KUBEBOOT_TOKEN, or --create-token');
+  const tokenFlags = ['ttl', 'expiry', 'usages', 'groups', 'description'].filter((f) => given[f] !== undefined);
+  if (!create && tokenFlags.length > 0) throw new InputError(CLI, `--${tokenFlags[0] === 'expiry' ? 'no-expiry' : tokenFlags[0]}`, 'only with --create-token');
+  // A description makes `kubeboot token list` say what the token was made for.
+  const tokenSpec = create ? tokenSpecFrom({ description: `kubeboot ${command}`, ...(given as TokenFlags) }) : null;
+  const needAdmin = create || config.server === null || config.caCertHashes.length === 0;
+  if (!needAdmin) return { server: (config.server as string).replace(/\/$/, ''), token: token as string, pins: config.caCertHashes };
+  return withAdmin(given, env, create ? 'create a bootstrap token Secret in kube-system' : 'read the cluster', async (admin: Admin) => {
+    const server = config.server ?? admin.kubeconfig.server;
+    const pins = config.caCertHashes.length > 0 ? config.caCertHashes : [pinOf(admin)];
+    if (tokenSpec !== null) token = (await createToken(admin, tokenSpec, new Date())).token.token;
+    return { server: server.replace(/\/$/, ''), token: token as string, pins };
+  });
+}
+
+function pinOf(admin: Admin): string {
+  if (admin.kubeconfig.caPem === null) {
+    throw new KubebootError(`${admin.kubeconfig.file}: names no certificate authority to pin; pass --ca-cert-hash sha256:…`, ExitCode.badInput);
+  }
+  return caCertHash(admin.kubeconfig.caPem);
+}
+
+async function readTokenFile(file: string): Promise<string> {
+  try {
+    return (await readFile(file, 'utf8')).trim();
+  } catch (err) {
+    throw new InputError(CLI, '--token-file', `cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+}
+
+const BY_KEY = new Map(OPTIONS.filter((o) => o.inFile).map((o) => [o.key as string, o]));
+
+/**
+ * `--set key=value` → nested config-file settings, each checked as the node
+ * would check it (the value is YAML: `true`, `15m`, `[a, b]`).
+ */
+export function parseSets(sets: string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const item of sets) {
+    const eq = item.indexOf('=');
+    const key = eq > 0 ? item.slice(0, eq).trim() : '';
+    const spec: OptionSpec | undefined = BY_KEY.get(key);
+    if (spec === undefined) throw new InputError(CLI, `--set ${key || item}`, 'expected KEY=VALUE with a config-file key (see kubeboot --help)');
+    if (RESERVED.has(key)) throw new InputError(CLI, `--set ${key}`, `set it with --${spec.flag} instead`);
+    let raw: unknown;
+    try {
+      raw = parseYaml(item.slice(eq + 1));
+    } catch {
+      throw new InputError(CLI, `--set ${key}`, 'value is not valid YAML');
+    }
+    coerce({ spec, raw, origin: { source: CLI, field: `--set ${key}`, baseDir: '/etc/kubeboot' } });
+    if (spec.type === 'path' && typeof raw === 'string' && !path.isAbsolute(raw)) throw new InputError(CLI, `--set ${key}`, 'must be an absolute path');
+    const parts = key.split('.');
+    let node = out;
+    for (const part of parts.slice(0, -1)) node = (node[part] ??= {}) as Record<string, unknown>;
+    node[parts.at(-1) as string] = raw;
+  }
+  return out;
+}
+
+async function packageRepo(given: Given): Promise<PackageRepo | null> {
+  const url = typeof given['repo-url'] === 'string' ? given['repo-url'] : null;
+  const keyFile = typeof given['repo-key'] === 'string' ? given['repo-key'] : null;
+  if (url === null) {
+    if (keyFile !== null) throw new InputError(CLI, '--repo-key', 'needs --repo-url');
+    return null;
+  }
+  if (!/^(https?|file):\/\/\S+$/.test(url)) throw new InputError(CLI, '--repo-url', 'expected an http(s):// or file:// URL');
+  let keyText: string | null = null;
+  if (keyFile !== null) {
+    try {
+      keyText = await readFile(keyFile, 'utf8');
+    } catch (err) {
+      throw new InputError(CLI, '--repo-key', `cannot read ${keyFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+    }
+    if (!keyText.includes('-----BEGIN PGP PUBLIC KEY BLOCK-----')) throw new InputError(keyFile, '(file)', 'not an ASCII-armored PGP public key (gpg --armor --export)');
+  }
+  const type = given['repo-type'] === 'yum' ? 'yum' : 'apt';
+  const suite = typeof given['repo-suite'] === 'string' ? given['repo-suite'] : 'stable';
+  if (!/^[A-Za-z0-9._-]+$/.test(suite)) throw new InputError(CLI, '--repo-suite', 'expected a suite name like stable');
+  return { type, url, keyText, suite };
+}

@@ -1,0 +1,135 @@
+/**
+ * Joining with --server, --token (or --token-file) and --ca-cert-hash
+ * instead of a hand-written bootstrap kubeconfig: the CA comes from pinned
+ * cluster-info discovery (as `kubeadm join --discovery-token` does), then
+ * kubeboot writes the bootstrap kubeconfig itself and the usual flow takes
+ * over — including deleting that kubeconfig (and the token file) once the
+ * node's own credential is proven.
+ *
+ * Writes nothing when a bootstrap kubeconfig already exists (the operator's
+ * or an earlier run's) or the kubelet already holds a usable credential.
+ */
+import path from 'node:path';
+import { stringify } from 'yaml';
+import { identitiesFor } from '../identities.js';
+import { assessIdentity } from '../credential/assess.js';
+import type { Config } from '../config/types.js';
+import { ExitCode, InputError, KubebootError } from '../errors.js';
+import { discoverClusterCa } from '../kube/discovery.js';
+import { classifyToken, type BootstrapAuth, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
+import type { Logger } from '../log.js';
+import { readOptional } from '../read-optional.js';
+import { ensureDir, writeFileAtomic } from '../store/atomic.js';
+
+export interface JoinDeps {
+  logger: Logger;
+  now: () => Date;
+  signal?: AbortSignal;
+}
+
+export type JoinOutcome = 'not-requested' | 'bootstrap-kubeconfig-exists' | 'credential-valid' | 'token-file-gone' | 'written';
+
+const SETTINGS = 'configuration';
+
+export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinOutcome> {
+  if (!joinRequested(config)) return 'not-requested';
+  checkJoinSettings(config);
+  if ((await readOptional(config.bootstrapKubeconfig)) !== null) {
+    deps.logger.info(`join: ${config.bootstrapKubeconfig} exists; using it instead of --server/--token`);
+    return 'bootstrap-kubeconfig-exists';
+  }
+  const kubelet = await assessIdentity(identitiesFor(config)[0]!, deps.now(), null);
+  if (kubelet.state === 'usable') return 'credential-valid';
+
+  let source: JoinSource;
+  try {
+    source = await joinSource(config);
+  } catch (err) {
+    if (!(err instanceof TokenFileGone)) throw err;
+    // A node whose credential lapsed long after its join needs a new token;
+    // the daemon says so on /readyz rather than refusing to start.
+    deps.logger.warn(`join: ${err.message}`);
+    return 'token-file-gone';
+  }
+  deps.logger.info(`join: discovering the cluster CA from ${source.server} (kube-public/cluster-info)`);
+  const caPem = await discoverClusterCa({
+    server: source.server,
+    tlsServerName: null,
+    tokenId: source.auth.tokenId,
+    tokenSecret: source.auth.tokenSecret,
+    pins: config.caCertHashes,
+    unsafeSkipCaVerification: config.unsafeSkipCaVerification,
+    timeoutMs: config.waitTimeout * 1000,
+    logger: deps.logger,
+    ...(deps.signal ? { signal: deps.signal } : {}),
+  });
+  const text = renderBootstrapKubeconfig({ server: source.server, caPem, credential: source.tokenFile !== null ? { tokenFile: source.tokenFile } : { token: source.auth.token } });
+  await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
+  await writeFileAtomic(config.bootstrapKubeconfig, text, { mode: 0o600 });
+  deps.logger.info(`join: wrote ${config.bootstrapKubeconfig} for token ${source.auth.tokenId}`);
+  return 'written';
+}
+
+export function joinRequested(config: Config): boolean {
+  return config.server !== null || config.token !== null || config.tokenFile !== null;
+}
+
+/** Incomplete or contradictory join settings; no I/O. */
+export function checkJoinSettings(config: Config): void {
+  const { server, token, tokenFile } = config;
+  if (server === null) throw new InputError(SETTINGS, 'server (--server, KUBEBOOT_SERVER)', 'missing: a join token needs the API server URL');
+  if (token === null && tokenFile === null) throw new InputError(SETTINGS, 'token (--token, --token-file, KUBEBOOT_TOKEN)', `missing: joining ${server} needs a bootstrap token`);
+  if (token !== null && tokenFile !== null) throw new InputError(SETTINGS, 'tokenFile (--token-file)', 'cannot be combined with token; give one');
+}
+
+/** The token file named by the join settings is gone: kubeboot deletes it after a join. */
+export class TokenFileGone extends KubebootError {
+  override readonly name = 'TokenFileGone';
+  constructor(file: string) {
+    super(`token file ${file} does not exist (it is deleted after a join); give a new token or a bootstrap kubeconfig`, ExitCode.badInput);
+  }
+}
+
+export type JoinSource = BootstrapKubeconfig & { auth: Extract<BootstrapAuth, { kind: 'bootstrap-token' }> };
+
+/**
+ * The join settings as a bootstrap kubeconfig held in memory, without a CA
+ * (pinned discovery supplies it): what `check` examines and `prepareJoin` writes.
+ */
+export async function joinSource(config: Config): Promise<JoinSource> {
+  checkJoinSettings(config);
+  const { server, token, tokenFile } = config;
+  const secret = token ?? (await readOptional(tokenFile as string))?.trim() ?? null;
+  if (secret === null) throw new TokenFileGone(tokenFile as string);
+  if (config.caCertHashes.length === 0 && !config.unsafeSkipCaVerification) {
+    throw new KubebootError(`joining ${server as string} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`, ExitCode.badInput);
+  }
+
+  const auth = classifyToken(secret);
+  const where = token !== null ? 'token (--token, KUBEBOOT_TOKEN)' : (tokenFile as string);
+  if ('problem' in auth) throw new InputError(SETTINGS, where, auth.problem);
+  if (auth.kind !== 'bootstrap-token') throw new InputError(SETTINGS, where, 'not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16})');
+  return { file: JOIN_SETTINGS, server: (server as string).replace(/\/$/, ''), caPem: null, insecureSkipTlsVerify: false, tlsServerName: null, auth, tokenFile };
+}
+
+/** How messages name the join settings in place of a kubeconfig file. */
+export const JOIN_SETTINGS = 'join settings (--server, --token/--token-file)';
+
+/**
+ * A bootstrap kubeconfig naming the token file rather than copying the
+ * token, so deleting the kubeconfig after the join deletes the file too.
+ */
+export function renderBootstrapKubeconfig(opts: { server: string; caPem: string; credential: { token: string } | { tokenFile: string } }): string {
+  const user = 'token' in opts.credential ? { token: opts.credential.token } : { tokenFile: opts.credential.tokenFile };
+  return stringify(
+    {
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'cluster', cluster: { server: opts.server.replace(/\/$/, ''), 'certificate-authority-data': Buffer.from(opts.caPem, 'utf8').toString('base64') } }],
+      users: [{ name: 'kubeboot-bootstrap', user }],
+      contexts: [{ name: 'bootstrap', context: { cluster: 'cluster', user: 'kubeboot-bootstrap' } }],
+      'current-context': 'bootstrap',
+    },
+    { lineWidth: 0 },
+  );
+}

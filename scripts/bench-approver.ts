@@ -1,0 +1,78 @@
+// `make bench`, approver part: CSR created → approved by `kubeboot approver`
+// over 200 CSRs from 50 simulated nodes (each node renews one at a time, as a
+// real node does), and the approver's idle RSS.
+import { mkdirSync, readFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { KubeClient } from '../agent/kube/client.js';
+import { createNode, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr, CSRS } from '../test/support/approver.js';
+import type { ControlPlane } from '../test/support/controlplane.js';
+
+const NODES = 50;
+const PER_NODE = 4;
+
+function rssMiB(pid: number): number {
+  return Number(readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)?.[1] ?? 0) / 1024;
+}
+
+const percentile = (sorted: number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+
+export async function benchApprover(plane: ControlPlane, dir: string): Promise<[string, string][]> {
+  mkdirSync(dir, { recursive: true });
+  const config = await installApprover(plane, dir);
+  const approver = startApprover(config);
+  try {
+    await approver.waitForOutput(/became the leader/, 60_000);
+    await sleep(10_000); // let it settle: this is the idle figure
+    const idleRss = rssMiB(approver.child.pid!);
+
+    const names = Array.from({ length: NODES }, (_, i) => `bench-node-${i}`);
+    await Promise.all(names.map((n) => createNode(plane, n)));
+    const clients = await Promise.all(names.map((n) => nodeClient(plane, n)));
+
+    // One watch sees every approval and issuance; times are taken on this process's clock.
+    const admin = await plane.mintClientCert({ commonName: 'bench-admin', organizations: ['system:masters'] });
+    const watcher = new KubeClient({ server: plane.server, caPem: plane.caPem }, { kind: 'client-certificate', ...admin });
+    const approvedAt = new Map<string, number>();
+    const waiters = new Map<string, () => void>();
+    const issued = new Set<string>();
+    const stop = new AbortController();
+    const list = await watcher.request<{ metadata: { resourceVersion: string } }>('GET', CSRS);
+    const watching = (async () => {
+      for await (const ev of watcher.watch<{ metadata: { name: string }; status?: { certificate?: string; conditions?: { type: string }[] } }>(CSRS, { resourceVersion: list.body.metadata.resourceVersion }, stop.signal)) {
+        const { name } = ev.object.metadata;
+        if (!approvedAt.has(name) && ev.object.status?.conditions?.some((c) => c.type === 'Approved')) approvedAt.set(name, performance.now());
+        if (ev.object.status?.certificate) {
+          issued.add(name);
+          waiters.get(name)?.();
+        }
+      }
+    })().catch(() => undefined);
+
+    const latencies: number[] = [];
+    const began = performance.now();
+    await Promise.all(
+      clients.map(async (client) => {
+        for (let i = 0; i < PER_NODE; i++) {
+          const t0 = performance.now();
+          const name = await submitCsr(client, { cn: KUBE_PROXY.cn, name: 'bench' });
+          await new Promise<void>((resolve) => (issued.has(name) ? resolve() : waiters.set(name, resolve)));
+          latencies.push(approvedAt.get(name)! - t0);
+        }
+      }),
+    );
+    const total = performance.now() - began;
+    stop.abort();
+    await watching;
+    await watcher.close();
+    await Promise.all(clients.map((c) => c.close()));
+    latencies.sort((a, b) => a - b);
+    return [
+      [`approver: CSR created → approved (${latencies.length} CSRs, ${NODES} nodes, ${PER_NODE} each in turn)`, `p50 ${percentile(latencies, 50).toFixed(0)} ms, p99 ${percentile(latencies, 99).toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms; all in ${(total / 1000).toFixed(1)} s`],
+      ['approver: idle RSS (leader, CSR cache synced, 10 s after start)', `${idleRss.toFixed(1)} MiB`],
+      ['approver: RSS after the 200 CSRs', `${rssMiB(approver.child.pid!).toFixed(1)} MiB`],
+    ];
+  } finally {
+    approver.child.kill('SIGTERM');
+    await approver.done;
+  }
+}

@@ -1,0 +1,124 @@
+// Test support for `kubeboot approver`: its manifests and kubeconfig, Node
+// objects, node identities that submit hand-crafted CSRs, and reading the
+// decisions back (conditions and Events).
+import { randomBytes, webcrypto } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { stringify } from 'yaml';
+import { x509 } from '../../agent/pki/x509.js';
+import type { ControlPlane } from './controlplane.js';
+import { expectStatus, kubeClient, type KubeClient } from './http.js';
+import { writeKubeconfig } from './kubeconfig.js';
+import { applyManifests, manifestsDir } from './manifests.js';
+import { startKubeboot, type Running } from './kubeboot.js';
+import type { KubeObject } from './admin.js';
+
+export const approverManifests = join(manifestsDir, 'approver');
+export const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+
+/**
+ * Applies packaging/manifests/approver/*.yaml, writes a kubeconfig for the
+ * user those manifests bind and a config file naming it; returns the config file.
+ */
+export async function installApprover(plane: ControlPlane, dir: string): Promise<string> {
+  const admin = kubeClient({ server: plane.server, caPem: plane.caPem, ...(await plane.mintClientCert({ commonName: 'kubeboot-test-admin', organizations: ['system:masters'] })) });
+  await applyManifests(admin, approverManifests);
+  await admin.close();
+  const file = join(dir, 'approver.conf');
+  await writeKubeconfig(file, plane.server, { pem: plane.caPem }, await plane.mintClientCert({ commonName: 'kubeboot:approver' }));
+  const config = join(dir, 'approver.yaml');
+  await writeFile(config, stringify({ approver: { kubeconfig: file } }));
+  return config;
+}
+
+/** Fast leader election so takeovers fit in a test. */
+export const FAST_LEASE = ['--lease-duration', '4s', '--renew-deadline', '3s', '--retry-period', '1s'];
+
+export function startApprover(config: string, extra: string[] = [], env: NodeJS.ProcessEnv = {}): Running {
+  return startKubeboot(['approver', '--config', config, '--approver-listen', 'off', ...FAST_LEASE, ...extra], env);
+}
+
+export async function createNode(plane: ControlPlane, name: string, addresses: { type: string; address: string }[] = []): Promise<void> {
+  expectStatus(await plane.admin.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name } }), `create node ${name}`, 201, 409);
+  if (addresses.length === 0) return;
+  const node = (await plane.admin.request<KubeObject>('GET', `/api/v1/nodes/${name}`)).body;
+  node.status = { ...(node.status ?? {}), addresses };
+  expectStatus(await plane.admin.request('PUT', `/api/v1/nodes/${name}/status`, node), `node ${name} addresses`, 200);
+}
+
+/** An API client authenticated as `system:node:<name>` in `system:nodes`, as a kubelet is. */
+export async function nodeClient(plane: ControlPlane, name: string): Promise<KubeClient> {
+  return kubeClient({ server: plane.server, caPem: plane.caPem, ...(await plane.mintClientCert({ commonName: `system:node:${name}`, organizations: ['system:nodes'] })) });
+}
+
+export interface CraftSpec {
+  cn: string;
+  o?: string[];
+  dns?: string[];
+  ips?: string[];
+  emails?: string[];
+  uris?: string[];
+  key?: 'ecdsa-p256' | 'rsa-1024' | 'rsa-2048';
+}
+
+export async function craftCsrPem(spec: CraftSpec): Promise<string> {
+  const rsa = spec.key?.startsWith('rsa-') === true;
+  const algorithm = rsa
+    ? { name: 'RSASSA-PKCS1-v1_5', hash: 'SHA-256', publicExponent: new Uint8Array([1, 0, 1]), modulusLength: Number(spec.key!.slice(4)) }
+    : { name: 'ECDSA', namedCurve: 'P-256' };
+  const keys = (await webcrypto.subtle.generateKey(algorithm, false, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+  const names = [
+    ...(spec.dns ?? []).map((value) => ({ type: 'dns' as const, value })),
+    ...(spec.ips ?? []).map((value) => ({ type: 'ip' as const, value })),
+    ...(spec.emails ?? []).map((value) => ({ type: 'email' as const, value })),
+    ...(spec.uris ?? []).map((value) => ({ type: 'url' as const, value })),
+  ];
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: [...(spec.o ?? []).map((o) => ({ O: [o] })), { CN: [spec.cn] }],
+    keys,
+    signingAlgorithm: rsa ? { name: 'RSASSA-PKCS1-v1_5', hash: 'SHA-256' } : { name: 'ECDSA', hash: 'SHA-256' },
+    extensions: names.length > 0 ? [new x509.SubjectAlternativeNameExtension(names)] : [],
+  });
+  return csr.toString('pem');
+}
+
+export interface SubmitSpec extends CraftSpec {
+  signer?: string;
+  usages?: string[];
+  expirationSeconds?: number;
+  /** Name prefix; a random suffix keeps names unique. */
+  name?: string;
+}
+
+export const KUBE_PROXY = { cn: 'system:kube-proxy', signer: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'client auth'] } as const;
+
+/** Submits a CSR as `client`; returns its name. */
+export async function submitCsr(client: Pick<KubeClient, 'request'>, spec: SubmitSpec): Promise<string> {
+  const name = `${spec.name ?? 'crafted'}-${randomBytes(4).toString('hex')}`;
+  const body = {
+    apiVersion: 'certificates.k8s.io/v1',
+    kind: 'CertificateSigningRequest',
+    metadata: { name },
+    spec: {
+      request: Buffer.from(await craftCsrPem(spec)).toString('base64'),
+      signerName: spec.signer ?? KUBE_PROXY.signer,
+      usages: spec.usages ?? [...KUBE_PROXY.usages],
+      ...(spec.expirationSeconds !== undefined ? { expirationSeconds: spec.expirationSeconds } : {}),
+    },
+  };
+  expectStatus(await client.request('POST', CSRS, body), `create CSR ${name}`, 201);
+  return name;
+}
+
+export function approvals(csr: KubeObject | null): KubeObject[] {
+  return ((csr?.status?.conditions ?? []) as KubeObject[]).filter((c) => c.type === 'Approved');
+}
+
+/** Warning Events the approver wrote on a CSR. */
+export async function csrEvents(plane: ControlPlane, name: string): Promise<{ reason: string; message: string }[]> {
+  const res = await plane.admin.request<{ items: { reason: string; message: string; source?: { component?: string } }[] }>(
+    'GET',
+    `/api/v1/namespaces/default/events?fieldSelector=${encodeURIComponent(`involvedObject.name=${name}`)}`,
+  );
+  return res.body.items.filter((e) => e.source?.component === 'kubeboot-approver');
+}

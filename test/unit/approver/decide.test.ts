@@ -1,0 +1,86 @@
+// decide(): a real PKCS#10 request through recognition, the rules and the
+// SubjectAccessReview, with the cluster look-ups faked.
+import t from 'tap';
+import type { ApproverCsr } from '../../../agent/approver/csr.js';
+import { decide, type Lookups } from '../../../agent/approver/decide.js';
+import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import { keyAlgorithmName, requestFacts } from '../../../agent/approver/request.js';
+import { craftCsrPem, type CraftSpec } from '../../support/approver.js';
+
+const policy: ApproverPolicy = {
+  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
+  maxExpirationSeconds: 86_400,
+  keyAlgorithms: ['ecdsa-p256', 'rsa-2048'],
+  serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
+};
+
+async function csr(name: string, spec: CraftSpec, over: Partial<ApproverCsr['spec']> = {}, created = '2026-01-01T00:00:00Z'): Promise<ApproverCsr> {
+  return {
+    metadata: { name, uid: `uid-${name}`, creationTimestamp: created },
+    spec: {
+      request: Buffer.from(await craftCsrPem(spec)).toString('base64'),
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      usages: ['digital signature', 'client auth'],
+      username: 'system:node:n1',
+      groups: ['system:nodes', 'system:authenticated'],
+      ...over,
+    },
+  };
+}
+
+function lookups(opts: { allowed?: boolean; all?: ApproverCsr[] } = {}): Lookups & { reviews: string[] } {
+  const reviews: string[] = [];
+  return {
+    reviews,
+    node: async (name) => (name === 'n1' ? { name, addresses: [] } : null),
+    allowed: async (_c, sub) => (reviews.push(sub), opts.allowed ?? true),
+    all: () => opts.all ?? [],
+  };
+}
+
+t.test('request facts: SANs of every kind and the key size are read', async (t) => {
+  const facts = await requestFacts(Buffer.from(await craftCsrPem({ cn: 'x', o: ['a', 'b'], dns: ['d'], ips: ['10.0.0.1'], emails: ['e@x'], uris: ['spiffe://x'], key: 'rsa-1024' })).toString('base64'));
+  t.same(facts.subject, { commonName: 'x', organizations: ['a', 'b'] });
+  t.same([facts.dnsNames, facts.ipAddresses, facts.emailAddresses, facts.uris], [['d'], ['10.0.0.1'], ['e@x'], ['spiffe://x']]);
+  t.equal(keyAlgorithmName(facts.key), 'rsa-1024');
+  t.equal(facts.signatureValid, true);
+  t.equal(keyAlgorithmName((await requestFacts(Buffer.from(await craftCsrPem({ cn: 'x' })).toString('base64'))).key), 'ecdsa-p256');
+});
+
+t.test('a valid kube-proxy CSR is approved after a SubjectAccessReview for kubeproxyclient', async (t) => {
+  const l = lookups();
+  const d = await decide(await csr('ok', { cn: 'system:kube-proxy' }), policy, l);
+  t.equal(d.kind, 'approve');
+  t.match(d.kind === 'approve' ? d.message : '', /^kube-proxy-client: every rule passed/);
+  t.same(l.reviews, ['kubeproxyclient']);
+});
+
+t.test('a SubjectAccessReview that denies is the violation "authorized"', async (t) => {
+  const d = await decide(await csr('sar', { cn: 'system:kube-proxy' }), policy, lookups({ allowed: false }));
+  t.same(d.kind === 'violation' ? d.rule : d.kind, 'authorized');
+});
+
+t.test('a rule violation skips the SubjectAccessReview', async (t) => {
+  const l = lookups();
+  const d = await decide(await csr('cn', { cn: 'root' }), policy, l);
+  t.same(d.kind === 'violation' ? [d.rule, d.message] : d.kind, ['subject', 'kube-proxy-client rule subject: CN root is not system:kube-proxy']);
+  t.same(l.reviews, []);
+});
+
+t.test('settled CSRs and CSRs of other signers are ignored', async (t) => {
+  const approved = await csr('done', { cn: 'system:kube-proxy' });
+  approved.status = { conditions: [{ type: 'Approved', status: 'True' }] };
+  t.same(await decide(approved, policy, lookups()), { kind: 'ignore', why: 'settled' });
+  t.same(await decide(await csr('other', { cn: 'system:kube-proxy' }, { signerName: 'example.com/x' }), policy, lookups()), { kind: 'ignore', why: 'not-ours' });
+});
+
+t.test('only the oldest unissued kube-proxy CSR of a node is approved', async (t) => {
+  const older = await csr('a-older', { cn: 'system:kube-proxy' }, {}, '2026-01-01T00:00:00Z');
+  const newer = await csr('b-newer', { cn: 'system:kube-proxy' }, {}, '2026-01-01T00:00:00Z');
+  const all = [older, newer];
+  t.equal((await decide(older, policy, lookups({ all }))).kind, 'approve', 'the older one (same second: by name)');
+  const d = await decide(newer, policy, lookups({ all }));
+  t.same(d.kind === 'violation' ? d.rule : d.kind, 'one-unissued-per-node', 'the newer one waits');
+  older.status = { certificate: 'Y2VydA==', conditions: [{ type: 'Approved' }] };
+  t.equal((await decide(newer, policy, lookups({ all }))).kind, 'approve', 'once the older one is issued, the newer one may go');
+});

@@ -1,0 +1,13 @@
+import t from 'tap';
+import { createApproverMetrics } from '../../../agent/approver/metrics.js';
+
+t.test('decisions are counted by signer, decision and rule; the leader gauge follows the lease', async (t) => {
+  const m = createApproverMetrics({ defaultMetrics: false });
+  m.decision('kubernetes.io/kube-apiserver-client', 'denied', 'subject');
+  m.leader(true);
+  m.approvalLatency(0.7);
+  const text = await m.registry.metrics();
+  t.match(text, 'kubeboot_approver_decisions_total{signer="kubernetes.io/kube-apiserver-client",decision="denied",rule="subject"} 1');
+  t.match(text, 'kubeboot_approver_leader 1');
+  t.match(text, 'kubeboot_approver_approval_latency_seconds_bucket{le="1"} 1');
+});

@@ -1,0 +1,142 @@
+// Every approval rule as a table: a valid CSR passes, and each single defect
+// is reported under exactly the rule that names it.
+import { readFile } from 'node:fs/promises';
+import t from 'tap';
+import { AUTHORIZED_RULE } from '../../../agent/approver/decide.js';
+import { evaluate, KUBE_PROXY_RULES, KUBELET_SERVING_RULES, recognize, allowedDnsNames, type ApproverPolicy, type CsrFacts, type RuleInput, type World } from '../../../agent/approver/policy.js';
+import type { RequestFacts } from '../../../agent/approver/request.js';
+
+const policy: ApproverPolicy = {
+  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
+  maxExpirationSeconds: 86_400,
+  keyAlgorithms: ['ecdsa-p256', 'ecdsa-p384', 'rsa-2048', 'rsa-3072', 'rsa-4096'],
+  serving: { enabled: true, dnsSuffixes: ['nodes.example'], ipCidrs: ['10.0.0.0/24', 'fd00::/64'] },
+};
+
+const request = (over: Partial<RequestFacts> = {}): RequestFacts => ({
+  subject: { commonName: 'system:kube-proxy', organizations: [] },
+  dnsNames: [],
+  ipAddresses: [],
+  emailAddresses: [],
+  uris: [],
+  otherNames: [],
+  key: { kind: 'ecdsa', curve: 'prime256v1' },
+  signatureValid: true,
+  ...over,
+});
+
+const world = (over: Partial<World> = {}): World => ({
+  node: { name: 'n1', addresses: [{ type: 'InternalIP', address: '10.0.0.5' }, { type: 'InternalIP', address: 'fd00::5' }, { type: 'Hostname', address: 'n1-host' }, { type: 'ExternalIP', address: '203.0.113.9' }] },
+  olderUnissued: [],
+  ...over,
+});
+
+function proxyInput(csr: Partial<CsrFacts> = {}, req: Partial<RequestFacts> = {}, w: Partial<World> = {}): RuleInput {
+  return {
+    csr: { name: 'x', signerName: 'kubernetes.io/kube-apiserver-client', username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'], usages: ['digital signature', 'client auth'], expirationSeconds: undefined, request: request(req), ...csr },
+    nodeName: (csr.username ?? 'system:node:n1').startsWith('system:node:') ? (csr.username ?? 'system:node:n1').slice(12) : null,
+    world: world(w),
+    policy,
+  };
+}
+
+function servingInput(csr: Partial<CsrFacts> = {}, req: Partial<RequestFacts> = {}, w: Partial<World> = {}): RuleInput {
+  const base = proxyInput({ signerName: 'kubernetes.io/kubelet-serving', usages: ['digital signature', 'server auth'], ...csr }, { subject: { commonName: 'system:node:n1', organizations: ['system:nodes'] }, dnsNames: ['n1'], ...req }, w);
+  return base;
+}
+
+const rsa = (bits: number) => ({ key: { kind: 'rsa' as const, bits } });
+
+t.test('kube-proxy client rules', async (t) => {
+  t.same(evaluate(KUBE_PROXY_RULES, proxyInput()), { ok: true }, 'a valid kube-proxy CSR passes');
+  t.same(evaluate(KUBE_PROXY_RULES, proxyInput({ usages: ['digital signature', 'key encipherment', 'client auth'] }, rsa(2048))), { ok: true }, 'RSA 2048 with key encipherment passes');
+  t.same(evaluate(KUBE_PROXY_RULES, proxyInput({ expirationSeconds: 86_400 })), { ok: true }, 'expiration at the cap passes');
+  const cases: [string, RuleInput, string][] = [
+    ['requester a bootstrap token', proxyInput({ username: 'system:bootstrap:abcdef', groups: ['system:bootstrappers'] }), 'requester-is-node'],
+    ['requester named like a node but outside system:nodes', proxyInput({ groups: ['system:authenticated'] }), 'requester-is-node'],
+    ['a service account', proxyInput({ username: 'system:serviceaccount:kube-system:x', groups: ['system:serviceaccounts'] }), 'requester-is-node'],
+    ['unparsable request', { ...proxyInput(), csr: { ...proxyInput().csr, request: null } }, 'request-signature'],
+    ['bad self-signature', proxyInput({}, { signatureValid: false }), 'request-signature'],
+    ['no Node object', proxyInput({}, {}, { node: null }), 'node-exists'],
+    ['wrong CN', proxyInput({}, { subject: { commonName: 'system:kube-proxyx', organizations: [] } }), 'subject'],
+    ['an extra O', proxyInput({}, { subject: { commonName: 'system:kube-proxy', organizations: ['system:nodes'] } }), 'subject'],
+    ['a DNS SAN', proxyInput({}, { dnsNames: ['n1'] }), 'no-sans'],
+    ['an IP SAN', proxyInput({}, { ipAddresses: ['10.0.0.5'] }), 'no-sans'],
+    ['an email SAN', proxyInput({}, { emailAddresses: ['a@b'] }), 'no-sans'],
+    ['a URI SAN', proxyInput({}, { uris: ['spiffe://x'] }), 'no-sans'],
+    ['server auth', proxyInput({ usages: ['digital signature', 'server auth'] }), 'usages'],
+    ['client and server auth', proxyInput({ usages: ['digital signature', 'client auth', 'server auth'] }), 'usages'],
+    ['key encipherment with ECDSA', proxyInput({ usages: ['digital signature', 'key encipherment', 'client auth'] }), 'usages'],
+    ['no digital signature', proxyInput({ usages: ['client auth'] }), 'usages'],
+    ['a repeated usage', proxyInput({ usages: ['digital signature', 'client auth', 'client auth'] }), 'usages'],
+    ['RSA 1024', proxyInput({ usages: ['digital signature', 'key encipherment', 'client auth'] }, rsa(1024)), 'key-algorithm'],
+    ['RSA 8192 (not listed)', proxyInput({}, rsa(8192)), 'key-algorithm'],
+    ['Ed25519', proxyInput({}, { key: { kind: 'other', type: 'ed25519' } }), 'key-algorithm'],
+    ['expiration above the cap', proxyInput({ expirationSeconds: 86_401 }), 'expiration'],
+    ['an older unissued CSR of the node', proxyInput({}, {}, { olderUnissued: ['older'] }), 'one-unissued-per-node'],
+  ];
+  for (const [what, input, rule] of cases) {
+    const verdict = evaluate(KUBE_PROXY_RULES, input);
+    t.equal(verdict.ok ? 'passed' : verdict.rule, rule, `${what}: fails ${rule}`);
+  }
+});
+
+t.test('kube-proxy RSA below 2048 is refused even when listed', async (t) => {
+  const verdict = evaluate(KUBE_PROXY_RULES, { ...proxyInput({}, rsa(1024)), policy: { ...policy, keyAlgorithms: ['rsa-1024'] } });
+  t.same(verdict.ok ? null : verdict.rule, 'key-algorithm');
+});
+
+t.test('the configured kube-proxy subject is required exactly', async (t) => {
+  const custom = { ...policy, kubeProxy: { commonName: 'kube-proxy', organizations: ['proxies'] } };
+  t.same(evaluate(KUBE_PROXY_RULES, { ...proxyInput({}, { subject: { commonName: 'kube-proxy', organizations: ['proxies'] } }), policy: custom }), { ok: true });
+  const verdict = evaluate(KUBE_PROXY_RULES, { ...proxyInput({}, { subject: { commonName: 'kube-proxy', organizations: [] } }), policy: custom });
+  t.equal(verdict.ok ? null : verdict.rule, 'subject', 'a missing configured O fails');
+});
+
+t.test('kubelet serving rules', async (t) => {
+  t.same(evaluate(KUBELET_SERVING_RULES, servingInput({}, { dnsNames: ['n1', 'n1-host', 'n1.nodes.example', 'N1-HOST.nodes.example'], ipAddresses: ['10.0.0.5', 'fd00::5'] })), { ok: true }, 'node name, hostnames, suffixed names and node IPs pass');
+  const cases: [string, RuleInput, string][] = [
+    ['requester not a node', servingInput({ username: 'alice', groups: [] }), 'requester-is-node'],
+    ['no Node object', servingInput({}, {}, { node: null }), 'node-exists'],
+    ["another node's CN", servingInput({}, { subject: { commonName: 'system:node:n2', organizations: ['system:nodes'] } }), 'subject'],
+    ['O missing', servingInput({}, { subject: { commonName: 'system:node:n1', organizations: [] } }), 'subject'],
+    ['no SAN', servingInput({}, { dnsNames: [] }), 'has-san'],
+    ["another node's name", servingInput({}, { dnsNames: ['n2'] }), 'dns-sans'],
+    ['a name under a foreign domain', servingInput({}, { dnsNames: ['n1.evil.example'] }), 'dns-sans'],
+    ["an IP not among the Node's addresses", servingInput({}, { ipAddresses: ['10.0.0.6'] }), 'ip-sans'],
+    ["a Node IP outside the configured CIDRs", servingInput({}, { ipAddresses: ['203.0.113.9'] }), 'ip-sans'],
+    ['an email SAN', servingInput({}, { emailAddresses: ['root@n1'] }), 'no-email-uri-sans'],
+    ['a URI SAN', servingInput({}, { uris: ['https://n1'] }), 'no-email-uri-sans'],
+    ['client auth', servingInput({ usages: ['digital signature', 'client auth'] }), 'usages'],
+    ['RSA 1024', servingInput({ usages: ['digital signature', 'key encipherment', 'server auth'] }, rsa(1024)), 'key-algorithm'],
+    ['expiration above the cap', servingInput({ expirationSeconds: 90_000 }), 'expiration'],
+  ];
+  for (const [what, input, rule] of cases) {
+    const verdict = evaluate(KUBELET_SERVING_RULES, input);
+    t.equal(verdict.ok ? 'passed' : verdict.rule, rule, `${what}: fails ${rule}`);
+  }
+  t.same(evaluate(KUBELET_SERVING_RULES, { ...servingInput({}, { ipAddresses: ['203.0.113.9'] }), policy: { ...policy, serving: { ...policy.serving, ipCidrs: [] } } }), { ok: true }, 'without CIDRs every Node IP is allowed');
+});
+
+t.test('allowed DNS names: the node name and hostnames, each under every suffix', async (t) => {
+  t.same([...allowedDnsNames('n1', [{ type: 'Hostname', address: 'H' }, { type: 'InternalIP', address: '10.0.0.1' }], ['.a.example'])].sort(), ['h', 'h.a.example', 'n1', 'n1.a.example']);
+});
+
+t.test('recognition: only our signers, and only node requesters or our kube-proxy subject', async (t) => {
+  const r = (signerName: string, username: string, groups: string[], cn: string, p = policy) => recognize({ signerName, username, groups, request: request({ subject: { commonName: cn, organizations: [] } }) }, p);
+  t.equal(r('kubernetes.io/kube-apiserver-client', 'system:node:n1', ['system:nodes'], 'anything'), 'kube-proxy-client', 'a node asking that signer');
+  t.equal(r('kubernetes.io/kube-apiserver-client', 'system:bootstrap:abcdef', ['system:bootstrappers'], 'system:kube-proxy'), 'kube-proxy-client', 'anyone asking for the kube-proxy subject');
+  t.equal(r('kubernetes.io/kube-apiserver-client', 'alice', [], 'alice'), null, "a user's own client CSR is not ours");
+  t.equal(r('kubernetes.io/kube-apiserver-client-kubelet', 'system:node:n1', ['system:nodes'], 'system:node:n1'), null, "kube-controller-manager's signer is not ours");
+  t.equal(r('example.com/custom', 'system:node:n1', ['system:nodes'], 'system:kube-proxy'), null, 'a custom signer is not ours');
+  t.equal(r('kubernetes.io/kubelet-serving', 'system:node:n1', ['system:nodes'], 'system:node:n1'), 'kubelet-serving', 'serving when opted in');
+  t.equal(r('kubernetes.io/kubelet-serving', 'system:node:n1', ['system:nodes'], 'system:node:n1', { ...policy, serving: { ...policy.serving, enabled: false } }), null, 'serving left alone unless opted in');
+});
+
+t.test("the README's rule table lists every rule, and no rule that does not exist", async (t) => {
+  const readme = await readFile(new URL('../../../README.md', import.meta.url), 'utf8');
+  const table = readme.split('Rules, checked in this order')[1]?.split('\n\n')[1] ?? '';
+  const documented = new Set([...table.matchAll(/^\| [^|]+ \| `([a-z-]+)` \|/gm)].map((m) => m[1]));
+  const actual = new Set([...KUBE_PROXY_RULES, ...KUBELET_SERVING_RULES].map((r) => r.name).concat(AUTHORIZED_RULE));
+  t.same([...documented].sort(), [...actual].sort());
+});

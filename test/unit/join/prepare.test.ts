@@ -1,0 +1,65 @@
+// The decisions `kubeboot bootstrap|run --server --token` makes before any
+// request: what is missing, what already exists, what is refused.
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import t from 'tap';
+import { defaultConfig } from '../../../agent/config/defaults.js';
+import type { Config } from '../../../agent/config/types.js';
+import { ExitCode } from '../../../agent/errors.js';
+import { prepareJoin, renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
+import { parseBootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
+import { silentLogger } from '../../../agent/log.js';
+import { readOptional } from '../../../agent/read-optional.js';
+
+const deps = { logger: silentLogger(), now: () => new Date() };
+const TOKEN = 'abcdef.0123456789abcdef';
+// Nothing listens on port 1: a test that reached discovery would fail, not pass.
+const SERVER = 'https://127.0.0.1:1';
+
+function nodeConfig(dir: string, over: Partial<Config>): Config {
+  const c = defaultConfig('worker-1');
+  c.bootstrapKubeconfig = join(dir, 'bootstrap-kubelet.conf');
+  c.kubelet.kubeconfig = join(dir, 'kubelet.conf');
+  c.kubelet.certDir = join(dir, 'pki');
+  c.stateDir = join(dir, 'state');
+  c.kubeProxy.enabled = false;
+  return { ...c, ...over };
+}
+
+t.test('without --server, --token or --token-file nothing happens', async (t) => {
+  t.equal(await prepareJoin(nodeConfig(t.testdir(), {}), deps), 'not-requested');
+});
+
+t.test('incomplete or contradictory join settings are bad input naming the setting', async (t) => {
+  const dir = t.testdir();
+  const cases: [Partial<Config>, string][] = [
+    [{ token: TOKEN }, 'configuration: server (--server, KUBEBOOT_SERVER): missing: a join token needs the API server URL'],
+    [{ server: SERVER }, `configuration: token (--token, --token-file, KUBEBOOT_TOKEN): missing: joining ${SERVER} needs a bootstrap token`],
+    [{ server: SERVER, token: TOKEN, tokenFile: join(dir, 'token') }, 'configuration: tokenFile (--token-file): cannot be combined with token; give one'],
+    [{ server: SERVER, token: TOKEN }, `joining ${SERVER} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`],
+  ];
+  for (const [over, message] of cases) await t.rejects(prepareJoin(nodeConfig(dir, over), deps), { message, code: ExitCode.badInput });
+});
+
+t.test('an existing bootstrap kubeconfig is used as it is, never overwritten', async (t) => {
+  const dir = t.testdir();
+  const config = nodeConfig(dir, { server: SERVER, token: TOKEN });
+  await writeFile(config.bootstrapKubeconfig, 'operator content\n');
+  t.equal(await prepareJoin(config, deps), 'bootstrap-kubeconfig-exists');
+  t.equal(await readOptional(config.bootstrapKubeconfig), 'operator content\n');
+});
+
+t.test('a token file already deleted after an earlier join is reported, not fatal', async (t) => {
+  const dir = t.testdir();
+  t.equal(await prepareJoin(nodeConfig(dir, { server: SERVER, tokenFile: join(dir, 'gone') }), deps), 'token-file-gone');
+  t.equal(await readOptional(join(dir, 'bootstrap-kubelet.conf')), null, 'nothing written');
+});
+
+t.test('the rendered bootstrap kubeconfig reads back with its CA and credential', async (t) => {
+  const ca = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
+  const file = join(t.testdir(), 'b.conf');
+  const withFile = await parseBootstrapKubeconfig(file, renderBootstrapKubeconfig({ server: 'https://api:6443/', caPem: ca, credential: { tokenFile: '/etc/kubernetes/bootstrap-token' } }), async (p) => (p === '/etc/kubernetes/bootstrap-token' ? TOKEN : null));
+  t.match(withFile, { server: 'https://api:6443', caPem: ca, tokenFile: '/etc/kubernetes/bootstrap-token', auth: { kind: 'bootstrap-token', tokenId: 'abcdef' } });
+  const inline = await parseBootstrapKubeconfig(file, renderBootstrapKubeconfig({ server: 'https://api:6443', caPem: ca, credential: { token: TOKEN } }), readOptional);
+  t.match(inline, { tokenFile: null, auth: { kind: 'bootstrap-token', token: TOKEN } });
+});

@@ -1,0 +1,114 @@
+// What `kubeboot user-data` renders: valid for cloud-init's own schema
+// checker, and a config file the node's loader accepts as it is.
+import { execFile } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import t, { type Test } from 'tap';
+import { parse } from 'yaml';
+import { parseSets, runUserData } from '../../../agent/cli/user-data.js';
+import { defaultConfig } from '../../../agent/config/defaults.js';
+import { loadConfig } from '../../../agent/config/load.js';
+import { joinCommand, renderCloudConfig, renderScript, type NodeJoin } from '../../../agent/join/user-data.js';
+
+const run = promisify(execFile);
+const PIN = `sha256:${'ab'.repeat(32)}`;
+const TOKEN = 'abcdef.0123456789abcdef';
+const KEY = '-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEaw4IMBYJKwYBBAHaRw8BAQdAIl466ODHl\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----\n';
+const base: NodeJoin = { server: 'https://api.example:6443', token: TOKEN, pins: [PIN], settings: {}, tokenFile: '/etc/kubernetes/bootstrap-token', repo: null };
+
+async function schema(t: Test, text: string): Promise<{ ok: boolean; output: string }> {
+  const file = join(t.testdir(), 'user-data.yaml');
+  await writeFile(file, text);
+  try {
+    const r = await run('cloud-init', ['schema', '--config-file', file]);
+    return { ok: true, output: r.stdout + r.stderr };
+  } catch (err) {
+    const e = err as { stdout?: string; stderr?: string };
+    return { ok: false, output: `${e.stdout ?? ''}${e.stderr ?? ''}` };
+  }
+}
+
+type WriteFile = { path: string; owner: string; permissions: string; content: string };
+
+t.test('cloud-init schema accepts the user-data with an apt source, a yum repo, or neither', async (t) => {
+  const variants: [string, NodeJoin][] = [
+    ['no repository', base],
+    ['apt with its key', { ...base, repo: { type: 'apt', url: 'https://repo.example/kubeboot', keyText: KEY, suite: 'stable' } }],
+    ['yum with its key', { ...base, repo: { type: 'yum', url: 'https://repo.example/kubeboot/rpm', keyText: KEY, suite: 'stable' } }],
+  ];
+  for (const [name, join] of variants) {
+    const result = await schema(t, renderCloudConfig(join));
+    t.ok(result.ok, `${name}: ${result.output}`);
+    t.match(result.output, /Valid cloud-config/);
+  }
+  const broken = await schema(t, renderCloudConfig(base).replace(/permissions: "0600"/, 'permissions: 0600'));
+  t.notOk(broken.ok, 'the checker does fail a wrong document (permissions must be a string)');
+});
+
+t.test('user-data writes the config and the token 0600, installs the package and enables kubeboot', async (t) => {
+  const doc = parse(renderCloudConfig({ ...base, settings: { kubeProxy: { enabled: false } }, repo: { type: 'apt', url: 'https://repo.example/kubeboot', keyText: KEY, suite: 'stable' } })) as Record<string, unknown>;
+  const files = doc.write_files as WriteFile[];
+  t.same(files.map((f) => [f.path, f.permissions, f.owner]), [
+    ['/etc/kubeboot/config.yaml', '0600', 'root:root'],
+    ['/etc/kubernetes/bootstrap-token', '0600', 'root:root'],
+  ]);
+  t.equal(files[1]!.content, `${TOKEN}\n`);
+  t.notMatch(files[0]!.content, TOKEN, 'the token is only in its own file');
+  t.same(doc.packages, ['kubeboot']);
+  t.match(doc.runcmd, ['systemctl enable --now kubeboot']);
+  t.same(doc.apt, { sources: { kubeboot: { source: 'deb [signed-by=$KEY_FILE] https://repo.example/kubeboot stable main', key: KEY } } }, 'apt trusts only the given key for this source');
+
+  const loaded = await loadConfig({ argv: ['bootstrap'], env: {}, hostname: 'worker-9', readFile: async (p) => (p === '/etc/kubeboot/config.yaml' ? files[0]!.content : null) });
+  t.equal(loaded.config.server, 'https://api.example:6443', 'the node loader reads the server');
+  t.equal(loaded.config.tokenFile, '/etc/kubernetes/bootstrap-token');
+  t.same(loaded.config.caCertHashes, [PIN]);
+  t.equal(loaded.config.kubeProxy.enabled, false, '--set overrides arrive');
+});
+
+t.test('a yum node gets a repo entry with gpgcheck and the key as a file', async (t) => {
+  const doc = parse(renderCloudConfig({ ...base, repo: { type: 'yum', url: 'https://repo.example/rpm', keyText: KEY, suite: 'stable' } })) as Record<string, unknown>;
+  t.same(doc.yum_repos, { kubeboot: { name: 'kubeboot', baseurl: 'https://repo.example/rpm', enabled: true, gpgcheck: true, gpgkey: 'file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot' } });
+  t.match((doc.write_files as WriteFile[]).at(-1), { path: '/etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot', permissions: '0644', content: KEY });
+});
+
+t.test('--format script is a valid shell script doing the same steps', async (t) => {
+  const script = renderScript({ ...base, repo: { type: 'apt', url: 'https://repo.example/kubeboot', keyText: KEY, suite: 'stable' } });
+  const file = join(t.testdir(), 'join.sh');
+  await writeFile(file, script);
+  await t.resolves(run('sh', ['-n', file]), 'sh -n accepts it');
+  t.match(script, /^#!\/bin\/sh\n/);
+  t.match(script, /umask 077/);
+  t.match(script, /cat > \/etc\/kubernetes\/bootstrap-token <<'KUBEBOOT_EOF'\nabcdef\.0123456789abcdef\nKUBEBOOT_EOF\nchmod 0600 \/etc\/kubernetes\/bootstrap-token/);
+  t.match(script, /deb \[signed-by=\/etc\/apt\/keyrings\/kubeboot\.asc\] https:\/\/repo\.example\/kubeboot stable main/);
+  t.match(script, /apt-get install -y -o Dpkg::Options::=--force-confold kubeboot/);
+  t.match(script, /systemctl enable --now kubeboot/);
+});
+
+t.test('join-command prints one shell-safe line', async (t) => {
+  t.equal(joinCommand(base), `kubeboot bootstrap --server https://api.example:6443 --token ${TOKEN} --ca-cert-hash ${PIN}`);
+});
+
+t.test('--set takes any config-file key, checked as the node would check it', async (t) => {
+  t.same(parseSets(['kubeProxy.enabled=false', 'waitTimeout=5m', 'kubeletServing.dnsNames=[a.example, b.example]', 'nodeName=worker-1']), {
+    kubeProxy: { enabled: false },
+    waitTimeout: '5m',
+    kubeletServing: { dnsNames: ['a.example', 'b.example'] },
+    nodeName: 'worker-1',
+  });
+  const bad: [string, string][] = [
+    ['kubeProxy.enable=false', 'command line: --set kubeProxy.enable: expected KEY=VALUE with a config-file key (see kubeboot --help)'],
+    ['waitTimeout=soon', 'command line: --set waitTimeout: expected seconds or a duration like 90s, 15m, 2h30m, got "soon"'],
+    ['server=https://x', 'command line: --set server: set it with --server instead'],
+    ['stateDir=relative', 'command line: --set stateDir: must be an absolute path'],
+    ['novalue', 'command line: --set novalue: expected KEY=VALUE with a config-file key (see kubeboot --help)'],
+  ];
+  for (const [item, message] of bad) t.throws(() => parseSets([item]), { message });
+});
+
+t.test('token settings without --create-token are refused rather than ignored', async (t) => {
+  const config = { ...defaultConfig('admin'), server: 'https://api.example:6443', token: TOKEN, caCertHashes: [PIN] };
+  await t.rejects(runUserData('user-data', config, { ttl: '2h' }, {}), { message: 'command line: --ttl: only with --create-token' });
+  await t.rejects(runUserData('join-command', config, { expiry: false }, {}), { message: 'command line: --no-expiry: only with --create-token' });
+  await t.rejects(runUserData('join-command', config, { 'create-token': true }, {}), { message: 'command line: --create-token: cannot be combined with --token or --token-file' });
+});

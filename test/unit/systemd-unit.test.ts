@@ -1,0 +1,50 @@
+// The unit's file-system reach against what kubeboot writes by default: every
+// file it writes or deletes stays writable, and what it never writes under
+// /etc/kubernetes (static pod manifests, the cluster PKI, the control-plane
+// kubeconfigs) is taken back.
+import t from 'tap';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { defaultConfig } from '../../agent/config/defaults.js';
+import { identitiesFor } from '../../agent/identities.js';
+import { writtenDirs } from '../../agent/store/sweep.js';
+
+const unit = readFileSync(new URL('../../systemd/kubeboot.service', import.meta.url), 'utf8');
+
+/** The paths of every `Key=` line, without systemd's `-` (ignore if missing) prefix. */
+function paths(key: string): string[] {
+  return [...unit.matchAll(new RegExp(`^${key}=(.*)$`, 'gm'))].flatMap((m) => m[1]!.trim().split(/\s+/)).map((p) => p.replace(/^-/, ''));
+}
+const under = (file: string, dir: string) => file === dir || file.startsWith(dir + '/');
+const value = (key: string) => new RegExp(`^${key}=(.*)$`, 'm').exec(unit)?.[1];
+
+t.test('everything kubeboot writes or deletes by default is writable under the unit, and nothing read-only covers it', async (t) => {
+  const config = defaultConfig('worker-1');
+  config.kubeletServing.enabled = true;
+  const targets = [
+    ...writtenDirs(config),
+    ...identitiesFor(config).flatMap((i) => (i.kubeconfigPath ? [i.kubeconfigPath] : [])),
+    // deleted once the credentials are proven
+    config.bootstrapKubeconfig,
+  ];
+  const writable = paths('ReadWritePaths');
+  const takenBack = [...paths('ReadOnlyPaths'), ...paths('InaccessiblePaths')];
+  for (const target of targets) {
+    t.ok(writable.some((dir) => under(target, dir)), `${target} is under ReadWritePaths`);
+    t.notOk(takenBack.some((dir) => under(target, dir)), `${target} is not read-only or hidden`);
+  }
+});
+
+t.test('what kubeboot never writes under /etc/kubernetes is read-only or hidden', async (t) => {
+  t.same(paths('ReadOnlyPaths').sort(), ['/etc/kubernetes/manifests', '/etc/kubernetes/pki']);
+  t.same(paths('InaccessiblePaths').sort(), ['/etc/kubernetes/admin.conf', '/etc/kubernetes/controller-manager.conf', '/etc/kubernetes/scheduler.conf', '/etc/kubernetes/super-admin.conf']);
+  for (const line of unit.split('\n').filter((l) => /^(ReadOnlyPaths|InaccessiblePaths)=/.test(l))) {
+    t.ok(line.split('=')[1]!.trim().split(/\s+/).every((p) => p.startsWith('-/')), `${line.split('=')[0]}: every path may be absent (worker nodes have none of them)`);
+  }
+  t.equal(path.dirname(defaultConfig('x').kubelet.kubeconfig), '/etc/kubernetes', 'the directory stays writable for the kubeconfig renames');
+});
+
+t.test('memory and tasks are capped', async (t) => {
+  t.match(value('MemoryMax'), /^\d+M$/);
+  t.match(value('TasksMax'), /^\d+$/);
+});
