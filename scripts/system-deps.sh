@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the build and tests use, when missing:
-# packaging tools (packaging/deps.txt) and systemd-notify/socat for the
-# readiness tests. Needs root (CI and the dev machines run as root).
+# packaging tools (packaging/deps.txt), systemd-notify/socat for the
+# readiness tests, systemd-nspawn for the tests under a booted systemd
+# (test/systemd) and qemu-aarch64-static for the arm64 packages' tests. Needs root (CI and the dev machines run as root).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-want=(systemd python3)
+want=(systemd python3 systemd-container qemu-user-static)
 [ -f "$root/packaging/deps.txt" ] && mapfile -t -O "${#want[@]}" want < <(grep -v '^\s*#' "$root/packaging/deps.txt" | sed '/^\s*$/d')
 missing=()
 for pkg in "${want[@]}"; do

@@ -126,7 +126,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('hook-timeout', { key: 'renewal.hookTimeout', type: 'duration', min: atLeastOne, help: 'Kill a hook that runs longer than this' }),
   opt('listen', { key: 'listen', type: 'listen', help: 'Address for /healthz, /readyz and /metrics; off disables' }),
   opt('log-level', { key: 'log.level', type: 'enum', values: ['error', 'warn', 'info', 'debug'], help: 'Log level' }),
-  opt('log-format', { key: 'log.format', type: 'enum', values: ['json', 'text', 'auto'], help: 'Log format; auto is text on a terminal, JSON otherwise' }),
+  opt('log-format', { key: 'log.format', type: 'enum', values: ['json', 'text', 'journal', 'auto'], help: 'Log format; auto is journal when stderr is the systemd journal (one line per message with a syslog priority prefix), text on a terminal, JSON otherwise' }),
   opt('cloud-init-path', { key: 'cloudInitPaths', type: 'paths', help: 'cloud-init cache checked for a leftover bootstrap token (repeatable)' }),
   opt('approver-kubeconfig', { key: 'approver.kubeconfig', type: 'path', help: 'approver: kubeconfig of its own identity (kubeboot approver --kubeconfig sets it too); when the file is absent, the in-cluster service account is used' }),
   opt('approver-listen', { key: 'approver.listen', type: 'listen', help: 'approver: address for /healthz, /readyz and /metrics; off disables' }),

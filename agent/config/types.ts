@@ -55,7 +55,7 @@ export interface Config {
   };
   /** Address:port for /healthz, /readyz and /metrics; null disables the listener. */
   listen: string | null;
-  log: { level: 'error' | 'warn' | 'info' | 'debug'; format: 'json' | 'text' | 'auto' };
+  log: { level: 'error' | 'warn' | 'info' | 'debug'; format: 'json' | 'text' | 'journal' | 'auto' };
   /** cloud-init caches checked for a leftover copy of the bootstrap token. */
   cloudInitPaths: string[];
   /** `kubeboot approver` only (cluster side). The kube-proxy subject it requires is kubeProxy.commonName/organizations. */

@@ -1,6 +1,6 @@
 import { PassThrough } from 'node:stream';
 import t from 'tap';
-import { createLogger, scrub } from '../../agent/log.js';
+import { createLogger, isJournalStream, journalLine, resolveLogFormat, scrub } from '../../agent/log.js';
 
 const token = 'abcdef.0123456789abcdef';
 const key = '-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg4LVWM9nuwNSk3yiTO4Ow5Dz4pUBIY9uxgDMyrvoGoAoGCCqGSM49\n-----END EC PRIVATE KEY-----\n';
@@ -14,7 +14,7 @@ t.test('scrub removes bootstrap token secrets, bearer tokens and PEM private key
 });
 
 t.test('the logger redacts secret-named fields and secrets inside messages, in JSON and text', async (t) => {
-  for (const format of ['json', 'text'] as const) {
+  for (const format of ['json', 'text', 'journal'] as const) {
     const stream = new PassThrough();
     let written = '';
     stream.on('data', (d: Buffer) => (written += d.toString()));
@@ -25,4 +25,58 @@ t.test('the logger redacts secret-named fields and secrets inside messages, in J
     t.notMatch(written, 'MHcCAQEEIBkg', `${format}: no key material`);
     t.match(written, 'node-csr-x', `${format}: ordinary fields survive`);
   }
+});
+
+async function logged(format: 'json' | 'text' | 'journal', write: (logger: ReturnType<typeof createLogger>) => void): Promise<string> {
+  const stream = new PassThrough();
+  let written = '';
+  stream.on('data', (d: Buffer) => (written += d.toString()));
+  const logger = createLogger({ format, stream, level: 'debug' });
+  write(logger);
+  await new Promise<void>((resolve) => logger.on('finish', resolve).end());
+  return written;
+}
+
+t.test('journal lines carry the sd-daemon priority of their level, so journalctl -p filters them', async (t) => {
+  const out = await logged('journal', (l) => {
+    l.error('e');
+    l.warn('w');
+    l.info('i');
+    l.debug('d');
+  });
+  t.same(out.split('\n').filter(Boolean), ['<3>e', '<4>w', '<6>i', '<7>d']);
+});
+
+t.test('a journal line is the message and its fields as key=value, one line, no timestamp', async (t) => {
+  const out = await logged('journal', (l) =>
+    l.warn('renewal failed\nretrying', { identity: 'kubelet', attempt: 3, error: 'connect ECONNREFUSED 127.0.0.1:6443', hook: { argv: ['systemctl', 'restart'] }, ok: false }),
+  );
+  t.equal(out, '<4>renewal failed\\nretrying identity=kubelet attempt=3 error="connect ECONNREFUSED 127.0.0.1:6443" hook={"argv":["systemctl","restart"]} ok=false\n');
+});
+
+t.test('journalLine quotes values that would not read back as one word', async (t) => {
+  t.equal(journalLine({ level: 'info', message: 'm', a: '', b: 'x=y', c: 'say "hi"', d: 'plain/path-1.pem' }), '<6>m a="" b="x=y" c="say \\"hi\\"" d=plain/path-1.pem');
+  t.equal(journalLine({ level: 'info', message: 'm', gone: undefined }), '<6>m', 'undefined fields are left out');
+});
+
+t.test('auto picks journal when stderr is the journal, text on a terminal, JSON otherwise; explicit formats win', async (t) => {
+  t.equal(resolveLogFormat('auto', { journal: true, tty: false }), 'journal');
+  t.equal(resolveLogFormat(undefined, { journal: false, tty: true }), 'text');
+  t.equal(resolveLogFormat('auto', { journal: false, tty: false }), 'json');
+  t.equal(resolveLogFormat('json', { journal: true, tty: false }), 'json', 'log shippers can still ask for JSON');
+  t.equal(resolveLogFormat('journal', { journal: false, tty: true }), 'journal');
+});
+
+t.test('stderr is the journal only when JOURNAL_STREAM names the device and inode fstat reports', async (t) => {
+  const stat = () => ({ dev: 64769n, ino: 123456789n });
+  t.ok(isJournalStream({ JOURNAL_STREAM: '64769:123456789' }, 2, stat));
+  t.notOk(isJournalStream({ JOURNAL_STREAM: '64769:123456780' }, 2, stat), 'an inherited variable after a redirection');
+  t.notOk(isJournalStream({}, 2, stat), 'not under systemd');
+  t.notOk(isJournalStream({ JOURNAL_STREAM: 'garbage' }, 2, stat));
+  t.notOk(
+    isJournalStream({ JOURNAL_STREAM: '1:2' }, 2, () => {
+      throw new Error('EBADF');
+    }),
+    'a closed stderr',
+  );
 });
