@@ -84,7 +84,8 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
     }
   }
 
-  for (const line of lines) out.write(`${line.ok ? 'ok  ' : 'FAIL'} ${line.what}: ${line.detail}\n`);
+  // A missing credential that bootstrap will obtain is work to do, not a failure.
+  for (const line of lines) out.write(`${line.ok ? 'ok  ' : line.kind === 'credential' && canBootstrap ? 'todo' : 'FAIL'} ${line.what}: ${line.detail}\n`);
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
   const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && canBootstrap));
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);

@@ -45,6 +45,11 @@ if ! command -v go >/dev/null; then
   exit 127
 fi
 mkdir -p "$out"
+# One build at a time per version: test files (and checkouts sharing .cache)
+# may all start on a cold cache; the second waits, then finds the binaries.
+exec 9>"$out.lock"
+flock 9
+if have; then log "reusing binaries in $out (built meanwhile)"; echo "$out"; exit 0; fi
 
 # Wrapper module for a Kubernetes version: k8s.io/kubernetes pins its staging
 # modules at v0.0.0, so each one is replaced with its published v0.<minor>.<patch>.
