@@ -5,12 +5,11 @@
 // kube-proxy, waiting in its ExecStartPre=, starts.
 import { join } from 'node:path';
 import t from 'tap';
-import type { KubeObject } from '../support/admin.js';
 import { installApprover, createNode, approvals } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
 import { buildPackages, buildTools, toolsOrSkip } from '../packaging/fixtures/packages.js';
-import { bootNode, installPackage } from './fixtures/node.js';
+import { bootNode, installPackage, startStandInsUntilProxyCsr } from './fixtures/node.js';
 
 if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], true)) {
   buildPackages();
@@ -21,12 +20,7 @@ if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], 
       const node = await bootNode(t, plane, 'listen: off\n');
       await createNode(plane, node.name);
       await installPackage(node);
-      await node.run(['systemctl', 'start', '--no-block', 'kubelet.service', 'kube-proxy.service']);
-      const pending = await plane.admin.waitFor(
-        'the kube-proxy CSR',
-        async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions),
-        90_000,
-      );
+      const pending = await startStandInsUntilProxyCsr(plane, node);
       t.equal(await node.unitProperty('kube-proxy.service', 'SubState'), 'start-pre', 'kube-proxy waits for its credential');
 
       // Root-only on disk, as the unit's comment asks; systemd hands the dynamic user a copy.

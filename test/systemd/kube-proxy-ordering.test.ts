@@ -4,10 +4,9 @@
 // and kube-proxy waits in its ExecStartPre= (`kubeboot wait --identity
 // kube-proxy`) until its CSR is approved and its credential proven.
 import t from 'tap';
-import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { buildPackages, buildTools, toolsOrSkip } from '../packaging/fixtures/packages.js';
-import { bootNode, installPackage } from './fixtures/node.js';
+import { bootNode, installPackage, startStandInsUntilProxyCsr } from './fixtures/node.js';
 
 if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], true)) {
   buildPackages();
@@ -16,12 +15,7 @@ if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], 
     await t.test('with its CSR pending, kube-proxy waits while the kubelet runs; after approval it starts with a working kubeconfig', async (t) => {
       const node = await bootNode(t, plane, 'listen: off\n');
       await installPackage(node);
-      await node.run(['systemctl', 'start', '--no-block', 'kubelet.service', 'kube-proxy.service']);
-      const pending = await plane.admin.waitFor(
-        'the kube-proxy CSR',
-        async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions),
-        90_000,
-      );
+      const pending = await startStandInsUntilProxyCsr(plane, node);
       await plane.admin.waitFor('the kubelet running', async () => ((await node.unitProperty('kubelet.service', 'ActiveState')) === 'active' ? true : undefined), 90_000);
       t.equal(await node.unitProperty('kubeboot.service', 'ActiveState'), 'active', 'kubeboot is READY once the kubelet credential is proven');
       t.same(await node.standInRecorded('kubelet', 1), [`system:node:${node.name}`], 'the kubelet started with a working kubelet.conf');
