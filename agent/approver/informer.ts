@@ -102,8 +102,10 @@ export class CsrInformer {
   /** Returns the resourceVersion to resume from when the server ends the watch. */
   async #watch(rv: string, signal: AbortSignal): Promise<string> {
     const query = { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds: this.#opts.watchTimeoutSeconds ?? 300 };
+    // Silence 15 s past the watch's own end means a dead connection (after a failover, a half-open socket): re-list.
+    const idleMs = (query.timeoutSeconds + 15) * 1000;
     try {
-      for await (const event of this.#client.watch<ApproverCsr & { code?: number }>(CSR_PATH, query, signal)) {
+      for await (const event of this.#client.watch<ApproverCsr & { code?: number }>(CSR_PATH, query, signal, idleMs)) {
         if (event.type === 'ERROR') {
           if (event.object.code === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
           throw new Error(`watch error: ${JSON.stringify(event.object).slice(0, 200)}`);

@@ -161,7 +161,7 @@ const noSans: Rule = {
 
 const oneUnissuedPerNode: Rule = {
   name: 'one-unissued-per-node',
-  summary: 'no older kube-proxy CSR of the same node is still unissued (a flood is not approved)',
+  summary: 'no older kube-proxy CSR of the same node is still unissued (a flood is approved at most one at a time)',
   check: ({ world }) => (world.olderUnissued.length === 0 ? null : `an older CSR of this node is still unissued: ${world.olderUnissued.join(', ')}`),
 };
 

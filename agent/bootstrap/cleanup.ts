@@ -14,7 +14,7 @@ import { whoAmI } from '../kube/whoami.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
 import { readOptional } from '../read-optional.js';
-import { errnoCode, fileError, removeFileDurably, type WriteObserver } from '../store/atomic.js';
+import { errnoCode, fileError, removeFileDurably, trustProblem, type WriteObserver } from '../store/atomic.js';
 
 const SCAN_LIMIT_BYTES = 1 << 20;
 
@@ -55,8 +55,9 @@ async function proveNode(node: NodeCredential, deps: Pick<RunDeps, 'signal' | 'd
 }
 
 export async function removeBootstrapToken(bootstrap: BootstrapKubeconfig, cloudInitPaths: string[], logger: Logger, observer?: WriteObserver): Promise<void> {
-  await removeSecretFile(bootstrap.file, 'bootstrap kubeconfig', logger, observer);
+  // The token file first: once the kubeconfig is gone, nothing names it any more.
   if (bootstrap.tokenFile) await removeSecretFile(bootstrap.tokenFile, 'bootstrap token file', logger, observer);
+  await removeSecretFile(bootstrap.file, 'bootstrap kubeconfig', logger, observer);
   if (bootstrap.auth.kind === 'client-certificate') return;
   const secret = bootstrap.auth.kind === 'bootstrap-token' ? bootstrap.auth.tokenSecret : bootstrap.auth.token;
   for (const file of await filesContaining(cloudInitPaths, secret)) {
@@ -89,10 +90,27 @@ async function removeSecretFile(file: string, what: string, logger: Logger, obse
   if (isLink) {
     // A dangling link has nothing behind it: only the link goes.
     target = await realpath(file).catch((err: unknown) => (errnoCode(err) === 'ENOENT' ? null : fail(file, err)));
+    // As root, deleting whatever a link names would let anyone who can plant
+    // the link delete any file: the target goes only if it and its directory
+    // are ours and nobody else can write them, as kubeboot's own files are.
+    const distrust = target === null ? null : await untrusted(target);
+    if (distrust !== null) {
+      logger.warn(`${file} links to ${target}, which kubeboot will not delete (${distrust}); removing only the link: delete the token in ${target} by hand`);
+      target = null;
+    }
   }
   if (target !== null) await removeFileDurably(target, { observer }).catch((err: unknown) => fail(target, err));
   await removeFileDurably(file, { observer }).catch((err: unknown) => fail(file, err));
   logger.info(target !== null ? `deleted the ${what} ${target} and the link to it, ${file}` : `deleted the ${what} ${file}`);
+}
+
+/** Why `file` is not kubeboot's to delete, or null: it or its directory is someone else's or writable by others. */
+async function untrusted(file: string): Promise<string | null> {
+  for (const p of [path.dirname(file), file]) {
+    const problem = trustProblem(p, await lstat(p));
+    if (problem !== null) return problem;
+  }
+  return null;
 }
 
 /** Files (a path, or the files directly inside a directory) whose text contains `needle`. */

@@ -5,15 +5,20 @@
  * also passes --disable-sigusr1).
  */
 import type { Config } from '../config/types.js';
-import { ExitCode } from '../errors.js';
+import { ExitCode, KubebootError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { Daemon } from '../daemon/daemon.js';
 import { isLoopbackListen } from '../daemon/http.js';
+import { runningDaemon } from '../daemon/control.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { takeRenewRequest } from './renew.js';
 import { prepareJoin } from '../join/prepare.js';
 
 export async function runDaemonCommand(config: Config, logger: Logger, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
+  // Two daemons on one state directory would race for the same files (and the
+  // sweep below would delete the other's writes in flight).
+  const other = await runningDaemon(config.stateDir);
+  if (other !== null) throw new KubebootError(`another kubeboot run (pid ${other}) already keeps the credentials of ${config.stateDir}; stop it first (systemctl stop kubeboot)`);
   await sweepTempFiles(writtenDirs(config), logger);
   if (config.listen !== null && !isLoopbackListen(config.listen)) {
     logger.warn(`listen ${config.listen} is not a loopback address: /healthz, /readyz and /metrics are unauthenticated and reachable from other hosts`);

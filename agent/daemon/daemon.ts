@@ -411,11 +411,15 @@ export class Daemon {
     return { chunkMs: SLEEP_CHUNK_MS, maxPassMs: this.#maxPassMs(), graceMs: LIVENESS_GRACE_MS };
   }
 
-  /** The longest one pass may take: CA discovery and the CSR wait (each bounded by waitTimeout), the hooks, and requests. */
+  /**
+   * The longest one pass may take: CA discovery, retrying the CSR create, the
+   * CSR wait and retrying the proof (each bounded by waitTimeout), the hooks,
+   * and requests.
+   */
   #maxPassMs(): number {
     const c = this.#config;
     const hooks = Math.max(0, ...identitiesFor(c).map((i) => i.hooks.length));
-    return (2 * c.waitTimeout + hooks * c.renewal.hookTimeout) * 1000 + PASS_OVERHEAD_MS;
+    return (4 * c.waitTimeout + hooks * c.renewal.hookTimeout) * 1000 + PASS_OVERHEAD_MS;
   }
 
   /** The slot's credential when it is valid at this moment, by the clock, not by the last pass. */

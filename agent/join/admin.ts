@@ -39,12 +39,14 @@ export async function findAdminKubeconfig(flag: string | undefined, env: Record<
 export async function adminClient(flag: string | undefined, env: Record<string, string | undefined>): Promise<Admin> {
   const { file, text } = await findAdminKubeconfig(flag, env);
   const kubeconfig = await parseBootstrapKubeconfig(file, text, readOptional);
+  // A bootstrap token minted through an unverified connection may go to anyone.
+  if (kubeconfig.insecureSkipTlsVerify) throw new InputError(file, 'insecure-skip-tls-verify', 'refused: kubeboot verifies the API server; give the cluster CA in this kubeconfig instead');
   const credential =
     kubeconfig.auth.kind === 'client-certificate'
       ? ({ kind: 'client-certificate', certPem: kubeconfig.auth.certPem, keyPem: kubeconfig.auth.keyPem } as const)
       : ({ kind: 'token', token: kubeconfig.auth.token } as const);
   const client = new KubeClient(
-    { server: kubeconfig.server, caPem: kubeconfig.caPem, tlsServerName: kubeconfig.tlsServerName, unsafeSkipTlsVerify: kubeconfig.insecureSkipTlsVerify },
+    { server: kubeconfig.server, caPem: kubeconfig.caPem, tlsServerName: kubeconfig.tlsServerName, unsafeSkipTlsVerify: false },
     credential,
   );
   return { client, kubeconfig };

@@ -8,7 +8,7 @@
  */
 import { ApiError, TimedOutError, TransportError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { DEFAULT_BACKOFF, nextDelay, retryAfterMs } from '../time/backoff.js';
+import { DEFAULT_BACKOFF, MIN_RETRY_MS, nextDelay, retryAfterMs } from '../time/backoff.js';
 import { setTimeout as delay } from 'node:timers/promises';
 
 export function isTransient(err: unknown): boolean {
@@ -18,7 +18,7 @@ export function isTransient(err: unknown): boolean {
 /** Waits before retry `attempt`: the server's Retry-After when it gave one, else the backoff; never past the backoff cap. */
 export function transientWaitMs(err: unknown, attempt: number, random: () => number, now = new Date()): number {
   const told = err instanceof ApiError ? retryAfterMs(err.retryAfter, now) : null;
-  return Math.min(told ?? nextDelay(attempt, DEFAULT_BACKOFF, random), DEFAULT_BACKOFF.cap);
+  return Math.max(MIN_RETRY_MS, Math.min(told ?? nextDelay(attempt, DEFAULT_BACKOFF, random), DEFAULT_BACKOFF.cap));
 }
 
 export async function retryTransient<T>(what: string, call: () => Promise<T>, o: { timeoutMs: number; logger: Logger; signal?: AbortSignal; random?: () => number }): Promise<T> {

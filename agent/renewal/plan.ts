@@ -5,15 +5,13 @@
  */
 import type { Assessment, NodeCredential } from '../credential/assess.js';
 import { ApiError, CsrRejectedError, NeedsBootstrapError, TimedOutError } from '../errors.js';
-import { nextDelay, retryAfterMs, type BackoffOptions } from '../time/backoff.js';
+import { MIN_RETRY_MS, nextDelay, retryAfterMs, type BackoffOptions } from '../time/backoff.js';
 import { isDue, renewalDeadline, type Validity } from './deadline.js';
 
 /** Renewal retries: 2 s doubling to 5 min; a denied CSR waits the full cap. */
 export const RENEW_BACKOFF: Readonly<BackoffOptions> = { initial: 2_000, factor: 2, cap: 300_000, jitter: 0.1 };
 /** How long a loop that cannot act waits between looks (besides file events and nudges). */
 export const RECHECK_MS = 60_000;
-/** No retry comes sooner than this, whatever a server or a short lifetime says: never a hot loop. */
-export const MIN_RETRY_MS = 1_000;
 
 export type Action =
   /** Valid and not due: look again at `until`. */

@@ -25,6 +25,9 @@ export const DEFAULT_BACKOFF: Readonly<BackoffOptions> = {
   jitter: 0.1,
 };
 
+/** No retry comes sooner than this, whatever a server says (Retry-After: 0) or a short lifetime allows: never a hot loop. */
+export const MIN_RETRY_MS = 1_000;
+
 /**
  * Delay before retry number `attempt` (0 = first retry). Like apimachinery's
  * wait.Jitter, jitter only lengthens the delay and is applied after the cap.

@@ -14,6 +14,7 @@ import { createLogger } from '../../../agent/log.js';
 import { storeCredential } from '../../../agent/store/cert-store.js';
 import { writeFileAtomic } from '../../../agent/store/atomic.js';
 import { FakeClock } from '../../../agent/time/clock.js';
+import { listenNotifySocket } from '../../support/notify-socket.js';
 import { createCa, issueLeaf, signRequest, type CertAndKey } from '../../support/pki.js';
 
 const SERVER = 'https://api.test:6443';
@@ -30,7 +31,7 @@ interface Node {
 }
 
 /** A node whose kubelet already holds a valid certificate; kube-proxy as asked. */
-async function node(t: Test, o: { kubeProxy: boolean }): Promise<Node> {
+async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv }): Promise<Node> {
   const dir = t.testdir();
   const config = defaultConfig('n1');
   Object.assign(config, { bootstrapKubeconfig: join(dir, 'bootstrap-kubelet.conf'), stateDir: join(dir, 'state'), listen: null, waitTimeout: 60 });
@@ -47,7 +48,7 @@ async function node(t: Test, o: { kubeProxy: boolean }): Promise<Node> {
   agent.disableNetConnect();
   const clock = new FakeClock(new Date());
   const stopper = new AbortController();
-  const daemon = new Daemon({ config, logger, signal: stopper.signal, reload: async () => config, env: {}, clock, random: () => 0.5, dispatcher: agent });
+  const daemon = new Daemon({ config, logger, signal: stopper.signal, reload: async () => config, env: o.env ?? {}, clock, random: () => 0.5, dispatcher: agent });
   let running: Promise<void> | null = null;
   const stop = async () => {
     stopper.abort();
@@ -70,13 +71,17 @@ async function until(what: string, probe: () => boolean | Promise<boolean>, time
 }
 
 t.test('READY waits only for the kubelet: kube-proxy pending does not hold the node back', async (t) => {
-  const n = await node(t, { kubeProxy: true });
+  const notify = await listenNotifySocket(t.testdir(), { abstract: true });
+  t.teardown(() => notify.close());
+  const n = await node(t, { kubeProxy: true, env: { NOTIFY_SOCKET: notify.path, PATH: process.env.PATH } });
   let csrPosted = false;
   // The kube-proxy CSR goes out and is never answered: no approver.
   n.agent.get(SERVER).intercept({ path: CSRS, method: 'POST' }).reply(() => {
     csrPosted = true;
     return { statusCode: 201, data: { metadata: { name: 'node-csr-x', uid: 'u1' }, spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client' } } };
   }).delay(600_000);
+  const ready = await notify.waitFor((m) => m.includes('READY=1'), 30_000);
+  t.match(ready, /STATUS=kubelet ready; pending: kube-proxy: /, 'systemd hears READY=1 with kube-proxy named as pending');
   await until('the kube-proxy CSR request', () => csrPosted);
   t.ok(n.daemon.nodeReady(), 'the node is ready: the kubelet credential is valid');
   t.notOk(n.daemon.readiness().ready, '/readyz is not: kube-proxy has no credential');
@@ -92,8 +97,10 @@ t.test('a loop stuck in one pass fails the liveness check; sleeping loops never 
   }).delay(600_000);
   await until('the kube-proxy CSR request', () => csrPosted);
   t.ok(n.daemon.healthy(), 'healthy while the pass is young');
-  // waitTimeout 60 s: a pass is bounded by 2 × 60 s + 5 min, plus 30 s of grace.
-  await n.clock.tick(7 * 60_000 + 31_000);
+  // waitTimeout 60 s: a pass is bounded by 4 × 60 s + 5 min, plus 30 s of grace.
+  await n.clock.tick(9 * 60_000 + 29_000);
+  t.ok(n.daemon.healthy(), 'still healthy just inside the bound');
+  await n.clock.tick(2_000);
   t.notOk(n.daemon.healthy(), 'the kube-proxy loop, stuck in its request, is reported');
 });
 

@@ -4,7 +4,8 @@ import t from 'tap';
 import type { Assessment, NodeCredential } from '../../../agent/credential/assess.js';
 import { ApiError, CsrRejectedError, KubebootError, NeedsBootstrapError, TimedOutError } from '../../../agent/errors.js';
 import type { Identity } from '../../../agent/identity.js';
-import { deadlineFor, MIN_RETRY_MS, nextAction, progressDue, RECHECK_MS, RENEW_BACKOFF, retryPlan } from '../../../agent/renewal/plan.js';
+import { deadlineFor, nextAction, progressDue, RECHECK_MS, RENEW_BACKOFF, retryPlan } from '../../../agent/renewal/plan.js';
+import { MIN_RETRY_MS } from '../../../agent/time/backoff.js';
 import { kubeletIdentity } from '../../support/identity.js';
 
 const now = new Date('2026-06-01T12:00:00Z');
