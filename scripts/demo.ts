@@ -1,12 +1,14 @@
-// `make demo`: a real control plane on loopback, a fresh "node" directory
-// holding only a bootstrap kubeconfig, and kubeboot turning it into working
-// kubelet and kube-proxy kubeconfigs. The demo plays the cluster admin too:
-// it approves the kube-proxy CSR with kubectl, as an operator would.
+// `make demo`: a real control plane on loopback, `kubeboot approver` on the
+// cluster side with the shipped manifests, a fresh "node" directory holding
+// only a bootstrap kubeconfig, and kubeboot turning it into working kubelet and
+// kube-proxy kubeconfigs with no human step: kube-controller-manager approves
+// the kubelet's CSR, the approver kube-proxy's.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startControlPlane } from '../test/support/controlplane.js';
+import { createNode, installApprover, startApprover } from '../test/support/approver.js';
 import { nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
 
 const say = (text: string): void => void process.stdout.write(`\n\x1b[1m== ${text}\x1b[0m\n`);
@@ -18,6 +20,12 @@ try {
   process.stdout.write(`control plane ${plane.version} at ${plane.server} (ready in ${(plane.startupMs / 1000).toFixed(1)}s)\n`);
   const kubectl = (args: string[], kubeconfig = plane.adminKubeconfig): string => execFileSync(plane.kubectlPath!, ['--kubeconfig', kubeconfig, ...args], { encoding: 'utf8' });
 
+  say('admin: kubectl apply -f packaging/manifests/approver/ and start kubeboot approver');
+  const approver = startApprover(await installApprover(plane, dir), [], { KUBEBOOT_LOG_FORMAT: 'text' });
+  await approver.waitForOutput(/leader|lease/i, 60_000);
+  // The kubelet registers its Node once it has its credential; with no kubelet here, the demo registers it.
+  await createNode(plane, 'demo-node');
+
   say('admin: create a bootstrap token and a bootstrap kubeconfig for the node');
   const token = await plane.admin.createBootstrapToken();
   const node = await nodeLayout(dir, 'demo-node', { kubeProxy: { enabled: true } });
@@ -27,10 +35,9 @@ try {
   say('node: kubeboot bootstrap');
   const running = startKubeboot(['bootstrap', '--config', node.config], { KUBEBOOT_LOG_FORMAT: 'text' });
   running.child.stderr!.pipe(process.stderr);
-  const csr = await plane.admin.waitFor('the kube-proxy CSR', async () => (await plane.admin.listCsrs()).find((c) => c.spec.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions));
-  say(`admin: kubectl certificate approve ${csr.metadata.name}`);
-  process.stdout.write(kubectl(['certificate', 'approve', csr.metadata.name]));
   const result = await running.done;
+  approver.child.kill('SIGTERM');
+  await approver.done;
   if (result.code !== 0) throw new Error(`kubeboot bootstrap exited ${result.code}`);
 
   say('CSRs in the cluster');
