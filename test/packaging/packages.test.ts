@@ -157,7 +157,7 @@ if (toolsOrSkip(t, tools, true)) {
 
   t.test('the unit is hardened but keeps what V8, sd_notify and the API client need', async (tt) => {
     const unit = readFileSync(join(repoRoot, 'systemd/kubeboot.service'), 'utf8');
-    for (const line of [
+    hasLines(tt, unit, [
       'Type=notify',
       'NotifyAccess=all',
       'ExecStart=/usr/bin/kubeboot run $KUBEBOOT_ARGS',
@@ -166,16 +166,14 @@ if (toolsOrSkip(t, tools, true)) {
       'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6',
       'CapabilityBoundingSet=',
       'UMask=0077',
-    ]) {
-      tt.match(unit, new RegExp(`^${line.replace(/[$.]/g, '\\$&')}$`, 'm'), line);
-    }
+    ]);
     tt.notMatch(unit, /^MemoryDenyWriteExecute=/m, 'no MemoryDenyWriteExecute: V8 JIT needs W+X pages');
     tt.notMatch(unit, /^(PrivateNetwork|PrivateUsers|IPAddressDeny)=/m, 'network and uid 0 stay real');
   });
 
   t.test('the approver unit runs unprivileged with its kubeconfig as a credential', async (tt) => {
     const unit = readFileSync(join(repoRoot, 'systemd/kubeboot-approver.service'), 'utf8');
-    for (const line of [
+    hasLines(tt, unit, [
       'Type=notify',
       'NotifyAccess=all',
       'DynamicUser=yes',
@@ -183,9 +181,7 @@ if (toolsOrSkip(t, tools, true)) {
       'ExecStart=/usr/bin/kubeboot approver --kubeconfig %d/approver.conf $KUBEBOOT_APPROVER_ARGS',
       'ProtectSystem=strict',
       'CapabilityBoundingSet=',
-    ]) {
-      tt.match(unit, new RegExp(`^${line.replace(/[$.%]/g, '\\$&')}$`, 'm'), line);
-    }
+    ]);
     tt.notMatch(unit, /^MemoryDenyWriteExecute=/m, 'no MemoryDenyWriteExecute: V8 JIT needs W+X pages');
   });
 
@@ -293,4 +289,9 @@ if (toolsOrSkip(t, tools, true)) {
     tt.notOk(existsSync(join(root, 'var/lib/kubeboot')), 'erase removes kubeboot state (rpm has no purge)');
     assertPlantedKept(tt, root);
   });
+}
+
+/** Each line appears in `unit` exactly as written, as a whole line. */
+function hasLines(tt: Test, unit: string, lines: string[]): void {
+  for (const line of lines) tt.match(unit, new RegExp(`^${line.replace(/[$.%]/g, '\\$&')}$`, 'm'), line);
 }
