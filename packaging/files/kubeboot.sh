@@ -11,4 +11,12 @@ if [ -z "${NODE_COMPILE_CACHE+x}" ] && [ "$(id -u)" = 0 ]; then
   NODE_COMPILE_CACHE=/var/cache/kubeboot
   export NODE_COMPILE_CACHE
 fi
-exec /usr/lib/kubeboot/node --disable-sigusr1 /usr/lib/kubeboot/kubeboot.cjs "$@"
+# --max-semi-space-size=1 for the long-running commands: V8 otherwise keeps up
+# to 16 MiB of young generation that an idle daemon has long emptied; 1 MiB
+# takes about 9 MiB off an idle `kubeboot run` (docs/benchmarks.md) for a
+# few more young collections during a pass. One-shot commands keep the default.
+heap=
+case "${1-}" in
+  run | approver) heap=--max-semi-space-size=1 ;;
+esac
+exec /usr/lib/kubeboot/node --disable-sigusr1 $heap /usr/lib/kubeboot/kubeboot.cjs "$@"

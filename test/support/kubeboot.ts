@@ -2,6 +2,7 @@
 // child process, the way an operator would, and checks every line it prints
 // for secrets.
 import type { ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +12,19 @@ import type { BootstrapToken, ControlPlane } from './controlplane.js';
 import { spawnTiedToTest } from './processes.js';
 
 export const bundle = fileURLToPath(new URL('../../dist/kubeboot.cjs', import.meta.url));
+
+const launcher = readFileSync(new URL('../../packaging/files/kubeboot.sh', import.meta.url), 'utf8');
+
+/**
+ * The Node flags the packaged launcher (/usr/bin/kubeboot) adds for `command`,
+ * read from it, so a daemon started here runs as the packaged one does.
+ */
+export function launcherNodeFlags(command: string | undefined): string[] {
+  for (const [, commands, flags] of launcher.matchAll(/^\s+([\w |-]+)\) heap=(\S+) ;;$/gm)) {
+    if (commands!.split('|').some((c) => c.trim() === command)) return [flags!];
+  }
+  return [];
+}
 
 export interface NodeLayout {
   dir: string;
@@ -86,7 +100,7 @@ export interface Running {
 }
 
 export function startKubeboot(args: string[], env: NodeJS.ProcessEnv = {}): Running {
-  const child = spawnTiedToTest(process.execPath, [bundle, ...args], {
+  const child = spawnTiedToTest(process.execPath, [...launcherNodeFlags(args[0]), bundle, ...args], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, KUBEBOOT_LOG_FORMAT: 'json', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

@@ -79,6 +79,9 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
     const written = Math.floor(statSync(join(node.root, kubeletConf)).mtimeMs / 1000);
     t.ok(activeSince >= written, `kubeboot went active (${activeSince}) no earlier than kubelet.conf was written (${written})`);
     t.equal(await node.unitProperty('kubeboot.service', 'Type'), 'notify');
+    const daemonPid = await node.numberProperty('kubeboot.service', 'MainPID');
+    const argv = (await node.run(['cat', `/proc/${daemonPid}/cmdline`])).split('\0');
+    t.same(argv.slice(0, 4), ['/usr/lib/kubeboot/node', '--disable-sigusr1', '--max-semi-space-size=1', '/usr/lib/kubeboot/kubeboot.cjs'], 'the daemon runs on the shipped node with the launcher\'s flags');
 
     t.same(await node.standInRecorded('kubelet', 1), [`system:node:${node.name}`], 'the kubelet found a working kubelet.conf at its first start');
     t.same(await node.standInRecorded('kube-proxy', 1), ['system:kube-proxy'], 'kube-proxy found a working kube-proxy.conf at its first start');
