@@ -3,8 +3,10 @@
 //   - API requests one bootstrap makes, and approval → files-on-disk time
 //   - idle `kubeboot run`: RSS and CPU over a minute, next to a bare Node timer
 //   - cold start of the bundle vs `node -e 0`
-//   - kubeboot bootstrap next to the kubelet's own LoadClientCert, interleaved,
-//     with API requests counted by the API server (its audit log)
+//   - kubeboot bootstrap next to the kubelet's own LoadClientCert and to the
+//     same bootstrap in Node built-ins only (test/bench/node-floor.mjs),
+//     interleaved, with API requests counted by the API server (its audit log)
+//   - what each chosen library costs a process at start (scripts/bench-stack.ts)
 //   - kubeboot approver: CSR created → approved p50/p99, idle RSS (scripts/bench-approver.ts)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -12,8 +14,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane } from '../test/support/controlplane.js';
-import { bundle, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
+import { bundle, launcherNodeFlags, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
 import { benchApprover } from './bench-approver.js';
+import { benchStack } from './bench-stack.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 const rows: [string, string][] = [];
@@ -90,7 +93,7 @@ try {
   await daemon.waitForOutput(/all credentials valid; ready/);
   const bare = spawn(process.execPath, ['-e', 'setInterval(()=>{},1e9)'], { stdio: 'ignore' });
   const [d, b] = await Promise.all([idle(daemon.child.pid!, IDLE_SECONDS), idle(bare.pid!, IDLE_SECONDS)]);
-  rows.push([`idle kubeboot run over ${IDLE_SECONDS} s`, `RSS ${d.rssMiB.toFixed(1)} MiB, CPU ${d.cpuSeconds.toFixed(2)} s`]);
+  rows.push([`idle kubeboot run over ${IDLE_SECONDS} s (node ${launcherNodeFlags('run').join(' ')}, as packaged)`, `RSS ${d.rssMiB.toFixed(1)} MiB, CPU ${d.cpuSeconds.toFixed(2)} s`]);
   rows.push([`bare node -e "setInterval(()=>{},1e9)" over ${IDLE_SECONDS} s`, `RSS ${b.rssMiB.toFixed(1)} MiB, CPU ${b.cpuSeconds.toFixed(2)} s`]);
   daemon.child.kill('SIGTERM');
   bare.kill('SIGTERM');
@@ -99,29 +102,40 @@ try {
   // kubeboot next to the kubelet's own bootstrap, the kubelet identity only, interleaved.
   const peer = execFileSync('bash', ['test/bench/build-kubelet-bootstrap.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim();
   const auditLog = join(plane.dir, 'audit.log');
-  const times: Record<'kubeboot' | 'kubelet', number[]> = { kubeboot: [], kubelet: [] };
-  const apiRequests: Record<'kubeboot' | 'kubelet', number[]> = { kubeboot: [], kubelet: [] };
+  const floor = join(process.cwd(), 'test/bench/node-floor.mjs');
+  const contenders = ['kubeboot', 'kubelet', 'floor'] as const;
+  type Contender = (typeof contenders)[number];
+  const times: Record<Contender, number[]> = { kubeboot: [], kubelet: [], floor: [] };
+  const apiRequests: Record<Contender, number[]> = { kubeboot: [], kubelet: [], floor: [] };
   for (let i = 0; i < PEER_RUNS; i++) {
-    for (const who of ['kubeboot', 'kubelet'] as const) {
+    for (const who of contenders) {
       const n = await nodeLayout(join(dir, `${who}-${i}`), `peer-${who}-${i}`);
       const tok = await plane.admin.createBootstrapToken();
       await plane.writeBootstrapKubeconfig(n.bootstrapKubeconfig, tok.token, { ca: 'data' });
-      const argv =
-        who === 'kubeboot'
-          ? [process.execPath, bundle, 'bootstrap', '--config', n.config, '--no-kube-proxy']
-          : [peer, '--kubeconfig', n.kubeletKubeconfig, '--bootstrap-kubeconfig', n.bootstrapKubeconfig, '--cert-dir', n.kubeletCertDir, '--node-name', n.name];
+      const argv = {
+        kubeboot: [process.execPath, bundle, 'bootstrap', '--config', n.config, '--no-kube-proxy'],
+        kubelet: [peer, '--kubeconfig', n.kubeletKubeconfig, '--bootstrap-kubeconfig', n.bootstrapKubeconfig, '--cert-dir', n.kubeletCertDir, '--node-name', n.name],
+        floor: [process.execPath, floor, n.bootstrapKubeconfig, n.kubeletCertDir, n.name],
+      }[who];
       const started = process.hrtime.bigint();
-      execFileSync(argv[0]!, argv.slice(1), { stdio: 'ignore' });
+      // kubeboot as packaged: the launcher gives root a compile cache (the first run fills it).
+      execFileSync(argv[0]!, argv.slice(1), { stdio: 'ignore', env: { ...process.env, NODE_COMPILE_CACHE: join(dir, 'compile-cache') } });
       times[who].push(Number(process.hrtime.bigint() - started) / 1e6);
       apiRequests[who].push(requestsBy(auditLog, [`system:bootstrap:${tok.id}`, `system:node:${n.name}`]));
     }
   }
-  const median = (who: 'kubeboot' | 'kubelet') => quantile(times[who], 0.5);
-  for (const who of ['kubeboot', 'kubelet'] as const) {
-    const label = who === 'kubeboot' ? 'kubeboot bootstrap --no-kube-proxy' : "the kubelet's LoadClientCert (Go)";
-    rows.push([`${label}: whole process, ${PEER_RUNS} runs`, `median ${median(who).toFixed(0)} ms, p90 ${quantile(times[who], 0.9).toFixed(0)} ms; API requests (server-side) ${[...new Set(apiRequests[who])].sort().join(' or ')}`]);
+  const median = (who: Contender) => quantile(times[who], 0.5);
+  const labels: Record<Contender, string> = {
+    kubeboot: 'kubeboot bootstrap --no-kube-proxy',
+    kubelet: "the kubelet's LoadClientCert (Go)",
+    floor: 'the same bootstrap in Node built-ins only (test/bench/node-floor.mjs)',
+  };
+  for (const who of contenders) {
+    rows.push([`${labels[who]}: whole process, ${PEER_RUNS} runs`, `median ${median(who).toFixed(0)} ms, p90 ${quantile(times[who], 0.9).toFixed(0)} ms; API requests (server-side) ${[...new Set(apiRequests[who])].sort().join(' or ')}`]);
   }
   rows.push(['ratio kubeboot / kubelet (medians)', `${(median('kubeboot') / median('kubelet')).toFixed(2)}x`]);
+  rows.push(['ratio Node built-ins floor / kubelet (medians)', `${(median('floor') / median('kubelet')).toFixed(2)}x`]);
+  rows.push(...(await benchStack(join(dir, 'stack'), launcherNodeFlags('run'))));
   rows.push(...(await benchApprover(plane, join(dir, 'approver'))));
 
   rows.push(['cold start: node dist/kubeboot.cjs --version (median of 20)', `${coldStart([process.execPath, bundle, '--version']).toFixed(0)} ms`]);
