@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
-import { assertNoSecrets, handToken, nodeLayout } from '../support/kubeboot.js';
+import { assertNoSecrets, handToken, launcherNodeFlags, nodeLayout } from '../support/kubeboot.js';
 import { spawnTiedToTest } from '../support/processes.js';
 import { buildPackages, buildTools, cachedArm64Sysroot, cleanEnv, elfMachine, extractDeb, nodeVersion, output, packages, run, toolsOrSkip, version } from './fixtures/packages.js';
 
@@ -27,10 +27,13 @@ function packagedKubeboot(tree: string, sysroot: string): (args: string[]) => Pr
   const wrapper = readFileSync(join(tree, 'usr/bin/kubeboot'), 'utf8');
   const exec = /^exec (\/usr\/lib\/kubeboot\/node) (.*) "\$@"$/m.exec(wrapper);
   if (!exec) throw new Error(`unexpected wrapper:\n${wrapper}`);
-  const argv = [join(tree, exec[1]!), ...exec[2]!.split(' ').map((a) => (a.startsWith('/') ? join(tree, a) : a))];
+  // The wrapper's words, its shipped paths under the extracted tree; `$heap` is
+  // what its case statement gives the command.
+  const words = [join(tree, exec[1]!), ...exec[2]!.split(' ').map((a) => (a.startsWith('/') ? join(tree, a) : a))];
   return (args) =>
     new Promise((resolve) => {
       const began = Date.now();
+      const argv = words.flatMap((w) => (w === '$heap' ? launcherNodeFlags(args[0], wrapper) : [w]));
       // env: only what a unit would give it; tap's NODE_OPTIONS names an amd64 host file.
       const child = spawnTiedToTest(QEMU, ['-L', sysroot, ...argv, ...args], { env: { ...cleanEnv, KUBEBOOT_LOG_FORMAT: 'text' }, stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';

@@ -16,11 +16,12 @@ export const bundle = fileURLToPath(new URL('../../dist/kubeboot.cjs', import.me
 const launcher = readFileSync(new URL('../../packaging/files/kubeboot.sh', import.meta.url), 'utf8');
 
 /**
- * The Node flags the packaged launcher (/usr/bin/kubeboot) adds for `command`,
- * read from it, so a daemon started here runs as the packaged one does.
+ * The Node flags the packaged launcher (/usr/bin/kubeboot, or the `script`
+ * given) adds for `command`, read from it, so a daemon started here runs as
+ * the packaged one does.
  */
-export function launcherNodeFlags(command: string | undefined): string[] {
-  for (const [, commands, flags] of launcher.matchAll(/^\s+([\w |-]+)\) heap=(\S+) ;;$/gm)) {
+export function launcherNodeFlags(command: string | undefined, script = launcher): string[] {
+  for (const [, commands, flags] of script.matchAll(/^\s+([\w |-]+)\) heap=(\S+) ;;$/gm)) {
     if (commands!.split('|').some((c) => c.trim() === command)) return [flags!];
   }
   return [];
