@@ -168,7 +168,9 @@ export class Approver {
 
   async #violation(csr: ApproverCsr, decision: Extract<Decision, { kind: 'violation' }>): Promise<void> {
     const fields = { csr: csr.metadata.name, requester: csr.spec.username, signer: csr.spec.signerName, rule: decision.rule };
-    if (this.#opts.denyViolations) {
+    // A transient rule (no Node yet, not yet authorized, an older CSR still
+    // unissued) may pass later: it is never a reason to deny.
+    if (this.#opts.denyViolations && !TRANSIENT_RULES.has(decision.rule)) {
       if (!(await decideCsr(this.#client, csr, 'Denied', decision.message, this.#signal ?? undefined))) return;
       this.#metrics.decision(csr.spec.signerName, 'denied', decision.rule);
       this.#logger.warn(`denied CSR: ${decision.message}`, fields);

@@ -32,7 +32,8 @@ export function isOlder(a: ApproverCsr, b: ApproverCsr): boolean {
   return ta !== tb ? ta < tb : a.metadata.name < b.metadata.name;
 }
 
-export function csrFacts(csr: ApproverCsr, request: RequestFacts | null): CsrFacts {
+/** `request` is the parsed spec.request, or why it could not be read. */
+export function csrFacts(csr: ApproverCsr, request: RequestFacts | string): CsrFacts {
   return {
     name: csr.metadata.name,
     signerName: csr.spec.signerName,
@@ -40,6 +41,7 @@ export function csrFacts(csr: ApproverCsr, request: RequestFacts | null): CsrFac
     groups: csr.spec.groups ?? [],
     usages: csr.spec.usages ?? [],
     expirationSeconds: csr.spec.expirationSeconds,
-    request,
+    request: typeof request === 'string' ? null : request,
+    requestProblem: typeof request === 'string' ? request : null,
   };
 }

@@ -7,6 +7,7 @@
  */
 import { csrFacts, isOlder, isSettled, isUnissued, type ApproverCsr } from './csr.js';
 import { evaluate, nodeNameOf, POLICIES, recognize, type ApproverPolicy, type NodeAddress, type PolicyName, type World } from './policy.js';
+import { KubebootError } from '../errors.js';
 import { requestFacts, type RequestFacts } from './request.js';
 
 export type Decision =
@@ -25,11 +26,12 @@ export interface Lookups {
 /** The rule the SubjectAccessReview is reported as. */
 export const AUTHORIZED_RULE = 'authorized';
 
-async function parsedRequest(csr: ApproverCsr): Promise<RequestFacts | null> {
+/** The request's facts, or why there are none (a violation of the request rule). */
+async function parsedRequest(csr: ApproverCsr): Promise<RequestFacts | string> {
   try {
     return await requestFacts(csr.spec.request);
-  } catch {
-    return null;
+  } catch (err) {
+    return err instanceof KubebootError ? err.message : 'spec.request is not a PEM certificate request';
   }
 }
 

@@ -29,8 +29,9 @@ export interface CsrFacts {
   groups: string[];
   usages: string[];
   expirationSeconds: number | undefined;
-  /** Null when spec.request does not parse. */
+  /** Null when spec.request does not parse, or could be read two ways (requestProblem says why). */
   request: RequestFacts | null;
+  requestProblem: string | null;
 }
 
 export interface NodeAddress {
@@ -89,9 +90,9 @@ const requesterIsNode: Rule = {
 
 const requestSignature: Rule = {
   name: 'request-signature',
-  summary: 'spec.request parses and is signed by the key it carries',
+  summary: 'spec.request is one PEM block that no parser could read differently (one CN, only CN and O, one extension list) and is signed by the key it carries',
   check: ({ csr }) =>
-    csr.request === null ? 'spec.request is not a PEM certificate request' : csr.request.signatureValid ? null : 'spec.request is not signed by its own key',
+    csr.request === null ? (csr.requestProblem ?? 'spec.request is not a PEM certificate request') : csr.request.signatureValid ? null : 'spec.request is not signed by its own key',
 };
 
 const nodeExists: Rule = {

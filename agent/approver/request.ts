@@ -5,9 +5,11 @@
  * by the key it carries.
  */
 import { createPublicKey } from 'node:crypto';
+import { KubebootError } from '../errors.js';
 import { parseCsrPem } from '../pki/csr.js';
+import { csrLayout, extensionIds, type DerValue } from '../pki/der.js';
 import { canonicalIp } from '../pki/names.js';
-import { pemBlocks } from '../pki/pem.js';
+import { toPem } from '../pki/pem.js';
 import { x509 } from '../pki/x509.js';
 import type { Subject } from '../identity.js';
 
@@ -35,11 +37,59 @@ export function keyAlgorithmName(key: RequestKey): string {
   return key.type;
 }
 
-/** Throws (KubebootError) when `spec.request` is not a parsable CSR; the caller turns that into a violation. */
+const ONE_CSR_PEM = /^-----BEGIN CERTIFICATE REQUEST-----\r?\n([A-Za-z0-9+/=\r\n]+\n)-----END CERTIFICATE REQUEST-----[ \t\r\n]*$/;
+const COMMON_NAME = '2.5.4.3';
+const ORGANIZATION = '2.5.4.10';
+const UTF8_STRING = 0x0c;
+const PRINTABLE_STRING = 0x13;
+const EXTENSION_REQUEST = '1.2.840.113549.1.9.14';
+
+/**
+ * The DER of `spec.request`, refused unless no other parser could read it
+ * differently. The API server and the signer read it with Go: pem.Decode
+ * skips a block it cannot decode and takes the next, pkix.Name keeps the
+ * last CN of several, and every extensionRequest attribute is merged. So a
+ * request whose first readable block, first CN or first extension list is
+ * not the whole story could be approved for one identity and signed for
+ * another. Accepted: exactly one PEM block and nothing else, no headers,
+ * canonical base64; nothing after the DER; a subject of single-valued
+ * CN and O attributes only, as UTF8String or PrintableString, exactly one CN;
+ * at most one extensionRequest with one value and no extension twice.
+ */
+export function unambiguousCsrDer(pem: string): Uint8Array {
+  const fail = (why: string): never => {
+    throw new KubebootError(`spec.request ${why}`);
+  };
+  const body = ONE_CSR_PEM.exec(pem)?.[1]?.replace(/[\r\n]/g, '');
+  if (body === undefined) return fail('is not exactly one PEM CERTIFICATE REQUEST block without headers');
+  const der = new Uint8Array(Buffer.from(body, 'base64'));
+  if (Buffer.from(der).toString('base64') !== body) fail('is not canonical base64');
+  const layout = csrLayout(der);
+  let commonNames = 0;
+  for (const rdn of layout.subject) {
+    if (rdn.length !== 1) fail('has a multi-valued relative distinguished name in its subject');
+    const [{ oid, tag }] = rdn as [DerValue];
+    if (oid !== COMMON_NAME && oid !== ORGANIZATION) fail(`has subject attribute ${oid}; only CN and O are accepted`);
+    if (tag !== UTF8_STRING && tag !== PRINTABLE_STRING) fail(`has a subject value of ASN.1 type ${tag}; only UTF8String and PrintableString are accepted`);
+    if (oid === COMMON_NAME) commonNames++;
+  }
+  if (commonNames !== 1) fail(`has ${commonNames} CNs in its subject; exactly one is accepted`);
+  const extensionRequests = layout.attributes.filter((a) => a.oid === EXTENSION_REQUEST);
+  if (extensionRequests.length > 1) fail(`has ${extensionRequests.length} extensionRequest attributes; at most one is accepted`);
+  const [extensionRequest] = extensionRequests;
+  if (extensionRequest) {
+    if (extensionRequest.values.length !== 1) fail(`has an extensionRequest with ${extensionRequest.values.length} values; exactly one is accepted`);
+    const ids = extensionIds(extensionRequest.values[0]!);
+    if (new Set(ids).size !== ids.length) fail('requests an extension twice');
+  }
+  return der;
+}
+
+/** Throws (KubebootError) when `spec.request` is not an unambiguous, parsable CSR; the caller turns that into a violation naming why. */
 export async function requestFacts(requestBase64: string): Promise<RequestFacts> {
   const pem = Buffer.from(requestBase64, 'base64').toString('utf8');
-  const parsed = await parseCsrPem(pem);
-  const der = pemBlocks(pem).find((b) => b.type === 'CERTIFICATE REQUEST')!.der;
+  const der = unambiguousCsrDer(pem);
+  const parsed = await parseCsrPem(toPem('CERTIFICATE REQUEST', der));
   const csr = new x509.Pkcs10CertificateRequest(der);
   const emailAddresses: string[] = [];
   const uris: string[] = [];

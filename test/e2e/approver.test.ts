@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import type { KubeObject } from '../support/admin.js';
-import { approvals, createNode, csrEvents, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr, type SubmitSpec } from '../support/approver.js';
+import { ambiguousCsrPems, approvals, createNode, csrEvents, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr, type SubmitSpec } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, type Running } from '../support/kubeboot.js';
@@ -89,6 +89,8 @@ if (plane) {
       { what: 'an email SAN on a serving CSR', by: crafty, spec: { ...serving, cn: 'system:node:crafty', dns: ['crafty'], emails: ['root@crafty'] }, rule: 'no-email-uri-sans' },
       { what: 'client auth on a serving CSR', by: crafty, spec: { ...serving, cn: 'system:node:crafty', dns: ['crafty'], usages: ['digital signature', 'client auth'] }, rule: 'usages' },
       { what: 'a serving CSR without SANs', by: crafty, spec: { ...serving, cn: 'system:node:crafty' }, rule: 'has-san' },
+      // Requests the API server accepts and Go's signer would issue for another identity than the approver read.
+      ...(await ambiguousCsrPems()).map(({ what, pem }) => ({ what, by: crafty, spec: { ...proxy, pem }, rule: 'request-signature' })),
     ];
     // The flood: the older CSR of node "flood" breaks a rule and stays unissued, so the newer valid one waits.
     const floodFirst = await submitCsr(flood, { ...proxy, o: ['extra'], name: 'flood-1' });
@@ -202,6 +204,16 @@ if (plane) {
     // A denied CSR is settled, so it does not hold back the node's next one.
     const good = await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'after-deny' });
     await approved(good);
+    // A rule that may pass later is not a reason to deny: the kube-proxy CSR of a
+    // node whose kubelet has not registered yet waits, and is approved after.
+    const early = await nodeClient(plane, 'not-yet-registered');
+    const waiting = await submitCsr(early, { cn: KUBE_PROXY.cn, name: 'before-node' });
+    const pendingEvents = await plane.admin.waitFor(`Event on ${waiting}`, async () => ((await csrEvents(plane, waiting)).length > 0 ? csrEvents(plane, waiting) : undefined), 30_000);
+    t.match(pendingEvents[0]?.message, 'rule node-exists', 'left pending, naming the rule');
+    t.same((await getCsr(waiting))?.status?.conditions ?? [], [], 'not denied under --deny-violations');
+    await createNode(plane, 'not-yet-registered');
+    await approved(waiting);
+    await early.close();
     const text = async (path: string) => {
       const res = await request(`http://127.0.0.1:${port}${path}`);
       return { status: res.statusCode, body: await res.body.text() };

@@ -82,12 +82,43 @@ export async function craftCsrPem(spec: CraftSpec): Promise<string> {
   return csr.toString('pem');
 }
 
+/**
+ * Requests that the approver's parser and Go's (the API server's and the
+ * signer's) could read as two different identities, each reported by the
+ * approver as it refuses it. Every one is signed and created as the API
+ * server accepts it.
+ */
+export async function ambiguousCsrPems(): Promise<{ what: string; pem: string; why: RegExp }[]> {
+  const keys = (await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+  const signingAlgorithm = { name: 'ECDSA', hash: 'SHA-256' };
+  const make = async (name: x509.JsonName, more: Partial<x509.Pkcs10CertificateRequestCreateParams> = {}) =>
+    (await x509.Pkcs10CertificateRequestGenerator.create({ name, keys, signingAlgorithm, ...more })).toString('pem') + '\n';
+  const proxy = await make([{ CN: ['system:kube-proxy'] }]);
+  const controller = await make([{ CN: ['system:kube-controller-manager'] }]);
+  const uriSan = new x509.SubjectAlternativeNameExtension([{ type: 'url', value: 'spiffe://cluster/admin' }]);
+  const keyId = await x509.SubjectKeyIdentifierExtension.create(keys.publicKey);
+  const extensionRequest = (e: x509.Extension) => new x509.Attribute('1.2.840.113549.1.9.14', [new Uint8Array([0x30, e.rawData.byteLength, ...new Uint8Array(e.rawData)])]);
+  return [
+    // Go takes the last of several CNs; a library may take the first.
+    { what: 'two CNs, kube-proxy first', pem: await make([{ CN: ['system:kube-proxy'] }, { CN: ['system:kube-controller-manager'] }]), why: /2 CNs in its subject/ },
+    // Go's pem.Decode skips a block whose END line has trailing text and reads the next.
+    { what: 'a kube-proxy block Go skips, glued to a controller-manager block', pem: proxy.replace(/-----END CERTIFICATE REQUEST-----\n$/, '-----END CERTIFICATE REQUEST-----x\n') + controller, why: /not exactly one PEM/ },
+    { what: 'two whole PEM blocks', pem: proxy + controller, why: /not exactly one PEM/ },
+    // Go merges every extensionRequest attribute; a library may read the first.
+    { what: 'a second extensionRequest carrying a URI SAN', pem: await make([{ CN: ['system:kube-proxy'] }], { extensions: [keyId], attributes: [extensionRequest(uriSan)] }), why: /2 extensionRequest attributes/ },
+    { what: 'an OU in the subject', pem: await make([{ CN: ['system:kube-proxy'] }, { OU: ['ops'] }]), why: /subject attribute 2\.5\.4\.11/ },
+    { what: 'a multi-valued RDN', pem: await make([{ CN: ['system:kube-proxy'], O: ['kubeadm:cluster-admins'] }]), why: /multi-valued/ },
+  ];
+}
+
 export interface SubmitSpec extends CraftSpec {
   signer?: string;
   usages?: string[];
   expirationSeconds?: number;
   /** Name prefix; a random suffix keeps names unique. */
   name?: string;
+  /** spec.request as this PEM text instead of one crafted from the fields above. */
+  pem?: string;
 }
 
 export const KUBE_PROXY = { cn: 'system:kube-proxy', signer: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'client auth'] } as const;
@@ -100,7 +131,7 @@ export async function submitCsr(client: Pick<KubeClient, 'request'>, spec: Submi
     kind: 'CertificateSigningRequest',
     metadata: { name },
     spec: {
-      request: Buffer.from(await craftCsrPem(spec)).toString('base64'),
+      request: Buffer.from(spec.pem ?? (await craftCsrPem(spec))).toString('base64'),
       signerName: spec.signer ?? KUBE_PROXY.signer,
       usages: spec.usages ?? [...KUBE_PROXY.usages],
       ...(spec.expirationSeconds !== undefined ? { expirationSeconds: spec.expirationSeconds } : {}),

@@ -33,7 +33,7 @@ const world = (over: Partial<World> = {}): World => ({
 
 function proxyInput(csr: Partial<CsrFacts> = {}, req: Partial<RequestFacts> = {}, w: Partial<World> = {}): RuleInput {
   return {
-    csr: { name: 'x', signerName: 'kubernetes.io/kube-apiserver-client', username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'], usages: ['digital signature', 'client auth'], expirationSeconds: undefined, request: request(req), ...csr },
+    csr: { name: 'x', signerName: 'kubernetes.io/kube-apiserver-client', username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'], usages: ['digital signature', 'client auth'], expirationSeconds: undefined, request: request(req), requestProblem: null, ...csr },
     nodeName: (csr.username ?? 'system:node:n1').startsWith('system:node:') ? (csr.username ?? 'system:node:n1').slice(12) : null,
     world: world(w),
     policy,
@@ -56,6 +56,7 @@ t.test('kube-proxy client rules', async (t) => {
     ['requester named like a node but outside system:nodes', proxyInput({ groups: ['system:authenticated'] }), 'requester-is-node'],
     ['a service account', proxyInput({ username: 'system:serviceaccount:kube-system:x', groups: ['system:serviceaccounts'] }), 'requester-is-node'],
     ['unparsable request', { ...proxyInput(), csr: { ...proxyInput().csr, request: null } }, 'request-signature'],
+    ['a request readable two ways', { ...proxyInput(), csr: { ...proxyInput().csr, request: null, requestProblem: 'spec.request has 2 CNs in its subject; exactly one is accepted' } }, 'request-signature'],
     ['bad self-signature', proxyInput({}, { signatureValid: false }), 'request-signature'],
     ['no Node object', proxyInput({}, {}, { node: null }), 'node-exists'],
     ['wrong CN', proxyInput({}, { subject: { commonName: 'system:kube-proxyx', organizations: [] } }), 'subject'],

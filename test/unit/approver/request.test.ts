@@ -1,0 +1,49 @@
+// spec.request is refused unless no parser could read it as another identity:
+// the API server and the signer read it with Go, the approver with
+// @peculiar/x509, and where the two could differ the approver must not guess.
+import t from 'tap';
+import { decide } from '../../../agent/approver/decide.js';
+import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import { requestFacts } from '../../../agent/approver/request.js';
+import { pemBlocks, toPem } from '../../../agent/pki/pem.js';
+import { ambiguousCsrPems, craftCsrPem } from '../../support/approver.js';
+
+const base64 = (pem: string) => Buffer.from(pem).toString('base64');
+
+t.test('a kube-proxy request as the kubelet and kubeboot write it is read', async (t) => {
+  const facts = await requestFacts(base64(await craftCsrPem({ cn: 'system:kube-proxy' })));
+  t.same(facts.subject, { commonName: 'system:kube-proxy', organizations: [] });
+  t.ok(facts.signatureValid);
+  const serving = await requestFacts(base64(await craftCsrPem({ cn: 'system:node:n1', o: ['system:nodes'], dns: ['n1'], ips: ['10.0.0.5'] })));
+  t.same([serving.subject, serving.dnsNames, serving.ipAddresses], [{ commonName: 'system:node:n1', organizations: ['system:nodes'] }, ['n1'], ['10.0.0.5']]);
+});
+
+t.test('every request two parsers could read differently is refused, saying why', async (t) => {
+  for (const { what, pem, why } of await ambiguousCsrPems()) {
+    await t.rejects(requestFacts(base64(pem)), { message: why }, what);
+  }
+});
+
+t.test('framing: only one canonical PEM block, nothing after the DER', async (t) => {
+  const pem = await craftCsrPem({ cn: 'system:kube-proxy' });
+  const der = pemBlocks(pem)[0]!.der;
+  const cases: [string, string, RegExp][] = [
+    ['bytes after the DER', toPem('CERTIFICATE REQUEST', new Uint8Array([...der, 0, 0])), /2 bytes after it/],
+    ['a PEM header', pem.replace('-----\n', '-----\nProc-Type: 4,ENCRYPTED\n\n'), /not exactly one PEM/],
+    ['text before the block', `junk\n${pem}`, /not exactly one PEM/],
+    ['base64 with padding it does not need', pem.replace(/\n-----END/, '\n====\n-----END'), /not canonical base64/],
+  ];
+  for (const [what, text, why] of cases) await t.rejects(requestFacts(base64(text)), { message: why }, what);
+});
+
+t.test('decide reports a refused request as a request-signature violation naming why', async (t) => {
+  const policy: ApproverPolicy = { kubeProxy: { commonName: 'system:kube-proxy', organizations: [] }, maxExpirationSeconds: 86_400, keyAlgorithms: ['ecdsa-p256'], serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] } };
+  const lookups = { node: async (name: string) => ({ name, addresses: [] }), allowed: async () => true, all: () => [] };
+  const [twoCns] = await ambiguousCsrPems();
+  const csr = {
+    metadata: { name: 'two-cns', uid: 'u1', creationTimestamp: '2026-12-01T00:00:00Z' },
+    spec: { request: base64(twoCns!.pem), signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'client auth'], username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'] },
+  };
+  const decision = await decide(csr, policy, lookups);
+  t.match(decision, { kind: 'violation', rule: 'request-signature', message: /2 CNs in its subject/ });
+});
