@@ -121,14 +121,21 @@ const expiration: Rule = {
       : `expirationSeconds ${csr.expirationSeconds} is above the maximum ${policy.maxExpirationSeconds}`,
 };
 
-/** matches the kubelet and Go's signers: key encipherment only makes sense (and is only allowed) for RSA keys. */
+/**
+ * Exactly `digital signature` and the purpose, plus `key encipherment` where
+ * it is allowed: for a kube-proxy client CSR (only kubeboot asks for those)
+ * with an RSA key, as kubeboot and the kubelet request it; for a kubelet
+ * serving CSR with any key, as upstream's ValidateKubeletServingCSR accepts,
+ * because older kubelets ask for it with ECDSA keys too.
+ */
 function usagesRule(purpose: 'client auth' | 'server auth'): Rule {
+  const anyKeyMayEncipher = purpose === 'server auth';
   return {
     name: 'usages',
-    summary: `usages exactly \`digital signature\` and \`${purpose}\` (plus \`key encipherment\` for RSA keys)`,
+    summary: `usages exactly \`digital signature\` and \`${purpose}\` (plus \`key encipherment\` ${anyKeyMayEncipher ? 'optionally' : 'for RSA keys'})`,
     check: ({ csr }) => {
       const required = ['digital signature', purpose];
-      const allowed = csr.request?.key.kind === 'rsa' ? [...required, 'key encipherment'] : required;
+      const allowed = anyKeyMayEncipher || csr.request?.key.kind === 'rsa' ? [...required, 'key encipherment'] : required;
       const usages = csr.usages;
       const unique = new Set(usages);
       const ok = unique.size === usages.length && required.every((u) => unique.has(u)) && usages.every((u) => allowed.includes(u));
@@ -180,8 +187,6 @@ export const KUBE_PROXY_RULES: readonly Rule[] = [
 
 // ---- kubelet serving ----
 
-const HOSTNAME_ADDRESS_TYPES = new Set(['Hostname', 'InternalDNS', 'ExternalDNS']);
-
 const servingSubject: Rule = {
   name: 'subject',
   summary: 'subject CN `system:node:<n>` for the requesting node and O exactly `system:nodes`',
@@ -198,18 +203,24 @@ const hasSan: Rule = {
   check: ({ csr }) => (csr.request!.dnsNames.length + csr.request!.ipAddresses.length > 0 ? null : 'a serving certificate needs a DNS or IP SAN'),
 };
 
-/** The node name, the Node's own hostnames, and each of those under every configured suffix. */
-export function allowedDnsNames(nodeName: string, addresses: readonly NodeAddress[], suffixes: readonly string[]): Set<string> {
-  const names = [nodeName, ...addresses.filter((a) => HOSTNAME_ADDRESS_TYPES.has(a.type)).map((a) => a.address)].map((n) => n.toLowerCase());
-  const suffixed = names.flatMap((n) => suffixes.map((s) => `${n}.${s.replace(/^\./, '').toLowerCase()}`));
-  return new Set([...names, ...suffixed]);
+/**
+ * The node name, and the node name under every configured suffix. Not the
+ * hostnames in the Node's status.addresses: the node's own kubelet writes
+ * those (NodeRestriction allows it), so a compromised node could list
+ * another node's name, `kubernetes.default.svc` or a wildcard there and have
+ * a serving certificate for it. The node name is bound to the requester by
+ * the API server, which is the only binding a node cannot forge.
+ */
+export function allowedDnsNames(nodeName: string, suffixes: readonly string[]): Set<string> {
+  const name = nodeName.toLowerCase();
+  return new Set([name, ...suffixes.map((s) => `${name}.${s.replace(/^\./, '').toLowerCase()}`)]);
 }
 
 const dnsSans: Rule = {
   name: 'dns-sans',
-  summary: "DNS SANs ⊆ the node name and the Node's `status.addresses` hostnames (each optionally under a configured suffix)",
+  summary: 'DNS SANs ⊆ the node name, and the node name under each configured suffix',
   check: ({ csr, world, policy }) => {
-    const allowed = allowedDnsNames(world.node!.name, world.node!.addresses, policy.serving.dnsSuffixes);
+    const allowed = allowedDnsNames(world.node!.name, policy.serving.dnsSuffixes);
     const stray = csr.request!.dnsNames.filter((d) => !allowed.has(d.toLowerCase()));
     return stray.length === 0 ? null : `DNS SANs ${list(stray)} are not this Node's names ${list([...allowed])}`;
   },

@@ -145,7 +145,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'approver: key algorithm a CSR may use (repeatable); RSA below 2048 bits is never approved',
   }),
   opt('approve-kubelet-serving', { key: 'approver.kubeletServing', type: 'bool', help: 'approver: also approve kubelet serving CSRs (signer kubernetes.io/kubelet-serving)' }),
-  opt('serving-dns-suffix', { key: 'approver.servingDnsSuffixes', type: 'strings', metavar: 'DOMAIN', check: dns1123SubdomainProblem, help: "approver: serving DNS SANs may also be the node's names under this domain (repeatable)" }),
+  opt('serving-dns-suffix', { key: 'approver.servingDnsSuffixes', type: 'strings', metavar: 'DOMAIN', check: dns1123SubdomainProblem, help: "approver: serving DNS SANs may also be the node name under this domain (repeatable)" }),
   opt('serving-ip-cidr', { key: 'approver.servingIpCidrs', type: 'strings', metavar: 'CIDR', check: cidrProblem, help: "approver: serving IP SANs must also lie in one of these (repeatable; the Node's addresses always apply)" }),
   opt('deny-violations', { key: 'approver.denyViolations', type: 'bool', help: 'approver: deny a CSR that breaks a rule instead of leaving it pending with an Event' }),
 ];
