@@ -101,7 +101,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('server', { key: 'server', type: 'string', metavar: 'URL', check: serverUrlProblem, help: 'Join: API server URL; with --token and --ca-cert-hash kubeboot writes the bootstrap kubeconfig itself (CA from pinned discovery) when neither it nor a valid kubelet credential exists' }),
   opt('token', { key: 'token', type: 'string', metavar: 'TOKEN', check: bootstrapTokenProblem, help: 'Join: bootstrap token [a-z0-9]{6}.[a-z0-9]{16} for --server; argv is visible to other users of the machine, so prefer --token-file or KUBEBOOT_TOKEN' }),
   opt('token-file', { key: 'tokenFile', type: 'path', help: 'Join: file holding the bootstrap token for --server; deleted with the bootstrap kubeconfig once the node has joined' }),
-  opt('ca-cert-hash', { key: 'caCertHashes', type: 'pins', help: 'Pin for CA discovery through kube-public/cluster-info (repeatable)' }),
+  opt('ca-cert-hash', { key: 'caCertHashes', type: 'pins', help: 'Pin for CA discovery through kube-public/cluster-info (repeatable); only the pinned CA certificates are trusted, so pin each CA of a rotation' }),
   opt('unsafe-skip-ca-verification', { key: 'unsafeSkipCaVerification', type: 'bool', help: 'Trust a CA discovered through cluster-info without a pin (unsafe)' }),
   opt('unsafe-allow-insecure-bootstrap', { key: 'unsafeAllowInsecureBootstrap', type: 'bool', help: 'Accept a bootstrap kubeconfig with insecure-skip-tls-verify; the CA then still comes from pinned discovery (--ca-cert-hash) or --unsafe-skip-ca-verification (unsafe)' }),
   opt('kubelet-kubeconfig', { key: 'kubelet.kubeconfig', type: 'path', help: 'Kubeconfig written for the kubelet' }),

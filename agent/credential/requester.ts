@@ -11,7 +11,7 @@ import { discoverClusterCa } from '../kube/discovery.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
-import { matchesAnyPin } from '../pki/pin.js';
+import { pinnedCertificates } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
 import type { Cluster, NodeCredential } from './assess.js';
 
@@ -61,10 +61,11 @@ export async function clusterOf(bootstrap: BootstrapKubeconfig, config: Config, 
     } catch (err) {
       throw new InputError(bootstrap.file, 'certificate-authority', `does not hold a valid certificate (${(err as Error).message})`);
     }
-    if (config.caCertHashes.length > 0 && !matchesAnyPin([bootstrap.caPem], config.caCertHashes)) {
-      throw new InputError(bootstrap.file, 'certificate-authority', 'the CA matches none of the --ca-cert-hash pins');
-    }
-    return { ...base, caPem: bootstrap.caPem };
+    if (config.caCertHashes.length === 0) return { ...base, caPem: bootstrap.caPem };
+    // With pins, only the pinned certificates are trusted, as for discovery.
+    const { pinned, count } = pinnedCertificates(bootstrap.caPem, config.caCertHashes);
+    if (count === 0) throw new InputError(bootstrap.file, 'certificate-authority', 'the CA matches none of the --ca-cert-hash pins');
+    return { ...base, caPem: pinned };
   }
   if (bootstrap.auth.kind !== 'bootstrap-token') {
     throw new InputError(bootstrap.file, 'certificate-authority', 'missing; CA discovery through cluster-info needs a bootstrap token, so give the CA here');

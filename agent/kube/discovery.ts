@@ -11,7 +11,7 @@ import { KubebootError, ExitCode } from '../errors.js';
 import { parseYaml } from '../config/yaml.js';
 import type { Logger } from '../log.js';
 import { verifyDetachedJws } from '../pki/jws.js';
-import { matchesAnyPin } from '../pki/pin.js';
+import { pinnedCertificates } from '../pki/pin.js';
 import { KubeClient } from './client.js';
 
 const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
@@ -77,11 +77,14 @@ async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<
   if (!verifyDetachedJws(jws, kubeconfig, input.tokenId, input.tokenSecret)) {
     throw new KubebootError(`kube-public/cluster-info at ${input.server}: signature for token ${input.tokenId} does not verify; refusing its CA`, ExitCode.other);
   }
-  const ca = caFromClusterInfo(kubeconfig);
-  if (input.pins.length > 0 && !matchesAnyPin([ca], input.pins)) {
+  const bundle = caFromClusterInfo(kubeconfig);
+  if (input.pins.length === 0) return { ca: bundle, kubeconfig }; // --unsafe-skip-ca-verification
+  const { pinned, count, dropped } = pinnedCertificates(bundle, input.pins);
+  if (count === 0) {
     throw new KubebootError(`kube-public/cluster-info at ${input.server}: the cluster CA matches none of the --ca-cert-hash pins; refusing it`, ExitCode.other);
   }
-  return { ca, kubeconfig };
+  if (dropped > 0) input.logger.warn(`kube-public/cluster-info carries ${dropped} CA block(s) no --ca-cert-hash pins; only the ${count} pinned certificate(s) are trusted (pin each CA of a rotation)`);
+  return { ca: pinned, kubeconfig };
 }
 
 async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expected: string): Promise<void> {

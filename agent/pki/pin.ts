@@ -7,7 +7,7 @@
 import { createHash } from 'node:crypto';
 import { KubebootError } from '../errors.js';
 import { subjectPublicKeyInfoOf } from './der.js';
-import { pemBlocks } from './pem.js';
+import { pemBlocks, toPem } from './pem.js';
 import { canonicalPin } from './pin-format.js';
 
 function certificateDers(pem: string): Uint8Array[] {
@@ -32,8 +32,19 @@ export function caCertHashes(caPems: readonly string[]): string[] {
   return caPems.flatMap((pem) => certificateDers(pem).map(hashOf));
 }
 
-/** Any certificate in the bundle(s) matching any pin is enough (matches kubeadm Set.CheckAny). */
-export function matchesAnyPin(caPems: readonly string[], pins: readonly string[]): boolean {
+/**
+ * The certificates of `caPem` whose key is pinned, re-encoded from the very
+ * DER that was hashed, and how many were left out. kubeadm accepts a bundle
+ * when any certificate matches (CheckAny) and then trusts all of it, so
+ * whoever holds the token can append a CA of their own to a correctly signed
+ * cluster-info and be trusted next to the real one; the pin is there to stop
+ * exactly that. Only what was pinned is handed on to TLS: other blocks
+ * (TRUSTED CERTIFICATE, X509 CERTIFICATE, which OpenSSL would also load as
+ * trust anchors) and unpinned certificates are dropped.
+ */
+export function pinnedCertificates(caPem: string, pins: readonly string[]): { pinned: string; count: number; dropped: number } {
   const wanted = new Set(pins.map(canonicalPin).filter((p) => p !== null));
-  return caCertHashes(caPems).some((hash) => wanted.has(hash));
+  const blocks = pemBlocks(caPem);
+  const kept = blocks.filter((b) => b.type === 'CERTIFICATE' && wanted.has(hashOf(b.der)));
+  return { pinned: kept.map((b) => toPem('CERTIFICATE', b.der)).join(''), count: kept.length, dropped: blocks.length - kept.length };
 }

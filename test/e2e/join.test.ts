@@ -16,6 +16,8 @@ import { caCertHash } from '../../agent/pki/pin.js';
 import { readOptional } from '../../agent/read-optional.js';
 import { waitFor } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
+import { expectStatus } from '../support/http.js';
+import { clusterInfoKubeconfig } from '../support/kubeconfig.js';
 import { assertNoSecrets, forbid, handToken, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
 
 const run = promisify(execFile);
@@ -99,7 +101,7 @@ if (plane) {
     t.equal((await stat(node.bootstrapKubeconfig)).mode & 0o777, 0o600);
     const written = await parseBootstrapKubeconfig(node.bootstrapKubeconfig, (await readFile(node.bootstrapKubeconfig, 'utf8')), readOptional);
     t.equal(written.server, plane.server);
-    t.equal(written.caPem, plane.caPem, 'the CA is the cluster CA');
+    t.equal(written.caPem.trim(), plane.caPem.trim(), 'the CA is the cluster CA');
     t.equal(written.tokenFile, tokenFile, 'the token stays in its file (deleted with the kubeconfig)');
     t.notMatch(await readFile(node.bootstrapKubeconfig, 'utf8'), token.secret);
     t.equal(await prepareJoin(config, { logger: silentLogger(), now: () => new Date() }), 'bootstrap-kubeconfig-exists', 'never overwritten');
@@ -195,5 +197,45 @@ if (plane) {
     t.equal((await csrsBy(secret![1]!)).length, 1, 'the CSR was made with the token user-data created');
     const made = await plane.admin.request<{ data: Record<string, string> }>('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${secret![1]}`);
     t.equal(Buffer.from(made.body.data.description ?? '', 'base64').toString(), 'kubeboot user-data', 'token list says what the token was made for');
+  });
+
+  // Last: it changes cluster-info for the whole plane. Whoever holds a token can
+  // append a CA of their own to a correctly signed cluster-info (here the
+  // bootstrapsigner itself re-signs it); kubeadm would then trust both.
+  t.test('a CA appended to cluster-info is not trusted: only the pinned CA reaches the kubeconfigs', async (t) => {
+    const path = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
+    type ClusterInfo = { metadata: { resourceVersion?: string }; data: Record<string, string> };
+    const original = (await plane.admin.request<ClusterInfo>('GET', path)).body;
+    const token = await newToken();
+    const signedFor = async (kubeconfig: string) =>
+      waitFor('the bootstrapsigner to sign cluster-info for the token', async () => {
+        const now = (await plane.admin.request<ClusterInfo>('GET', path)).body;
+        return now.data.kubeconfig === kubeconfig && now.data[`jws-kubeconfig-${token.id}`] !== current[`jws-kubeconfig-${token.id}`] ? true : undefined;
+      }, 60_000);
+    let current = (await waitFor('cluster-info signed for the new token', async () => {
+      const now = (await plane.admin.request<ClusterInfo>('GET', path)).body;
+      return now.data[`jws-kubeconfig-${token.id}`] ? now.data : undefined;
+    }, 60_000))!;
+    const rogue = (await plane.mintClientCert({ commonName: 'rogue' })).certPem; // any certificate not the cluster CA
+    const tampered = clusterInfoKubeconfig(plane.server, plane.caPem + rogue);
+    const put = async (kubeconfig: string) => {
+      const now = (await plane.admin.request<ClusterInfo>('GET', path)).body;
+      expectStatus(await plane.admin.request('PUT', path, { ...now, data: { ...now.data, kubeconfig } }), 'update cluster-info', 200);
+    };
+    t.teardown(async () => {
+      await put(original.data.kubeconfig!);
+      await signedFor(original.data.kubeconfig!);
+    });
+    await put(tampered);
+    await signedFor(tampered);
+    current = (await plane.admin.request<ClusterInfo>('GET', path)).body.data;
+
+    const node = await nodeLayout(t.testdir(), 'join-appended-ca');
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--ca-cert-hash', pin], { KUBEBOOT_TOKEN: token.token });
+    t.equal(result.code, 0, result.stderr);
+    t.match(result.stdout + result.stderr, /cluster-info carries 1 CA block\(s\) no --ca-cert-hash pins; only the 1 pinned certificate\(s\) are trusted/);
+    const kubelet = parse(await readFile(node.kubeletKubeconfig, 'utf8')) as { clusters: { cluster: { 'certificate-authority-data': string } }[] };
+    t.equal(Buffer.from(kubelet.clusters[0]!.cluster['certificate-authority-data'], 'base64').toString().trim(), plane.caPem.trim(), 'kubelet.conf trusts the pinned cluster CA and nothing else');
+    t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:join-appended-ca');
   });
 }

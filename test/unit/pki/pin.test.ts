@@ -1,7 +1,7 @@
 import t from 'tap';
 import { createHash, X509Certificate, type webcrypto } from 'node:crypto';
 import { KubebootError } from '../../../agent/errors.js';
-import { caCertHash, caCertHashes, matchesAnyPin } from '../../../agent/pki/pin.js';
+import { caCertHash, caCertHashes, pinnedCertificates } from '../../../agent/pki/pin.js';
 import { canonicalPin, isValidPin } from '../../../agent/pki/pin-format.js';
 import { x509 } from '../../../agent/pki/x509.js';
 
@@ -29,13 +29,28 @@ t.test('a CA in the bundle matching a pin is accepted; none matching is refused'
   const ca = await selfSigned('kubernetes');
   const other = await selfSigned('kubernetes');
   const older = await selfSigned('old-ca');
-  t.equal(matchesAnyPin([ca], [caCertHash(ca)]), true);
-  t.equal(matchesAnyPin([older + ca], [caCertHash(ca)]), true, 'any certificate in a bundle may match');
-  t.equal(matchesAnyPin([ca], ['sha256:' + '0'.repeat(64), caCertHash(ca).toUpperCase().replace('SHA256', 'sha256')]), true);
-  t.equal(matchesAnyPin([other], [caCertHash(ca)]), false, 'same name, different key');
-  t.equal(matchesAnyPin([ca], []), false);
-  t.equal(matchesAnyPin([ca], ['not-a-pin']), false);
+  const count = (pem: string, pins: string[]) => pinnedCertificates(pem, pins).count;
+  t.equal(count(ca, [caCertHash(ca)]), 1);
+  t.equal(count(older + ca, [caCertHash(ca)]), 1, 'a pinned certificate in a bundle is found');
+  t.equal(count(ca, ['sha256:' + '0'.repeat(64), caCertHash(ca).toUpperCase().replace('SHA256', 'sha256')]), 1);
+  t.equal(count(other, [caCertHash(ca)]), 0, 'same name, different key');
+  t.equal(count(ca, []), 0);
+  t.equal(count(ca, ['not-a-pin']), 0);
   t.same(caCertHashes([older + ca]), [caCertHash(older), caCertHash(ca)]);
+});
+
+t.test('only the pinned certificates of a bundle are handed on: an appended CA is dropped, whatever its block type', async (t) => {
+  const ca = await selfSigned('kubernetes');
+  const rogue = await selfSigned('kubernetes');
+  // OpenSSL also loads TRUSTED CERTIFICATE and X509 CERTIFICATE blocks as trust anchors.
+  const relabelled = (label: string) => rogue.replace(/CERTIFICATE-----/g, `${label}-----`);
+  const bundle = ca + rogue + relabelled('TRUSTED CERTIFICATE') + relabelled('X509 CERTIFICATE');
+  const { pinned, count, dropped } = pinnedCertificates(bundle, [caCertHash(ca)]);
+  t.same([count, dropped], [1, 3]);
+  t.equal(pinned, ca, 'exactly the pinned certificate, re-encoded from the DER that was hashed');
+  t.same(caCertHashes([pinned]), [caCertHash(ca)]);
+  const both = pinnedCertificates(bundle, [caCertHash(ca), caCertHash(rogue)]);
+  t.same([both.count, both.dropped], [2, 2], 'a CA rotation pins both; other block types still never pass');
 });
 
 t.test('validates and normalises pins as kubeadm accepts them', async (t) => {
@@ -51,5 +66,4 @@ t.test('validates and normalises pins as kubeadm accepts them', async (t) => {
 
 t.test('refuses CA text that holds no certificate', async (t) => {
   t.throws(() => caCertHash('nothing here'), KubebootError);
-  t.throws(() => matchesAnyPin(['nothing here'], []), KubebootError);
 });
