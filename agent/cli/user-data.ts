@@ -10,6 +10,7 @@ import { parse as parseYaml } from 'yaml';
 import type { Config } from '../config/types.js';
 import { coerce } from '../config/coerce.js';
 import { OPTIONS, type OptionSpec } from '../config/options.js';
+import { bootstrapTokenProblem } from '../config/values.js';
 import { ExitCode, InputError, KubebootError } from '../errors.js';
 import type { Admin } from '../join/admin.js';
 import { tokenSpecFrom, type TokenFlags } from '../join/token.js';
@@ -63,12 +64,17 @@ function pinOf(admin: Admin): string {
   return caCertHash(admin.kubeconfig.caPem);
 }
 
+/** The token from `file`, checked as --token is: a malformed one would give user-data that can never join. */
 async function readTokenFile(file: string): Promise<string> {
+  let token: string;
   try {
-    return (await readFile(file, 'utf8')).trim();
+    token = (await readFile(file, 'utf8')).trim();
   } catch (err) {
     throw new InputError(CLI, '--token-file', `cannot read ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
   }
+  const problem = bootstrapTokenProblem(token);
+  if (problem !== null) throw new InputError(file, 'token', problem);
+  return token;
 }
 
 const BY_KEY = new Map(OPTIONS.filter((o) => o.inFile).map((o) => [o.key as string, o]));

@@ -94,7 +94,12 @@ export function renderScript(join: NodeJoin): string {
   const heredoc = (file: FileToWrite) => {
     const marker = 'KUBEBOOT_EOF';
     if (file.content.split('\n').includes(marker)) throw new KubebootError(`${file.path}: content contains the line ${marker}`);
-    return [`mkdir -p ${shellQuote(dirOf(file.path))}`, `cat > ${shellQuote(file.path)} <<'${marker}'`, file.content.replace(/\n$/, ''), marker, `chmod ${file.permissions} ${shellQuote(file.path)}`];
+    // umask 077 keeps the token's directories private; a directory made for a
+    // file others must read (the apt key, read by apt's unprivileged _apt
+    // user; /etc/apt/keyrings is missing before apt 2.4) is made 0755.
+    const dir = shellQuote(dirOf(file.path));
+    const makeDir = file.permissions === '0644' ? `[ -d ${dir} ] || install -d -m 0755 ${dir}` : `mkdir -p ${dir}`;
+    return [makeDir, `cat > ${shellQuote(file.path)} <<'${marker}'`, file.content.replace(/\n$/, ''), marker, `chmod ${file.permissions} ${shellQuote(file.path)}`];
   };
   for (const file of filesOf(join)) lines.push(...heredoc(file));
   if (join.repo?.type === 'apt') {

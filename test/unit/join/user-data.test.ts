@@ -1,7 +1,7 @@
 // What `kubeboot user-data` renders: valid for cloud-init's own schema
 // checker, and a config file the node's loader accepts as it is.
 import { execFile } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
+import { stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
@@ -81,6 +81,13 @@ t.test('--format script is a valid shell script doing the same steps', async (t)
   t.match(script, /umask 077/);
   t.match(script, /cat > \/etc\/kubernetes\/bootstrap-token <<'KUBEBOOT_EOF'\nabcdef\.0123456789abcdef\nKUBEBOOT_EOF\nchmod 0600 \/etc\/kubernetes\/bootstrap-token/);
   t.match(script, /deb \[signed-by=\/etc\/apt\/keyrings\/kubeboot\.asc\] https:\/\/repo\.example\/kubeboot stable main/);
+  // Under umask 077, the keyring directory apt's _apt user reads through must still be made 0755.
+  const makeKeyrings = script.split('\n').find((l) => l.includes('/etc/apt/keyrings') && !l.startsWith('cat') && !l.startsWith('chmod') && !l.startsWith('deb'))!;
+  t.equal(makeKeyrings, '[ -d /etc/apt/keyrings ] || install -d -m 0755 /etc/apt/keyrings');
+  const keyrings = join(t.testdir(), 'etc-apt', 'keyrings');
+  await run('sh', ['-c', `umask 077; ${makeKeyrings.replaceAll('/etc/apt/keyrings', keyrings)}`]);
+  t.equal((await stat(keyrings)).mode & 0o777, 0o755, 'made 0755 despite umask 077');
+  t.match(script, /mkdir -p \/etc\/kubernetes\ncat > \/etc\/kubernetes\/bootstrap-token/, "the token's directory is made under umask 077");
   t.match(script, /apt-get install -y -o Dpkg::Options::=--force-confold kubeboot/);
   t.match(script, /systemctl enable --now kubeboot/);
 });
@@ -111,4 +118,15 @@ t.test('token settings without --create-token are refused rather than ignored', 
   await t.rejects(runUserData('user-data', config, { ttl: '2h' }, {}), { message: 'command line: --ttl: only with --create-token' });
   await t.rejects(runUserData('join-command', config, { expiry: false }, {}), { message: 'command line: --no-expiry: only with --create-token' });
   await t.rejects(runUserData('join-command', config, { 'create-token': true }, {}), { message: 'command line: --create-token: cannot be combined with --token or --token-file' });
+});
+
+t.test('a token read from --token-file is checked as --token is, naming the file, never the value', async (t) => {
+  const file = join(t.testdir(), 'token');
+  await writeFile(file, 'abcdef.TOO-SHORT\n', { mode: 0o600 });
+  const config = { ...defaultConfig('admin'), server: 'https://api.example:6443', tokenFile: file, caCertHashes: [PIN] };
+  const err = await runUserData('join-command', config, {}, {}).catch((e: Error) => e);
+  t.match(err, { message: `${file}: token: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}; the value is not shown)` });
+  t.notMatch((err as Error).message, 'TOO-SHORT');
+  await writeFile(file, `${TOKEN}\n`);
+  await t.resolves(runUserData('join-command', config, {}, {}), 'a well-formed token in the file is used');
 });
