@@ -5,9 +5,9 @@
  * manager's csrapproving controller does). The lookups are injected, so the
  * whole decision runs in unit tests without a cluster.
  */
+import { KubebootError } from '../errors.js';
 import { csrFacts, isOlder, isSettled, isUnissued, type ApproverCsr } from './csr.js';
 import { evaluate, nodeNameOf, POLICIES, recognize, type ApproverPolicy, type NodeAddress, type PolicyName, type World } from './policy.js';
-import { KubebootError } from '../errors.js';
 import { requestFacts, type RequestFacts } from './request.js';
 
 export type Decision =

@@ -83,7 +83,7 @@ async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<
   if (count === 0) {
     throw new KubebootError(`kube-public/cluster-info at ${input.server}: the cluster CA matches none of the --ca-cert-hash pins; refusing it`, ExitCode.other);
   }
-  if (dropped > 0) input.logger.warn(`kube-public/cluster-info carries ${dropped} CA block(s) no --ca-cert-hash pins; only the ${count} pinned certificate(s) are trusted (pin each CA of a rotation)`);
+  if (dropped > 0) input.logger.warn(`kube-public/cluster-info carries ${dropped} CA block(s) matching no --ca-cert-hash pin; only the ${count} pinned certificate(s) are trusted (pin each CA of a rotation)`);
   return { ca: pinned, kubeconfig };
 }
 

@@ -233,7 +233,7 @@ if (plane) {
     const node = await nodeLayout(t.testdir(), 'join-appended-ca');
     const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--ca-cert-hash', pin], { KUBEBOOT_TOKEN: token.token });
     t.equal(result.code, 0, result.stderr);
-    t.match(result.stdout + result.stderr, /cluster-info carries 1 CA block\(s\) no --ca-cert-hash pins; only the 1 pinned certificate\(s\) are trusted/);
+    t.match(result.stdout + result.stderr, /cluster-info carries 1 CA block\(s\) matching no --ca-cert-hash pin; only the 1 pinned certificate\(s\) are trusted/);
     const kubelet = parse(await readFile(node.kubeletKubeconfig, 'utf8')) as { clusters: { cluster: { 'certificate-authority-data': string } }[] };
     t.equal(Buffer.from(kubelet.clusters[0]!.cluster['certificate-authority-data'], 'base64').toString().trim(), plane.caPem.trim(), 'kubelet.conf trusts the pinned cluster CA and nothing else');
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:join-appended-ca');
