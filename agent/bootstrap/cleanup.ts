@@ -91,9 +91,11 @@ async function removeSecretFile(file: string, what: string, logger: Logger, obse
     // A dangling link has nothing behind it: only the link goes.
     target = await realpath(file).catch((err: unknown) => (errnoCode(err) === 'ENOENT' ? null : fail(file, err)));
     // As root, deleting whatever a link names would let anyone who can plant
-    // the link delete any file: the target goes only if it and its directory
-    // are ours and nobody else can write them, as kubeboot's own files are.
-    const distrust = target === null ? null : await untrusted(target);
+    // the link delete any file: the target goes only if the link is ours, in a
+    // directory only we can write (else anyone who can write there chose the
+    // target), and the target and its directory are ours and nobody else's to
+    // write, as kubeboot's own files are.
+    const distrust = target === null ? null : await untrustedLink(file, target);
     if (distrust !== null) {
       logger.warn(`${file} links to ${target}, which kubeboot will not delete (${distrust}); removing only the link: delete the token in ${target} by hand`);
       target = null;
@@ -104,11 +106,21 @@ async function removeSecretFile(file: string, what: string, logger: Logger, obse
   logger.info(target !== null ? `deleted the ${what} ${target} and the link to it, ${file}` : `deleted the ${what} ${file}`);
 }
 
-/** Why `file` is not kubeboot's to delete, or null: it or its directory is someone else's or writable by others. */
-async function untrusted(file: string): Promise<string | null> {
-  for (const p of [path.dirname(file), file]) {
-    const problem = trustProblem(p, await lstat(p));
-    if (problem !== null) return problem;
+/**
+ * Why the target of `link` is not kubeboot's to delete, or null: the link's
+ * directory, the target or the target's directory is someone else's or
+ * writable by others, or the link itself is someone else's (a link's own
+ * mode bits mean nothing, so only its owner is looked at).
+ */
+async function untrustedLink(link: string, target: string): Promise<string | null> {
+  const linkOwner = await lstat(link);
+  const problem =
+    trustProblem(`the directory of ${link}`, await lstat(path.dirname(link))) ??
+    trustProblem(`the link ${link}`, { uid: linkOwner.uid, mode: 0 });
+  if (problem !== null) return problem;
+  for (const p of [path.dirname(target), target]) {
+    const targetProblem = trustProblem(p, await lstat(p));
+    if (targetProblem !== null) return targetProblem;
   }
   return null;
 }

@@ -29,6 +29,20 @@ t.test('a link into a directory others can write: only the link goes, and the lo
   t.match(lines.join(''), /will not delete .*writable by group or others/);
 });
 
+t.test('a link planted in a directory others can write is never followed, whatever it names', async (t) => {
+  // As root, any root-owned file passes the target checks: who could plant the link decides.
+  const dir = t.testdir({ drop: {}, secrets: { 'important.conf': 'root only' } });
+  await chmod(join(dir, 'drop'), 0o1777);
+  await chmod(join(dir, 'secrets'), 0o700);
+  const tokenFile = join(dir, 'drop', 'token');
+  await symlink(join(dir, 'secrets', 'important.conf'), tokenFile);
+  const { logger, lines } = capture();
+  await removeBootstrapToken(bootstrapAt(join(dir, 'bootstrap-kubelet.conf'), tokenFile), [], logger);
+  t.ok(await exists(join(dir, 'secrets', 'important.conf')), 'the file the link names is left alone');
+  t.notOk(await exists(tokenFile), 'the link is removed');
+  t.match(lines.join(''), /will not delete \(the directory of .*drop\/token is writable by group or others/);
+});
+
 t.test('a link into a directory kubeboot trusts takes its target along', async (t) => {
   const dir = t.testdir({ etc: {}, secrets: { 'bootstrap.conf': 'token' } });
   await chmod(join(dir, 'secrets'), 0o700);
