@@ -106,6 +106,8 @@ stage_common() { # stage npm-arch strip-command
   install -m0644 systemd/kubelet.service.d/10-kubeboot.conf "$s/usr/lib/systemd/system/kubelet.service.d/"
   install -m0644 systemd/kube-proxy.service.d/10-kubeboot.conf "$s/usr/lib/systemd/system/kube-proxy.service.d/"
   install -m0644 packaging/files/tmpfiles.conf "$s/usr/lib/tmpfiles.d/kubeboot.conf"
+  # 0644: the approver reads it as its dynamic user; user-data writes a node's
+  # own config (which names the token file, never the token) 0600.
   install -m0644 packaging/files/config.yaml "$s/etc/kubeboot/config.yaml"
   install -m0644 packaging/cloud-init/*.yaml "$s/usr/share/kubeboot/cloud-init/"
   # Written by another part of the project; shipped when present.
@@ -131,7 +133,7 @@ build_deb() { # deb-arch npm-arch strip-command file
   stage_common "$s" "$2" "$3"
   install -d "$s/DEBIAN" "$s/etc/default" "$s/usr/share/lintian/overrides"
   install -m0644 packaging/deb/lintian-overrides "$s/usr/share/lintian/overrides/kubeboot"
-  install -m0644 packaging/files/environment "$s/etc/default/kubeboot"
+  install -m0600 packaging/files/environment "$s/etc/default/kubeboot"  # may hold KUBEBOOT_TOKEN
   fill packaging/deb/copyright.in >"$s/usr/share/doc/kubeboot/copyright"
   # A native version (no Debian revision), hence changelog.gz, not changelog.Debian.gz.
   {
@@ -155,7 +157,7 @@ build_rpm() { # rpm-arch npm-arch strip-command
   local s=$work/rpm-$1
   stage_common "$s" "$2" "$3"
   install -d "$s/etc/sysconfig" "$s/usr/share/licenses/kubeboot"
-  install -m0644 packaging/files/environment "$s/etc/sysconfig/kubeboot"
+  install -m0600 packaging/files/environment "$s/etc/sysconfig/kubeboot"  # may hold KUBEBOOT_TOKEN
   install -m0644 /usr/share/common-licenses/Apache-2.0 "$s/usr/share/licenses/kubeboot/LICENSE"
   local spec=$work/kubeboot-$1.spec
   # rpm reads scriptlet bodies literally once pasted: the shared steps go in

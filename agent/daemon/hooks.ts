@@ -46,7 +46,8 @@ export function runHook(argv: string[], options: HookOptions = {}): Promise<Hook
 
   return new Promise((resolve) => {
     // Own process group, so a timeout also reaches whatever a hook script started.
-    const child = spawn(file, args, { stdio: ['ignore', 'ignore', 'pipe'], detached: true, env: options.env ?? process.env });
+    // cwd /: a relative hook path never means whatever directory `kubeboot renew` was started in.
+    const child = spawn(file, args, { stdio: ['ignore', 'ignore', 'pipe'], detached: true, cwd: '/', env: options.env ?? process.env });
     const chunks: Buffer[] = [];
     let kept = 0;
     let timedOut = false;

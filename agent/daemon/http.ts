@@ -104,10 +104,16 @@ async function handle(req: http.IncomingMessage, res: http.ServerResponse, opts:
   res.end(req.method === 'HEAD' ? undefined : reply.body);
 }
 
+/** Open connections the status listener keeps; more are closed on arrival. */
+export const MAX_CONNECTIONS = 64;
+
 export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> {
   const host = opts.host ?? DEFAULT_HTTP_HOST;
   const port = opts.port ?? DEFAULT_HTTP_PORT;
-  const server = http.createServer((req, res) => {
+  // Bounded, so idle sockets a local user holds open cannot pile up against
+  // the unit's MemoryMax: a few dozen scrapers and probes at most, and a
+  // request that is not whole within seconds is dropped.
+  const server = http.createServer({ headersTimeout: 5_000, requestTimeout: 10_000, keepAliveTimeout: 5_000 }, (req, res) => {
     // Last resort: whatever a request does, it must not take the daemon (and
     // with it the node's renewals) down; a local user can send anything here.
     handle(req, res, opts).catch((err: unknown) => {
@@ -116,6 +122,7 @@ export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> 
       res.end();
     });
   });
+  server.maxConnections = MAX_CONNECTIONS;
   // A client that resets mid-request must not surface as an unhandled error.
   server.on('clientError', (_err, socket) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');

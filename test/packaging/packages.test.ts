@@ -130,6 +130,8 @@ if (toolsOrSkip(t, tools, true)) {
 
     const config = readFileSync(join(tree, 'etc/kubeboot/config.yaml'), 'utf8');
     tt.equal(parseYaml(config), null, 'default config sets nothing: every key is commented out');
+    // The environment file may hold KUBEBOOT_TOKEN, as the --token help suggests.
+    tt.equal(statSync(join(tree, 'etc/default/kubeboot')).mode & 0o777, 0o600, 'etc/default/kubeboot is 0600');
     for (const key of ['#bootstrapKubeconfig:', '#nodeName:', '#keyAlgorithm:', '#kubeProxy:', '#  enabled:']) tt.match(config, key, `documents ${key}`);
   });
 
@@ -139,6 +141,8 @@ if (toolsOrSkip(t, tools, true)) {
     for (const file of [...commonFiles, 'etc/sysconfig/kubeboot', 'usr/share/licenses/kubeboot/LICENSE']) tt.ok(files.has(`/${file}`), file);
     tt.equal(files.get('/etc/kubeboot/config.yaml'), 'cn', 'config.yaml is %config(noreplace)');
     tt.equal(files.get('/etc/sysconfig/kubeboot'), 'cn', 'sysconfig is %config(noreplace)');
+    const modes = new Map(output('rpm', ['-qp', '--qf', '[%{FILEMODES:octal} %{FILENAMES}\n]', packages.rpmX86_64]).trim().split('\n').map((l) => [l.slice(l.indexOf(' ') + 1), l.slice(0, l.indexOf(' '))]));
+    tt.equal(modes.get('/etc/sysconfig/kubeboot')?.slice(-4), '0600', '/etc/sysconfig/kubeboot is 0600');
     tt.equal(files.get('/usr/share/licenses/kubeboot/LICENSE'), 'l', 'LICENSE is %license');
     tt.notOk(files.has('/etc/default/kubeboot'), 'no Debian-style environment file');
   });

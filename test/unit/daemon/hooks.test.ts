@@ -30,6 +30,14 @@ t.test('arguments reach the hook verbatim, without a shell', async (t) => {
   t.equal(await readFile(out, 'utf8'), '$(rm -rf /); `x` *');
 });
 
+t.test('a hook runs in /, not in the directory kubeboot was started from', async (t) => {
+  const dir = await mkdtemp(path.join(tmpdir(), 'kubeboot-hooks-'));
+  t.teardown(() => rm(dir, { recursive: true, force: true }));
+  const out = path.join(dir, 'cwd');
+  t.ok((await runHook(['/bin/sh', '-c', 'pwd > "$1"', 'sh', out])).ok);
+  t.equal(await readFile(out, 'utf8'), '/\n');
+});
+
 t.test('a hook that outlives its timeout is killed and reported as timed out', async (t) => {
   const r = await runHook(['sleep', '10'], { timeoutMs: 200 });
   t.equal(r.ok, false);

@@ -3,7 +3,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { Registry, Counter } from 'prom-client';
 import { silentLogger } from '../../../agent/log.js';
-import { isLoopbackListen, startHttpServer, type Readiness } from '../../../agent/daemon/http.js';
+import { isLoopbackListen, MAX_CONNECTIONS, startHttpServer, type Readiness } from '../../../agent/daemon/http.js';
 import { KubebootError } from '../../../agent/errors.js';
 
 interface Got {
@@ -143,4 +143,23 @@ t.test('the unauthenticated readyz body is scrubbed of tokens', async (t) => {
 t.test('only loopback listen addresses count as local', async (t) => {
   for (const listen of ['127.0.0.1:10271', '127.1.2.3:1', 'localhost:10271', '[::1]:10271', '[::ffff:127.0.0.1]:80']) t.ok(isLoopbackListen(listen), listen);
   for (const listen of ['0.0.0.0:10271', '[::]:10271', '10.0.0.7:10271', ':10271', 'example.com:80', '128.0.0.1:1']) t.notOk(isLoopbackListen(listen), listen);
+});
+
+t.test('idle connections are capped: one past MAX_CONNECTIONS is closed on arrival, and the listener serves again once they go', async (t) => {
+  const { address } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
+  const connect = () =>
+    new Promise<net.Socket>((resolve, reject) => {
+      const s = net.connect(address.port, '127.0.0.1', () => resolve(s));
+      s.on('error', reject);
+    });
+  const idle: net.Socket[] = [];
+  t.teardown(() => idle.forEach((s) => s.destroy()));
+  for (let i = 0; i < MAX_CONNECTIONS; i++) idle.push(await connect());
+  const extra = await connect();
+  await new Promise<void>((resolve) => extra.once('close', () => resolve()));
+  t.pass(`connection ${MAX_CONNECTIONS + 1} was closed by the listener`);
+  await Promise.all(idle.map((s) => new Promise<void>((resolve) => (s.once('close', () => resolve()), s.destroy()))));
+  let status = 0;
+  for (let attempt = 0; attempt < 50 && status !== 200; attempt++) status = await get(address.port, '/healthz').then((r) => r.status, () => 0);
+  t.equal(status, 200, 'served again once the idle connections closed');
 });
