@@ -195,12 +195,25 @@ export async function ensureDir(dir: string, mode: number, fs: FsOps = realFs): 
     try {
       await fs.mkdir(d, { mode });
     } catch (err) {
-      // Someone else created it meanwhile: it is theirs, leave its mode.
-      if (errnoCode(err) === 'EEXIST') continue;
+      // Created meanwhile by someone else: kept as it is, but only if it could
+      // have been made by us (ours, not writable by others), as an existing one.
+      if (errnoCode(err) === 'EEXIST') {
+        await assertTrustedDir(d, fs);
+        continue;
+      }
       throw err;
     }
-    // mkdir's mode is filtered by the umask; the directory is still empty.
-    await fs.chmod(d, mode);
+    // mkdir's mode is filtered by the umask. Set it through a handle opened
+    // without following links: if a writable parent let someone swap in a
+    // link meanwhile, a chmod by path would change the mode of its target.
+    const handle = await fs.open(d, fsp.constants.O_RDONLY | fsp.constants.O_DIRECTORY | fsp.constants.O_NOFOLLOW);
+    try {
+      const problem = trustProblem(d, { ...(await handle.stat()), mode: 0 });
+      if (problem !== null) throw new KubebootError(problem, ExitCode.badInput);
+      await handle.chmod(mode);
+    } finally {
+      await handle.close();
+    }
     await fsyncDir(path.dirname(d), fs);
     created.push(d);
   }

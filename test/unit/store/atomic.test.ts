@@ -1,5 +1,5 @@
 import t from 'tap';
-import { mkdir, readdir, readFile, stat, writeFile, chmod } from 'node:fs/promises';
+import { chmod, mkdir, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { KubebootError } from '../../../agent/errors.js';
 import { ensureDir, isTempName, realFs, removeFileDurably, tempPathFor, trustProblem, writeFileAtomic } from '../../../agent/store/atomic.js';
@@ -136,4 +136,33 @@ t.test('ensureDir refuses an existing directory that group or others can write, 
   await chmod(dir, 0o755);
   t.same(await ensureDir(dir, 0o700), [], 'a 0755 directory (kubeadm’s /var/lib/kubelet/pki) is fine');
   t.equal(trustProblem(dir, { uid: 4242, mode: 0o40700 }, 0), `${dir} is owned by uid 4242, not by uid 0 that kubeboot runs as; refusing to keep credentials there (chown 0 it)`);
+});
+
+t.test('ensureDir never chmods through a link swapped in after mkdir, and refuses a directory others made meanwhile', async (t) => {
+  const root = t.testdir({ victim: 'root only' });
+  const victim = path.join(root, 'victim');
+  await chmod(victim, 0o600);
+  // A writable parent lets someone replace the new directory with a link before the chmod.
+  const swapped: FsOps = {
+    ...realFs,
+    mkdir: (async (d: string, opts?: Parameters<FsOps['mkdir']>[1]) => {
+      await realFs.mkdir(d, opts);
+      await rm(d, { recursive: true });
+      await symlink(victim, d);
+      return undefined;
+    }) as FsOps['mkdir'],
+  };
+  await t.rejects(ensureDir(path.join(root, 'state'), 0o755, swapped), { code: /^(ELOOP|ENOTDIR)$/ });
+  t.equal(await modeOf(victim), 0o600, 'the file behind the link keeps its mode');
+  // Or creates the directory first, its way.
+  const raced: FsOps = {
+    ...realFs,
+    mkdir: (async (d: string) => {
+      await realFs.mkdir(d);
+      await chmod(d, 0o777);
+      throw Object.assign(new Error('EEXIST'), { code: 'EEXIST' });
+    }) as FsOps['mkdir'],
+  };
+  const dir = path.join(root, 'pki');
+  await t.rejects(ensureDir(dir, 0o700, raced), { code: 2, message: `${dir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)` });
 });
