@@ -13,6 +13,15 @@ t.test('scrub removes bootstrap token secrets, bearer tokens and PEM private key
   t.notMatch(out, 'MHcCAQEEIBkg');
 });
 
+t.test('scrub removes the values of kubeconfig secret fields, whatever they look like (a hook may print a kubeconfig)', async (t) => {
+  const out = scrub('users:\n- user:\n    token: s3cr3t-static-token\n    client-key-data: LS0tLS1CRUdJTiBFQw==\n{"password": "hunter2"} token=abc');
+  for (const secret of ['s3cr3t-static-token', 'LS0tLS1CRUdJTiBFQw', 'hunter2', 'token=abc']) t.notMatch(out, secret);
+  t.match(out, 'client-key-data: [redacted]');
+  for (const prose of ['kubelet: certificate renewed; token file /etc/kubernetes/bootstrap-token deleted', '/etc/kubeboot/config.yaml: token: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}; the value is not shown)']) {
+    t.equal(scrub(prose), prose, 'kubeboot\'s own words about tokens are left alone');
+  }
+});
+
 t.test('the logger redacts secret-named fields and secrets inside messages, in JSON and text', async (t) => {
   for (const format of ['json', 'text', 'journal'] as const) {
     const stream = new PassThrough();
