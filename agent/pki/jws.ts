@@ -10,8 +10,6 @@
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 
-const BASE64URL = /^[A-Za-z0-9_-]*$/;
-
 // Upstream pads the secret for go-jose's minimum key length; HMAC zero-pads
 // short keys to its block size anyway, so this changes no signature.
 function hmacKey(tokenSecret: string): Buffer {
@@ -31,25 +29,14 @@ export function signDetachedJws(payload: string, tokenId: string, tokenSecret: s
 }
 
 /**
- * Whether `jws` signs `payload` with this token. Any header that names HS256
- * and our token id is accepted (a JWS verifier need not insist on upstream's
- * byte-exact header); anything else, including critical extensions, is not.
+ * Whether `jws` signs `payload` with this token: it must be exactly the
+ * compact JWS the bootstrapsigner computes, as cluster-bootstrap's
+ * DetachedTokenIsValid recomputes and compares (with ==; here in constant
+ * time). Byte equality leaves no room for another header (alg none, crit, a
+ * second kid) or for another spelling of the same signature.
  */
 export function verifyDetachedJws(jws: string, payload: string, tokenId: string, tokenSecret: string): boolean {
-  const parts = jws.trim().split('.');
-  if (parts.length !== 3) return false;
-  const [encodedHeader, detached, encodedSignature] = parts as [string, string, string];
-  if (detached !== '' || !BASE64URL.test(encodedHeader) || !BASE64URL.test(encodedSignature)) return false;
-  let header: unknown;
-  try {
-    header = JSON.parse(Buffer.from(encodedHeader, 'base64url').toString('utf8'));
-  } catch {
-    return false;
-  }
-  if (typeof header !== 'object' || header === null || Array.isArray(header)) return false;
-  const fields = header as Record<string, unknown>;
-  if (fields.alg !== 'HS256' || fields.kid !== tokenId || 'crit' in fields) return false;
-  const expected = signature(encodedHeader, payload, tokenSecret);
-  const actual = Buffer.from(encodedSignature, 'base64url');
+  const actual = Buffer.from(jws.trim(), 'utf8');
+  const expected = Buffer.from(signDetachedJws(payload, tokenId, tokenSecret), 'utf8');
   return actual.length === expected.length && timingSafeEqual(actual, expected);
 }

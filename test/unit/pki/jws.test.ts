@@ -59,6 +59,10 @@ t.test('rejects malformed and non-HS256 tokens', async (t) => {
   const critSig = createHmac('sha256', Buffer.concat([Buffer.from(secret), Buffer.alloc(32 - secret.length)]))
     .update(`${critHeader}.${Buffer.from(content).toString('base64url')}`)
     .digest('base64url');
+  const reordered = Buffer.from(`{"kid":"${id}","alg":"HS256"}`).toString('base64url');
+  const reorderedSig = createHmac('sha256', Buffer.concat([Buffer.from(secret), Buffer.alloc(32 - secret.length)]))
+    .update(`${reordered}.${Buffer.from(content).toString('base64url')}`)
+    .digest('base64url');
   for (const jws of [
     '',
     'garbage',
@@ -68,6 +72,8 @@ t.test('rejects malformed and non-HS256 tokens', async (t) => {
     `${noneHeader}..`,
     `${noneHeader}..${sig}`,
     `${critHeader}..${critSig}`,
+    // Correctly signed, but not what the bootstrapsigner writes: another key order.
+    `${reordered}..${reorderedSig}`,
     `!!!..${sig}`,
   ]) {
     t.equal(verifyDetachedJws(jws, content, id, secret), false, JSON.stringify(jws));
