@@ -27,11 +27,6 @@ export function caCertHash(certPem: string): string {
   return hashOf(certificateDers(certPem)[0] as Uint8Array);
 }
 
-/** Pins of every certificate in every bundle, for "none of ... is pinned" messages. */
-export function caCertHashes(caPems: readonly string[]): string[] {
-  return caPems.flatMap((pem) => certificateDers(pem).map(hashOf));
-}
-
 /**
  * The certificates of `caPem` whose key is pinned, re-encoded from the very
  * DER that was hashed, and how many were left out. kubeadm accepts a bundle
