@@ -6,10 +6,9 @@
  */
 import { createPublicKey } from 'node:crypto';
 import { KubebootError } from '../errors.js';
-import { parseCsrPem } from '../pki/csr.js';
+import { parseCsrDer } from '../pki/csr.js';
 import { csrLayout, extensionIds, type DerValue } from '../pki/der.js';
 import { canonicalIp } from '../pki/names.js';
-import { toPem } from '../pki/pem.js';
 import { x509 } from '../pki/x509.js';
 import type { Subject } from '../identity.js';
 
@@ -89,8 +88,8 @@ export function unambiguousCsrDer(pem: string): Uint8Array {
 export async function requestFacts(requestBase64: string): Promise<RequestFacts> {
   const pem = Buffer.from(requestBase64, 'base64').toString('utf8');
   const der = unambiguousCsrDer(pem);
-  const parsed = await parseCsrPem(toPem('CERTIFICATE REQUEST', der));
-  const csr = new x509.Pkcs10CertificateRequest(der);
+  const parsed = await parseCsrDer(der);
+  const csr = parsed.raw;
   const emailAddresses: string[] = [];
   const uris: string[] = [];
   const otherNames: string[] = [];

@@ -44,15 +44,20 @@ export interface ParsedCsr {
   ipAddresses: string[];
   /** The request is signed by the key it carries (Go's CheckSignature). */
   signatureValid: boolean;
+  raw: x509.Pkcs10CertificateRequest;
 }
 
 export async function parseCsrPem(pem: string): Promise<ParsedCsr> {
   const block = pemBlocks(pem).find((b) => b.type === 'CERTIFICATE REQUEST');
   if (!block) throw new KubebootError('no CERTIFICATE REQUEST found in PEM');
+  return parseCsrDer(block.der);
+}
+
+export async function parseCsrDer(der: Uint8Array): Promise<ParsedCsr> {
   let csr: x509.Pkcs10CertificateRequest;
   let names: { dnsNames: string[]; ipAddresses: string[] };
   try {
-    csr = new x509.Pkcs10CertificateRequest(block.der);
+    csr = new x509.Pkcs10CertificateRequest(der);
     names = altNamesOf(csr.extensions);
   } catch (cause) {
     throw new KubebootError('certificate request does not parse', undefined, { cause });
@@ -69,5 +74,6 @@ export async function parseCsrPem(pem: string): Promise<ParsedCsr> {
     dnsNames: names.dnsNames,
     ipAddresses: names.ipAddresses.map(canonicalIp),
     signatureValid,
+    raw: csr,
   };
 }
