@@ -118,6 +118,19 @@ export class TransportError extends KubebootError {
   override readonly name = 'TransportError';
 }
 
+/** A response body (or one watch event) larger than the caller reads: refused, not buffered. */
+export class ResponseTooLargeError extends KubebootError {
+  override readonly name = 'ResponseTooLargeError';
+}
+
+/**
+ * The API server answered with something other than the object asked for
+ * (GET /api/v1/nodes/ answers a NodeList): never used as if it were.
+ */
+export class UnexpectedObjectError extends KubebootError {
+  override readonly name = 'UnexpectedObjectError';
+}
+
 /** A watch's resourceVersion is too old (410 Gone): re-list, then watch again. */
 export class WatchExpiredError extends KubebootError {
   override readonly name = 'WatchExpiredError';

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Agent, request, type Dispatcher } from 'undici';
-import { ApiError, KubebootError, TransportError, type RequestPhase } from '../errors.js';
+import { ApiError, KubebootError, ResponseTooLargeError, TransportError, type RequestPhase } from '../errors.js';
 
 export interface Endpoint {
   server: string;
@@ -57,7 +57,7 @@ async function readBounded(body: Dispatcher.ResponseData['body'], headers: Dispa
   const declared = Number(headers['content-length']);
   if (Number.isFinite(declared) && declared > max) {
     body.destroy();
-    throw new KubebootError(`${what}: response body is ${declared} bytes; at most ${max} are read`);
+    throw new ResponseTooLargeError(`${what}: response body is ${declared} bytes; at most ${max} are read`);
   }
   const chunks: Buffer[] = [];
   let length = 0;
@@ -65,7 +65,7 @@ async function readBounded(body: Dispatcher.ResponseData['body'], headers: Dispa
     length += (chunk as Buffer).length;
     if (length > max) {
       body.destroy();
-      throw new KubebootError(`${what}: response body exceeds ${max} bytes; refusing it`);
+      throw new ResponseTooLargeError(`${what}: response body exceeds ${max} bytes; refusing it`);
     }
     chunks.push(chunk as Buffer);
   }
@@ -187,13 +187,13 @@ export class KubeClient {
         const text = (chunk as Buffer).toString('utf8');
         // Look for the end of the line in the new text only, so a long line costs linear time.
         if (!text.includes('\n') && buffered.length + text.length > MAX_WATCH_LINE_BYTES) {
-          throw new KubebootError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
+          throw new ResponseTooLargeError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
         }
         buffered += text;
         if (!text.includes('\n')) continue;
         let newline: number;
         while ((newline = buffered.indexOf('\n')) >= 0) {
-          if (newline > MAX_WATCH_LINE_BYTES) throw new KubebootError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
+          if (newline > MAX_WATCH_LINE_BYTES) throw new ResponseTooLargeError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
           const line = buffered.slice(0, newline).trim();
           buffered = buffered.slice(newline + 1);
           if (line) yield JSON.parse(line) as WatchEvent<T>;
