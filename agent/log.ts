@@ -8,14 +8,23 @@
 import { fstatSync } from 'node:fs';
 import winston from 'winston';
 import { scrub } from './redact.js';
+import { bounded, escapeControl } from './text.js';
 
 export { scrub };
+
+/**
+ * Longest string a log field keeps. A CSR's name may be 40,000 characters and
+ * a hook may print megabytes; a log line is for a person and the journal's
+ * line limit (48 KiB by default) would split it anyway.
+ */
+export const MAX_LOG_STRING = 4096;
 
 const SECRET_FIELD = /^(token|password|authorization|key|client-key-data|token-secret|bearer)$/i;
 /** Nested metadata (hook argv, error details) is scrubbed too, to a sane depth. */
 function scrubValue(key: string, value: unknown, depth = 0): unknown {
   if (SECRET_FIELD.test(key) && value !== undefined && value !== null && value !== '') return '[redacted]';
-  if (typeof value === 'string') return scrub(value);
+  // Scrubbed whole first, so a cut never leaves half a secret unrecognised.
+  if (typeof value === 'string') return bounded(scrub(value), MAX_LOG_STRING);
   if (depth >= 4 || value === null || typeof value !== 'object') return value;
   if (Array.isArray(value)) return value.map((item) => scrubValue('', item, depth + 1));
   return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, scrubValue(k, v, depth + 1)]));
@@ -25,6 +34,20 @@ const redact = winston.format((info) => {
   for (const key of Object.keys(info)) {
     (info as Record<string, unknown>)[key] = scrubValue(key, info[key]);
   }
+  return info;
+});
+
+const LINE = Symbol.for('message');
+/**
+ * The finished line, whatever its format, with every control character
+ * escaped (journalLine does it itself): one record stays one line with one priority (journald starts a new
+ * entry at NUL or a newline, and reads a `<N>` after it as a priority), and
+ * no ESC sequence reaches a terminal. In JSON lines this only touches DEL,
+ * C1 and U+2028/9 (JSON.stringify already escaped the rest), as valid escapes.
+ */
+const oneLine = winston.format((info) => {
+  const line = (info as Record<symbol, unknown>)[LINE];
+  if (typeof line === 'string') (info as Record<symbol, unknown>)[LINE] = escapeControl(line);
   return info;
 });
 
@@ -71,15 +94,14 @@ function field(key: string, value: unknown): string {
 /**
  * One journal line: `<N>message key=value ...`. No timestamp or level word
  * (journald records both); newlines escaped, since journald would start a new
- * entry, at the default priority, at each one.
+ * entry, at the default priority, at each one; every other control character too.
  */
 export function journalLine(info: { level: string; message: unknown; [key: string]: unknown }): string {
   const { level, message, timestamp: _timestamp, ...rest } = info;
   const fields = Object.entries(rest)
     .filter(([, v]) => v !== undefined)
     .map(([k, v]) => field(k, v));
-  const text = [String(message), ...fields].join(' ').replace(/\r?\n/g, '\\n');
-  return `<${PRIORITY[level] ?? 6}>${text}`;
+  return `<${PRIORITY[level] ?? 6}>${escapeControl([String(message), ...fields].join(' '))}`;
 }
 
 export function createLogger(options: { level?: string; format?: LogFormat; stream?: NodeJS.WritableStream; env?: NodeJS.ProcessEnv } = {}): Logger {
@@ -95,7 +117,7 @@ export function createLogger(options: { level?: string; format?: LogFormat; stre
   const last = format === 'json' ? winston.format.json() : format === 'journal' ? winston.format.printf((info) => journalLine(info)) : text;
   return winston.createLogger({
     level: options.level ?? 'info',
-    format: format === 'journal' ? winston.format.combine(redact(), last) : winston.format.combine(redact(), winston.format.timestamp(), last),
+    format: format === 'journal' ? winston.format.combine(redact(), last) : winston.format.combine(redact(), winston.format.timestamp(), last, oneLine()),
     transports: [new winston.transports.Stream({ stream })],
   });
 }

@@ -89,3 +89,48 @@ t.test('stderr is the journal only when JOURNAL_STREAM names the device and inod
     'a closed stderr',
   );
 });
+
+// Names the API server accepts for a CSR (40,000+ characters, newlines, NUL,
+// ESC) and text shaped to make a backtracking regex go superlinear.
+function hostileTexts(n: number): Record<string, string> {
+  return {
+    'newline-space runs (the 7,002-character CSR name of finding 2, scaled)': `x${'\n '.repeat(n / 2)}x`,
+    'whitespace runs': `${' '.repeat(n)}-${'\t'.repeat(n)}`,
+    'newline runs': '\n'.repeat(n),
+    'a YAML key after a whitespace run': `${' \n'.repeat(n / 2)}token:${' '.repeat(n)}`,
+    'many list dashes': '- '.repeat(n / 2),
+    'JSON keys with whitespace': `"token"${' '.repeat(n)}:${' '.repeat(n)}`,
+    'an unterminated PEM key': `-----BEGIN ${'A '.repeat(n / 4)}PRIVATE KEY-----${'-----END '.repeat(n / 9)}`,
+    'bearer runs': 'Bearer '.repeat(n / 7),
+    'token-like runs': 'abcdef.'.repeat(n / 7),
+    'NUL and ESC': '\u0000\u001b[2J<3>'.repeat(n / 8),
+  };
+}
+
+t.test('the logger stays linear on hostile text in every format (finding 2)', async (t) => {
+  // 40,000 characters: a size the API server accepts as a CSR name. The old YAML-key
+  // pattern took about an hour on this; linear work takes milliseconds. The bound is
+  // generous on purpose: it fails on superlinear work, not on a slow machine.
+  const boundMs = 2_000;
+  for (const format of ['json', 'text', 'journal'] as const) {
+    for (const [what, text] of Object.entries(hostileTexts(40_000))) {
+      const started = performance.now();
+      const out = await logged(format, (l) => l.warn(text, { csr: text, requester: text, nested: { name: text } }));
+      const ms = performance.now() - started;
+      t.ok(ms < boundMs, `${format}, ${what}: ${ms.toFixed(1)} ms (bound ${boundMs} ms)`);
+      t.ok(out.length < 4 * (4096 + 40) * 6 + 1024, `${format}, ${what}: every string is capped (${out.length} characters written)`);
+    }
+  }
+});
+
+t.test('no control character reaches a log line in any format (finding 5)', async (t) => {
+  const name = 'csr\u0000<0>fake-emergency\u001b[31m\r\nsecond line\u007f\u0085\u2028';
+  for (const format of ['json', 'text', 'journal'] as const) {
+    const out = await logged(format, (l) => l.warn(`left CSR pending: CN ${name}`, { csr: name, nested: { cn: name } }));
+    const lines = out.split('\n').filter(Boolean);
+    t.equal(lines.length, 1, `${format}: one record is one line`);
+    t.notMatch(lines[0], /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/, `${format}: no raw control character`);
+    if (format === 'journal') t.match(lines[0], /^<4>/, 'the journal line keeps its own priority only');
+    if (format === 'json') t.equal(JSON.parse(lines[0]!).csr, name, 'JSON lines still read back as the exact text');
+  }
+});

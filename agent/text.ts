@@ -1,0 +1,33 @@
+/**
+ * Text that came from outside (a CSR's name or subject, a hook's output, an
+ * API server's message) made safe to show: bounded in length, and with every
+ * control character escaped, so a log line stays one line with one priority
+ * (journald splits at NUL and newline and reads a `<N>` after them as a new
+ * priority) and a terminal is not steered by ESC sequences. Linear time.
+ */
+
+// C0 controls, DEL, C1 controls, and the two Unicode line separators JSON
+// parsers and some terminals break lines at.
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
+const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+export function escapeControl(text: string): string {
+  return text.replace(CONTROL, (c) => NAMED[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+}
+
+/**
+ * At most `max` characters of `text`, marked when cut so nobody mistakes a
+ * prefix for the whole; never splits a surrogate pair.
+ */
+export function bounded(text: string, max: number): string {
+  if (text.length <= max) return text;
+  let end = max;
+  const code = text.charCodeAt(end - 1);
+  if (code >= 0xd800 && code <= 0xdbff) end--;
+  return `${text.slice(0, end)}…(${text.length - end} more characters)`;
+}
+
+/** An untrusted name for a message: bounded, then escaped. 253 is the longest DNS subdomain, the longest sane object name. */
+export function excerpt(text: string, max = 253): string {
+  return escapeControl(bounded(text, max));
+}
