@@ -3,7 +3,9 @@
  * /approval subresource and Events. Each is one request; errors propagate
  * (the worker retries the CSR later).
  */
+import { dns1123SubdomainProblem } from '../config/values.js';
 import type { KubeClient } from '../kube/client.js';
+import { expectObject, objectPath } from '../kube/objects.js';
 import type { ApproverCsr } from './csr.js';
 import { CSR_PATH } from './informer.js';
 import type { NodeAddress } from './policy.js';
@@ -11,10 +13,14 @@ import type { NodeAddress } from './policy.js';
 export const APPROVER_REASON = 'KubebootApprover';
 export const EVENT_SOURCE = 'kubeboot-approver';
 
+const NODES = '/api/v1/nodes';
+
+/** The Node named `name`, or null when there is none; anything but that Node read back is an error. */
 export async function getNode(client: KubeClient, name: string, signal?: AbortSignal): Promise<{ name: string; addresses: NodeAddress[] } | null> {
-  const res = await client.request<{ metadata: { name: string }; status?: { addresses?: NodeAddress[] } }>('GET', `/api/v1/nodes/${encodeURIComponent(name)}`, { accept: [404], signal });
+  const res = await client.request('GET', objectPath(NODES, name), { accept: [404], signal });
   if (res.status === 404) return null;
-  return { name: res.body.metadata.name, addresses: res.body.status?.addresses ?? [] };
+  const node = expectObject<{ kind: 'Node'; metadata: { name: string }; status?: { addresses?: NodeAddress[] } }>(res.body, 'Node', name);
+  return { name: node.metadata.name, addresses: node.status?.addresses ?? [] };
 }
 
 /** matches sarapprove.go authorize(): the review is for the CSR's own user, uid, groups and extra. */
@@ -37,13 +43,15 @@ export async function subjectAccessReview(client: KubeClient, csr: ApproverCsr, 
 /**
  * Adds the condition through /approval with the cached resourceVersion, so a
  * CSR that changed meanwhile (another approver got there first) is a 409 and
- * never carries two decisions. Returns false on that conflict.
+ * never carries two decisions. Returns the CSR as the API server now has it,
+ * or null on that conflict.
  */
-export async function decideCsr(client: KubeClient, csr: ApproverCsr, type: 'Approved' | 'Denied', message: string, signal?: AbortSignal): Promise<boolean> {
+export async function decideCsr(client: KubeClient, csr: ApproverCsr, type: 'Approved' | 'Denied', message: string, signal?: AbortSignal): Promise<ApproverCsr | null> {
   const condition = { type, status: 'True', reason: APPROVER_REASON, message };
   const body = { ...csr, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] } };
-  const res = await client.request('PUT', `${CSR_PATH}/${encodeURIComponent(csr.metadata.name)}/approval`, { body, accept: [409], signal });
-  return res.status !== 409;
+  const res = await client.request('PUT', `${objectPath(CSR_PATH, csr.metadata.name)}/approval`, { body, accept: [409], signal });
+  if (res.status === 409) return null;
+  return expectObject<ApproverCsr>(res.body, 'CertificateSigningRequest', csr.metadata.name);
 }
 
 /** A Warning Event on the CSR (cluster-scoped objects' events live in `default`, as client-go's recorder puts them). */
@@ -52,7 +60,9 @@ export async function warnOnCsr(client: KubeClient, csr: ApproverCsr, reason: st
   const body = {
     apiVersion: 'v1',
     kind: 'Event',
-    metadata: { generateName: `${csr.metadata.name}.`, namespace: 'default' },
+    // Named after the CSR as client-go's recorder does, when that makes a valid
+    // Event name: a CSR's name may be 40,000 characters with newlines in it.
+    metadata: { generateName: `${csr.metadata.name.length <= 200 && dns1123SubdomainProblem(csr.metadata.name) === null ? csr.metadata.name : 'csr'}.`, namespace: 'default' },
     involvedObject: { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', name: csr.metadata.name, uid: csr.metadata.uid },
     type: 'Warning',
     reason,

@@ -15,6 +15,12 @@ import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
 import type { ApproverMetrics } from './metrics.js';
 import type { ApproverPolicy } from './policy.js';
+import { excerpt } from '../text.js';
+
+/** A CSR's own words for a log line: its name, requester and signer are anyone's text, so each is bounded and escaped. */
+function logFields(csr: ApproverCsr): { csr: string; requester: string; signer: string } {
+  return { csr: excerpt(csr.metadata.name), requester: excerpt(csr.spec.username ?? ''), signer: excerpt(csr.spec.signerName) };
+}
 
 /** Rules whose outcome changes without the CSR changing (a Node appears, RBAC is granted, the older CSR is issued). */
 const TRANSIENT_RULES = new Set(['node-exists', AUTHORIZED_RULE, 'one-unissued-per-node']);
@@ -57,6 +63,9 @@ export class Approver {
       client,
       {
         ...opts.lease,
+        // A replica whose CSR cache is not in sync would hold the lease and approve nothing (a list it
+        // cannot read, RBAC it lacks): it stands aside until it has synced, so a healthy one leads.
+        mayLead: () => this.informer.synced,
         onChange: (leading) => {
           metrics.leader(leading);
           // A new leader looks at everything: CSRs may have arrived while it waited.
@@ -108,7 +117,7 @@ export class Approver {
       this.#queue.delete(name);
       if (csr === undefined) continue;
       if (!this.leader.isLeader()) {
-        this.#logger.debug('not the leader; CSR left to the leader', { csr: name });
+        this.#logger.debug('not the leader; CSR left to the leader', { csr: excerpt(name) });
         continue;
       }
       this.#busy.add(requester);
@@ -129,7 +138,7 @@ export class Approver {
       await this.#handle(csr);
     } catch (err) {
       if (this.#stopped()) return;
-      this.#logger.warn('could not decide on CSR; retrying', { csr: name, error: (err as Error).message });
+      this.#logger.warn('could not decide on CSR; retrying', { csr: excerpt(name), error: (err as Error).message });
       setTimeout(() => this.#enqueue(name), this.#opts.retryMs ?? 5_000).unref();
     }
   }
@@ -156,22 +165,28 @@ export class Approver {
 
   async #approve(csr: ApproverCsr, decision: Extract<Decision, { kind: 'approve' }>): Promise<void> {
     const message = `Approved by kubeboot approver ${this.#opts.lease.identity}: ${decision.message}`;
-    if (!(await decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined))) {
-      this.#logger.info('CSR changed while deciding; it is looked at again', { csr: csr.metadata.name });
+    const updated = await decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined);
+    if (updated === null) {
+      this.#logger.info('CSR changed while deciding; it is looked at again', logFields(csr));
       return;
     }
+    // The next decision for this requester must see this approval even if the watch has not
+    // delivered it yet, or a second CSR could be approved while this one is unissued.
+    this.informer.remember(updated);
     this.#metrics.decision(csr.spec.signerName, 'approved', decision.policy);
     const created = Date.parse(csr.metadata.creationTimestamp ?? '');
     if (!Number.isNaN(created)) this.#metrics.approvalLatency((Date.now() - created) / 1000);
-    this.#logger.info('approved CSR', { csr: csr.metadata.name, requester: csr.spec.username, signer: csr.spec.signerName, policy: decision.policy });
+    this.#logger.info('approved CSR', { ...logFields(csr), policy: decision.policy });
   }
 
   async #violation(csr: ApproverCsr, decision: Extract<Decision, { kind: 'violation' }>): Promise<void> {
-    const fields = { csr: csr.metadata.name, requester: csr.spec.username, signer: csr.spec.signerName, rule: decision.rule };
+    const fields = { ...logFields(csr), rule: decision.rule };
     // A transient rule (no Node yet, not yet authorized, an older CSR still
     // unissued) may pass later: it is never a reason to deny.
     if (this.#opts.denyViolations && !TRANSIENT_RULES.has(decision.rule)) {
-      if (!(await decideCsr(this.#client, csr, 'Denied', decision.message, this.#signal ?? undefined))) return;
+      const updated = await decideCsr(this.#client, csr, 'Denied', decision.message, this.#signal ?? undefined);
+      if (updated === null) return;
+      this.informer.remember(updated);
       this.#metrics.decision(csr.spec.signerName, 'denied', decision.rule);
       this.#logger.warn(`denied CSR: ${decision.message}`, fields);
       return;
@@ -189,6 +204,11 @@ export class Approver {
     this.#reported.set(key, decision.message);
     this.#metrics.decision(csr.spec.signerName, 'left-pending', decision.rule);
     this.#logger.warn(`left CSR pending: ${decision.message}`, fields);
-    await warnOnCsr(this.#client, csr, 'PolicyViolation', `kubeboot approver left this CSR pending: ${decision.message}`, this.#signal ?? undefined);
+    try {
+      await warnOnCsr(this.#client, csr, 'PolicyViolation', `kubeboot approver left this CSR pending: ${decision.message}`, this.#signal ?? undefined);
+    } catch (err) {
+      // An Event is a courtesy (client-go's recorder drops them too): its failure must not send the CSR round again.
+      this.#logger.warn('could not record the violation as an Event', { ...fields, error: (err as Error).message });
+    }
   }
 }

@@ -32,6 +32,19 @@ export function isOlder(a: ApproverCsr, b: ApproverCsr): boolean {
   return ta !== tb ? ta < tb : a.metadata.name < b.metadata.name;
 }
 
+/**
+ * Whether `other`, of the same requester and signer, must be issued (or
+ * denied) before `csr` may be approved: when it is approved and unissued,
+ * whatever its age or name (so at most one approval is ever outstanding, in
+ * whatever order the CSRs arrive), or when it is pending and older (so a
+ * flood is taken oldest first and two pending CSRs never wait on each other).
+ */
+export function blocks(other: ApproverCsr, csr: ApproverCsr): boolean {
+  if (other.metadata.name === csr.metadata.name || other.spec.username !== csr.spec.username || other.spec.signerName !== csr.spec.signerName) return false;
+  if (!isUnissued(other)) return false;
+  return hasCondition(other, 'Approved') || isOlder(other, csr);
+}
+
 /** `request` is the parsed spec.request, or why it could not be read. */
 export function csrFacts(csr: ApproverCsr, request: RequestFacts | string): CsrFacts {
   return {

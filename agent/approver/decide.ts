@@ -6,7 +6,7 @@
  * whole decision runs in unit tests without a cluster.
  */
 import { KubebootError } from '../errors.js';
-import { csrFacts, isOlder, isSettled, isUnissued, type ApproverCsr } from './csr.js';
+import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr.js';
 import { evaluate, nodeNameOf, POLICIES, recognize, type ApproverPolicy, type NodeAddress, type PolicyName, type World } from './policy.js';
 import { requestFacts, type RequestFacts } from './request.js';
 
@@ -46,10 +46,7 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
   const nodeName = nodeNameOf(facts.username);
   const world: World = {
     node: nodeName !== null ? await lookups.node(nodeName) : null,
-    olderUnissued: [...lookups.all()]
-      .filter((other) => other.metadata.name !== csr.metadata.name && other.spec.signerName === spec.signerName)
-      .filter((other) => other.spec.username === csr.spec.username && isUnissued(other) && isOlder(other, csr))
-      .map((other) => other.metadata.name),
+    blocking: [...lookups.all()].filter((other) => blocks(other, csr)).map((other) => other.metadata.name),
   };
   const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
   if (!verdict.ok) return { kind: 'violation', policy: policyName, rule: verdict.rule, message: `${policyName} rule ${verdict.rule}: ${verdict.problem}` };

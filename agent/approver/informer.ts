@@ -5,8 +5,9 @@
  * that changes, and every object again each resync period, is handed to
  * `onChange` by name; the cache is the informer's own.
  */
-import { ApiError, WatchExpiredError } from '../errors.js';
+import { ApiError, ResponseTooLargeError, UnexpectedObjectError, WatchExpiredError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
+import { expectObject } from '../kube/objects.js';
 import type { Logger } from '../log.js';
 import type { ApproverCsr } from './csr.js';
 import { sleep } from './leader.js';
@@ -23,14 +24,26 @@ export interface InformerOptions {
 }
 
 interface CsrList {
-  metadata: { resourceVersion: string };
+  kind: 'CertificateSigningRequestList';
+  metadata: { resourceVersion: string; continue?: string };
   items: ApproverCsr[];
 }
 
+/** CSRs per list page, as client-go's reflector asks (it pages by 500). */
+export const LIST_PAGE_SIZE = 500;
+/**
+ * Bytes one page may take. A page that is larger is asked for again with a
+ * smaller limit, down to one CSR, which always fits: the API server refuses
+ * any object over 3 MiB. So the bound is on memory per request, never on the
+ * number of CSRs (a whole-list cap let three 1.2 MB CSRs blind the approver).
+ */
+export const LIST_PAGE_BYTES = 8 << 20;
 
 export class CsrInformer {
   readonly cache = new Map<string, ApproverCsr>();
   #synced = false;
+  /** Why the last list failed, while it has not succeeded since. */
+  #listError: string | null = null;
   #markSynced!: () => void;
   /** Resolves once the first list has completed. */
   readonly whenSynced = new Promise<void>((resolve) => (this.#markSynced = resolve));
@@ -44,9 +57,26 @@ export class CsrInformer {
     this.#logger = logger;
   }
 
-  /** The first list has completed. */
+  /** The cache follows the server: a list has completed and no list has failed since. */
   get synced(): boolean {
     return this.#synced;
+  }
+
+  /** For /readyz: why the cache is not in sync, when it is not. */
+  get notSyncedBecause(): string | null {
+    return this.#synced ? null : (this.#listError ?? 'the first list has not completed');
+  }
+
+  /**
+   * An object this process wrote, as the API server answered the write: kept
+   * at once so the next decision sees it, unless the watch already brought a
+   * newer one.
+   */
+  remember(csr: ApproverCsr): void {
+    const cached = this.cache.get(csr.metadata.name);
+    if (cached !== undefined && cached.metadata.uid !== undefined && cached.metadata.uid !== csr.metadata.uid) return;
+    if (cached !== undefined && Number(cached.metadata.resourceVersion) > Number(csr.metadata.resourceVersion)) return;
+    this.cache.set(csr.metadata.name, csr);
   }
 
   async run(signal: AbortSignal): Promise<void> {
@@ -86,17 +116,49 @@ export class CsrInformer {
   }
 
   async #list(signal: AbortSignal): Promise<string> {
-    const res = await this.#client.request<CsrList>('GET', CSR_PATH, { signal, timeoutMs: 60_000 });
+    let listed: { items: ApproverCsr[]; resourceVersion: string };
+    try {
+      listed = await this.#listPages(signal);
+    } catch (err) {
+      this.#synced = false;
+      this.#listError = (err as Error).message;
+      throw err;
+    }
     const seen = new Set<string>();
-    for (const csr of res.body.items) {
+    for (const csr of listed.items) {
       seen.add(csr.metadata.name);
       this.cache.set(csr.metadata.name, csr);
     }
     for (const [name, csr] of [...this.cache]) if (!seen.has(name)) this.#delete(name, csr);
     this.#synced = true;
+    this.#listError = null;
     this.#markSynced();
     this.#resync();
-    return res.body.metadata.resourceVersion;
+    return listed.resourceVersion;
+  }
+
+  /** Every CSR, in pages (limit/continue) that each fit LIST_PAGE_BYTES. */
+  async #listPages(signal: AbortSignal): Promise<{ items: ApproverCsr[]; resourceVersion: string }> {
+    const items: ApproverCsr[] = [];
+    let limit = LIST_PAGE_SIZE;
+    let token: string | undefined;
+    for (;;) {
+      let page: CsrList;
+      try {
+        const res = await this.#client.request('GET', CSR_PATH, { query: { limit, continue: token }, maxBodyBytes: LIST_PAGE_BYTES, signal, timeoutMs: 60_000 });
+        page = expectObject<CsrList>(res.body, 'CertificateSigningRequestList');
+      } catch (err) {
+        if (!(err instanceof ResponseTooLargeError) || limit === 1) throw err;
+        limit = Math.max(1, Math.floor(limit / 8));
+        this.#logger.info('a CSR list page was too large; asking for smaller pages', { limit });
+        continue;
+      }
+      items.push(...(Array.isArray(page.items) ? page.items : []));
+      token = page.metadata?.continue || undefined;
+      if (token === undefined) return { items, resourceVersion: page.metadata.resourceVersion };
+      // Small pages were needed for big CSRs; the ones after may be small again.
+      limit = Math.min(LIST_PAGE_SIZE, limit * 2);
+    }
   }
 
   /** Returns the resourceVersion to resume from when the server ends the watch. */
@@ -110,6 +172,7 @@ export class CsrInformer {
           if (event.object.code === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
           throw new Error(`watch error: ${JSON.stringify(event.object).slice(0, 200)}`);
         }
+        if (event.object?.kind !== 'CertificateSigningRequest') throw new UnexpectedObjectError(`CSR watch: a ${event.type} event carries a ${String(event.object?.kind).slice(0, 64)}, not a CertificateSigningRequest`);
         rv = event.object.metadata.resourceVersion ?? rv;
         if (event.type === 'BOOKMARK') continue;
         const name = event.object.metadata.name;

@@ -9,6 +9,7 @@
  */
 import { ApiError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
+import { expectObject } from '../kube/objects.js';
 import type { Logger } from '../log.js';
 
 export interface LeaderOptions {
@@ -21,6 +22,12 @@ export interface LeaderOptions {
   /** Monotonic milliseconds. */
   now?: () => number;
   onChange?: (leading: boolean) => void;
+  /**
+   * Whether this process can do a leader's work now; while it cannot, it
+   * neither takes the lease nor keeps it (a leader that cannot work would
+   * keep every healthy standby out).
+   */
+  mayLead?: () => boolean;
 }
 
 interface LeaseSpec {
@@ -83,11 +90,15 @@ export class LeaderElector {
       await this.step(signal);
       await sleep(this.#opts.retryPeriodMs, signal);
     }
-    await this.release();
+    await this.release('stopping');
   }
 
   /** One attempt to take or renew the lease; a failed attempt only counts against the renew deadline. */
   async step(signal: AbortSignal): Promise<void> {
+    if (this.#opts.mayLead?.() === false) {
+      if (this.#leading) await this.release('cannot do a leader\'s work (CSR cache not in sync)');
+      return;
+    }
     const started = this.#now();
     try {
       if (await this.#tryAcquireOrRenew(signal)) {
@@ -105,7 +116,7 @@ export class LeaderElector {
 
   async #tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
     const wall = new Date();
-    const got = await this.#client.request<Lease>('GET', this.path, { accept: [404], signal, timeoutMs: this.#opts.renewDeadlineMs });
+    const got = await this.#client.request('GET', this.path, { accept: [404], signal, timeoutMs: this.#opts.renewDeadlineMs });
     const mine: LeaseSpec = {
       holderIdentity: this.#opts.identity,
       leaseDurationSeconds: Math.ceil(this.#opts.leaseDurationMs / 1000),
@@ -118,7 +129,7 @@ export class LeaderElector {
       const created = await this.#client.request('POST', this.path.replace(/\/[^/]+$/, ''), { body: lease, accept: [409], signal });
       return created.status !== 409;
     }
-    const lease = got.body;
+    const lease = expectObject<Lease>(got.body, 'Lease', this.#opts.name);
     const spec = lease.spec ?? {};
     const key = `${spec.holderIdentity ?? ''}|${spec.renewTime ?? ''}|${lease.metadata.resourceVersion ?? ''}`;
     if (this.#observed?.key !== key) this.#observed = { key, at: this.#now() };
@@ -135,15 +146,16 @@ export class LeaderElector {
   }
 
   /** matches client-go's ReleaseOnCancel: an empty holder lets the next candidate take over at once. */
-  async release(): Promise<void> {
+  async release(why: string): Promise<void> {
     if (!this.#leading) return;
-    this.#setLeading(false, 'releasing the lease');
+    this.#setLeading(false, `releasing the lease: ${why}`);
     try {
-      const got = await this.#client.request<Lease>('GET', this.path, { timeoutMs: 5_000 });
-      if (got.body.spec?.holderIdentity !== this.#opts.identity) return;
+      const got = await this.#client.request('GET', this.path, { timeoutMs: 5_000 });
+      const lease = expectObject<Lease>(got.body, 'Lease', this.#opts.name);
+      if (lease.spec?.holderIdentity !== this.#opts.identity) return;
       const now = microTime(new Date());
-      const spec: LeaseSpec = { leaseDurationSeconds: 1, acquireTime: now, renewTime: now, leaseTransitions: got.body.spec.leaseTransitions ?? 0 };
-      await this.#client.request('PUT', this.path, { body: { ...got.body, spec }, timeoutMs: 5_000 });
+      const spec: LeaseSpec = { leaseDurationSeconds: 1, acquireTime: now, renewTime: now, leaseTransitions: lease.spec.leaseTransitions ?? 0 };
+      await this.#client.request('PUT', this.path, { body: { ...lease, spec }, timeoutMs: 5_000 });
       this.#logger.info('released the lease', { lease: `${this.#opts.namespace}/${this.#opts.name}` });
     } catch (err) {
       const detail = err instanceof ApiError ? `${err.status} ${err.reason}` : (err as Error).message;

@@ -7,7 +7,9 @@
  * and the metrics, so an operator can tell exactly what to fix.
  */
 import { BlockList, isIP } from 'node:net';
+import { dns1123SubdomainProblem } from '../config/values.js';
 import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_SERVING_SIGNER } from '../identity.js';
+import { excerpt } from '../text.js';
 import { keyAlgorithmName, type RequestFacts } from './request.js';
 
 export interface ApproverPolicy {
@@ -43,8 +45,12 @@ export interface NodeAddress {
 export interface World {
   /** The Node named by the requester, or null when there is none. */
   node: { name: string; addresses: NodeAddress[] } | null;
-  /** Older CSRs of the same policy and requester that are neither issued, denied nor failed. */
-  olderUnissued: string[];
+  /**
+   * Other CSRs of the same policy and requester that stand before this one:
+   * approved but not yet issued (whatever their name or age), or pending and
+   * older. Neither issued, denied nor failed.
+   */
+  blocking: string[];
 }
 
 export interface RuleInput {
@@ -66,12 +72,25 @@ export const NODE_USER_PREFIX = 'system:node:';
 export const NODES_GROUP = 'system:nodes';
 const MIN_RSA_BITS = 2048;
 
-/** `system:node:<n>` → `<n>`; anything else → null. */
+/**
+ * `system:node:<n>` → `<n>` when `<n>` can be a Node's name (a DNS-1123
+ * subdomain, as the API validates Node names); anything else → null. A
+ * bootstrap token can get a kubelet certificate for any name under the
+ * prefix (kube-controller-manager checks only the prefix), so `system:node:.`
+ * exists; nothing is looked up or built from a name that is not valid.
+ */
 export function nodeNameOf(username: string): string | null {
-  return username.startsWith(NODE_USER_PREFIX) && username.length > NODE_USER_PREFIX.length ? username.slice(NODE_USER_PREFIX.length) : null;
+  if (!username.startsWith(NODE_USER_PREFIX)) return null;
+  const name = username.slice(NODE_USER_PREFIX.length);
+  return dns1123SubdomainProblem(name) === null ? name : null;
 }
 
-const list = (values: readonly string[]): string => `[${values.join(', ')}]`;
+/** Untrusted values in a rule's message: each bounded and escaped, and at most ten of them. */
+const list = (values: readonly string[]): string => {
+  const more = values.length > 10 ? ` and ${values.length - 10} more` : '';
+  return `[${values.slice(0, 10).map((v) => excerpt(v)).join(', ')}${more}]`;
+};
+const show = (value: string): string => excerpt(value);
 
 function sameList(a: readonly string[], b: readonly string[]): boolean {
   const sa = [...a].sort();
@@ -83,9 +102,14 @@ function sameList(a: readonly string[], b: readonly string[]): boolean {
 
 const requesterIsNode: Rule = {
   name: 'requester-is-node',
-  summary: 'requested by `system:node:<n>` in group `system:nodes` (not a bootstrap token, service account or user)',
-  check: ({ csr, nodeName }) =>
-    nodeName !== null && csr.groups.includes(NODES_GROUP) ? null : `requester ${csr.username} (groups ${list(csr.groups)}) is not a node in ${NODES_GROUP}`,
+  summary: 'requested by `system:node:<n>` in group `system:nodes`, `<n>` a valid Node name (not a bootstrap token, service account or user)',
+  check: ({ csr, nodeName }) => {
+    if (nodeName !== null && csr.groups.includes(NODES_GROUP)) return null;
+    if (csr.username.startsWith(NODE_USER_PREFIX) && nodeName === null) {
+      return `requester ${show(csr.username)}: the node name ${dns1123SubdomainProblem(csr.username.slice(NODE_USER_PREFIX.length))}`;
+    }
+    return `requester ${show(csr.username)} (groups ${list(csr.groups)}) is not a node in ${NODES_GROUP}`;
+  },
 };
 
 const requestSignature: Rule = {
@@ -98,7 +122,7 @@ const requestSignature: Rule = {
 const nodeExists: Rule = {
   name: 'node-exists',
   summary: 'a Node object `<n>` exists',
-  check: ({ world, nodeName }) => (world.node !== null ? null : `no Node ${nodeName ?? ''} exists`),
+  check: ({ world, nodeName }) => (world.node !== null && world.node.name === nodeName ? null : `no Node ${nodeName ?? ''} exists`),
 };
 
 const keyAlgorithm: Rule = {
@@ -152,7 +176,7 @@ const proxySubject: Rule = {
   check: ({ csr, policy }) => {
     const { commonName, organizations } = csr.request!.subject;
     const want = policy.kubeProxy;
-    if (commonName !== want.commonName) return `CN ${commonName} is not ${want.commonName}`;
+    if (commonName !== want.commonName) return `CN ${show(commonName)} is not ${want.commonName}`;
     return sameList(organizations, want.organizations) ? null : `O ${list(organizations)} is not ${list(want.organizations)}`;
   },
 };
@@ -169,8 +193,8 @@ const noSans: Rule = {
 
 const oneUnissuedPerNode: Rule = {
   name: 'one-unissued-per-node',
-  summary: 'no older kube-proxy CSR of the same node is still unissued (a flood is approved at most one at a time)',
-  check: ({ world }) => (world.olderUnissued.length === 0 ? null : `an older CSR of this node is still unissued: ${world.olderUnissued.join(', ')}`),
+  summary: 'no other kube-proxy CSR of the same node is approved and not yet issued, and none older is pending (a flood is approved one at a time, whatever its names or order)',
+  check: ({ world }) => (world.blocking.length === 0 ? null : `another CSR of this node is still unissued: ${list(world.blocking)}`),
 };
 
 export const KUBE_PROXY_RULES: readonly Rule[] = [
@@ -192,7 +216,7 @@ const servingSubject: Rule = {
   summary: 'subject CN `system:node:<n>` for the requesting node and O exactly `system:nodes`',
   check: ({ csr, nodeName }) => {
     const { commonName, organizations } = csr.request!.subject;
-    if (commonName !== `${NODE_USER_PREFIX}${nodeName}`) return `CN ${commonName} is not the requester's ${NODE_USER_PREFIX}${nodeName}`;
+    if (commonName !== `${NODE_USER_PREFIX}${nodeName}`) return `CN ${show(commonName)} is not the requester's ${NODE_USER_PREFIX}${nodeName}`;
     return sameList(organizations, [NODES_GROUP]) ? null : `O ${list(organizations)} is not [${NODES_GROUP}]`;
   },
 };
@@ -298,7 +322,7 @@ export const POLICIES: Record<PolicyName, PolicySpec> = {
  * own client CSR for kube-apiserver-client is left to whoever handles it.
  */
 export function recognize(csr: Pick<CsrFacts, 'signerName' | 'username' | 'groups' | 'request'>, policy: ApproverPolicy): PolicyName | null {
-  const fromNode = nodeNameOf(csr.username) !== null || csr.groups.includes(NODES_GROUP);
+  const fromNode = csr.username.startsWith(NODE_USER_PREFIX) || csr.groups.includes(NODES_GROUP);
   const cn = csr.request?.subject.commonName;
   if (csr.signerName === KUBE_APISERVER_CLIENT_SIGNER && (fromNode || cn === policy.kubeProxy.commonName)) return 'kube-proxy-client';
   if (policy.serving.enabled && csr.signerName === KUBELET_SERVING_SIGNER && (fromNode || cn?.startsWith(NODE_USER_PREFIX) === true)) return 'kubelet-serving';

@@ -65,7 +65,10 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
       healthy: () => !signal.aborted,
       readiness: () => ({
         ready: approver.informer.synced,
-        detail: [`csr cache: ${approver.informer.synced ? `synced (${approver.informer.cache.size} CSRs)` : 'not synced yet'}`, `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`],
+        detail: [
+          `csr cache: ${approver.informer.synced ? `synced (${approver.informer.cache.size} CSRs)` : `not synced: ${approver.informer.notSyncedBecause ?? ''}; not taking part in leader election`}`,
+          `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`,
+        ],
       }),
       registry: metrics.registry,
       logger,

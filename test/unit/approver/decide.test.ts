@@ -84,3 +84,36 @@ t.test('only the oldest unissued kube-proxy CSR of a node is approved', async (t
   older.status = { certificate: 'Y2VydA==', conditions: [{ type: 'Approved' }] };
   t.equal((await decide(newer, policy, lookups({ all }))).kind, 'approve', 'once the older one is issued, the newer one may go');
 });
+
+t.test('an approved but unissued CSR blocks every other of the node, whatever its name or age (finding 4)', async (t) => {
+  // Five CSRs of one second, names in descending order, arriving newest-name first: the one
+  // approved first is the one seen first, and nothing else may be approved while it is unissued.
+  const names = ['e', 'd', 'c', 'b', 'a'];
+  const all = await Promise.all(names.map((n) => csr(n, { cn: 'system:kube-proxy' })));
+  const [first, ...rest] = all;
+  first!.status = { conditions: [{ type: 'Approved', status: 'True' }] };
+  for (const later of rest) {
+    const d = await decide(later, policy, lookups({ all }));
+    t.same(d.kind === 'violation' ? d.rule : d.kind, 'one-unissued-per-node', `${later.metadata.name} waits for the approved ${first!.metadata.name}`);
+  }
+  first!.status = { certificate: 'Y2VydA==', conditions: [{ type: 'Approved', status: 'True' }] };
+  t.equal((await decide(all.at(-1)!, policy, lookups({ all }))).kind, 'approve', 'once it is issued, the oldest pending one (by name inside the second) goes next');
+  t.same((await decide(all[1]!, policy, lookups({ all }))).kind, 'violation', 'and only that one');
+});
+
+t.test('a requester whose node name is not a valid Node name is refused without any look-up (finding 1)', async (t) => {
+  for (const name of ['.', '..', 'a/b', 'UPPER', 'x'.repeat(254), 'a..b', '-a', 'a\nb', '%2e']) {
+    const looked: string[] = [];
+    const l = { ...lookups(), node: async (n: string) => (looked.push(n), { name: n, addresses: [] }) };
+    const d = await decide(await csr('bad', { cn: 'system:kube-proxy' }, { username: `system:node:${name}` }), policy, l);
+    t.same(d.kind === 'violation' ? d.rule : d.kind, 'requester-is-node', `system:node:${JSON.stringify(name).slice(0, 20)} is no node`);
+    t.same(looked, [], 'no Node is looked up for it');
+    t.same(l.reviews, [], 'nor a SubjectAccessReview sent');
+  }
+});
+
+t.test('a Node look-up that answers another Node is no Node (defence behind getNode)', async (t) => {
+  const l = { ...lookups(), node: async () => ({ name: 'someone-else', addresses: [] }) };
+  const d = await decide(await csr('x', { cn: 'system:kube-proxy' }), policy, l);
+  t.same(d.kind === 'violation' ? d.rule : d.kind, 'node-exists');
+});

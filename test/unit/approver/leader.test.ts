@@ -11,7 +11,7 @@ const server = 'https://api.test';
 const leases = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
 const lease = `${leases}/kubeboot-approver`;
 
-function setup(t: Test) {
+function setup(t: Test, mayLead?: () => boolean) {
   const mock = new MockAgent();
   mock.disableNetConnect();
   t.teardown(() => mock.close());
@@ -22,7 +22,7 @@ function setup(t: Test) {
   const sent: unknown[] = [];
   const elector = new LeaderElector(
     client,
-    { namespace: 'kube-system', name: 'kubeboot-approver', identity: 'me', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000, now: () => clock.now, onChange: (l) => changes.push(l) },
+    { namespace: 'kube-system', name: 'kubeboot-approver', identity: 'me', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000, now: () => clock.now, onChange: (l) => changes.push(l), ...(mayLead ? { mayLead } : {}) },
     silentLogger(),
   );
   return { pool, elector, clock, changes, sent, signal: new AbortController().signal };
@@ -102,4 +102,24 @@ t.test('losing the race for the update (409) is not leading', async (t) => {
   pool.intercept({ path: lease, method: 'PUT' }).reply(409, { kind: 'Status', reason: 'Conflict' });
   await elector.step(signal);
   t.notOk(elector.isLeader());
+});
+
+t.test('a replica that cannot do the work takes no lease, and a leader that stops being able to releases it (finding 3)', async (t) => {
+  let able = false;
+  const { pool, elector, changes, signal } = setup(t, () => able);
+  await elector.step(signal);
+  t.notOk(elector.isLeader(), 'no request, no lease while unable');
+  able = true;
+  pool.intercept({ path: lease, method: 'GET' }).reply(200, held(''));
+  pool.intercept({ path: lease, method: 'PUT' }).reply(200, (opts) => JSON.parse(String(opts.body)));
+  await elector.step(signal);
+  t.ok(elector.isLeader(), 'leads once able');
+  able = false;
+  let released: { spec: { holderIdentity?: string } } | undefined;
+  pool.intercept({ path: lease, method: 'GET' }).reply(200, held('me'));
+  pool.intercept({ path: lease, method: 'PUT' }).reply(200, (opts) => ((released = JSON.parse(String(opts.body))), released!));
+  await elector.step(signal);
+  t.notOk(elector.isLeader(), 'steps down');
+  t.notOk(released?.spec.holderIdentity, 'and empties the holder, so a standby takes over at once');
+  t.same(changes, [true, false]);
 });

@@ -27,7 +27,7 @@ const request = (over: Partial<RequestFacts> = {}): RequestFacts => ({
 
 const world = (over: Partial<World> = {}): World => ({
   node: { name: 'n1', addresses: [{ type: 'InternalIP', address: '10.0.0.5' }, { type: 'InternalIP', address: 'fd00::5' }, { type: 'Hostname', address: 'n1-host' }, { type: 'ExternalIP', address: '203.0.113.9' }] },
-  olderUnissued: [],
+  blocking: [],
   ...over,
 });
 
@@ -74,7 +74,7 @@ t.test('kube-proxy client rules', async (t) => {
     ['RSA 8192 (not listed)', proxyInput({}, rsa(8192)), 'key-algorithm'],
     ['Ed25519', proxyInput({}, { key: { kind: 'other', type: 'ed25519' } }), 'key-algorithm'],
     ['expiration above the cap', proxyInput({ expirationSeconds: 86_401 }), 'expiration'],
-    ['an older unissued CSR of the node', proxyInput({}, {}, { olderUnissued: ['older'] }), 'one-unissued-per-node'],
+    ['an older unissued CSR of the node', proxyInput({}, {}, { blocking: ['older'] }), 'one-unissued-per-node'],
   ];
   for (const [what, input, rule] of cases) {
     const verdict = evaluate(KUBE_PROXY_RULES, input);
