@@ -8,6 +8,7 @@ import { ApiError, CsrRejectedError, CsrUnusableError, KubebootError, TimedOutEr
 import type { Logger } from '../log.js';
 import type { KubeClient } from './client.js';
 import { csrState, pendingNotice, type CertificateSigningRequest } from './csr-state.js';
+import { expectObject, objectPath } from './objects.js';
 import { transientWaitMs } from './retry.js';
 
 const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
@@ -43,8 +44,8 @@ export async function createCsr(client: KubeClient, req: CsrRequest, isCompatibl
       ...(req.expirationSeconds !== null ? { expirationSeconds: req.expirationSeconds } : {}),
     },
   };
-  const created = await client.request<CertificateSigningRequest>('POST', CSR_PATH, { body, accept: [409], ...(signal ? { signal } : {}) });
-  if (created.status !== 409) return created.body;
+  const created = await client.request('POST', CSR_PATH, { body, accept: [409], ...(signal ? { signal } : {}) });
+  if (created.status !== 409) return expectObject<CertificateSigningRequest>(created.body, 'CertificateSigningRequest', req.name);
   const existing = await getCsr(client, req.name, signal);
   if (!existing) throw new KubebootError(`CSR ${req.name} already existed but vanished while it was read; retrying will create it again`);
   const problem = await isCompatible(existing);
@@ -53,8 +54,8 @@ export async function createCsr(client: KubeClient, req: CsrRequest, isCompatibl
 }
 
 export async function getCsr(client: KubeClient, name: string, signal?: AbortSignal): Promise<CertificateSigningRequest | null> {
-  const res = await client.request<CertificateSigningRequest>('GET', `${CSR_PATH}/${encodeURIComponent(name)}`, { accept: [404], ...(signal ? { signal } : {}) });
-  return res.status === 404 ? null : res.body;
+  const res = await client.request('GET', objectPath(CSR_PATH, name), { accept: [404], ...(signal ? { signal } : {}) });
+  return res.status === 404 ? null : expectObject<CertificateSigningRequest>(res.body, 'CertificateSigningRequest', name);
 }
 
 export interface WaitOptions {

@@ -16,6 +16,7 @@ const logger = createLogger({ level: 'error', format: 'json' });
 
 function csr(o: { uid?: string; conditions?: { type: string; status: string; reason?: string; message?: string }[]; certificate?: string } = {}): CertificateSigningRequest {
   return {
+    kind: 'CertificateSigningRequest',
     metadata: { name: 'node-csr-abc', uid: o.uid ?? 'uid-1', resourceVersion: '10' },
     spec: { request: 'UkVR', signerName: 'kubernetes.io/kube-apiserver-client-kubelet' },
     status: { conditions: o.conditions, certificate: o.certificate ? Buffer.from(o.certificate).toString('base64') : undefined },
