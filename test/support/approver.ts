@@ -117,6 +117,8 @@ export interface SubmitSpec extends CraftSpec {
   expirationSeconds?: number;
   /** Name prefix; a random suffix keeps names unique. */
   name?: string;
+  /** The whole name, as given (hostile names: long, with newlines or control characters). */
+  exactName?: string;
   /** spec.request as this PEM text instead of one crafted from the fields above. */
   pem?: string;
 }
@@ -125,7 +127,7 @@ export const KUBE_PROXY = { cn: 'system:kube-proxy', signer: 'kubernetes.io/kube
 
 /** Submits a CSR as `client`; returns its name. */
 export async function submitCsr(client: Pick<KubeClient, 'request'>, spec: SubmitSpec): Promise<string> {
-  const name = `${spec.name ?? 'crafted'}-${randomBytes(4).toString('hex')}`;
+  const name = spec.exactName ?? `${spec.name ?? 'crafted'}-${randomBytes(4).toString('hex')}`;
   const body = {
     apiVersion: 'certificates.k8s.io/v1',
     kind: 'CertificateSigningRequest',
@@ -137,7 +139,7 @@ export async function submitCsr(client: Pick<KubeClient, 'request'>, spec: Submi
       ...(spec.expirationSeconds !== undefined ? { expirationSeconds: spec.expirationSeconds } : {}),
     },
   };
-  expectStatus(await client.request('POST', CSRS, body), `create CSR ${name}`, 201);
+  expectStatus(await client.request('POST', CSRS, body), `create CSR ${name.slice(0, 64)}`, 201);
   return name;
 }
 

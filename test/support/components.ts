@@ -90,6 +90,8 @@ export function controllerManagerArgs(o: {
   files: PkiFiles;
   certDir: string;
   signingDuration: string;
+  /** false: no csrsigning controller, so approved CSRs stay unissued (tests of "approved, not yet issued"). */
+  csrSigning?: boolean;
 }): string[] {
   return [
     `--kubeconfig=${o.kubeconfig}`,
@@ -97,7 +99,7 @@ export function controllerManagerArgs(o: {
     `--authorization-kubeconfig=${o.kubeconfig}`,
     '--leader-elect=false',
     // bootstrapsigner and tokencleaner are off by default; kubeadm turns them on.
-    '--controllers=csrapproving,csrsigning,csrcleaner,bootstrapsigner,tokencleaner',
+    `--controllers=csrapproving,${o.csrSigning === false ? '' : 'csrsigning,'}csrcleaner,bootstrapsigner,tokencleaner`,
     // As kubeadm: the cluster CA signs CSRs.
     `--cluster-signing-cert-file=${o.files.ca}`,
     `--cluster-signing-key-file=${o.files.caKey}`,

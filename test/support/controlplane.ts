@@ -24,6 +24,8 @@ export interface StartOptions {
   name?: string;
   /** Write every request's metadata to `<dir>/audit.log` (benchmarks count requests server-side). */
   audit?: boolean;
+  /** false: kube-controller-manager runs without its CSR signer, so approved CSRs stay unissued. */
+  csrSigning?: boolean;
   /** More kube-apiserver flags, e.g. a low --max-requests-inflight. */
   apiserverFlags?: string[];
 }
@@ -151,6 +153,7 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
           files,
           certDir: join(dir, 'controller-manager-certs'),
           signingDuration: opts.signingDuration ?? '1h',
+          csrSigning: opts.csrSigning ?? true,
         })),
       async (c, [port]) => {
         const health = client({ server: `https://127.0.0.1:${port}`, caPem: pki.ca.certPem });

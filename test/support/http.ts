@@ -59,7 +59,8 @@ export function kubeClient(opts: KubeClientOptions): KubeClient {
 export function expectStatus<T>(res: KubeResponse<T>, what: string, ...ok: number[]): KubeResponse<T> {
   if (!ok.includes(res.status)) {
     const message = (res.body as { message?: string } | undefined)?.message ?? JSON.stringify(res.body);
-    throw new Error(`${what}: HTTP ${res.status}: ${message}`);
+    // Bounded: an echoed request can be megabytes.
+    throw new Error(`${what}: HTTP ${res.status}: ${message.slice(0, 500)}`);
   }
   return res;
 }
