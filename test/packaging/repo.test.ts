@@ -2,13 +2,12 @@
 // yum repository. Served on loopback, apt inside a minimal Debian root that
 // trusts only the repository's key installs kubeboot from it and refuses a
 // tampered Release; rpm verifies the signed RPMs against the same key.
-import { createReadStream, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { join, normalize } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
 import { execFile } from 'node:child_process';
 import { buildPackages, buildTools, cleanEnv, output, packages, repoRoot, run, scratchDebianRoot, toolsOrSkip, version } from './fixtures/packages.js';
+import { buildSignedRepo, serveDirectory } from './fixtures/repo.js';
 
 /**
  * The fixture's chroot, but asynchronous: apt inside the root fetches from
@@ -31,30 +30,9 @@ const tools = [...buildTools, 'apt-ftparchive', 'createrepo_c', 'rpmsign', 'rpm'
 if (toolsOrSkip(t, tools, true)) {
   buildPackages();
   const dir = t.testdir();
-  const gnupg = join(dir, 'gnupg');
-  mkdirSync(gnupg, { mode: 0o700 });
-  const env = { ...process.env, GNUPGHOME: gnupg };
-  const uid = 'kubeboot test repository <test@kubeboot.invalid>';
-  // A throwaway key: no passphrase, one day.
-  output('gpg', ['--batch', '--passphrase', '', '--quick-gen-key', uid, 'rsa3072', 'sign', '1d'], { env });
-  const repo = join(dir, 'repo');
-  const built = run('bash', ['packaging/repo.sh', '--gpg-key', uid, '--out', repo], { env });
-  t.equal(built.status, 0, `repo.sh succeeds: ${built.stderr}`);
-  const key = join(repo, 'kubeboot-repo.asc');
-
-  // A static file server on loopback, as an operator's web server would be.
-  const server = createServer((req, res) => {
-    const file = join(repo, normalize(decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname)));
-    if (!file.startsWith(repo) || !existsSync(file) || !statSync(file).isFile()) {
-      res.writeHead(404).end();
-      return;
-    }
-    res.writeHead(200, { 'content-length': statSync(file).size });
-    createReadStream(file).pipe(res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const { dir: repo, key, gpgEnv: env } = buildSignedRepo(dir);
+  t.pass('repo.sh succeeds');
+  const { base } = await serveDirectory(t, repo);
 
   t.test('the apt repository has signed Release files for the suite', async (t) => {
     const dists = join(repo, 'apt/dists/stable');
