@@ -24,6 +24,8 @@ Commands:
   wait        return once an identity (--identity) or every enabled one holds a valid credential on disk;
               reads files only (an ExecStartPre= for kube-proxy.service); exit 4 after --timeout
   approver    cluster side: approve kube-proxy client (and, opted in, kubelet serving) CSRs that pass every rule
+  approver-kubeconfig (cluster admin) write the approver's kubeconfig: user kubeboot:approver, a client
+              certificate from kubernetes.io/kube-apiserver-client approved with the admin kubeconfig
 
 Cluster admin commands (use the admin kubeconfig, like kubectl):
   token create|list|delete ID

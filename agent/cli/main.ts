@@ -54,6 +54,8 @@ async function main(argv: string[]): Promise<number> {
         if (typeof kubeconfig === 'string') config.approver.kubeconfig = path.resolve(kubeconfig);
         return await (await import('./approver.js')).runApprover(config, logger, stop.signal);
       }
+      case 'approver-kubeconfig':
+        return await (await import('./approver-kubeconfig.js')).runApproverKubeconfig(config, loaded.extraFlags.given, process.env, logger, stop.signal);
       case 'token':
         return await (await import('./token.js')).runToken(loaded.positionals, loaded.extraFlags.given, loaded.extraFlags.output, process.env);
       case 'join-command':
