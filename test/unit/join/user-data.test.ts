@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 import { parse } from 'yaml';
-import { parseSets, runUserData } from '../../../agent/cli/user-data.js';
+import { parseSets, runUserData, tokenReminder } from '../../../agent/cli/user-data.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import { loadConfig } from '../../../agent/config/load.js';
 import { joinCommand, renderCloudConfig, renderScript, type NodeJoin } from '../../../agent/join/user-data.js';
@@ -135,4 +135,14 @@ t.test('a token read from --token-file is checked as --token is, naming the file
   t.notMatch((err as Error).message, 'TOO-SHORT');
   await writeFile(file, `${TOKEN}\n`);
   await t.resolves(runUserData('join-command', config, {}, {}), 'a well-formed token in the file is used');
+});
+
+t.test("the stderr reminder gives the token's id, its end and how to delete it, never the secret", async (t) => {
+  const created = tokenReminder(TOKEN, '2026-12-01T16:00:00Z');
+  t.match(created, 'bootstrap token abcdef joins any node booted with this user-data until 2026-12-01T16:00:00Z');
+  t.match(created, '/var/lib/cloud/instances/<id>/');
+  t.match(created, /then: kubeboot token delete abcdef\n$/);
+  t.notMatch(created, '0123456789abcdef', 'no secret');
+  t.match(tokenReminder(TOKEN, undefined), 'until it expires', 'a given token: its expiry is not known here');
+  t.match(tokenReminder(TOKEN, null), 'forever (--no-expiry)');
 });
