@@ -1,7 +1,7 @@
 // What `kubeboot user-data` renders: valid for cloud-init's own schema
 // checker, and a config file the node's loader accepts as it is.
 import { execFile } from 'node:child_process';
-import { stat, writeFile } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
@@ -145,4 +145,17 @@ t.test("the stderr reminder gives the token's id, its end and how to delete it, 
   t.notMatch(created, '0123456789abcdef', 'no secret');
   t.match(tokenReminder(TOKEN, undefined), 'until it expires', 'a given token: its expiry is not known here');
   t.match(tokenReminder(TOKEN, null), 'forever (--no-expiry)');
+});
+
+t.test("cloud-init's stages are the ones the user-data and the README rely on (Debian's cloud.cfg)", async (t) => {
+  // The cloud-init package of packaging/deps.txt, the same Debian 12 package the real-cloud-init test boots.
+  const cfg = parse(await readFile('/etc/cloud/cloud.cfg', 'utf8')) as Record<string, unknown>;
+  const stage = (key: string) => ((cfg[key] ?? []) as unknown[]).map((m) => String(Array.isArray(m) ? m[0] : m).replaceAll('-', '_'));
+  t.ok(stage('cloud_init_modules').includes('write_files'), 'init stage: write_files (config, token, key)');
+  t.ok(stage('cloud_config_modules').includes('apt_configure'), 'config stage: apt_configure adds the source');
+  const final = stage('cloud_final_modules');
+  t.ok(final.indexOf('package_update_upgrade_install') >= 0 && final.indexOf('package_update_upgrade_install') < final.indexOf('scripts_user'), 'final stage: packages, then the runcmd script');
+  const readme = (await readFile(new URL('../../../README.md', import.meta.url), 'utf8')).replace(/\s+/g, ' ');
+  t.match(readme, 'in its init stage (`write_files`), adds the repository in its config stage (`apt_configure`', 'README says so');
+  t.match(readme, 'installs the package in its final stage (`package_update_upgrade_install`');
 });
