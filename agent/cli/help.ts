@@ -82,10 +82,10 @@ export interface CommandHelp {
 export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   bootstrap: { usage: 'kubeboot bootstrap [options]', summary: 'Obtain every missing credential once, prove it, delete the bootstrap token, exit.', options: ['config', ...ISSUE, ...LOG] },
   run: { usage: 'kubeboot run [options]', summary: 'Bootstrap what is missing, then renew every credential before it expires (the systemd service).', options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'listen', ...LOG] },
-  check: { usage: 'kubeboot check [options]', summary: 'Validate configuration, the bootstrap kubeconfig, reachability and existing credentials; change nothing.', options: ['config', ...ISSUE, ...LOG] },
+  check: { usage: 'kubeboot check [options]', summary: 'Validate configuration, the bootstrap kubeconfig, reachability and existing credentials; change nothing.', options: ['config', 'bootstrap-kubeconfig', 'state-dir', 'node-name', ...JOIN, ...IDENTITIES, ...LOG] },
   status: { usage: 'kubeboot status [--output text|json] [options]', summary: "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.", options: ['config', 'state-dir', 'node-name', ...IDENTITIES, ...LOG] },
   renew: { usage: 'kubeboot renew [--identity NAME] [options]', summary: 'Ask the running daemon to renew now (SIGUSR2), or renew directly when no daemon runs.', options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', ...LOG] },
-  wait: { usage: 'kubeboot wait [--identity NAME] [--timeout DURATION] [options]', summary: 'Return once that identity (or every enabled one) holds a valid credential on disk; reads files only. Exit 4 after --timeout.', options: ['config', 'node-name', ...IDENTITIES, ...LOG] },
+  wait: { usage: 'kubeboot wait [--identity NAME] [--timeout DURATION] [options]', summary: 'Return once that identity (or every enabled one) holds a valid credential on disk; reads files only. Exit 4 after --timeout.', options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'pending-notice-interval', ...LOG] },
   approver: {
     usage: 'kubeboot approver [--kubeconfig PATH] [options]',
     summary: 'Cluster side: approve kube-proxy client (and, opted in, kubelet serving) CSRs that pass every rule.',
