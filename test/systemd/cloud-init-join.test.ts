@@ -8,9 +8,11 @@
 // cloud-config and for `--format script`; a repository whose InRelease
 // signature is broken must be refused, visibly.
 //
-// The image is what a cloud image is, minus the network: /etc/default/locale
-// set (stock images have one; without it cloud-init's locale module runs
-// locale-gen, which minbase lacks), no other apt source (nothing leaves
+// The image is what a cloud image is, minus the network: LANG set in
+// /etc/default/locale (stock images set it; debootstrap leaves it unset, and
+// cloud-init's locale module then runs `update-locale LANG=en_US.UTF-8`,
+// which fails for a locale minbase never generated: status error), no other
+// apt source (nothing leaves
 // loopback), `network: {config: disabled}` (the container shares the host's
 // network) and NoCloud as the only datasource.
 import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
