@@ -60,8 +60,11 @@ export async function removeBootstrapToken(bootstrap: BootstrapKubeconfig, cloud
   await removeSecretFile(bootstrap.file, 'bootstrap kubeconfig', logger, observer);
   if (bootstrap.auth.kind === 'client-certificate') return;
   const secret = bootstrap.auth.kind === 'bootstrap-token' ? bootstrap.auth.tokenSecret : bootstrap.auth.token;
+  // Reported, not edited: cloud-init rewrites its cache from the datasource
+  // at every boot, and a cloud's metadata service keeps serving the
+  // user-data anyway. The token's TTL and `kubeboot token delete` end it.
   for (const file of await filesContaining(cloudInitPaths, secret)) {
-    logger.warn(`the bootstrap token is still present in ${file} (cloud-init's cached user-data); it stays valid until it expires or is deleted from the cluster`);
+    logger.warn(`the bootstrap token is still present in ${file} (cloud-init's copy of the user-data, root-only); it stays valid until it expires or \`kubeboot token delete ${bootstrap.auth.kind === 'bootstrap-token' ? bootstrap.auth.tokenId : 'ID'}\``);
   }
 }
 
@@ -125,9 +128,13 @@ async function untrustedLink(link: string, target: string): Promise<string | nul
   return null;
 }
 
-/** Files (a path, or the files directly inside a directory) whose text contains `needle`. */
+/**
+ * Files (a path, or the files directly inside a directory) whose bytes
+ * contain `needle`, each once, by its real path (cloud-init's `instance` is
+ * a link to `instances/<id>`). Bytes, not text: obj.pkl is a pickle.
+ */
 export async function filesContaining(paths: string[], needle: string): Promise<string[]> {
-  const found: string[] = [];
+  const found = new Set<string>();
   for (const p of paths) {
     let candidates: string[];
     try {
@@ -140,11 +147,11 @@ export async function filesContaining(paths: string[], needle: string): Promise<
       try {
         const info = await stat(file);
         if (!info.isFile() || info.size > SCAN_LIMIT_BYTES) continue;
-        if ((await readFile(file, 'utf8')).includes(needle)) found.push(file);
+        if ((await readFile(file)).includes(needle)) found.add(await realpath(file));
       } catch {
         // Unreadable files are not ours to judge.
       }
     }
   }
-  return found;
+  return [...found];
 }

@@ -1,5 +1,10 @@
-/** The `--help` text: commands, every option (from the one options table), exit codes. */
-import { renderOptionsHelp } from '../config/options.js';
+/**
+ * The `--help` texts. `kubeboot --help`: the commands, every option (from
+ * the one options table), exit codes. `kubeboot <command> --help`: that
+ * command's usage and only the options it reads, with what they mean for
+ * it, as kubectl and kubeadm print per command.
+ */
+import { COMMAND_FLAGS, commandFlagUsage, defaultText, flagUsage, OPTIONS, renderOptionsHelp, type Command } from '../config/options.js';
 
 export const EXIT_CODES_HELP = `Exit codes:
   0  success: every enabled identity holds a proven credential (check: all checks passed)
@@ -24,12 +29,16 @@ Commands:
   wait        return once an identity (--identity) or every enabled one holds a valid credential on disk;
               reads files only (an ExecStartPre= for kube-proxy.service); exit 4 after --timeout
   approver    cluster side: approve kube-proxy client (and, opted in, kubelet serving) CSRs that pass every rule
+  approver-kubeconfig (cluster admin) write the approver's kubeconfig: user kubeboot:approver, a client
+              certificate from kubernetes.io/kube-apiserver-client approved with the admin kubeconfig
 
 Cluster admin commands (use the admin kubeconfig, like kubectl):
   token create|list|delete ID
               make, show (never the secret) or delete bootstrap tokens (Secrets in kube-system)
   user-data   print cloud-init user-data (or --format script) that installs kubeboot and joins a node
   join-command print \`kubeboot bootstrap --server … --token … --ca-cert-hash …\` for a node with the package
+
+\`kubeboot <command> --help\` shows one command's usage and the options it reads.
 
 ${renderOptionsHelp()}
 Other options:
@@ -38,4 +47,107 @@ Other options:
 
 ${EXIT_CODES_HELP}
 `;
+}
+
+const LOG = ['log-level', 'log-format'];
+const JOIN = ['server', 'token', 'token-file', 'ca-cert-hash', 'unsafe-skip-ca-verification', 'unsafe-allow-insecure-bootstrap'];
+const IDENTITIES = [
+  'kubelet-kubeconfig', 'kubelet-cert-dir',
+  'kube-proxy', 'kube-proxy-kubeconfig', 'kube-proxy-cert-dir', 'kube-proxy-common-name', 'kube-proxy-organization', 'kube-proxy-signer',
+  'kubelet-serving', 'kubelet-serving-cert-dir', 'kubelet-serving-dns-name', 'kubelet-serving-ip-address',
+];
+const ISSUE = ['bootstrap-kubeconfig', 'state-dir', 'node-name', 'key-algorithm', 'expiration-seconds', ...JOIN, ...IDENTITIES, 'wait-timeout', 'pending-notice-interval', 'hook-timeout', 'cloud-init-path'];
+const APPROVER = [
+  'approver-kubeconfig', 'approver-listen', 'lease-namespace', 'lease-name', 'lease-duration', 'renew-deadline', 'retry-period', 'resync-period',
+  'max-expiration', 'allowed-key-algorithm', 'approve-kubelet-serving', 'serving-dns-suffix', 'serving-ip-cidr', 'deny-violations',
+  'kube-proxy-common-name', 'kube-proxy-organization',
+];
+// user-data and join-command put these in what they print, for the node to use.
+const FOR_THE_NODE: Record<string, string> = {
+  server: 'API server URL the node joins (default: the server of the admin kubeconfig)',
+  token: 'Bootstrap token to hand the node (or --token-file, KUBEBOOT_TOKEN, --create-token); argv is visible to other users of this machine',
+  'token-file': 'Read the bootstrap token to hand the node from this file',
+  'ca-cert-hash': 'CA pin the node checks cluster-info against (repeatable; default: the CA of the admin kubeconfig)',
+};
+
+export interface CommandHelp {
+  usage: string;
+  summary: string;
+  /** Flags of the options table (agent/config/options.ts) this command reads; its own flags come from COMMAND_FLAGS. */
+  options: readonly string[];
+  /** What an option or command flag means for this command, where that differs from the table. */
+  meanings?: Readonly<Record<string, string>>;
+}
+
+export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
+  bootstrap: { usage: 'kubeboot bootstrap [options]', summary: 'Obtain every missing credential once, prove it, delete the bootstrap token, exit.', options: ['config', ...ISSUE, ...LOG] },
+  run: { usage: 'kubeboot run [options]', summary: 'Bootstrap what is missing, then renew every credential before it expires (the systemd service).', options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'listen', ...LOG] },
+  check: { usage: 'kubeboot check [options]', summary: 'Validate configuration, the bootstrap kubeconfig, reachability and existing credentials; change nothing.', options: ['config', 'bootstrap-kubeconfig', 'state-dir', 'node-name', ...JOIN, ...IDENTITIES, ...LOG] },
+  status: { usage: 'kubeboot status [--output text|json] [options]', summary: "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.", options: ['config', 'state-dir', 'node-name', ...IDENTITIES, ...LOG] },
+  renew: { usage: 'kubeboot renew [--identity NAME] [options]', summary: 'Ask the running daemon to renew now (SIGUSR2), or renew directly when no daemon runs.', options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', ...LOG] },
+  wait: { usage: 'kubeboot wait [--identity NAME] [--timeout DURATION] [options]', summary: 'Return once that identity (or every enabled one) holds a valid credential on disk; reads files only. Exit 4 after --timeout.', options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'pending-notice-interval', ...LOG] },
+  approver: {
+    usage: 'kubeboot approver [--kubeconfig PATH] [options]',
+    summary: 'Cluster side: approve kube-proxy client (and, opted in, kubelet serving) CSRs that pass every rule.',
+    options: ['config', ...APPROVER, ...LOG],
+    meanings: { kubeconfig: "The approver's own kubeconfig (as approver.kubeconfig); without one the in-cluster service account is used" },
+  },
+  'approver-kubeconfig': {
+    usage: 'kubeboot approver-kubeconfig [--kubeconfig ADMIN-KUBECONFIG] [--approver-kubeconfig PATH] [--ttl DURATION]',
+    summary: "Cluster admin: write the kubeconfig kubeboot approver runs with: a key made here, a certificate for the user kubeboot:approver from kubernetes.io/kube-apiserver-client, requested and approved with the admin kubeconfig, proven, written 0600.",
+    options: ['config', 'approver-kubeconfig', 'key-algorithm', ...LOG],
+    meanings: {
+      'approver-kubeconfig': 'Where to write the kubeconfig (0600, atomically)',
+      kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
+      ttl: 'Certificate lifetime to request (default 8760h; the signer may cap it, at least 10m)',
+      'key-algorithm': 'Algorithm of the new key',
+    },
+  },
+  token: {
+    usage: 'kubeboot token create|list|delete ID [options]',
+    summary: 'Cluster admin: make a bootstrap token (prints only the token), list them (never the secret), delete one.',
+    options: [...LOG],
+    meanings: { kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)', ttl: 'create: lifetime of the new token (default 1h; 0 only with --no-expiry)' },
+  },
+  'join-command': {
+    usage: 'kubeboot join-command [--create-token | --token TOKEN | --token-file PATH] [options]',
+    summary: 'Cluster admin: print `kubeboot bootstrap --server … --token … --ca-cert-hash …` for a node that already has the package.',
+    options: ['config', 'server', 'token', 'token-file', 'ca-cert-hash', ...LOG],
+    meanings: { ...FOR_THE_NODE, kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
+  },
+  'user-data': {
+    usage: 'kubeboot user-data [--create-token | --token TOKEN | --token-file PATH] [--repo-url URL --repo-key PATH] [options]',
+    summary: `Cluster admin: print cloud-init user-data (or --format script) that writes kubeboot's config and the token (0600), adds the package repository and installs and starts kubeboot.
+Needs on the node: apt >= 2.4 (reads the armored key in signed-by=; Debian 12, Ubuntu 22.04) or rpm with dnf/yum (imports
+gpgkey= itself); no gpg and no curl. The token joins every node booted with it until it expires, and cloud-init keeps copies
+on each node: boot the pool within the token's TTL, then \`kubeboot token delete ID\` (printed on stderr).`,
+    options: ['config', 'server', 'token', 'token-file', 'ca-cert-hash', ...LOG],
+    meanings: { ...FOR_THE_NODE, kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
+  },
+};
+
+/** The command flags (not in the options table) a command takes. */
+export function commandFlagsOf(command: Command) {
+  return COMMAND_FLAGS.filter((c) => c.commands.includes(command));
+}
+
+/** `kubeboot <command> --help`. */
+export function commandHelpText(command: Command): string {
+  const help = COMMAND_HELP[command];
+  // The table's text names the commands it is for ("renew, wait: …"); here the command is known.
+  const own = (text: string) => (command === 'token' ? text.replace(/^token create, --create-token: /, 'create: ') : text.replace(/^token create, /, '').replace(/^[a-z, -]+: /, ''));
+  const meaning = (flag: string, fallback: string) => help.meanings?.[flag] ?? own(fallback);
+  const lines = [`Usage: ${help.usage}`, '', help.summary, '', 'Options:'];
+  for (const c of commandFlagsOf(command)) lines.push(`  ${commandFlagUsage(c)}`, `      ${meaning(c.flag, c.help)}.`);
+  for (const flag of help.options) {
+    const spec = OPTIONS.find((o) => o.flag === flag);
+    if (spec === undefined) throw new Error(`help of ${command} names --${flag}, which the options table lacks`);
+    lines.push(`  ${flagUsage(spec)}`, `      ${meaning(flag, spec.help)}.`);
+    if (help.meanings?.[flag] === undefined) {
+      const where = [spec.env !== null ? `env ${spec.env}` : null, spec.inFile ? `file ${spec.key}` : null];
+      lines.push(`      ${where.filter((w) => w !== null).join(', ')}; default ${defaultText(spec)}`);
+    }
+  }
+  lines.push('  --help', '      Show this text.', '', 'Durations are seconds or like 90s, 15m, 2h30m.', '', EXIT_CODES_HELP, '');
+  return lines.join('\n');
 }

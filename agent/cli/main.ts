@@ -9,13 +9,17 @@ import { ExitCode, exitCodeOf, KubebootError } from '../errors.js';
 import { scrub } from '../redact.js';
 import { VERSION } from '../version.js';
 import { readOptional } from '../read-optional.js';
-import { helpText } from './help.js';
+import { commandHelpText, helpText } from './help.js';
 
 async function main(argv: string[]): Promise<number> {
   const load = () => loadConfig({ argv, env: process.env, readFile: readOptional, hostname: os.hostname() });
   const loaded = await load();
   if (loaded.version) {
     process.stdout.write(`kubeboot ${VERSION} (node ${process.version})\n`);
+    return ExitCode.ok;
+  }
+  if (loaded.help && loaded.command !== null) {
+    process.stdout.write(commandHelpText(loaded.command));
     return ExitCode.ok;
   }
   if (loaded.help || loaded.command === null) {
@@ -54,6 +58,8 @@ async function main(argv: string[]): Promise<number> {
         if (typeof kubeconfig === 'string') config.approver.kubeconfig = path.resolve(kubeconfig);
         return await (await import('./approver.js')).runApprover(config, logger, stop.signal);
       }
+      case 'approver-kubeconfig':
+        return await (await import('./approver-kubeconfig.js')).runApproverKubeconfig(config, loaded.extraFlags.given, process.env, logger, stop.signal);
       case 'token':
         return await (await import('./token.js')).runToken(loaded.positionals, loaded.extraFlags.given, loaded.extraFlags.output, process.env);
       case 'join-command':

@@ -25,7 +25,7 @@ const RESERVED = new Set(['server', 'token', 'caCertHashes', 'configFile']);
 export async function runUserData(command: 'user-data' | 'join-command', config: Config, given: Given, env: Record<string, string | undefined>): Promise<number> {
   const settings = command === 'user-data' ? parseSets(Array.isArray(given.set) ? given.set : []) : {};
   const repo = command === 'user-data' ? await packageRepo(given) : null;
-  const { server, token, pins } = await joinValues(command, config, given, env);
+  const { server, token, pins, expires } = await joinValues(command, config, given, env);
   if (command === 'join-command') {
     process.stdout.write(joinCommand({ server, token, pins }) + '\n');
     return ExitCode.ok;
@@ -34,13 +34,31 @@ export async function runUserData(command: 'user-data' | 'join-command', config:
   delete settings.tokenFile;
   const join: NodeJoin = { server, token, pins, settings, tokenFile, repo };
   process.stdout.write(given.format === 'script' ? renderScript(join) : renderCloudConfig(join));
+  process.stderr.write(tokenReminder(token, expires));
   return ExitCode.ok;
 }
 
+/**
+ * The token's life, on stderr so the user-data on stdout stays clean: it
+ * joins every node booted with this user-data until it expires, and the
+ * nodes keep copies (cloud-init's cache; a cloud's metadata service serves
+ * it for the instance's life), so it should end when the pool has booted.
+ */
+export function tokenReminder(token: string, expires: string | null | undefined): string {
+  const id = token.slice(0, token.indexOf('.'));
+  const until = expires === undefined ? 'until it expires' : expires === null ? 'forever (--no-expiry)' : `until ${expires}`;
+  return (
+    `kubeboot user-data: bootstrap token ${id} joins any node booted with this user-data ${until}; ` +
+    'cloud-init keeps copies of it on every node (/var/lib/cloud/instances/<id>/) and a cloud may serve it from its metadata service. ' +
+    `Boot the pool within the token's TTL, then: kubeboot token delete ${id}\n`
+  );
+}
+
 /** Server, token and pins: from the flags, else from the admin kubeconfig (and a new token with --create-token). */
-async function joinValues(command: string, config: Config, given: Given, env: Record<string, string | undefined>): Promise<{ server: string; token: string; pins: string[] }> {
+/** `expires`: of a token created here (RFC 3339, null for never); undefined for a given token. */
+async function joinValues(command: string, config: Config, given: Given, env: Record<string, string | undefined>): Promise<{ server: string; token: string; pins: string[]; expires?: string | null }> {
   const create = given['create-token'] === true;
-  let token = config.token ?? (config.tokenFile !== null ? await readTokenFile(config.tokenFile) : null);
+  const token = config.token ?? (config.tokenFile !== null ? await readTokenFile(config.tokenFile) : null);
   if (create && token !== null) throw new InputError(CLI, '--create-token', 'cannot be combined with --token or --token-file');
   if (!create && token === null) throw new InputError(CLI, '--token', 'missing: give --token, --token-file or KUBEBOOT_TOKEN, or --create-token');
   const tokenFlags = ['ttl', 'expiry', 'usages', 'groups', 'description'].filter((f) => given[f] !== undefined);
@@ -52,8 +70,9 @@ async function joinValues(command: string, config: Config, given: Given, env: Re
   return withAdmin(given, env, create ? 'create a bootstrap token Secret in kube-system' : 'read the cluster', async (admin: Admin) => {
     const server = config.server ?? admin.kubeconfig.server;
     const pins = config.caCertHashes.length > 0 ? config.caCertHashes : [pinOf(admin)];
-    if (tokenSpec !== null) token = (await createToken(admin, tokenSpec, new Date())).token.token;
-    return { server: server.replace(/\/$/, ''), token: token as string, pins };
+    if (tokenSpec === null) return { server: server.replace(/\/$/, ''), token: token as string, pins };
+    const created = await createToken(admin, tokenSpec, new Date());
+    return { server: server.replace(/\/$/, ''), token: created.token.token, pins, expires: created.summary.expires };
   });
 }
 

@@ -48,7 +48,11 @@ export function defaultConfig(nodeName: string): Config {
     renewal: { margin: 0, reuseKey: false, hookTimeout: 60 },
     listen: DEFAULT_LISTEN,
     log: { level: 'info', format: 'auto' },
-    cloudInitPaths: ['/var/lib/cloud/instance/user-data.txt', '/var/lib/cloud/instance/scripts'],
+    // Where cloud-init 22.4 keeps the user-data it was given (checked on a
+    // booted Debian 12): instances/<id>/ (through the `instance` link:
+    // user-data.txt, user-data.txt.i, cloud-config.txt, obj.pkl), a script's
+    // part-NNN under scripts/, and the NoCloud seed itself.
+    cloudInitPaths: ['/var/lib/cloud/instance', '/var/lib/cloud/instance/scripts', '/var/lib/cloud/seed/nocloud', '/var/lib/cloud/seed/nocloud-net'],
     approver: {
       kubeconfig: '/etc/kubeboot/approver.conf',
       listen: DEFAULT_APPROVER_LISTEN,

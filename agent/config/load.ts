@@ -13,7 +13,7 @@ import type { IdentityName } from '../identity.js';
 import { coerce } from './coerce.js';
 import type { Origin, Setting } from './coerce.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
-import { ADMIN_COMMANDS, COMMAND_FLAGS, COMMANDS, OPTIONS } from './options.js';
+import { CLUSTER_COMMANDS, COMMAND_FLAGS, COMMANDS, OPTIONS } from './options.js';
 import type { Command, ConfigKey, OptionSpec } from './options.js';
 import type { Config } from './types.js';
 import { dns1123SubdomainProblem, fieldLabel, parseBool, parseDuration, quote } from './values.js';
@@ -91,7 +91,7 @@ export async function loadConfig(input: LoadInput): Promise<Loaded> {
   }
   config.configFile = configFile;
   // The admin's machine and the approver need no node name of their own.
-  const onNode = cli.result.command === null || !(ADMIN_COMMANDS.includes(cli.result.command) || cli.result.command === 'approver');
+  const onNode = cli.result.command === null || !CLUSTER_COMMANDS.includes(cli.result.command);
   if (!origins.has('nodeName') && onNode) {
     const problem = dns1123SubdomainProblem(hostNodeName);
     if (problem !== null) throw new InputError('hostname', 'node name', `${problem}; set --node-name`);

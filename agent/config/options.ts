@@ -162,18 +162,20 @@ export interface CommandFlagSpec {
   /** How --help writes a bool flag when not `--flag` (e.g. `--no-expiry`). */
   usage?: string;
 }
-export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'wait', 'approver', 'token', 'join-command', 'user-data'] as const;
+export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'wait', 'approver', 'approver-kubeconfig', 'token', 'join-command', 'user-data'] as const;
 export type Command = (typeof COMMANDS)[number];
-/** The cluster admin's commands: they run on the admin's machine, not on a node. */
+/** The cluster admin's commands that make bootstrap tokens: they run on the admin's machine, not on a node. */
 export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
+/** Commands that need no node name of their own. */
+export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig'];
 
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   { flag: 'output', commands: ['status', 'token'], values: ['text', 'json'], metavar: 'text|json', help: 'status, token: output format' },
   { flag: 'identity', commands: ['renew', 'wait'], values: ['kubelet', 'kube-proxy', 'kubelet-serving'], metavar: 'NAME', help: 'renew, wait: only this identity (kubelet, kube-proxy, kubelet-serving)' },
   { flag: 'timeout', commands: ['wait'], metavar: 'DURATION', help: 'wait: give up with exit 4 after this long (default: wait as long as it takes)' },
-  { flag: 'kubeconfig', commands: [...ADMIN_COMMANDS, 'approver'], metavar: 'PATH', help: 'token, join-command, user-data: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig' },
-  { flag: 'ttl', commands: ADMIN_COMMANDS, metavar: 'DURATION', help: 'token create, --create-token: lifetime of the new token (default 1h; 0 only with --no-expiry)' },
+  { flag: 'kubeconfig', commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver'], metavar: 'PATH', help: 'token, join-command, user-data, approver-kubeconfig: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig' },
+  { flag: 'ttl', commands: [...ADMIN_COMMANDS, 'approver-kubeconfig'], metavar: 'DURATION', help: 'token create, --create-token: lifetime of the new token (default 1h; 0 only with --no-expiry)' },
   { flag: 'expiry', commands: ADMIN_COMMANDS, type: 'bool', metavar: '', usage: '--no-expiry', help: 'token create, --create-token: --no-expiry makes a token that never expires (the tokencleaner never removes it)' },
   { flag: 'usages', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'USAGE', help: 'token create, --create-token: authentication and/or signing, comma-separated or repeated (default both; signing lets discovery check cluster-info)' },
   { flag: 'groups', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'GROUP', help: 'token create, --create-token: extra groups, each starting with system:bootstrappers:, comma-separated or repeated' },
@@ -203,7 +205,7 @@ export function defaultText(spec: OptionSpec): string {
   return String(value);
 }
 
-function flagUsage(spec: OptionSpec): string {
+export function flagUsage(spec: OptionSpec): string {
   if (spec.type === 'bool') return `--[no-]${spec.flag}`;
   if (spec.type === 'enum') return `--${spec.flag} ${(spec.values ?? []).join('|')}`;
   return `--${spec.flag} ${spec.metavar}`;

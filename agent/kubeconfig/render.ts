@@ -17,11 +17,24 @@ export interface ClientKubeconfigOptions {
   tlsServerName?: string | null;
 }
 
+/**
+ * A self-contained kubeconfig (certificate and key embedded), for a service
+ * that gets the file as a whole, e.g. the approver through LoadCredential=.
+ */
+export function renderEmbeddedKubeconfig(opts: Omit<ClientKubeconfigOptions, 'certFile' | 'keyFile'> & { certPem: string; keyPem: string }): string {
+  const b64 = (pem: string) => Buffer.from(pem, 'utf8').toString('base64');
+  return render(opts, { 'client-certificate-data': b64(opts.certPem), 'client-key-data': b64(opts.keyPem) });
+}
+
 export function renderClientKubeconfig(opts: ClientKubeconfigOptions): string {
   // A relative path would be read relative to the kubeconfig's directory by clients: never intended here.
   for (const file of [opts.certFile, opts.keyFile]) {
     if (!path.isAbsolute(file)) throw new KubebootError(`kubeconfig credential path must be absolute, got ${file}`);
   }
+  return render(opts, { 'client-certificate': opts.certFile, 'client-key': opts.keyFile });
+}
+
+function render(opts: Omit<ClientKubeconfigOptions, 'certFile' | 'keyFile'>, user: Record<string, string>): string {
   const clusterName = opts.clusterName ?? 'default-cluster';
   const cluster: Record<string, string> = {
     'certificate-authority-data': Buffer.from(opts.caPem, 'utf8').toString('base64'),
@@ -36,7 +49,7 @@ export function renderClientKubeconfig(opts: ClientKubeconfigOptions): string {
     'current-context': 'default-context',
     kind: 'Config',
     preferences: {},
-    users: [{ name: opts.userName, user: { 'client-certificate': opts.certFile, 'client-key': opts.keyFile } }],
+    users: [{ name: opts.userName, user }],
   };
   return stringify(doc, { indentSeq: false, lineWidth: 0 });
 }

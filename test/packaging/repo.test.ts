@@ -2,13 +2,13 @@
 // yum repository. Served on loopback, apt inside a minimal Debian root that
 // trusts only the repository's key installs kubeboot from it and refuses a
 // tampered Release; rpm verifies the signed RPMs against the same key.
-import { createReadStream, existsSync, mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { join, normalize } from 'node:path';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import t from 'tap';
 import { execFile } from 'node:child_process';
 import { buildPackages, buildTools, cleanEnv, output, packages, repoRoot, run, scratchDebianRoot, toolsOrSkip, version } from './fixtures/packages.js';
+import { buildSignedRepo, serveDirectory } from './fixtures/repo.js';
 
 /**
  * The fixture's chroot, but asynchronous: apt inside the root fetches from
@@ -26,35 +26,14 @@ function chroot(root: string, args: string[]): Promise<{ status: number | null; 
 
 const bundle = join(repoRoot, 'dist/kubeboot.cjs');
 const TOKEN = 'abcdef.0123456789abcdef';
-const tools = [...buildTools, 'apt-ftparchive', 'createrepo_c', 'rpmsign', 'rpm', 'gpg', 'debootstrap', 'chroot'];
+const tools = [...buildTools, 'apt-ftparchive', 'createrepo_c', 'rpmsign', 'rpm', 'gpg', 'debootstrap', 'chroot', 'dnf'];
 
 if (toolsOrSkip(t, tools, true)) {
   buildPackages();
   const dir = t.testdir();
-  const gnupg = join(dir, 'gnupg');
-  mkdirSync(gnupg, { mode: 0o700 });
-  const env = { ...process.env, GNUPGHOME: gnupg };
-  const uid = 'kubeboot test repository <test@kubeboot.invalid>';
-  // A throwaway key: no passphrase, one day.
-  output('gpg', ['--batch', '--passphrase', '', '--quick-gen-key', uid, 'rsa3072', 'sign', '1d'], { env });
-  const repo = join(dir, 'repo');
-  const built = run('bash', ['packaging/repo.sh', '--gpg-key', uid, '--out', repo], { env });
-  t.equal(built.status, 0, `repo.sh succeeds: ${built.stderr}`);
-  const key = join(repo, 'kubeboot-repo.asc');
-
-  // A static file server on loopback, as an operator's web server would be.
-  const server = createServer((req, res) => {
-    const file = join(repo, normalize(decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname)));
-    if (!file.startsWith(repo) || !existsSync(file) || !statSync(file).isFile()) {
-      res.writeHead(404).end();
-      return;
-    }
-    res.writeHead(200, { 'content-length': statSync(file).size });
-    createReadStream(file).pipe(res);
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
-  const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const { dir: repo, key, gpgEnv: env } = buildSignedRepo(dir);
+  t.pass('repo.sh succeeds');
+  const { base } = await serveDirectory(t, repo);
 
   t.test('the apt repository has signed Release files for the suite', async (t) => {
     const dists = join(repo, 'apt/dists/stable');
@@ -140,6 +119,54 @@ if (toolsOrSkip(t, tools, true)) {
     const repomd = join(repo, 'rpm/repodata/repomd.xml');
     t.equal(run('gpg', ['--verify', `${repomd}.asc`, repomd], { env }).status, 0, 'repomd.xml.asc verifies');
     t.ok(readFileSync(repomd, 'utf8').includes('primary'), 'createrepo_c wrote the metadata');
+  });
+
+  t.test("dnf, given the .repo entry user-data writes, imports the key itself, checks repomd.xml's and the package's signatures and installs kubeboot; a tampered repomd.xml is refused", async (t) => {
+    // The yum variant's user-data, as far as this Debian machine can take it: dnf 4 into an
+    // empty installroot, from file:// (no server), with a stand-in for the distribution
+    // packages kubeboot requires (glibc, libstdc++, util-linux, /bin/sh).
+    // A short path of its own: libcurl's file:// reads nothing from tap's long fixture names.
+    const work = mkdtempSync(join(tmpdir(), 'kubeboot-dnf-'));
+    t.teardown(() => rmSync(work, { recursive: true, force: true }));
+    const base = join(work, 'base');
+    const spec = join(base, 'base.spec');
+    mkdirSync(base, { recursive: true });
+    writeFileSync(spec, 'Name: kubeboot-test-base\nVersion: 1\nRelease: 1\nSummary: stand-in\nLicense: MIT\nBuildArch: noarch\nProvides: /bin/sh\nProvides: util-linux = 2.38\nProvides: glibc = 2.36\nProvides: libstdc++ = 12\n%description\nstand-in\n%files\n');
+    output('rpmbuild', ['--define', `_topdir ${base}`, '-bb', spec]);
+    cpSync(join(base, 'RPMS/noarch'), join(base, 'repo'), { recursive: true });
+    output('createrepo_c', ['-q', join(base, 'repo')]);
+
+    const dnfInstall = (rpmRepo: string) => {
+      const root = join(work, `root-${rpmRepo.split('/').at(-2)}`);
+      const rendered = run(process.execPath, [bundle, 'user-data', '--format', 'script', '--repo-type', 'yum', '--server', 'https://api.example:6443', '--token', TOKEN, '--ca-cert-hash', `sha256:${'ef'.repeat(32)}`, '--repo-url', `file://${rpmRepo}`, '--repo-key', key], { env: { PATH: process.env.PATH ?? '' } });
+      const entry = /cat > \/etc\/yum\.repos\.d\/kubeboot\.repo <<'KUBEBOOT_EOF'\n([^]*?)\nKUBEBOOT_EOF/.exec(rendered.stdout)?.[1];
+      const keyFile = /cat > (\/etc\/pki\/rpm-gpg\/RPM-GPG-KEY-kubeboot) <<'KUBEBOOT_EOF'\n([^]*?)\nKUBEBOOT_EOF/.exec(rendered.stdout);
+      if (entry === undefined || keyFile === null) throw new Error(`user-data --repo-type yum wrote no .repo entry or key: ${rendered.stdout}${rendered.stderr}`);
+      mkdirSync(join(root, 'etc/yum.repos.d'), { recursive: true });
+      mkdirSync(join(root, 'etc/pki/rpm-gpg'), { recursive: true });
+      writeFileSync(join(root, keyFile[1]!), `${keyFile[2]}\n`);
+      // dnf reads gpgkey= from the host's file system, not the installroot's.
+      writeFileSync(join(root, 'etc/yum.repos.d/kubeboot.repo'), `${entry.replace(`gpgkey=file://${keyFile[1]}`, `gpgkey=file://${join(root, keyFile[1]!)}`)}\n`);
+      writeFileSync(join(root, 'etc/yum.repos.d/base.repo'), `[base]\nname=base\nbaseurl=file://${join(base, 'repo')}\nenabled=1\ngpgcheck=0\n`);
+      const dnf = run('dnf', ['-y', `--installroot=${root}`, `--setopt=reposdir=${join(root, 'etc/yum.repos.d')}`, `--setopt=cachedir=${join(root, 'var/cache/dnf')}`, '--setopt=skip_if_unavailable=False', '--releasever=9', '--setopt=tsflags=noscripts', 'install', 'kubeboot'], { env: cleanEnv });
+      return { root, entry, dnf };
+    };
+
+    const good = dnfInstall(join(repo, 'rpm'));
+    t.match(good.entry, /^gpgcheck=1$/m);
+    t.match(good.entry, /^repo_gpgcheck=1$/m);
+    t.equal(good.dnf.status, 0, `dnf install kubeboot: ${good.dnf.stdout.slice(-1500)}${good.dnf.stderr}`);
+    t.match(run('rpm', ['--root', good.root, '-q', 'kubeboot']).stdout, `kubeboot-${version}-1.x86_64`, 'installed');
+    t.match(run('rpm', ['--root', good.root, '-q', 'gpg-pubkey']).stdout, /^gpg-pubkey-/m, 'dnf imported the repository key into the rpm database from gpgkey=');
+
+    const tamperedRepo = join(work, 'tampered');
+    cpSync(repo, tamperedRepo, { recursive: true });
+    const repomd = join(tamperedRepo, 'rpm/repodata/repomd.xml');
+    writeFileSync(repomd, readFileSync(repomd, 'utf8').replace('<revision>', '<revision>1'));
+    const bad = dnfInstall(join(tamperedRepo, 'rpm'));
+    t.not(bad.dnf.status, 0, 'dnf install fails');
+    t.match(bad.dnf.stdout + bad.dnf.stderr, /repomd\.xml GPG signature verification error/);
+    t.not(run('rpm', ['--root', bad.root, '-q', 'kubeboot']).status, 0, 'nothing installed');
   });
 
   t.test('repo.sh without a key is refused with one line and exit 2', async (t) => {

@@ -29,8 +29,12 @@ export interface Container {
   root: string;
   /** Host pid of the container's PID 1 (systemd). */
   pid1: number;
+  /** Wall-clock time (epoch ms) nspawn was started; the container shares the host's clock. */
+  startedAt: number;
   /** Milliseconds from starting nspawn to `systemctl is-system-running` answering running. */
   bootMs: number;
+  /** `running` or, when the caller allowed it, `degraded`. */
+  state: 'running' | 'degraded';
   /** Runs a command inside with a clean environment; never throws on a non-zero exit. */
   exec(args: string[], opts?: { timeoutMs?: number }): Promise<ExecResult>;
   /** exec, requiring exit 0; returns stdout. */
@@ -88,12 +92,23 @@ function nsExec(pid1: number, args: string[], timeoutMs: number): Promise<ExecRe
   });
 }
 
+export interface BootOptions {
+  /** Runs on the copy of the root (host paths) before boot. */
+  prepare?: (root: string) => void | Promise<void>;
+  /** The root to copy (default: the cached bootable Debian root). */
+  base?: string;
+  /** How long the boot may take until systemd is no longer starting (default 60 s). */
+  bootTimeoutMs?: number;
+  /** Accept a boot that ends degraded (a failed unit is what the test looks at). */
+  allowDegraded?: boolean;
+}
+
 /**
- * Boots a fresh copy of the cached Debian root. `prepare` runs on the root
- * (host paths) before boot. Stopped and removed at teardown; a failed test
- * keeps the container's journal and nspawn's log, and prints where.
+ * Boots a fresh copy of the cached Debian root. Stopped and removed at
+ * teardown; a failed test keeps the container's journal and nspawn's log,
+ * and prints where.
  */
-export async function bootContainer(t: Test, opts: { prepare?: (root: string) => void | Promise<void> } = {}): Promise<Container> {
+export async function bootContainer(t: Test, opts: BootOptions = {}): Promise<Container> {
   const name = `kb-node-${randomBytes(3).toString('hex')}`;
   // /var/tmp, not /tmp: the copy is a whole root (~250 MB), and /tmp may be small.
   const dir = mkdtempSync(join('/var/tmp', `kubeboot-${name}-`));
@@ -101,7 +116,7 @@ export async function bootContainer(t: Test, opts: { prepare?: (root: string) =>
   const logFile = join(dir, 'nspawn.log');
   // cp -a: owners, device nodes and hard links as debootstrap made them;
   // --reflink=auto shares the blocks where the file system can.
-  output('cp', ['-a', '--reflink=auto', cachedDebianRoot(), root]);
+  output('cp', ['-a', '--reflink=auto', opts.base ?? cachedDebianRoot(), root]);
   // The hostname systemd sets at boot (debootstrap copied the host's), and
   // so the node name kubeboot defaults to.
   writeFileSync(join(root, 'etc/hostname'), `${name}\n`);
@@ -160,10 +175,10 @@ export async function bootContainer(t: Test, opts: { prepare?: (root: string) =>
       const state = r.stdout.trim();
       return state === 'running' || state === 'degraded' ? state : undefined;
     },
-    60_000,
+    opts.bootTimeoutMs ?? 60_000,
   );
   const bootMs = Date.now() - began;
-  if (status !== 'running') {
+  if (status !== 'running' && opts.allowDegraded !== true) {
     const failed = await nsExec(pid1!, ['systemctl', '--failed', '--no-pager'], 10_000);
     throw new Error(`container ${name} booted degraded:\n${failed.stdout}`);
   }
@@ -179,7 +194,9 @@ export async function bootContainer(t: Test, opts: { prepare?: (root: string) =>
     name,
     root,
     pid1: init,
+    startedAt: began,
     bootMs,
+    state: status as 'running' | 'degraded',
     exec,
     run,
     sh: (script, o) => run(['sh', '-c', script], o),

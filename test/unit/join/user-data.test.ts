@@ -1,12 +1,12 @@
 // What `kubeboot user-data` renders: valid for cloud-init's own schema
 // checker, and a config file the node's loader accepts as it is.
 import { execFile } from 'node:child_process';
-import { stat, writeFile } from 'node:fs/promises';
+import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 import { parse } from 'yaml';
-import { parseSets, runUserData } from '../../../agent/cli/user-data.js';
+import { parseSets, runUserData, tokenReminder } from '../../../agent/cli/user-data.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import { loadConfig } from '../../../agent/config/load.js';
 import { joinCommand, renderCloudConfig, renderScript, type NodeJoin } from '../../../agent/join/user-data.js';
@@ -46,18 +46,21 @@ t.test('cloud-init schema accepts the user-data with an apt source, a yum repo, 
   t.notOk(broken.ok, 'the checker does fail a wrong document (permissions must be a string)');
 });
 
-t.test('user-data writes the config and the token 0600, installs the package and enables kubeboot', async (t) => {
+t.test('user-data writes the config and the token 0600, the apt key for signed-by, installs the package and enables kubeboot', async (t) => {
   const doc = parse(renderCloudConfig({ ...base, settings: { kubeProxy: { enabled: false } }, repo: { type: 'apt', url: 'https://repo.example/kubeboot', keyText: KEY, suite: 'stable' } })) as Record<string, unknown>;
   const files = doc.write_files as WriteFile[];
   t.same(files.map((f) => [f.path, f.permissions, f.owner]), [
     ['/etc/kubeboot/config.yaml', '0600', 'root:root'],
     ['/etc/kubernetes/bootstrap-token', '0600', 'root:root'],
+    ['/etc/apt/keyrings/kubeboot.asc', '0644', 'root:root'],
   ]);
   t.equal(files[1]!.content, `${TOKEN}\n`);
+  t.equal(files[2]!.content, KEY, 'the armored key as given: apt >= 2.4 reads it in signed-by, no gpg needed');
   t.notMatch(files[0]!.content, TOKEN, 'the token is only in its own file');
   t.same(doc.packages, ['kubeboot']);
   t.match(doc.runcmd, ['systemctl enable --now kubeboot']);
-  t.same(doc.apt, { sources: { kubeboot: { source: 'deb [signed-by=$KEY_FILE] https://repo.example/kubeboot stable main', key: KEY } } }, 'apt trusts only the given key for this source');
+  // No `key:` (cloud-init would run gpg --dearmor, which stock images lack) and no $KEY_FILE template.
+  t.same(doc.apt, { sources: { kubeboot: { source: 'deb [signed-by=/etc/apt/keyrings/kubeboot.asc] https://repo.example/kubeboot stable main' } } }, 'apt trusts only the given key for this source');
 
   const loaded = await loadConfig({ argv: ['bootstrap'], env: {}, hostname: 'worker-9', readFile: async (p) => (p === '/etc/kubeboot/config.yaml' ? files[0]!.content : null) });
   t.equal(loaded.config.server, 'https://api.example:6443', 'the node loader reads the server');
@@ -66,10 +69,13 @@ t.test('user-data writes the config and the token 0600, installs the package and
   t.equal(loaded.config.kubeProxy.enabled, false, '--set overrides arrive');
 });
 
-t.test('a yum node gets a repo entry with gpgcheck and the key as a file', async (t) => {
-  const doc = parse(renderCloudConfig({ ...base, repo: { type: 'yum', url: 'https://repo.example/rpm', keyText: KEY, suite: 'stable' } })) as Record<string, unknown>;
-  t.same(doc.yum_repos, { kubeboot: { name: 'kubeboot', baseurl: 'https://repo.example/rpm', enabled: true, gpgcheck: true, gpgkey: 'file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot' } });
+t.test('a yum node gets a repo entry checking package and metadata signatures, and the key as a file for rpm to import', async (t) => {
+  const repo = { type: 'yum', url: 'https://repo.example/rpm', keyText: KEY, suite: 'stable' } as const;
+  const doc = parse(renderCloudConfig({ ...base, repo })) as Record<string, unknown>;
+  t.same(doc.yum_repos, { kubeboot: { name: 'kubeboot', baseurl: 'https://repo.example/rpm', enabled: true, gpgcheck: true, repo_gpgcheck: true, gpgkey: 'file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot' } });
   t.match((doc.write_files as WriteFile[]).at(-1), { path: '/etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot', permissions: '0644', content: KEY });
+  t.notOk(doc.apt, 'no apt section on a yum node');
+  t.match(renderScript({ ...base, repo }), '[kubeboot]\nname=kubeboot\nbaseurl=https://repo.example/rpm\nenabled=1\ngpgcheck=1\nrepo_gpgcheck=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot\n', 'the script writes the same .repo entry');
 });
 
 t.test('--format script is a valid shell script doing the same steps', async (t) => {
@@ -129,4 +135,27 @@ t.test('a token read from --token-file is checked as --token is, naming the file
   t.notMatch((err as Error).message, 'TOO-SHORT');
   await writeFile(file, `${TOKEN}\n`);
   await t.resolves(runUserData('join-command', config, {}, {}), 'a well-formed token in the file is used');
+});
+
+t.test("the stderr reminder gives the token's id, its end and how to delete it, never the secret", async (t) => {
+  const created = tokenReminder(TOKEN, '2026-12-01T16:00:00Z');
+  t.match(created, 'bootstrap token abcdef joins any node booted with this user-data until 2026-12-01T16:00:00Z');
+  t.match(created, '/var/lib/cloud/instances/<id>/');
+  t.match(created, /then: kubeboot token delete abcdef\n$/);
+  t.notMatch(created, '0123456789abcdef', 'no secret');
+  t.match(tokenReminder(TOKEN, undefined), 'until it expires', 'a given token: its expiry is not known here');
+  t.match(tokenReminder(TOKEN, null), 'forever (--no-expiry)');
+});
+
+t.test("cloud-init's stages are the ones the user-data and the README rely on (Debian's cloud.cfg)", async (t) => {
+  // The cloud-init package of packaging/deps.txt, the same Debian 12 package the real-cloud-init test boots.
+  const cfg = parse(await readFile('/etc/cloud/cloud.cfg', 'utf8')) as Record<string, unknown>;
+  const stage = (key: string) => ((cfg[key] ?? []) as unknown[]).map((m) => String(Array.isArray(m) ? m[0] : m).replaceAll('-', '_'));
+  t.ok(stage('cloud_init_modules').includes('write_files'), 'init stage: write_files (config, token, key)');
+  t.ok(stage('cloud_config_modules').includes('apt_configure'), 'config stage: apt_configure adds the source');
+  const final = stage('cloud_final_modules');
+  t.ok(final.indexOf('package_update_upgrade_install') >= 0 && final.indexOf('package_update_upgrade_install') < final.indexOf('scripts_user'), 'final stage: packages, then the runcmd script');
+  const readme = (await readFile(new URL('../../../README.md', import.meta.url), 'utf8')).replace(/\s+/g, ' ');
+  t.match(readme, 'in its init stage (`write_files`), adds the repository in its config stage (`apt_configure`', 'README says so');
+  t.match(readme, 'installs the package in its final stage (`package_update_upgrade_install`');
 });

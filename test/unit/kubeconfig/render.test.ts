@@ -1,5 +1,5 @@
 import t from 'tap';
-import { renderClientKubeconfig } from '../../../agent/kubeconfig/render.js';
+import { renderClientKubeconfig, renderEmbeddedKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { parseClientKubeconfig } from '../../../agent/kubeconfig/parse.js';
 
 const CA = '-----BEGIN CERTIFICATE-----\nMIIBfakeCA\n-----END CERTIFICATE-----\n';
@@ -57,4 +57,14 @@ t.test('round-trips through parseClientKubeconfig, tls-server-name included', as
 
 t.test('refuses relative credential paths, which clients would resolve against the kubeconfig directory', async (t) => {
   t.throws(() => renderClientKubeconfig({ ...opts, keyFile: 'pki/key.pem' }), { message: 'kubeconfig credential path must be absolute, got pki/key.pem' });
+});
+
+t.test('an embedded kubeconfig (the approver\'s) carries the certificate and key as data, no paths', async (t) => {
+  const key = '-----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n';
+  const cert = '-----BEGIN CERTIFICATE-----\nMIIBleaf\n-----END CERTIFICATE-----\n';
+  const text = renderEmbeddedKubeconfig({ server: 'https://10.0.0.1:6443', caPem: CA, userName: 'kubeboot:approver', certPem: cert, keyPem: key });
+  t.match(text, `    client-certificate-data: ${Buffer.from(cert).toString('base64')}\n`);
+  t.match(text, `    client-key-data: ${Buffer.from(key).toString('base64')}\n`);
+  t.match(text, '- name: kubeboot:approver\n');
+  t.notMatch(text, /client-certificate:|client-key:/, 'no file references');
 });

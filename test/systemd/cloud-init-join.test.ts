@@ -1,0 +1,202 @@
+// Real cloud-init on a stock image: a Debian 12 root with Debian's own
+// cloud-init package and nothing else a node would need (no gpg, no curl),
+// booted by systemd under systemd-nspawn with the NoCloud datasource fed the
+// user-data exactly as `kubeboot user-data` printed it. The signed repository
+// of `npm run repo` is served on loopback and `kubeboot approver` runs
+// against the control plane with the shipped manifests and the kubeconfig
+// `kubeboot approver-kubeconfig` made. The node must join unattended, for the
+// cloud-config and for `--format script`; a repository whose InRelease
+// signature is broken must be refused, visibly.
+//
+// The image is what a cloud image is, minus the network: LANG set in
+// /etc/default/locale (stock images set it; debootstrap leaves it unset, and
+// cloud-init's locale module then runs `update-locale LANG=en_US.UTF-8`,
+// which fails for a locale minbase never generated: status error), no other
+// apt source (nothing leaves
+// loopback), `network: {config: disabled}` (the container shares the host's
+// network) and NoCloud as the only datasource.
+import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { approverManifests, createNode, startApprover } from '../support/approver.js';
+import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
+import { kubeClient } from '../support/http.js';
+import { forbid, kubeboot } from '../support/kubeboot.js';
+import { applyManifests } from '../support/manifests.js';
+import { bootContainer, type Container } from '../support/nspawn.js';
+import { buildPackages, buildTools, cachedDebianRoot, toolsOrSkip, version } from '../packaging/fixtures/packages.js';
+import { buildSignedRepo, serveDirectory, type Served } from '../packaging/fixtures/repo.js';
+
+const tools = ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools, 'apt-ftparchive', 'createrepo_c', 'rpmsign', 'rpm', 'gpg'];
+
+interface CloudInitStatus {
+  status: string;
+  errors: string[];
+}
+
+/** The image's own settings, written into each copy before it boots (cheap; the cached root stays debootstrap's). */
+function prepareImage(root: string, userData: string, name: string): void {
+  writeFileSync(join(root, 'etc/default/locale'), 'LANG=C.UTF-8\n');
+  writeFileSync(join(root, 'etc/apt/sources.list'), '');
+  writeFileSync(join(root, 'etc/cloud/cloud.cfg.d/90-kubeboot-test.cfg'), 'datasource_list: [NoCloud]\nnetwork: {config: disabled}\n');
+  const seed = join(root, 'var/lib/cloud/seed/nocloud');
+  mkdirSync(seed, { recursive: true, mode: 0o700 });
+  writeFileSync(join(seed, 'meta-data'), `instance-id: ${name}\nlocal-hostname: ${name}\n`);
+  writeFileSync(join(seed, 'user-data'), userData, { mode: 0o600 });
+}
+
+async function cloudInitStatus(node: Container): Promise<CloudInitStatus> {
+  // Exit 1 means status error; the JSON is printed either way.
+  const r = await node.exec(['cloud-init', 'status', '--wait', '--format', 'json'], { timeoutMs: 300_000 });
+  return JSON.parse(r.stdout) as CloudInitStatus;
+}
+
+/** Every file under cloud-init's directories (and logs) that holds `secret`, as grep finds it. */
+async function copiesOf(node: Container, secret: string): Promise<string[]> {
+  const r = await node.exec(['grep', '-rlaF', '--', secret, '/var/lib/cloud', '/run/cloud-init', '/var/log']);
+  return r.stdout.split('\n').filter(Boolean).sort();
+}
+
+if (toolsOrSkip(t, tools, true)) {
+  buildPackages();
+  // python3-cffi-backend: cloud-init needs it through a virtual package (python3-cffi-backend-api-*), which debootstrap does not resolve.
+  const image = cachedDebianRoot(['cloud-init', 'python3-cffi-backend']);
+  const dir = mkdtempSync(join(tmpdir(), 'kubeboot-cloud-init-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const repo = buildSignedRepo(dir);
+  const good = await serveDirectory(t, repo.dir);
+  // The same repository with one byte changed inside the clearsigned InRelease.
+  const tamperedDir = join(dir, 'tampered');
+  cpSync(repo.dir, tamperedDir, { recursive: true });
+  const inRelease = join(tamperedDir, 'apt/dists/stable/InRelease');
+  writeFileSync(inRelease, readFileSync(inRelease, 'utf8').replace('Suite: stable', 'Suite: stablE'));
+  const tampered = await serveDirectory(t, tamperedDir);
+
+  const plane = await controlPlaneOrSkip(t, { name: 'cloud-init-join' });
+  if (plane) {
+    // Everything in subtests: an assertion on the root between awaits would let it end early.
+    const root = t;
+    await t.test("the cluster side as the README's \"Cluster side\" tells it: manifests, approver-kubeconfig, the approver leading", async (t) => {
+      const approver = startApprover(await installApproverFromDocs(t, plane, dir));
+      // On the root: the approver serves every later subtest.
+      root.teardown(async () => {
+        approver.child.kill('SIGTERM');
+        await approver.done;
+      });
+      await approver.waitForOutput(/became the leader/, 60_000);
+      t.pass('the approver leads with the kubeconfig kubeboot made');
+    });
+
+    const userData = async (t: Test, served: Served, format: 'cloud-config' | 'script') => {
+      const out = await kubeboot(t, ['user-data', '--kubeconfig', plane.adminKubeconfig, '--create-token', '--ttl', '15m', '--repo-url', `${served.base}/apt`, '--repo-key', repo.key, '--format', format, '--set', 'listen=off']);
+      t.equal(out.code, 0, out.stderr);
+      const token = /\b([a-z0-9]{6})\.([a-z0-9]{16})\b/.exec(out.stdout);
+      t.ok(token, 'the user-data holds a token');
+      forbid(token![2]!);
+      return { text: out.stdout, stderr: out.stderr, tokenId: token![1]!, secret: token![2]! };
+    };
+
+    /** Boots the stock image with this user-data; the node's name is made known to the cluster as its kubelet would register it. */
+    const boot = async (t: Test, text: string, opts: { allowDegraded?: boolean } = {}) =>
+      bootContainer(t, {
+        base: image,
+        bootTimeoutMs: 300_000,
+        allowDegraded: opts.allowDegraded ?? false,
+        async prepare(root) {
+          const name = readFileSync(join(root, 'etc/hostname'), 'utf8').trim();
+          prepareImage(root, text, name);
+          // For the test's checks only, after cloud-init is done: kubectl to try the kubeconfigs.
+          copyFileSync(plane.kubectlPath!, join(root, 'usr/local/bin/kubectl'));
+          chmodSync(join(root, 'usr/local/bin/kubectl'), 0o755);
+          // kube-proxy's CSR is approved for a registered Node; there is no kubelet here to register it.
+          await createNode(plane, name);
+        },
+      });
+
+    for (const format of ['cloud-config', 'script'] as const) {
+      await t.test(`${format}: a stock Debian 12 image with cloud-init joins unattended from the signed repository`, async (t) => {
+        const ud = await userData(t, good, format);
+        t.match(ud.stderr, `kubeboot token delete ${ud.tokenId}`, 'user-data reminds the admin to delete the token once the pool has booted');
+        const before = good.served.length;
+        const node = await boot(t, ud.text);
+
+        const status = await cloudInitStatus(node);
+        t.same({ status: status.status, errors: status.errors }, { status: 'done', errors: [] }, 'cloud-init status: done, no error');
+        t.equal(node.state, 'running', 'no unit failed during boot');
+
+        // From the repository, with its signature checked, on an image without gpg.
+        t.not((await node.exec(['sh', '-c', 'command -v gpg'])).code, 0, 'the image has no gpg');
+        t.equal((await node.run(['dpkg-query', '-W', '-f', '${Version}', 'kubeboot'])).trim(), version, 'kubeboot is installed');
+        t.match(await node.run(['apt-cache', 'policy', 'kubeboot']), `${good.base}/apt stable/main`, 'from the served repository');
+        const listName = `${good.base.slice('http://'.length)}/apt/dists/stable/InRelease`.replaceAll('/', '_');
+        t.equal((await node.exec(['test', '-s', `/var/lib/apt/lists/${listName}`])).code, 0, 'apt kept the InRelease it verified');
+        const fetched = good.served.slice(before);
+        t.ok(fetched.includes('/apt/dists/stable/InRelease'), 'apt fetched the signed InRelease');
+        t.ok(fetched.some((p) => p.startsWith('/apt/pool/main/kubeboot_') && p.endsWith('_amd64.deb')), 'and the package');
+        t.equal((await node.run(['cat', '/etc/apt/sources.list'])).trim(), '', 'no other source was added (nothing left loopback)');
+
+        t.equal(await node.unitProperty('kubeboot.service', 'ActiveState'), 'active', 'kubeboot started');
+        const kubeletConf = statSync(join(node.root, 'etc/kubernetes/kubelet.conf'));
+        t.comment(`${format}: container start to kubelet.conf: ${((kubeletConf.mtimeMs - node.startedAt) / 1000).toFixed(1)} s; boot finished after ${(node.bootMs / 1000).toFixed(1)} s`);
+        t.equal(await whoami(node, '/etc/kubernetes/kubelet.conf'), `system:node:${node.name}`, 'kubelet.conf works as the node');
+        const proxy = await plane.admin.waitFor('kube-proxy.conf to work', async () => {
+          const who = await whoami(node, '/etc/kubernetes/kube-proxy.conf');
+          return who.startsWith('kubectl exited') ? undefined : who;
+        }, 120_000);
+        t.equal(proxy, 'system:kube-proxy', 'kube-proxy.conf works');
+        await plane.admin.waitFor('the token file and the bootstrap kubeconfig to be gone', async () => {
+          const left = await node.exec(['ls', '/etc/kubernetes/bootstrap-token', '/etc/kubernetes/bootstrap-kubelet.conf']);
+          return left.stdout.trim() === '' ? true : undefined;
+        }, 120_000);
+        t.pass('the bootstrap token files are gone');
+
+        // cloud-init's own copies of the user-data: kubeboot names each one it finds.
+        const copies = await copiesOf(node, ud.secret);
+        t.comment(`${format}: copies of the token cloud-init keeps: ${copies.join(', ')}`);
+        const journal = await node.journal(['-u', 'kubeboot.service']);
+        const warned = [...journal.matchAll(/the bootstrap token is still present in (\S+)/g)].map((m) => m[1]!).sort();
+        const instanceCopies = copies.filter((c) => c.startsWith('/var/lib/cloud/instances/'));
+        t.ok(instanceCopies.length > 0, 'cloud-init keeps the user-data under /var/lib/cloud/instances/');
+        t.same(warned, copies, "kubeboot's warning names every copy there is, and only those");
+      });
+    }
+
+    await t.test('a repository whose InRelease signature is broken is refused: no kubeboot, and cloud-init status says so', async (t) => {
+      const ud = await userData(t, tampered, 'cloud-config');
+      const node = await boot(t, ud.text, { allowDegraded: true });
+      const status = await cloudInitStatus(node);
+      t.equal(status.status, 'error', 'cloud-init status: error');
+      t.match(status.errors.join('\n'), /package-update-upgrade-install|apt-get/, 'the failing step is named');
+      t.comment(`cloud-init status errors: ${status.errors.join(' | ').slice(0, 400)}`);
+      t.not((await node.exec(['dpkg-query', '-W', 'kubeboot'])).code, 0, 'kubeboot is not installed');
+      t.not((await node.exec(['systemctl', 'cat', 'kubeboot.service'])).code, 0, 'no kubeboot unit');
+      const output = await node.run(['cat', '/var/log/cloud-init-output.log']);
+      t.match(output, /BADSIG|signatures were invalid|is not signed/, "apt's reason is in cloud-init-output.log");
+    });
+  }
+}
+
+async function whoami(node: Container, kubeconfig: string): Promise<string> {
+  const r = await node.exec(['kubectl', '--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'jsonpath={.status.userInfo.username}']);
+  return r.code === 0 ? r.stdout.trim() : `kubectl exited ${r.code}: ${r.stderr.trim()}`;
+}
+
+/**
+ * The README's "Cluster side", step by step: the approver's manifests
+ * applied, its kubeconfig made with `kubeboot approver-kubeconfig`, a config
+ * file naming it. Returns that config file.
+ */
+async function installApproverFromDocs(t: Test, plane: ControlPlane, dir: string): Promise<string> {
+  const admin = kubeClient({ server: plane.server, caPem: plane.caPem, ...(await plane.mintClientCert({ commonName: 'kubeboot-test-admin', organizations: ['system:masters'] })) });
+  await applyManifests(admin, approverManifests);
+  await admin.close();
+  const file = join(dir, 'approver.conf');
+  const made = await kubeboot(t, ['approver-kubeconfig', '--kubeconfig', plane.adminKubeconfig, '--approver-kubeconfig', file]);
+  t.equal(made.code, 0, `approver-kubeconfig: ${made.stderr}`);
+  t.match(made.stdout, `wrote ${file}: user kubeboot:approver`);
+  t.equal(statSync(file).mode & 0o777, 0o600, 'the approver kubeconfig is 0600');
+  const config = join(dir, 'approver.yaml');
+  writeFileSync(config, `approver:\n  kubeconfig: ${file}\n`);
+  return config;
+}
