@@ -43,7 +43,7 @@ const MAX_NAME = long ? 8_192 : 4_096;
 const HEALTH_BOUND_MS = 2_000;
 /** After the last CSR, how long approvals may still come in before the approver is stopped and the books closed. */
 const SETTLE_MS = long ? 180_000 : 60_000;
-const BURST_NODES = long ? 8 : 3;
+const BURST_NODES = long ? 8 : 4;
 const BURST_SIZE = 4;
 
 // The approver's configuration, as the model below reads the README's table with it.
@@ -97,6 +97,14 @@ interface World {
 
 /** Node names an attacker would try (finding 1: `.`, `..`); `{i}` becomes a number. */
 const HOSTILE_NODE_NAMES = ['.', '..', '...', '-', 'a..b', '.cn-{i}', 'cn-{i}.', 'Cn-{i}', 'cn_{i}', 'cn-{i}/status', 'cn-{i}/../regular-0', '%2e', '%2e%2e', 'cn-{i} ', 'cn-{i}\n', 'ñ-{i}', 'cn-{i}\u0000', '?', '#', 'cn-{i}?watch=1', 'cn-{i};x'];
+
+/**
+ * CSR names the API server accepts, each on a valid CSR from a valid node, so
+ * that the approver logs them: finding 2's shape (x, then "\n " repeated, then
+ * x; 7,002 characters froze the approver for 20.7 s), and control characters
+ * a journal line must not carry raw (finding 5).
+ */
+const HOSTILE_CSR_NAMES = [`x${'\n '.repeat(2_040)}x`, `nul\u0000esc\u001b[31m<3>cr\rlf\n${'\t'.repeat(200)}end`, `${' \n'.repeat(1_000)}token: ${'x'.repeat(16)}`];
 
 /** Names a kubelet might be given, and the hostile ones. */
 function nodeName(i: number): string {
@@ -565,15 +573,18 @@ if (plane) {
    * every campaign tries each hostile node name once for each policy.
    */
   async function generate(i: number): Promise<Generated> {
-    const known = i >= 0 && i < 2 * HOSTILE_NODE_NAMES.length;
+    const hostileNode = i >= 0 && i < 2 * HOSTILE_NODE_NAMES.length;
+    const hostileName = i >= 2 * HOSTILE_NODE_NAMES.length && i < 2 * HOSTILE_NODE_NAMES.length + HOSTILE_CSR_NAMES.length ? HOSTILE_CSR_NAMES[i - 2 * HOSTILE_NODE_NAMES.length]! : null;
+    const known = hostileNode || hostileName !== null;
     const kind = known ? 'node' : weighted<RequesterKind>([['node', 78], ['token', 11], ['user', 11]]);
     const requester =
-      known ? await nodeRequester(i, HOSTILE_NODE_NAMES[i % HOSTILE_NODE_NAMES.length]!.replace('{i}', String(i)))
+      hostileName !== null ? await nodeRequester(i, `cn-${i}`, true)
+      : hostileNode ? await nodeRequester(i, HOSTILE_NODE_NAMES[i % HOSTILE_NODE_NAMES.length]!.replace('{i}', String(i)))
       : kind === 'token' ? pick(tokens)
       : kind === 'user' ? pick(users)
       : chance(0.15) ? pick(regulars)
       : await nodeRequester(i);
-    const target = known ? (i < HOSTILE_NODE_NAMES.length ? 'client' : 'serving') : weighted<Target>([['client', 55], ['serving', 28], ['kubelet', 10], ['custom', 7]]);
+    const target = known ? (i < HOSTILE_NODE_NAMES.length || hostileName !== null ? 'client' : 'serving') : weighted<Target>([['client', 55], ['serving', 28], ['kubelet', 10], ['custom', 7]]);
     const node = requester.nodeName ?? (kind === 'user' && requester.username.startsWith('system:node:') ? 'cn-0' : undefined);
     const draft = template(target, node, world);
     // The known shapes must fail on the node name alone, not on a key or lifetime the template drew.
@@ -581,7 +592,7 @@ if (plane) {
     const mutations: string[] = [];
     const n = known || chance(0.4) ? 0 : 1 + Math.floor(rand() * 3);
     for (let k = 0; k < n; k++) mutations.push(mutate(draft, node, `cn-${Math.floor(rand() * COUNT)}`));
-    const { name, weird } = known ? { name: `campaign-${i}-known`, weird: false } : csrName(i);
+    const { name, weird } = hostileName !== null ? { name: `campaign-${i}-known-${hostileName}`, weird: true } : known ? { name: `campaign-${i}-known`, weird: false } : csrName(i);
     if (weird) mutations.push('name');
     const pem = buildRequestPem({
       subject: draft.subject,
@@ -650,7 +661,14 @@ if (plane) {
         // Names in descending order, all in the same second (finding 4's shape).
         const names = Array.from({ length: BURST_SIZE }, (_, k) => `burst-${b}-${BURST_SIZE - k}`);
         const batch = names.map((name, k) => ({ id: -1, name, requester, target: 'client' as const, signer: SIGNERS.client, usages: [DS, CA], expirationSeconds: undefined, mutations: ['burst'], pem: buildRequestPem({ subject: [[utf8(OIDS.CN, KUBE_PROXY_CN)]], extensionRequests: [], key: key('ecdsa-p256') }), k }));
-        const statuses = await Promise.all(batch.map(submit));
+        // Half the nodes send all at once; the others send the first, and the rest once it is
+        // approved (and, the signer being paused, unissued): younger by the clock, smaller by name.
+        const [first, ...rest] = batch;
+        const statuses = b % 2 === 0 ? await Promise.all(batch.map(submit)) : [await submit(first!)];
+        if (b % 2 === 1) {
+          await plane.admin.waitFor(`${first!.name} approved`, async () => (((await plane.admin.getCsr(first!.name))?.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval) || undefined, 15_000).catch(() => undefined);
+          statuses.push(...(await Promise.all(rest.map(submit))));
+        }
         batch.forEach((g, k) => statuses[k] === 201 && created.set(g.name, g));
         burstNames.push(names);
         await requester.client.close();
@@ -695,7 +713,9 @@ if (plane) {
       if (!line.includes('could not decide on CSR')) continue;
       try {
         const entry = JSON.parse(line) as { error?: string; csr?: string };
-        const key = `${String(entry.error).replace(entry.csr ?? '\u0000', '<name>').slice(0, 140)} (name of ${entry.csr?.length} chars)`;
+        const name = entry.csr ?? '\u0000';
+        const error = String(entry.error).replace(name, '<name>').replace(encodeURIComponent(name), '<name>');
+        const key = `${error.length > 240 ? `${error.slice(0, 120)} … ${error.slice(-120)}` : error} (name of ${name.length} chars)`;
         retries.set(key, (retries.get(key) ?? 0) + 1);
       } catch {
         retries.set('(unparsable log line)', (retries.get('(unparsable log line)') ?? 0) + 1);
@@ -739,6 +759,8 @@ if (plane) {
     const slow = probes.filter((p) => p.ms > HEALTH_BOUND_MS).map((p) => [Math.round(p.ms), Math.round((p.at - performance.timeOrigin - began) / 100) / 10]);
     t.comment(`/healthz: ${probes.length} probes, slowest ${Math.round(slowest)} ms, ${failures.length} failed; slow ones (ms, at s into the campaign): ${JSON.stringify(slow)}`);
     const known = all.filter((c) => c.metadata.name.endsWith('-known'));
+    const namedAttack = all.filter((c) => c.metadata.name.includes('-known-'));
+    t.comment(`hostile CSR names on valid CSRs: ${namedAttack.length} accepted by the API server, ${namedAttack.filter((c) => ((c.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval)).length} approved`);
     t.comment(`hostile node names, unmutated kube-proxy and serving CSRs: ${known.length} accepted by the API server, approved by kubeboot: ${JSON.stringify(known.filter((c) => ((c.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval)).map((c) => `${c.spec.username} ${c.spec.signerName}`))}`);
 
     t.same(violations.slice(0, 20), [], `no approval outside the policy table (${violations.length} in all)`);
