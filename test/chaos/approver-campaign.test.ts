@@ -15,7 +15,7 @@
 // KUBEBOOT_CHAOS=1 (npm run test:chaos) runs a longer campaign.
 import { execFile, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
@@ -298,7 +298,8 @@ const certviewDir = fileURLToPath(new URL('./certview/', import.meta.url));
 async function buildCertview(dir: string): Promise<string> {
   const go = onPath('go') ?? '/usr/local/go/bin/go';
   const out = join(dir, 'certview');
-  await run(go, ['build', '-o', out, '.'], { cwd: certviewDir, env: { ...process.env, GOFLAGS: '-mod=mod' } });
+  // Standard library only: Go's crypto/x509 is what kube-apiserver and the signer parse with.
+  await run(go, ['build', '-o', out, '.'], { cwd: certviewDir, env: { ...process.env, HOME: process.env.HOME ?? homedir() } });
   return out;
 }
 
@@ -405,6 +406,8 @@ interface Timeline {
 }
 
 const isKubebootApproval = (c: KubeObject) => c.type === 'Approved' && c.reason === 'KubebootApprover';
+/** The CSR carries kubeboot approver's approval. */
+const approvedByUs = (csr: KubeObject | null | undefined) => ((csr?.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval);
 
 async function startTimeline(plane: ControlPlane, admin: { certPem: string; keyPem: string }): Promise<Timeline> {
   const agent = new Agent({ connect: { ca: plane.caPem, cert: admin.certPem, key: admin.keyPem }, bodyTimeout: 0 });
@@ -603,6 +606,12 @@ if (plane) {
     return { id: i, name, requester, target, signer: draft.signer, usages: draft.usages, expirationSeconds: draft.expirationSeconds, pem, mutations };
   }
 
+  /** The kube-proxy CSR kubeboot itself would send. */
+  function validKubeProxyCsr(name: string, requester: Requester): Generated {
+    const pem = buildRequestPem({ subject: [[utf8(OIDS.CN, KUBE_PROXY_CN)]], extensionRequests: [], key: key('ecdsa-p256') });
+    return { id: -1, name, requester, target: 'client', signer: SIGNERS.client, usages: [DS, CA], expirationSeconds: undefined, pem, mutations: [] };
+  }
+
   async function submit(g: Generated): Promise<number> {
     const body = {
       apiVersion: 'certificates.k8s.io/v1',
@@ -660,13 +669,13 @@ if (plane) {
         const requester = await nodeRequester(200_000 + b, `burst-${b}`, true);
         // Names in descending order, all in the same second (finding 4's shape).
         const names = Array.from({ length: BURST_SIZE }, (_, k) => `burst-${b}-${BURST_SIZE - k}`);
-        const batch = names.map((name, k) => ({ id: -1, name, requester, target: 'client' as const, signer: SIGNERS.client, usages: [DS, CA], expirationSeconds: undefined, mutations: ['burst'], pem: buildRequestPem({ subject: [[utf8(OIDS.CN, KUBE_PROXY_CN)]], extensionRequests: [], key: key('ecdsa-p256') }), k }));
+        const batch = names.map((name) => validKubeProxyCsr(name, requester));
         // Half the nodes send all at once; the others send the first, and the rest once it is
         // approved (and, the signer being paused, unissued): younger by the clock, smaller by name.
         const [first, ...rest] = batch;
         const statuses = b % 2 === 0 ? await Promise.all(batch.map(submit)) : [await submit(first!)];
         if (b % 2 === 1) {
-          await plane.admin.waitFor(`${first!.name} approved`, async () => (((await plane.admin.getCsr(first!.name))?.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval) || undefined, 15_000).catch(() => undefined);
+          await plane.admin.waitFor(`${first!.name} approved`, async () => approvedByUs(await plane.admin.getCsr(first!.name)) || undefined, 15_000).catch(() => undefined);
           statuses.push(...(await Promise.all(rest.map(submit))));
         }
         batch.forEach((g, k) => statuses[k] === 201 && created.set(g.name, g));
@@ -678,8 +687,8 @@ if (plane) {
         const all = await plane.admin.listCsrs();
         const byName = new Map(all.map((c) => [c.metadata.name, c]));
         const logged = approver.output();
-        const decided = (name: string) => ((byName.get(name)?.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval) || logged.includes(`"csr":"${name}"`);
-        burstApprovals = burstNames.map((names) => names.filter((n) => ((byName.get(n)?.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval)).length);
+        const decided = (name: string) => approvedByUs(byName.get(name)) || logged.includes(`"csr":"${name}"`);
+        burstApprovals = burstNames.map((names) => names.filter((n) => approvedByUs(byName.get(n))).length);
         return burstNames.every((names, b) => burstApprovals[b]! > 0 && names.every(decided)) ? true : undefined;
       }, 30_000).catch((err: Error) => t.comment(`burst: ${err.message}`));
     } finally {
@@ -689,14 +698,13 @@ if (plane) {
     // ---- settle: a marker from a fresh node is approved after everything queued before it,
     // then approvals may still trickle in (re-checks); the books close when the approver stops.
     const markerNode = await nodeRequester(300_000, 'marker', true);
-    const marker = await generate(-1).then((g) => ({ ...g, name: 'campaign-marker', requester: markerNode, signer: SIGNERS.client, usages: [DS, CA], expirationSeconds: undefined, pem: buildRequestPem({ subject: [[utf8(OIDS.CN, KUBE_PROXY_CN)]], extensionRequests: [], key: key('ecdsa-p256') }) }));
-    expectStatus({ status: await submit(marker), body: undefined, headers: {} }, 'create the marker CSR', 201);
+    expectStatus({ status: await submit(validKubeProxyCsr('campaign-marker', markerNode)), body: undefined, headers: {} }, 'create the marker CSR', 201);
     await markerNode.client.close();
     let lastCount = -1;
     let stableSince = performance.now();
     await plane.admin.waitFor('approvals to settle', async () => {
       const all = await plane.admin.listCsrs();
-      const count = all.filter((c) => ((c.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval)).length;
+      const count = all.filter((c) => approvedByUs(c)).length;
       const markerDone = all.some((c) => c.metadata.name === 'campaign-marker' && c.status?.certificate);
       if (count !== lastCount) (lastCount = count), (stableSince = performance.now());
       return markerDone && performance.now() - stableSince > 5_000 ? true : undefined;
@@ -707,7 +715,7 @@ if (plane) {
     const stopped = await stopApprover();
     await timeline.stop();
     assertNoSecrets(t, stopped.stdout + stopped.stderr, 'kubeboot approver');
-    // What kept the approver busy: its retries, by error (the names cut short).
+    // What kept the approver busy: its retries, by error (the CSR's name taken out).
     const retries = new Map<string, number>();
     for (const line of (stopped.stdout + stopped.stderr).split('\n')) {
       if (!line.includes('could not decide on CSR')) continue;
@@ -760,8 +768,8 @@ if (plane) {
     t.comment(`/healthz: ${probes.length} probes, slowest ${Math.round(slowest)} ms, ${failures.length} failed; slow ones (ms, at s into the campaign): ${JSON.stringify(slow)}`);
     const known = all.filter((c) => c.metadata.name.endsWith('-known'));
     const namedAttack = all.filter((c) => c.metadata.name.includes('-known-'));
-    t.comment(`hostile CSR names on valid CSRs: ${namedAttack.length} accepted by the API server, ${namedAttack.filter((c) => ((c.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval)).length} approved`);
-    t.comment(`hostile node names, unmutated kube-proxy and serving CSRs: ${known.length} accepted by the API server, approved by kubeboot: ${JSON.stringify(known.filter((c) => ((c.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval)).map((c) => `${c.spec.username} ${c.spec.signerName}`))}`);
+    t.comment(`hostile CSR names on valid CSRs: ${namedAttack.length} accepted by the API server, ${namedAttack.filter((c) => approvedByUs(c)).length} approved`);
+    t.comment(`hostile node names, unmutated kube-proxy and serving CSRs: ${known.length} accepted by the API server, approved by kubeboot: ${JSON.stringify(known.filter((c) => approvedByUs(c)).map((c) => `${c.spec.username} ${c.spec.signerName}`))}`);
 
     t.same(violations.slice(0, 20), [], `no approval outside the policy table (${violations.length} in all)`);
     t.same(timeline.overlaps.slice(0, 10), [], `no node ever held two approved, unissued kube-proxy CSRs (${timeline.overlaps.length} moments)`);
@@ -770,7 +778,7 @@ if (plane) {
     t.ok(probes.length > 20, `${probes.length} probes over the campaign`);
     // A campaign that approves nothing proves nothing.
     t.ok(approvedByKubeboot >= Math.min(20, COUNT / 10), `${approvedByKubeboot} approvals to judge`);
-    t.ok(all.some((c) => c.metadata.name === 'campaign-marker' && ((c.status?.conditions ?? []) as KubeObject[]).some(isKubebootApproval)), 'the marker CSR, filed last, was approved');
+    t.ok(all.some((c) => c.metadata.name === 'campaign-marker' && approvedByUs(c)), 'the marker CSR, filed last, was approved');
     await Promise.all([...users, ...tokens, ...regulars].map((r) => r.client.close()));
   });
 }
