@@ -6,34 +6,30 @@
 // CSR names (thousands of characters, newlines, NUL, ESC, unicode), against
 // the real control plane with the shipped RBAC and `kubeboot approver`
 // running. One invariant: every CSR the approver approved is one the policy
-// table (README, "Cluster side") allows, judged here independently from Go's
-// reading of the request and of the certificate the signer issued
-// (certview/main.go: the API server's view of who the holder is); and at no
-// moment does one node hold two approved, unissued kube-proxy CSRs (a burst
-// with the signer paused). And the approver stays live: /healthz answers
+// table (README, "Cluster side") allows, judged independently of the
+// approver's code on Go's reading of the request and of the certificate the
+// signer issued (test/support/policy-model.ts); and at no moment does one
+// node hold two approved, unissued kube-proxy CSRs (a burst with the signer
+// paused). And the approver stays live: /healthz answers
 // within HEALTH_BOUND_MS on every probe throughout.
 // KUBEBOOT_CHAOS=1 (npm run test:chaos) runs a longer campaign.
-import { execFile, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { homedir, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { Worker } from 'node:worker_threads';
 import t from 'tap';
 import { Agent, request } from 'undici';
 import type { KubeObject } from '../support/admin.js';
 import { CSRS, installApprover, startApprover } from '../support/approver.js';
-import { onPath } from '../support/binaries.js';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
 import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import { assertNoSecrets, forbid } from '../support/kubeboot.js';
 import { buildRequestPem, generateKey, OIDS, sanExtension, tlv, oid, type Extension, type KeyKind, type KeyPair, type NameValue, type San, type StringType } from '../support/pkcs10.js';
 import { freePort } from '../support/processes.js';
+import { buildCertview, goViews, isDnsSubdomain, policyProblems, type ModelPolicy, type World } from '../support/policy-model.js';
 import { prng } from '../support/prng.js';
 
-const run = promisify(execFile);
 const long = process.env.KUBEBOOT_CHAOS === '1';
 const COUNT = Number(process.env.KUBEBOOT_CAMPAIGN_CSRS ?? (long ? 3_000 : 400));
 const SEED = Number(process.env.KUBEBOOT_CHAOS_SEED ?? Date.now() % 1_000_000);
@@ -51,6 +47,7 @@ const DNS_SUFFIX = 'nodes.example';
 const IP_CIDR = '10.0.0.0/16';
 const MAX_EXPIRATION = 24 * 3600;
 const POLICY_FLAGS = ['--approve-kubelet-serving', '--max-expiration', '24h', '--serving-dns-suffix', DNS_SUFFIX, '--serving-ip-cidr', IP_CIDR, '--resync-period', '10m'];
+const MODEL: ModelPolicy = { kubeProxyCommonName: 'system:kube-proxy', dnsSuffix: DNS_SUFFIX, ipv4Cidr: IP_CIDR, maxExpirationSeconds: MAX_EXPIRATION };
 
 const SIGNERS = {
   client: 'kubernetes.io/kube-apiserver-client',
@@ -90,11 +87,6 @@ interface Requester {
   transient: boolean;
 }
 
-interface World {
-  /** Node objects that exist, with the addresses in their status. */
-  nodes: Map<string, string[]>;
-}
-
 /** Node names an attacker would try (finding 1: `.`, `..`); `{i}` becomes a number. */
 const HOSTILE_NODE_NAMES = ['.', '..', '...', '-', 'a..b', '.cn-{i}', 'cn-{i}.', 'Cn-{i}', 'cn_{i}', 'cn-{i}/status', 'cn-{i}/../regular-0', '%2e', '%2e%2e', 'cn-{i} ', 'cn-{i}\n', 'ñ-{i}', 'cn-{i}\u0000', '?', '#', 'cn-{i}?watch=1', 'cn-{i};x'];
 
@@ -114,11 +106,6 @@ function nodeName(i: number): string {
     [() => `cn-${i}-${'a'.repeat(250)}`, 2],
     [() => `cn-${i}.${DNS_SUFFIX}`, 3],
   ])();
-}
-
-/** RFC 1123 subdomain, as kube-apiserver validates Node names. */
-function isDnsSubdomain(name: string): boolean {
-  return name.length <= 253 && name.split('.').every((label) => /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(label));
 }
 
 // ---------------------------------------------------------------------------
@@ -266,133 +253,6 @@ function mutate(d: Draft, node: string | undefined, otherNode: string): string {
   const [name, apply] = pick(kinds);
   apply();
   return name;
-}
-
-// ---------------------------------------------------------------------------
-// Go's reading (certview/main.go)
-
-interface GoView {
-  error?: string;
-  commonName: string;
-  organization: string[] | null;
-  names: { type: string; value: string }[] | null;
-  dnsNames: string[] | null;
-  ipAddresses: string[] | null;
-  emails: string[] | null;
-  uris: string[] | null;
-  sanTags: number[] | null;
-  extensions: string[] | null;
-  keyType: string;
-  keyBits: number;
-  curve: string;
-  signatureOK: boolean;
-  isCA: boolean;
-  keyUsage: number;
-  extKeyUsage: number[] | null;
-  unknownExtKeyUsage: string[] | null;
-  lifetimeSeconds: number;
-}
-
-const certviewDir = fileURLToPath(new URL('./certview/', import.meta.url));
-
-async function buildCertview(dir: string): Promise<string> {
-  const go = onPath('go') ?? '/usr/local/go/bin/go';
-  const out = join(dir, 'certview');
-  // Standard library only: Go's crypto/x509 is what kube-apiserver and the signer parse with.
-  await run(go, ['build', '-o', out, '.'], { cwd: certviewDir, env: { ...process.env, HOME: process.env.HOME ?? homedir() } });
-  return out;
-}
-
-async function goViews(certview: string, items: { id: string; request: string; certificate: string }[]): Promise<Map<string, { request?: GoView; certificate?: GoView }>> {
-  const child = spawn(certview, [], { stdio: ['pipe', 'pipe', 'inherit'] });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  const done = new Promise<number | null>((resolve) => child.on('close', resolve));
-  child.stdin.end(items.map((i) => JSON.stringify(i)).join('\n') + '\n');
-  const code = await done;
-  if (code !== 0) throw new Error(`certview exited ${code}`);
-  const views = new Map<string, { request?: GoView; certificate?: GoView }>();
-  for (const line of out.trim().split('\n')) {
-    const v = JSON.parse(line) as { id: string; request?: GoView; certificate?: GoView };
-    views.set(v.id, v);
-  }
-  return views;
-}
-
-// ---------------------------------------------------------------------------
-// The policy table, read independently of agent/approver (README, "Cluster side")
-
-const ALLOWED_KEYS = new Set(['ecdsa/P-256', 'ecdsa/P-384', 'rsa/2048', 'rsa/3072', 'rsa/4096']);
-
-function inCidr(ip: string): boolean {
-  const [a, b] = ip.split('.').map(Number);
-  return /^\d+\.\d+\.\d+\.\d+$/.test(ip) && a === 10 && b === 0;
-}
-
-const sameSet = (a: readonly string[], b: readonly string[]) => a.length === b.length && [...a].sort().join('\n') === [...b].sort().join('\n');
-
-/** Why the policy table would not approve this CSR; empty when it would. */
-function policyProblems(csr: KubeObject, go: { request?: GoView; certificate?: GoView }, world: World): string[] {
-  const problems: string[] = [];
-  const say = (p: string) => problems.push(p);
-  const username: string = csr.spec.username ?? '';
-  const groups: string[] = csr.spec.groups ?? [];
-  const usages: string[] = csr.spec.usages ?? [];
-  const node = username.startsWith('system:node:') ? username.slice('system:node:'.length) : null;
-  if (node === null || !groups.includes('system:nodes')) say(`requester ${JSON.stringify(username)} is not a node in system:nodes`);
-  if (node !== null && !isDnsSubdomain(node)) say(`node name ${JSON.stringify(node)} is not a DNS subdomain, so no Node of that name can exist`);
-  if (node !== null && !world.nodes.has(node)) say(`no Node ${JSON.stringify(node)} exists`);
-  const req = go.request;
-  if (!req || req.error) return [...problems, `Go cannot read spec.request: ${req?.error}`];
-  if (!req.signatureOK) say('spec.request is not signed by its key');
-  // The identity as issued; the request's reading when the signer has not issued (yet, or ever).
-  const views = [req, ...(go.certificate && !go.certificate.error ? [go.certificate] : [])];
-  const identity = views.at(-1)!;
-  if (go.certificate?.error) say(`Go cannot read the issued certificate: ${go.certificate.error}`);
-  for (const v of views) {
-    const types = (v.names ?? []).map((n) => n.type);
-    if (types.some((ty) => ty !== OIDS.CN && ty !== OIDS.O)) say(`subject has attributes other than CN and O: ${types.join(',')}`);
-    if (types.filter((ty) => ty === OIDS.CN).length !== 1) say(`subject has ${types.filter((ty) => ty === OIDS.CN).length} CNs`);
-  }
-  const keyName = identity.keyType === 'rsa' ? `rsa/${identity.keyBits}` : `${identity.keyType}/${identity.curve}`;
-  if (!ALLOWED_KEYS.has(keyName)) say(`key ${keyName} is not allowed`);
-  if (csr.spec.expirationSeconds !== undefined && csr.spec.expirationSeconds > MAX_EXPIRATION) say(`expirationSeconds ${csr.spec.expirationSeconds} > ${MAX_EXPIRATION}`);
-  if (go.certificate && !go.certificate.error) {
-    if (go.certificate.isCA) say('the issued certificate is a CA');
-    if (go.certificate.lifetimeSeconds > MAX_EXPIRATION + 3600) say(`the issued certificate lives ${go.certificate.lifetimeSeconds} s`);
-  }
-  const o = identity.organization ?? [];
-  const sanKinds = views.flatMap((v) => v.sanTags ?? []);
-  const rsa = identity.keyType === 'rsa';
-  if (new Set(usages).size !== usages.length) say(`usages repeat: ${usages.join(', ')}`);
-  switch (csr.spec.signerName) {
-    case SIGNERS.client: {
-      if (identity.commonName !== KUBE_PROXY_CN) say(`CN ${JSON.stringify(identity.commonName)} is not ${KUBE_PROXY_CN}`);
-      if (o.length > 0) say(`O ${JSON.stringify(o)} is not empty`);
-      if (sanKinds.length > 0 || views.some((v) => (v.extensions ?? []).includes(OIDS.subjectAltName))) say(`SANs on a client certificate (kinds ${sanKinds.join(',')})`);
-      if (!(sameSet(usages, [DS, CA]) || (rsa && sameSet(usages, [DS, KE, CA])))) say(`usages ${usages.join(', ')}`);
-      if (go.certificate && !go.certificate.error && !sameSet((go.certificate.extKeyUsage ?? []).map(String), ['2'])) say(`issued EKU ${go.certificate.extKeyUsage}`);
-      break;
-    }
-    case SIGNERS.serving: {
-      if (identity.commonName !== `system:node:${node}`) say(`CN ${JSON.stringify(identity.commonName)} is not the requester's`);
-      if (!sameSet(o, ['system:nodes'])) say(`O ${JSON.stringify(o)} is not [system:nodes]`);
-      if (sanKinds.some((k) => k !== 2 && k !== 7)) say(`SAN kinds ${sanKinds.join(',')} beyond DNS and IP`);
-      const dns = identity.dnsNames ?? [];
-      const ips = identity.ipAddresses ?? [];
-      if (dns.length + ips.length === 0) say('no DNS or IP SAN');
-      const allowedDns = new Set([node, `${node}.${DNS_SUFFIX}`].map((n) => String(n).toLowerCase()));
-      for (const d of dns) if (!allowedDns.has(d.toLowerCase())) say(`DNS SAN ${d} is not the node's`);
-      const nodeIps = world.nodes.get(node ?? '') ?? [];
-      for (const ip of ips) if (!nodeIps.includes(ip) || !inCidr(ip)) say(`IP SAN ${ip} is not the node's in ${IP_CIDR}`);
-      const ok = usages.includes(DS) && usages.includes(SA) && usages.every((u) => [DS, SA, KE].includes(u));
-      if (!ok) say(`usages ${usages.join(', ')}`);
-      break;
-    }
-    default:
-      say(`signer ${csr.spec.signerName} is not one kubeboot approver handles`);
-  }
-  return problems;
 }
 
 // ---------------------------------------------------------------------------
@@ -745,7 +605,7 @@ if (plane) {
       const row = (table[category(c)] ??= { created: 0, approvedByKubeboot: 0, approvedByOthers: 0, deniedOrFailed: 0, pending: 0 });
       row.created++;
       const conditions = (c.status?.conditions ?? []) as KubeObject[];
-      const problems = policyProblems(c, views.get(c.metadata.name) ?? {}, world);
+      const problems = policyProblems(c, views.get(c.metadata.name) ?? {}, world, MODEL);
       if (problems.length === 0) modelAllows++;
       if (conditions.some(isKubebootApproval)) {
         row.approvedByKubeboot++;
