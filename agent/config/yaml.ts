@@ -2,7 +2,7 @@
  * YAML for operator-written files (config, kubeconfigs). Errors name the file
  * and line but never quote the source: a kubeconfig line may hold a token.
  */
-import { Lexer, LineCounter, parseDocument } from 'yaml';
+import { isScalar, Lexer, LineCounter, parseDocument, visit, type Document } from 'yaml';
 import { InputError } from '../errors.js';
 
 /** Deeper than any kubeconfig or config file (about 5 levels); deep enough nesting overflows the composer's stack. */
@@ -56,13 +56,40 @@ const PHRASES: Record<string, string> = {
   KEY_OVER_1024_CHARS: 'a key longer than 1024 characters',
 };
 
+/**
+ * The first key repeated within one mapping, as the library's uniqueKeys
+ * reports it (scalars with the same value), found with a Set per mapping.
+ * The library's own check compares each key with every earlier one:
+ * quadratic, 131,072 keys took 158 s, and cluster-info's kubeconfig (1 MiB,
+ * from the server) is parsed here too.
+ */
+function duplicateKey(doc: Document): { code: string; pos: [number, number] } | undefined {
+  let found: { code: string; pos: [number, number] } | undefined;
+  visit(doc, {
+    Map(_key, map) {
+      const seen = new Set<unknown>();
+      for (const pair of map.items) {
+        if (!isScalar(pair.key)) continue;
+        if (seen.has(pair.key.value)) {
+          const at = pair.key.range?.[0] ?? 0;
+          found = { code: 'DUPLICATE_KEY', pos: [at, at] };
+          return visit.BREAK;
+        }
+        seen.add(pair.key.value);
+      }
+      return undefined;
+    },
+  });
+  return found;
+}
+
 /** The document as plain data; null for an empty document. */
 export function parseYaml(file: string, text: string): unknown {
   if (nestingDepth(text) > MAX_NESTING) throw new InputError(file, '(document)', `invalid YAML: nested more than ${MAX_NESTING} levels deep`);
   const lineCounter = new LineCounter();
   // YAML 1.2 core schema: `yes`/`on` stay strings, so a typo'd boolean is reported, not guessed.
-  const doc = parseDocument(text, { prettyErrors: false, lineCounter, uniqueKeys: true, schema: 'core' });
-  const first = doc.errors[0];
+  const doc = parseDocument(text, { prettyErrors: false, lineCounter, uniqueKeys: false, schema: 'core' });
+  const first = doc.errors[0] ?? duplicateKey(doc);
   if (first !== undefined) {
     const { line, col } = lineCounter.linePos(first.pos[0]);
     throw new InputError(file, `line ${line}`, `invalid YAML: ${describe(first.code)} at column ${col}`);

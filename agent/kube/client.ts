@@ -218,9 +218,24 @@ export interface WatchEvent<T> {
   object: T;
 }
 
+/**
+ * HTTP/2 PING period. kube-apiserver negotiates HTTP/2 (undici offers it by
+ * ALPN), and undici closes a session whose PING is still unanswered when the
+ * next is due, failing its streams: a connection that went silent without
+ * closing (a dead peer, a NAT or load balancer that dropped it) is noticed
+ * 10–20 s after its last answer, on a watch as on any request. client-go gets
+ * the same from its HTTP/2 health check (ReadIdleTimeout 30 s, PingTimeout
+ * 15 s). Without it the node noticed only when the watch's own idle bound ran
+ * out (~88 s). TCP keep-alive is no substitute: a silent proxy still ACKs
+ * its probes, and Node sets only the first delay (the kernel's retries take minutes).
+ */
+export const PING_INTERVAL_MS = 10_000;
+
 export function agentFor(endpoint: Endpoint, credential: Credential): Agent {
   const clientCert = credential.kind === 'client-certificate' ? { cert: credential.certPem, key: credential.keyPem } : {};
   return new Agent({
+    allowH2: true,
+    h2Options: { pingInterval: PING_INTERVAL_MS },
     connect: {
       ...(endpoint.caPem ? { ca: endpoint.caPem } : {}),
       ...(endpoint.tlsServerName ? { servername: endpoint.tlsServerName } : {}),

@@ -121,8 +121,9 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
         }
         const remainingSeconds = Math.max(1, Math.floor((opts.timeoutMs - (Date.now() - started)) / 1000));
         // A watch the server ends after a minute, and silence for 15 s past
-        // that counts as a dead connection: a half-open TCP connection is
-        // noticed within 75 s, not after the kernel's keep-alive (minutes).
+        // that counts as a dead connection. Over HTTP/2 the client's PINGs
+        // notice one sooner (client.ts PING_INTERVAL_MS, within 20 s); this
+        // bound is what is left on HTTP/1.1.
         const timeoutSeconds = Math.min(WATCH_SECONDS, remainingSeconds);
         const events = client.watch<CertificateSigningRequest>(
           CSR_PATH,

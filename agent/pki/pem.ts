@@ -15,23 +15,64 @@ export interface PemBlock {
   hasHeaders: boolean;
 }
 
-const BLOCK = /-----BEGIN ([A-Z0-9 ]+)-----\r?\n([\s\S]*?)-----END \1-----/g;
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
+const BEGIN = '-----BEGIN ';
+const END = '-----END ';
+const DASHES = '-----';
 
-/** Every well-formed block in `text`, in order; text between blocks is ignored. */
+/** The label after a BEGIN or END marker at `at`: a run of [A-Z0-9 ] closed by five dashes, or null. */
+function labelAt(text: string, at: number): string | null {
+  let i = at;
+  while (i < text.length && /[A-Z0-9 ]/.test(text[i]!)) i++;
+  return i > at && text.startsWith(DASHES, i) ? text.slice(at, i) : null;
+}
+
+/**
+ * Every well-formed block in `text`, in order; text between blocks is ignored.
+ * A block runs from `-----BEGIN X-----` and a line break to the first
+ * `-----END X-----` after it. The END markers are indexed once, so the scan
+ * is linear whatever the text holds: a lazy regex over the body was
+ * quadratic on BEGIN lines without an END (a 144 KB cluster-info or
+ * status.certificate of them took 0.5 s, 4 MiB would take minutes).
+ */
 export function pemBlocks(text: string): PemBlock[] {
+  const ends = new Map<string, { at: number[]; next: number }>();
+  for (let q = text.indexOf(END); q >= 0; q = text.indexOf(END, q + 1)) {
+    const label = labelAt(text, q + END.length);
+    if (label === null) continue;
+    const list = ends.get(label) ?? { at: [], next: 0 };
+    list.at.push(q);
+    ends.set(label, list);
+  }
   const blocks: PemBlock[] = [];
-  for (const match of text.matchAll(BLOCK)) {
-    const type = match[1] ?? '';
-    const lines = (match[2] ?? '').split(/\r?\n/);
-    const hasHeaders = lines.some((line) => line.includes(':'));
-    const body = lines.filter((line) => !line.includes(':')).join('').replace(/\s+/g, '');
-    if (!BASE64.test(body) || body.length % 4 !== 0) {
-      throw new KubebootError(`PEM block "${type}" is not valid base64`);
-    }
-    blocks.push({ type, der: new Uint8Array(Buffer.from(body, 'base64')), text: `${match[0]}\n`, hasHeaders });
+  for (let p = text.indexOf(BEGIN); p >= 0; p = text.indexOf(BEGIN, p + 1)) {
+    const type = labelAt(text, p + BEGIN.length);
+    if (type === null) continue;
+    let bodyStart = p + BEGIN.length + type.length + DASHES.length;
+    if (text[bodyStart] === '\r') bodyStart++;
+    if (text[bodyStart] !== '\n') continue;
+    bodyStart++;
+    // The BEGIN markers come in order, so each label's END list is walked forward once.
+    const candidates = ends.get(type);
+    if (candidates === undefined) continue;
+    while (candidates.next < candidates.at.length && candidates.at[candidates.next]! < bodyStart) candidates.next++;
+    const q = candidates.at[candidates.next];
+    if (q === undefined) continue;
+    const after = q + END.length + type.length + DASHES.length;
+    blocks.push(block(type, text.slice(bodyStart, q), text.slice(p, after)));
+    p = after - 1;
   }
   return blocks;
+}
+
+function block(type: string, inner: string, whole: string): PemBlock {
+  const lines = inner.split(/\r?\n/);
+  const hasHeaders = lines.some((line) => line.includes(':'));
+  const body = lines.filter((line) => !line.includes(':')).join('').replace(/\s+/g, '');
+  if (!BASE64.test(body) || body.length % 4 !== 0) {
+    throw new KubebootError(`PEM block "${type}" is not valid base64`);
+  }
+  return { type, der: new Uint8Array(Buffer.from(body, 'base64')), text: `${whole}\n`, hasHeaders };
 }
 
 /**

@@ -54,6 +54,8 @@ export interface ControlPlane {
   mintClientCert(opts: { commonName: string; organizations?: string[]; notBefore?: Date; notAfter?: Date }): Promise<{ certPem: string; keyPem: string }>;
   /** Peak resident set size (VmHWM, KiB) of each component so far. */
   peakRss(): Record<string, number | undefined>;
+  /** Sends a signal to one component: SIGSTOP and SIGCONT pause and resume it (e.g. the signer, in kube-controller-manager). */
+  signal(component: 'etcd' | 'kube-apiserver' | 'kube-controller-manager', signal: NodeJS.Signals): void;
   /** Stops all components; keeps the dir (and says where the logs are) when keep or KUBEBOOT_KEEP_CONTROLPLANE=1. */
   stop(opts?: { keep?: boolean }): Promise<void>;
 }
@@ -189,9 +191,17 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
 
       peakRss: () => Object.fromEntries(components.map((c) => [c.name, peakRssKiB(c)])),
 
+      signal(name, sig) {
+        const c = components.find((x) => x.name === name);
+        if (!c || c.exited !== undefined) throw new Error(`${name} is not running`);
+        c.child.kill(sig);
+      },
+
       async stop(o = {}) {
         if (stopped) return;
         stopped = true;
+        // A paused component would never see the SIGTERM.
+        for (const c of components) if (c.exited === undefined) c.child.kill('SIGCONT');
         await stopAll();
         if (o.keep || process.env.KUBEBOOT_KEEP_CONTROLPLANE === '1') {
           const list = Object.values(logs).map((l) => `    ${l}`).join('\n');

@@ -77,3 +77,41 @@ t.test('CA discovery refuses an oversized cluster-info instead of buffering it',
   t.match(err.message, /cannot read kube-public\/cluster-info \(GET \/api\/v1\/namespaces\/kube-public\/configmaps\/cluster-info: response body exceeds 1048576 bytes; refusing it\)/);
   t.equal(requests, 1);
 });
+
+t.test('watch framing is linear in what the server sends: a line at the cap in small writes, many tiny lines', async (t) => {
+  // Linear: well under a second each. A re-scan of the buffered text per chunk
+  // would be quadratic in the line (4 MiB in 1 KiB writes: 4,096 re-scans).
+  const BOUND_MS = 5_000;
+  const path = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+  const drain = async (server: string): Promise<{ events: number; ms: number; error?: string }> => {
+    const client = new KubeClient({ server, caPem: null }, { kind: 'anonymous' });
+    const started = performance.now();
+    let events = 0;
+    try {
+      for await (const _ of client.watch(path, {}, new AbortController().signal)) events++;
+      return { events, ms: performance.now() - started };
+    } catch (err) {
+      return { events, ms: performance.now() - started, error: (err as Error).message };
+    } finally {
+      await client.close();
+    }
+  };
+  const line = `{"type":"ADDED","object":{"metadata":{"name":"${'x'.repeat(MAX_WATCH_LINE_BYTES - 64)}"}}}\n`;
+  const oneLongLine = await serve(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    for (let at = 0; at < line.length; at += 1024) res.write(line.slice(at, at + 1024));
+    res.end();
+  });
+  const long = await drain(oneLongLine);
+  t.equal(long.events, 1, `one event of ${line.length} bytes in 1 KiB writes${long.error ? `: ${long.error}` : ''}`);
+  t.ok(long.ms < BOUND_MS, `${Math.round(long.ms)} ms (bound ${BOUND_MS} ms)`);
+  const tiny = '{"type":"BOOKMARK","object":{"metadata":{}}}\n';
+  const count = Math.floor(MAX_BODY_BYTES / tiny.length);
+  const manyLines = await serve(t, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(tiny.repeat(count));
+  });
+  const many = await drain(manyLines);
+  t.equal(many.events, count, `${count} events`);
+  t.ok(many.ms < BOUND_MS, `${Math.round(many.ms)} ms (bound ${BOUND_MS} ms)`);
+});

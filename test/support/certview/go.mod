@@ -1,0 +1,3 @@
+module kubeboot.test/certview
+
+go 1.24
