@@ -40,18 +40,23 @@ export async function subjectAccessReview(client: KubeClient, csr: ApproverCsr, 
   return res.body.status?.allowed === true;
 }
 
+/** What writing a decision came to: the CSR as it now is, or why it was not written. */
+export type DecisionWrite = { kind: 'written'; csr: ApproverCsr } | { kind: 'conflict' } | { kind: 'not-found' };
+
 /**
  * Adds the condition through /approval with the cached resourceVersion, so a
  * CSR that changed meanwhile (another approver got there first) is a 409 and
- * never carries two decisions. Returns the CSR as the API server now has it,
- * or null on that conflict.
+ * never carries two decisions. A 404 means the CSR is gone, or has a name
+ * the API server accepts in a body but cannot route in a path (control
+ * characters): nothing can decide it by name, so it is not retried.
  */
-export async function decideCsr(client: KubeClient, csr: ApproverCsr, type: 'Approved' | 'Denied', message: string, signal?: AbortSignal): Promise<ApproverCsr | null> {
+export async function decideCsr(client: KubeClient, csr: ApproverCsr, type: 'Approved' | 'Denied', message: string, signal?: AbortSignal): Promise<DecisionWrite> {
   const condition = { type, status: 'True', reason: APPROVER_REASON, message };
   const body = { ...csr, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] } };
-  const res = await client.request('PUT', `${objectPath(CSR_PATH, csr.metadata.name)}/approval`, { body, accept: [409], signal });
-  if (res.status === 409) return null;
-  return expectObject<ApproverCsr>(res.body, 'CertificateSigningRequest', csr.metadata.name);
+  const res = await client.request('PUT', `${objectPath(CSR_PATH, csr.metadata.name)}/approval`, { body, accept: [404, 409], signal });
+  if (res.status === 409) return { kind: 'conflict' };
+  if (res.status === 404) return { kind: 'not-found' };
+  return { kind: 'written', csr: expectObject<ApproverCsr>(res.body, 'CertificateSigningRequest', csr.metadata.name) };
 }
 
 /** A Warning Event on the CSR (cluster-scoped objects' events live in `default`, as client-go's recorder puts them). */

@@ -8,7 +8,7 @@
  */
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
-import { decideCsr, getNode, subjectAccessReview, warnOnCsr } from './api.js';
+import { decideCsr, getNode, subjectAccessReview, warnOnCsr, type DecisionWrite } from './api.js';
 import { isSettled, isUnissued, type ApproverCsr } from './csr.js';
 import { AUTHORIZED_RULE, decide, type Decision } from './decide.js';
 import { CsrInformer } from './informer.js';
@@ -138,9 +138,33 @@ export class Approver {
       await this.#handle(csr);
     } catch (err) {
       if (this.#stopped()) return;
-      this.#logger.warn('could not decide on CSR; retrying', { csr: excerpt(name), error: (err as Error).message });
-      setTimeout(() => this.#enqueue(name), this.#opts.retryMs ?? 5_000).unref();
+      const delay = this.#backoff(csr);
+      this.#logger.warn('could not decide on CSR; retrying', { csr: excerpt(name), error: (err as Error).message, retryInSeconds: delay / 1000 });
+      setTimeout(() => this.#enqueue(name), delay).unref();
     }
+  }
+
+  /**
+   * How long until this CSR is looked at again after a failure or a rule that
+   * may pass later: 5 s, 10 s, 20 s ... up to the resync period, so a CSR that
+   * keeps failing costs a log line and a request per period, not every 5 s.
+   */
+  #backoff(csr: ApproverCsr): number {
+    const key = csr.metadata.uid ?? csr.metadata.name;
+    const n = this.#rechecks.get(key) ?? 0;
+    this.#rechecks.set(key, n + 1);
+    return Math.min(this.#opts.resyncMs, (this.#opts.retryMs ?? 5_000) * 2 ** Math.min(n, 10));
+  }
+
+  /** False when the decision was not written; says why once. */
+  #written(csr: ApproverCsr, write: DecisionWrite): write is Extract<DecisionWrite, { kind: 'written' }> {
+    if (write.kind === 'conflict') this.#logger.info('CSR changed while deciding; it is looked at again', logFields(csr));
+    if (write.kind === 'not-found') this.#logger.warn('the API server has no CSR of this name to decide (deleted, or a name it cannot route); left as it is', logFields(csr));
+    if (write.kind !== 'written') return false;
+    // The next decision for this requester must see this one even if the watch has not
+    // delivered it yet, or a second CSR could be approved while this one is unissued.
+    this.informer.remember(write.csr);
+    return true;
   }
 
   #forget(csr: ApproverCsr): void {
@@ -165,14 +189,7 @@ export class Approver {
 
   async #approve(csr: ApproverCsr, decision: Extract<Decision, { kind: 'approve' }>): Promise<void> {
     const message = `Approved by kubeboot approver ${this.#opts.lease.identity}: ${decision.message}`;
-    const updated = await decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined);
-    if (updated === null) {
-      this.#logger.info('CSR changed while deciding; it is looked at again', logFields(csr));
-      return;
-    }
-    // The next decision for this requester must see this approval even if the watch has not
-    // delivered it yet, or a second CSR could be approved while this one is unissued.
-    this.informer.remember(updated);
+    if (!this.#written(csr, await decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined))) return;
     this.#metrics.decision(csr.spec.signerName, 'approved', decision.policy);
     const created = Date.parse(csr.metadata.creationTimestamp ?? '');
     if (!Number.isNaN(created)) this.#metrics.approvalLatency((Date.now() - created) / 1000);
@@ -184,9 +201,7 @@ export class Approver {
     // A transient rule (no Node yet, not yet authorized, an older CSR still
     // unissued) may pass later: it is never a reason to deny.
     if (this.#opts.denyViolations && !TRANSIENT_RULES.has(decision.rule)) {
-      const updated = await decideCsr(this.#client, csr, 'Denied', decision.message, this.#signal ?? undefined);
-      if (updated === null) return;
-      this.informer.remember(updated);
+      if (!this.#written(csr, await decideCsr(this.#client, csr, 'Denied', decision.message, this.#signal ?? undefined))) return;
       this.#metrics.decision(csr.spec.signerName, 'denied', decision.rule);
       this.#logger.warn(`denied CSR: ${decision.message}`, fields);
       return;
@@ -194,11 +209,8 @@ export class Approver {
     const key = csr.metadata.uid ?? csr.metadata.name;
     if (TRANSIENT_RULES.has(decision.rule)) {
       // The kubelet registers its Node only after it has its credential, so the kube-proxy CSR may
-      // come first; look again soon (5 s, 10 s, 20 s ... up to the resync period) instead of a resync away.
-      const n = this.#rechecks.get(key) ?? 0;
-      this.#rechecks.set(key, n + 1);
-      const delay = Math.min(this.#opts.resyncMs, (this.#opts.retryMs ?? 5_000) * 2 ** Math.min(n, 10));
-      setTimeout(() => this.#enqueue(csr.metadata.name), delay).unref();
+      // come first; look again soon instead of a resync away.
+      setTimeout(() => this.#enqueue(csr.metadata.name), this.#backoff(csr)).unref();
     }
     if (this.#reported.get(key) === decision.message) return;
     this.#reported.set(key, decision.message);
