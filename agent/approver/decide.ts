@@ -7,7 +7,7 @@
  */
 import { KubebootError } from '../errors.js';
 import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr.js';
-import { evaluate, nodeNameOf, POLICIES, recognize, type ApproverPolicy, type NodeAddress, type PolicyName, type World } from './policy.js';
+import { AUTHORIZED_RULE, evaluate, nodeNameOf, POLICIES, recognize, type ApproverPolicy, type NodeAddress, type PolicyName, type World } from './policy.js';
 import { requestFacts, type RequestFacts } from './request.js';
 
 export type Decision =
@@ -23,8 +23,7 @@ export interface Lookups {
   all(): Iterable<ApproverCsr>;
 }
 
-/** The rule the SubjectAccessReview is reported as. */
-export const AUTHORIZED_RULE = 'authorized';
+export { AUTHORIZED_RULE } from './policy.js';
 
 /** The request's facts, or why there are none (a violation of the request rule). */
 async function parsedRequest(csr: ApproverCsr): Promise<RequestFacts | string> {

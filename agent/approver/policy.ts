@@ -63,7 +63,7 @@ export interface RuleInput {
 
 export interface Rule {
   name: string;
-  /** One line for the README's rule table. */
+  /** Its row in the README's rule table (renderRuleTables; test/unit/docs.test.ts keeps them in sync). */
   summary: string;
   check(input: RuleInput): string | null;
 }
@@ -114,20 +114,20 @@ const requesterIsNode: Rule = {
 
 const requestSignature: Rule = {
   name: 'request-signature',
-  summary: 'spec.request is one PEM block that no parser could read differently (one CN, only CN and O, one extension list) and is signed by the key it carries',
+  summary: '`spec.request` is one PEM block that no parser could read differently (one CN, only CN and O, one extension list) and is signed by the key it carries',
   check: ({ csr }) =>
     csr.request === null ? (csr.requestProblem ?? 'spec.request is not a PEM certificate request') : csr.request.signatureValid ? null : 'spec.request is not signed by its own key',
 };
 
 const nodeExists: Rule = {
   name: 'node-exists',
-  summary: 'a Node object `<n>` exists',
+  summary: 'a Node object `<n>` exists (re-checked 5 s, 10 s, 20 s … later: the kubelet registers after its credential)',
   check: ({ world, nodeName }) => (world.node !== null && world.node.name === nodeName ? null : `no Node ${nodeName ?? ''} exists`),
 };
 
 const keyAlgorithm: Rule = {
   name: 'key-algorithm',
-  summary: 'key is one of the allowed algorithms (default ECDSA P-256/P-384, RSA 2048/3072/4096); never RSA < 2048',
+  summary: 'one of `--allowed-key-algorithm` (default ECDSA P-256/P-384, RSA 2048/3072/4096); RSA < 2048 never',
   check: ({ csr, policy }) => {
     const key = csr.request!.key;
     const name = keyAlgorithmName(key);
@@ -138,7 +138,7 @@ const keyAlgorithm: Rule = {
 
 const expiration: Rule = {
   name: 'expiration',
-  summary: 'spec.expirationSeconds, when set, is at most the configured maximum',
+  summary: "`spec.expirationSeconds`, when set, ≤ `--max-expiration` (default 8760h; unset leaves the signer's `--cluster-signing-duration` in charge)",
   check: ({ csr, policy }) =>
     csr.expirationSeconds === undefined || csr.expirationSeconds <= policy.maxExpirationSeconds
       ? null
@@ -156,7 +156,9 @@ function usagesRule(purpose: 'client auth' | 'server auth'): Rule {
   const anyKeyMayEncipher = purpose === 'server auth';
   return {
     name: 'usages',
-    summary: `usages exactly \`digital signature\` and \`${purpose}\` (plus \`key encipherment\` ${anyKeyMayEncipher ? 'optionally' : 'for RSA keys'})`,
+    summary: anyKeyMayEncipher
+      ? "exactly `digital signature`, `server auth` (+ `key encipherment` optionally, for any key: older kubelets ask for it with ECDSA keys, and upstream's `ValidateKubeletServingCSR` accepts both sets)"
+      : 'exactly `digital signature`, `client auth` (+ `key encipherment` for RSA keys)',
     check: ({ csr }) => {
       const required = ['digital signature', purpose];
       const allowed = anyKeyMayEncipher || csr.request?.key.kind === 'rsa' ? [...required, 'key encipherment'] : required;
@@ -172,7 +174,7 @@ function usagesRule(purpose: 'client auth' | 'server auth'): Rule {
 
 const proxySubject: Rule = {
   name: 'subject',
-  summary: 'subject exactly the configured CN (default `system:kube-proxy`) and O (default none)',
+  summary: 'CN exactly `kubeProxy.commonName` (default `system:kube-proxy`), O exactly `kubeProxy.organizations` (default none)',
   check: ({ csr, policy }) => {
     const { commonName, organizations } = csr.request!.subject;
     const want = policy.kubeProxy;
@@ -183,7 +185,7 @@ const proxySubject: Rule = {
 
 const noSans: Rule = {
   name: 'no-sans',
-  summary: 'no subject alternative names of any kind',
+  summary: 'no DNS, IP, email, URI or other SANs',
   check: ({ csr }) => {
     const r = csr.request!;
     const sans = [...r.dnsNames.map((d) => `DNS:${d}`), ...r.ipAddresses.map((i) => `IP:${i}`), ...r.emailAddresses.map((e) => `email:${e}`), ...r.uris.map((u) => `URI:${u}`), ...r.otherNames];
@@ -213,7 +215,7 @@ export const KUBE_PROXY_RULES: readonly Rule[] = [
 
 const servingSubject: Rule = {
   name: 'subject',
-  summary: 'subject CN `system:node:<n>` for the requesting node and O exactly `system:nodes`',
+  summary: 'CN `system:node:<n>`, O exactly `system:nodes`',
   check: ({ csr, nodeName }) => {
     const { commonName, organizations } = csr.request!.subject;
     if (commonName !== `${NODE_USER_PREFIX}${nodeName}`) return `CN ${show(commonName)} is not the requester's ${NODE_USER_PREFIX}${nodeName}`;
@@ -242,7 +244,7 @@ export function allowedDnsNames(nodeName: string, suffixes: readonly string[]): 
 
 const dnsSans: Rule = {
   name: 'dns-sans',
-  summary: 'DNS SANs ⊆ the node name, and the node name under each configured suffix',
+  summary: "each DNS SAN is the node name, or the node name under a `--serving-dns-suffix` (never a hostname from the Node's `status.addresses`, which the node writes itself)",
   check: ({ csr, world, policy }) => {
     const allowed = allowedDnsNames(world.node!.name, policy.serving.dnsSuffixes);
     const stray = csr.request!.dnsNames.filter((d) => !allowed.has(d.toLowerCase()));
@@ -261,7 +263,7 @@ function cidrList(cidrs: readonly string[]): BlockList {
 
 const ipSans: Rule = {
   name: 'ip-sans',
-  summary: "IP SANs ⊆ the Node's `status.addresses` IPs (and inside the configured CIDRs, when any)",
+  summary: "each IP SAN is one of the Node's `status.addresses`, and inside a `--serving-ip-cidr` when any is set",
   check: ({ csr, world, policy }) => {
     const nodeIps = new Set(world.node!.addresses.filter((a) => isIP(a.address) !== 0).map((a) => canonical(a.address)));
     const blocks = policy.serving.ipCidrs.length > 0 ? cidrList(policy.serving.ipCidrs) : null;
@@ -338,4 +340,22 @@ export function evaluate(rules: readonly Rule[], input: RuleInput): Verdict {
     if (problem !== null) return { ok: false, rule: rule.name, problem };
   }
   return { ok: true };
+}
+
+/** The rule the SubjectAccessReview is reported as. */
+export const AUTHORIZED_RULE = 'authorized';
+
+/** The last check of every policy, made by the caller (decide.ts) once every rule has passed. */
+export function authorizedSummary(spec: PolicySpec): string {
+  return `a SubjectAccessReview as the CSR's user, uid, groups and extra allows \`create\` on \`certificatesigningrequests/${spec.subresource}\``;
+}
+
+/** The README's rule tables: each policy's rules in the order they run, the first failure being the one reported. */
+export function renderRuleTables(): string {
+  return Object.values(POLICIES)
+    .map((spec) => {
+      const rows = [...spec.rules.map((r) => [r.name, r.summary]), [AUTHORIZED_RULE, authorizedSummary(spec)]];
+      return [`**${spec.name}** (signer \`${spec.signerName}\`)`, '', '| Rule | Requires |', '|---|---|', ...rows.map(([name, summary]) => `| \`${name}\` | ${summary} |`), ''].join('\n');
+    })
+    .join('\n');
 }

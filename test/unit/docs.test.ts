@@ -1,10 +1,17 @@
 // README, `kubeboot --help` and the options table must say the same thing.
 import { readFile } from 'node:fs/promises';
 import t from 'tap';
+import { POLICIES, renderRuleTables } from '../../agent/approver/policy.js';
 import { COMMAND_FLAGS, COMMANDS, OPTIONS, renderOptionsReference } from '../../agent/config/options.js';
 import { COMMAND_HELP, commandHelpText, helpText } from '../../agent/cli/help.js';
 
 const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
+
+t.test("the README's approver rule tables are generated from the rules themselves", async (t) => {
+  const section = readme.split('<!-- rules:begin')[1]?.split('<!-- rules:end -->')[0] ?? '';
+  t.equal(section.slice(section.indexOf('\n') + 1), renderRuleTables(), 'regenerate them from agent/approver/policy.ts (npm run docs)');
+  for (const spec of Object.values(POLICIES)) for (const rule of spec.rules) t.match(section, `| \`${rule.name}\` |`, `${spec.name}: ${rule.name} is in the table`);
+});
 
 t.test('the README configuration reference is the generated options table', async (t) => {
   const section = readme.split('<!-- options:begin')[1]?.split('<!-- options:end -->')[0] ?? '';
