@@ -8,16 +8,9 @@
 import { fstatSync } from 'node:fs';
 import winston from 'winston';
 import { scrub } from './redact.js';
-import { bounded, escapeControl } from './text.js';
+import { bounded, escapeControl, MAX_LOG_STRING } from './text.js';
 
-export { scrub };
-
-/**
- * Longest string a log field keeps. A CSR's name may be 40,000 characters and
- * a hook may print megabytes; a log line is for a person and the journal's
- * line limit (48 KiB by default) would split it anyway.
- */
-export const MAX_LOG_STRING = 4096;
+export { MAX_LOG_STRING, scrub };
 
 const SECRET_FIELD = /^(token|password|authorization|key|client-key-data|token-secret|bearer)$/i;
 /** Nested metadata (hook argv, error details) is scrubbed too, to a sane depth. */

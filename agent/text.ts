@@ -11,6 +11,13 @@
 const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
 const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
 
+/**
+ * Longest string a log field (or an error line) keeps. A CSR's name may be
+ * 40,000 characters and a hook may print megabytes; a log line is for a person
+ * and the journal's line limit (48 KiB by default) would split it anyway.
+ */
+export const MAX_LOG_STRING = 4096;
+
 export function escapeControl(text: string): string {
   return text.replace(CONTROL, (c) => NAMED[c] ?? `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }

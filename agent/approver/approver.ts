@@ -44,7 +44,12 @@ export class Approver {
   readonly #opts: ApproverOptions;
   readonly #logger: Logger;
   readonly #metrics: ApproverMetrics;
-  readonly #queue = new Set<string>();
+  /** CSR names waiting for a worker, by requester, in arrival order. */
+  readonly #queue = new Map<string, Set<string>>();
+  /** CSR uid → its pending re-check: at most one per CSR, however often it is looked at meanwhile. */
+  readonly #timers = new Map<string, NodeJS.Timeout>();
+  /** CSR uid → the resourceVersion the API server answered 404 for on /approval: not decided again until it changes. */
+  readonly #unroutable = new Map<string, string | undefined>();
   /** CSR uid → the violation last reported, so a resync does not repeat the Event. */
   readonly #reported = new Map<string, string>();
   /** CSR uid → how often a transient rule failed, for the back-off of its re-check. */
@@ -93,28 +98,43 @@ export class Approver {
     this.#enqueue(name);
     const csr = this.informer.cache.get(name);
     if (csr === undefined || isUnissued(csr)) return;
-    for (const other of this.informer.cache.values()) {
-      if (other.spec.username === csr.spec.username && other.spec.signerName === csr.spec.signerName && !isSettled(other)) this.#enqueue(other.metadata.name);
-    }
+    for (const other of this.informer.cache.sameRequester(csr)) if (!isSettled(other)) this.#enqueue(other.metadata.name);
   }
 
   #enqueue(name: string): void {
-    this.#queue.add(name);
+    const requester = this.informer.cache.get(name)?.spec.username ?? '';
+    let names = this.#queue.get(requester);
+    if (names === undefined) this.#queue.set(requester, (names = new Set()));
+    names.add(name);
     this.#pump();
   }
 
+  /** Looks at the CSR again after `ms`, unless a look is already due. */
+  #later(csr: ApproverCsr, ms: number): void {
+    const key = csr.metadata.uid ?? csr.metadata.name;
+    if (this.#timers.has(key)) return;
+    const timer = setTimeout(() => {
+      this.#timers.delete(key);
+      this.#enqueue(csr.metadata.name);
+    }, ms);
+    timer.unref();
+    this.#timers.set(key, timer);
+  }
+
   /**
-   * Starts workers up to WORKERS, each on the oldest queued CSR whose
-   * requester has none in flight: different nodes are decided in parallel,
-   * one node's CSRs in order (one-unissued-per-node relies on that).
+   * Starts workers up to WORKERS, each on the next queued CSR of a requester
+   * that has none in flight: different nodes are decided in parallel, one
+   * node's CSRs one at a time (one-unissued-per-node relies on that). The
+   * walk is over requesters, so a node with thousands queued costs one step.
    */
   #pump(): void {
-    for (const name of this.#queue) {
+    for (const [requester, names] of this.#queue) {
       if (this.#busy.size >= WORKERS || this.#stopped()) return;
+      if (this.#busy.has(requester)) continue;
+      const name = names.values().next().value as string;
+      names.delete(name);
+      if (names.size === 0) this.#queue.delete(requester);
       const csr = this.informer.cache.get(name);
-      const requester = csr?.spec.username ?? '';
-      if (csr !== undefined && this.#busy.has(requester)) continue;
-      this.#queue.delete(name);
       if (csr === undefined) continue;
       if (!this.leader.isLeader()) {
         this.#logger.debug('not the leader; CSR left to the leader', { csr: excerpt(name) });
@@ -134,13 +154,15 @@ export class Approver {
       this.#forget(csr);
       return;
     }
+    const key = csr.metadata.uid ?? name;
+    if (this.#unroutable.has(key) && this.#unroutable.get(key) === csr.metadata.resourceVersion) return;
     try {
       await this.#handle(csr);
     } catch (err) {
       if (this.#stopped()) return;
       const delay = this.#backoff(csr);
       this.#logger.warn('could not decide on CSR; retrying', { csr: excerpt(name), error: (err as Error).message, retryInSeconds: delay / 1000 });
-      setTimeout(() => this.#enqueue(name), delay).unref();
+      this.#later(csr, delay);
     }
   }
 
@@ -159,7 +181,10 @@ export class Approver {
   /** False when the decision was not written; says why once. */
   #written(csr: ApproverCsr, write: DecisionWrite): write is Extract<DecisionWrite, { kind: 'written' }> {
     if (write.kind === 'conflict') this.#logger.info('CSR changed while deciding; it is looked at again', logFields(csr));
-    if (write.kind === 'not-found') this.#logger.warn('the API server has no CSR of this name to decide (deleted, or a name it cannot route); left as it is', logFields(csr));
+    if (write.kind === 'not-found') {
+      this.#unroutable.set(csr.metadata.uid ?? csr.metadata.name, csr.metadata.resourceVersion);
+      this.#logger.warn('the API server has no CSR of this name to decide (deleted, or a name it cannot route); left as it is until it changes', logFields(csr));
+    }
     if (write.kind !== 'written') return false;
     // The next decision for this requester must see this one even if the watch has not
     // delivered it yet, or a second CSR could be approved while this one is unissued.
@@ -171,6 +196,9 @@ export class Approver {
     const key = csr.metadata.uid ?? csr.metadata.name;
     this.#reported.delete(key);
     this.#rechecks.delete(key);
+    this.#unroutable.delete(key);
+    clearTimeout(this.#timers.get(key));
+    this.#timers.delete(key);
   }
 
   async #handle(csr: ApproverCsr): Promise<void> {
@@ -178,7 +206,7 @@ export class Approver {
     const decision = await decide(csr, this.#opts.policy, {
       node: (name) => getNode(this.#client, name, signal),
       allowed: (c, subresource) => subjectAccessReview(this.#client, c, subresource, signal),
-      all: () => this.informer.cache.values(),
+      sameRequester: (c) => this.informer.cache.sameRequester(c),
     });
     if (decision.kind === 'ignore') return;
     // The look-ups took time; a leader that lost its lease meanwhile must not act.
@@ -210,7 +238,7 @@ export class Approver {
     if (TRANSIENT_RULES.has(decision.rule)) {
       // The kubelet registers its Node only after it has its credential, so the kube-proxy CSR may
       // come first; look again soon instead of a resync away.
-      setTimeout(() => this.#enqueue(csr.metadata.name), this.#backoff(csr)).unref();
+      this.#later(csr, this.#backoff(csr));
     }
     if (this.#reported.get(key) === decision.message) return;
     this.#reported.set(key, decision.message);

@@ -19,8 +19,8 @@ export interface Lookups {
   node(name: string): Promise<{ name: string; addresses: NodeAddress[] } | null>;
   /** SubjectAccessReview as the CSR's requester for `create certificatesigningrequests/<subresource>`. */
   allowed(csr: ApproverCsr, subresource: string): Promise<boolean>;
-  /** Every CSR the informer knows, for the one-unissued-per-node rule. */
-  all(): Iterable<ApproverCsr>;
+  /** The CSRs the informer knows of the same requester and signer, for the one-unissued-per-node rule. */
+  sameRequester(csr: ApproverCsr): Iterable<ApproverCsr>;
 }
 
 export { AUTHORIZED_RULE } from './policy.js';
@@ -45,7 +45,7 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
   const nodeName = nodeNameOf(facts.username);
   const world: World = {
     node: nodeName !== null ? await lookups.node(nodeName) : null,
-    blocking: [...lookups.all()].filter((other) => blocks(other, csr)).map((other) => other.metadata.name),
+    blocking: [...lookups.sameRequester(csr)].filter((other) => blocks(other, csr)).map((other) => other.metadata.name),
   };
   const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
   if (!verdict.ok) return { kind: 'violation', policy: policyName, rule: verdict.rule, message: `${policyName} rule ${verdict.rule}: ${verdict.problem}` };

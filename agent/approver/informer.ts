@@ -6,9 +6,10 @@
  * `onChange` by name; the cache is the informer's own.
  */
 import { ApiError, ResponseTooLargeError, UnexpectedObjectError, WatchExpiredError } from '../errors.js';
-import type { KubeClient } from '../kube/client.js';
+import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import { expectObject } from '../kube/objects.js';
 import type { Logger } from '../log.js';
+import { CsrCache } from './cache.js';
 import type { ApproverCsr } from './csr.js';
 import { sleep } from './leader.js';
 
@@ -33,14 +34,15 @@ interface CsrList {
 export const LIST_PAGE_SIZE = 500;
 /**
  * Bytes one page may take. A page that is larger is asked for again with a
- * smaller limit, down to one CSR, which always fits: the API server refuses
- * any object over 3 MiB. So the bound is on memory per request, never on the
- * number of CSRs (a whole-list cap let three 1.2 MB CSRs blind the approver).
+ * smaller limit, down to one CSR, which may take MAX_OBJECT_BYTES: the most
+ * one object the API server stores can take as JSON. So the bound is on
+ * memory per request, never on the number of CSRs (a whole-list cap let three
+ * 1.2 MB CSRs blind the approver).
  */
 export const LIST_PAGE_BYTES = 8 << 20;
 
 export class CsrInformer {
-  readonly cache = new Map<string, ApproverCsr>();
+  readonly cache = new CsrCache();
   #synced = false;
   /** Why the last list failed, while it has not succeeded since. */
   #listError: string | null = null;
@@ -75,8 +77,7 @@ export class CsrInformer {
   remember(csr: ApproverCsr): void {
     const cached = this.cache.get(csr.metadata.name);
     if (cached !== undefined && cached.metadata.uid !== undefined && cached.metadata.uid !== csr.metadata.uid) return;
-    if (cached !== undefined && Number(cached.metadata.resourceVersion) > Number(csr.metadata.resourceVersion)) return;
-    this.cache.set(csr.metadata.name, csr);
+    this.cache.set(csr);
   }
 
   async run(signal: AbortSignal): Promise<void> {
@@ -125,11 +126,13 @@ export class CsrInformer {
       throw err;
     }
     const seen = new Set<string>();
+    // A paged list is a snapshot from its first page: what this process wrote meanwhile
+    // (remember) is newer and stays (the cache keeps the newer of the same object).
     for (const csr of listed.items) {
       seen.add(csr.metadata.name);
-      this.cache.set(csr.metadata.name, csr);
+      this.cache.set(csr);
     }
-    for (const [name, csr] of [...this.cache]) if (!seen.has(name)) this.#delete(name, csr);
+    for (const csr of [...this.cache.values()]) if (!seen.has(csr.metadata.name)) this.#delete(csr.metadata.name, csr);
     this.#synced = true;
     this.#listError = null;
     this.#markSynced();
@@ -145,7 +148,8 @@ export class CsrInformer {
     for (;;) {
       let page: CsrList;
       try {
-        const res = await this.#client.request('GET', CSR_PATH, { query: { limit, continue: token }, maxBodyBytes: LIST_PAGE_BYTES, signal, timeoutMs: 60_000 });
+        const maxBodyBytes = limit === 1 ? MAX_OBJECT_BYTES : LIST_PAGE_BYTES;
+        const res = await this.#client.request('GET', CSR_PATH, { query: { limit, continue: token }, maxBodyBytes, signal, timeoutMs: 60_000 });
         page = expectObject<CsrList>(res.body, 'CertificateSigningRequestList');
       } catch (err) {
         if (!(err instanceof ResponseTooLargeError) || limit === 1) throw err;
@@ -178,7 +182,7 @@ export class CsrInformer {
         const name = event.object.metadata.name;
         if (event.type === 'DELETED') this.#delete(name, event.object);
         else {
-          this.cache.set(name, event.object);
+          this.cache.set(event.object);
           this.#opts.onChange(name);
         }
       }

@@ -6,9 +6,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { loadConfig } from '../config/load.js';
 import { ExitCode, exitCodeOf, KubebootError } from '../errors.js';
-import { scrub } from '../redact.js';
 import { VERSION } from '../version.js';
 import { readOptional } from '../read-optional.js';
+import { fatalText } from './fatal.js';
 import { commandHelpText, helpText } from './help.js';
 
 async function main(argv: string[]): Promise<number> {
@@ -76,9 +76,7 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (err: unknown) => {
-    const message = err instanceof Error ? err.message : String(err);
-    process.stderr.write(`kubeboot: ${scrub(message)}\n`);
-    if (!(err instanceof KubebootError) && err instanceof Error && err.stack && process.env.KUBEBOOT_DEBUG) process.stderr.write(scrub(err.stack) + '\n');
+    process.stderr.write(fatalText(err, Boolean(process.env.KUBEBOOT_DEBUG)));
     process.exitCode = exitCodeOf(err);
   },
 );

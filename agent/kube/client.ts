@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError, KubebootError, ResponseTooLargeError, TransportError, type RequestPhase } from '../errors.js';
+import { bounded } from '../text.js';
 
 export interface Endpoint {
   server: string;
@@ -49,8 +50,15 @@ export interface RequestOptions {
  * 200 MiB body took the daemon to 427 MiB, on every retry).
  */
 export const MAX_BODY_BYTES = 4 << 20;
-/** One watch event is one CSR object; the same bound applies per line. */
-export const MAX_WATCH_LINE_BYTES = 4 << 20;
+/**
+ * The most one object can take as JSON: the API server stores objects of up
+ * to 3 MiB, and JSON escapes a byte as up to six (`\u003c`), so a 1.4 MB CSR
+ * of `<` comes back as 8 MiB. A bound for one object at a time (a watch
+ * event, a list page of one), never for a whole list.
+ */
+export const MAX_OBJECT_BYTES = 24 << 20;
+/** One watch event is one object. */
+export const MAX_WATCH_LINE_BYTES = MAX_OBJECT_BYTES;
 
 /** The body as text, refusing one longer than `max` bytes as soon as it is. */
 async function readBounded(body: Dispatcher.ResponseData['body'], headers: Dispatcher.ResponseData['headers'], max: number, what: string): Promise<string> {
@@ -258,8 +266,9 @@ function parseJson(text: string): unknown {
 
 function apiError(method: string, path: string, status: number, body: unknown, headers: Record<string, string | string[] | undefined>, phase: RequestPhase): ApiError {
   const statusObj = (typeof body === 'object' && body !== null ? body : {}) as { reason?: string; message?: string };
-  const reason = statusObj.reason ?? (status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error');
-  const message = typeof statusObj.message === 'string' ? statusObj.message : typeof body === 'string' ? body.slice(0, 200) : '';
+  const reason = bounded(String(statusObj.reason ?? ''), 64) || (status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error');
+  // The server's words, bounded: an error message is for one line.
+  const message = bounded(typeof statusObj.message === 'string' ? statusObj.message : typeof body === 'string' ? body : '', 1024);
   const retryAfter = headers['retry-after'];
   return new ApiError({ method, path, status, reason, message, retryAfter: Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, phase });
 }

@@ -34,7 +34,7 @@ function lookups(opts: { allowed?: boolean; all?: ApproverCsr[] } = {}): Lookups
     reviews,
     node: async (name) => (name === 'n1' ? { name, addresses: [] } : null),
     allowed: async (_c, sub) => (reviews.push(sub), opts.allowed ?? true),
-    all: () => opts.all ?? [],
+    sameRequester: () => opts.all ?? [],
   };
 }
 

@@ -38,7 +38,7 @@ t.test('framing: only one canonical PEM block, nothing after the DER', async (t)
 
 t.test('decide reports a refused request as a request-signature violation naming why', async (t) => {
   const policy: ApproverPolicy = { kubeProxy: { commonName: 'system:kube-proxy', organizations: [] }, maxExpirationSeconds: 86_400, keyAlgorithms: ['ecdsa-p256'], serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] } };
-  const lookups = { node: async (name: string) => ({ name, addresses: [] }), allowed: async () => true, all: () => [] };
+  const lookups = { node: async (name: string) => ({ name, addresses: [] }), allowed: async () => true, sameRequester: () => [] };
   const [twoCns] = await ambiguousCsrPems();
   const csr = {
     metadata: { name: 'two-cns', uid: 'u1', creationTimestamp: '2026-12-01T00:00:00Z' },
