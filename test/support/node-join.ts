@@ -134,14 +134,31 @@ export interface AuditEvent {
   stageTimestamp: string;
 }
 
-/** Completed requests (stage ResponseComplete) from `sourceIp` whose user agent starts with `agent` (`kubelet/`, `kube-proxy/`). */
+/**
+ * Audit events (stages ResponseStarted, for watches, and ResponseComplete)
+ * from `sourceIp` whose user agent starts with `agent` (`kubelet/`, `kube-proxy/`).
+ */
 export function auditEventsFrom(plane: ControlPlane, sourceIp: string, agent: string): AuditEvent[] {
   if (!plane.auditLog) throw new Error('the plane was started without an audit log');
   return readFileSync(plane.auditLog, 'utf8')
     .split('\n')
     .filter((l) => l.includes(sourceIp))
     .map((l) => JSON.parse(l) as AuditEvent)
-    .filter((e) => e.stage === 'ResponseComplete' && e.sourceIPs?.includes(sourceIp) && e.userAgent?.startsWith(agent) === true);
+    .filter((e) => e.sourceIPs?.includes(sourceIp) && e.userAgent?.startsWith(agent) === true);
+}
+
+/** One request per audit ID: when it was received and, unless still open (a watch), when it completed. */
+export function requestSpans(events: AuditEvent[]): { event: AuditEvent; start: number; end: number | undefined }[] {
+  const byId = new Map<string, { event: AuditEvent; start: number; end: number | undefined }>();
+  for (const e of events) {
+    const span = byId.get(e.auditID) ?? { event: e, start: Date.parse(e.requestReceivedTimestamp), end: undefined };
+    if (e.stage === 'ResponseComplete') {
+      span.end = Date.parse(e.stageTimestamp);
+      span.event = e;
+    }
+    byId.set(e.auditID, span);
+  }
+  return [...byId.values()];
 }
 
 export const credentialId = (e: AuditEvent) => e.user?.extra?.['authentication.kubernetes.io/credential-id']?.[0];
