@@ -19,7 +19,7 @@ const NAME = 'realnode-join';
 
 if (await realNodeOrSkip(t)) {
   t.test('the real kubelet and kube-proxy run on the credentials kubeboot wrote, and leave the host as it was', async (t) => {
-    const joined = await joinRealNode(t, NAME);
+    const joined = await joinRealNode(t, NAME, { servingBootstrap: true });
     const { plane, net, node, layout } = joined;
     t.comment(`kubelet credential on disk ${joined.credentialMs} ms after kubeboot run started`);
 
@@ -42,6 +42,18 @@ if (await realNodeOrSkip(t)) {
     expectStatus(await plane.admin.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: 'someone-else' } }), 'create another Node', 201);
     t.equal(await kubectl('label', 'node', NAME, 'kubeboot.test/by-node=yes'), 'ok', 'the node may label its own Node');
     t.match(await kubectl('label', 'node', 'someone-else', 'kubeboot.test/by-node=yes'), /forbidden/i, 'but not another Node');
+
+    // The apiserver reaches the kubelet over TLS verified against the cluster CA
+    // (--kubelet-certificate-authority): only with the serving certificate the
+    // kubelet asked for itself, approved by kubeboot approver.
+    const serving = await plane.admin.waitFor("the kubelet's serving CSR, issued", async () =>
+      (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec.signerName === 'kubernetes.io/kubelet-serving' && c.spec.username === `system:node:${NAME}` && c.status?.certificate), 120_000);
+    t.match(serving.status.conditions.find((c: { type: string }) => c.type === 'Approved'), { reason: 'KubebootApprover' }, 'approved by kubeboot approver');
+    const kubeletHealthz = await plane.admin.waitFor("the kubelet's /healthz through the apiserver", async () => {
+      const res = await plane.admin.request('GET', `/api/v1/nodes/${NAME}/proxy/healthz`);
+      return res.status === 200 ? res.body : undefined;
+    }, 60_000);
+    t.equal(kubeletHealthz, 'ok', "GET /api/v1/nodes/<n>/proxy/healthz: the apiserver verified the kubelet's serving certificate");
 
     // A pod bound to the node (there is no scheduler) runs there.
     expectStatus(await plane.admin.request('POST', '/api/v1/namespaces/default/serviceaccounts', { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default' } }), 'create the default ServiceAccount', 201, 409);

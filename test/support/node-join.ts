@@ -59,7 +59,20 @@ export interface JoinedNode {
  * kubelet.conf. kube-proxy is started by the caller (`node.startKubeProxy`)
  * after `waitForIdentity(joined, 'kube-proxy')`.
  */
-export async function joinRealNode(t: Test, name: string, o: { plane?: StartOptions; kubeboot?: Record<string, unknown>; kubeletConfig?: Record<string, unknown> } = {}): Promise<JoinedNode> {
+export interface JoinOptions {
+  plane?: StartOptions;
+  kubeboot?: Record<string, unknown>;
+  kubeletConfig?: Record<string, unknown>;
+  /**
+   * The kubelet's own serving certificate (serverTLSBootstrap: a
+   * kubernetes.io/kubelet-serving CSR with its name and address), approved by
+   * the approver with --approve-kubelet-serving, the node's address as the
+   * only allowed IP.
+   */
+  servingBootstrap?: boolean;
+}
+
+export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): Promise<JoinedNode> {
   const hostBefore = await snapshotHost();
   const net = await createNodeNetwork();
   const stops: ((inTest: boolean) => Promise<void>)[] = [() => net.remove()];
@@ -81,7 +94,7 @@ export async function joinRealNode(t: Test, name: string, o: { plane?: StartOpti
   });
 
   const approverConfig = await installApprover(plane, dir);
-  const approver = startApprover(approverConfig);
+  const approver = startApprover(approverConfig, o.servingBootstrap ? ['--approve-kubelet-serving', '--serving-ip-cidr', `${net.nodeIp}/32`] : []);
   stops.push(async () => {
     approver.child.kill('SIGTERM');
     await approver.done;
@@ -108,7 +121,7 @@ export async function joinRealNode(t: Test, name: string, o: { plane?: StartOpti
     caFile: plane.caFile,
     kubeletKubeconfig: layout.kubeletKubeconfig,
     kubeProxyKubeconfig: layout.kubeProxyKubeconfig,
-    kubeletConfig: o.kubeletConfig,
+    kubeletConfig: { ...(o.servingBootstrap ? { serverTLSBootstrap: true } : {}), ...o.kubeletConfig },
   });
   // Before the daemon's stop: the node's programs go first, as at shutdown.
   stops.push(() => node.stop());
