@@ -21,7 +21,7 @@ node_modules/.installed: package.json package-lock.json
 deps: node_modules/.installed
 
 controlplane:
-	bash test/controlplane/build.sh
+	bash test/controlplane/build.sh --node
 
 test: system-deps deps
 	npm test

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kube-controller-manager and etcd from the Go module
 # proxy into .cache/k8s/v<K8S>/ (kept outside git, reused by later runs).
+# With --node also a node's binaries, of the same release and from the same
+# wrapper module: kubelet, kube-proxy and fakecri (kube/fakecri/, the
+# in-memory container runtime the tests' kubelet talks to).
 #
 #   KUBEBOOT_K8S_VERSION   Kubernetes release to build (default: the committed wrapper's)
 #   KUBEBOOT_ETCD_VERSION  etcd release to build       (default: the committed wrapper's)
@@ -28,12 +31,17 @@ export HOME
 
 log() { printf '[controlplane-build %s] %s\n' "$(date +%T)" "$*" >&2; }
 
+node=
+[ "${1:-}" = --node ] && node=1
+
 # The e2e tests drive the cluster with kubectl too; the machine's is preferred.
 cmds="kube-apiserver kube-controller-manager"
 if [ -n "${KUBEBOOT_BUILD_KUBECTL:-}" ] || ! command -v kubectl >/dev/null; then cmds="$cmds kubectl"; fi
+[ -n "$node" ] && cmds="$cmds kubelet kube-proxy"
 
 have() {
   [ -x "$out/etcd-$etcd" ] || return 1
+  [ -z "$node" ] || [ -x "$out/fakecri" ] || return 1
   local cmd; for cmd in $cmds; do [ -x "$out/$cmd" ] || return 1; done
 }
 if have; then
@@ -56,6 +64,7 @@ if have; then log "reusing binaries in $out (built meanwhile)"; echo "$out"; exi
 # The list comes from the release's own go.mod, never guessed.
 prepare_kube() {
   local dir=$1
+  rm -rf "$dir/fakecri"; cp -r "$here/kube/fakecri" "$dir/"
   if [ "$k8s" = "$default_k8s" ]; then cp "$here/kube/go.mod" "$here/kube/go.sum" "$here/kube/tools.go" "$dir/"; return; fi
   local mod; mod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$k8s" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
   local gov; gov=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$mod")
@@ -96,8 +105,15 @@ fi
 for cmd in $cmds; do
   [ -x "$out/$cmd" ] && continue
   log "building $cmd v$k8s (a cold build takes many minutes on 2 cores)"
+  began=$(date +%s)
   (cd "$work/kube" && go build -trimpath -ldflags "-s -w $ver" -o "$out/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" >&2)
   mv "$out/$cmd.tmp" "$out/$cmd"
+  log "built $cmd in $(( $(date +%s) - began ))s"
 done
+if [ -n "$node" ] && [ ! -x "$out/fakecri" ]; then
+  log "building fakecri against k8s.io/cri-client of v$k8s"
+  (cd "$work/kube" && go build -trimpath -ldflags "-s -w" -o "$out/fakecri.tmp" ./fakecri >&2)
+  mv "$out/fakecri.tmp" "$out/fakecri"
+fi
 log "built in $(( $(date +%s) - start ))s"
 echo "$out"

@@ -12,6 +12,8 @@ export interface PkiFiles {
   apiserverKey: string;
   controllerManagerCert: string;
   controllerManagerKey: string;
+  apiserverKubeletClientCert: string;
+  apiserverKubeletClientKey: string;
   serviceAccountKey: string;
   serviceAccountPub: string;
 }
@@ -25,6 +27,8 @@ export async function writePki(dir: string, pki: ClusterPki): Promise<PkiFiles> 
     apiserverKey: join(dir, 'apiserver.key'),
     controllerManagerCert: join(dir, 'controller-manager-serving.crt'),
     controllerManagerKey: join(dir, 'controller-manager-serving.key'),
+    apiserverKubeletClientCert: join(dir, 'apiserver-kubelet-client.crt'),
+    apiserverKubeletClientKey: join(dir, 'apiserver-kubelet-client.key'),
     serviceAccountKey: join(dir, 'sa.key'),
     serviceAccountPub: join(dir, 'sa.pub'),
   };
@@ -35,6 +39,8 @@ export async function writePki(dir: string, pki: ClusterPki): Promise<PkiFiles> 
   await writeFile(files.apiserverKey, pki.apiserverServing.keyPem, secret);
   await writeFile(files.controllerManagerCert, pki.controllerManagerServing.certPem);
   await writeFile(files.controllerManagerKey, pki.controllerManagerServing.keyPem, secret);
+  await writeFile(files.apiserverKubeletClientCert, pki.apiserverKubeletClient.certPem);
+  await writeFile(files.apiserverKubeletClientKey, pki.apiserverKubeletClient.keyPem, secret);
   await writeFile(files.serviceAccountKey, pki.serviceAccount.keyPem, secret);
   await writeFile(files.serviceAccountPub, pki.serviceAccount.publicKeyPem);
   return files;
@@ -56,16 +62,22 @@ export function etcdArgs(dataDir: string, clientPort: number, peerPort: number):
   ];
 }
 
-export function apiserverArgs(o: { etcdUrl: string; port: number; files: PkiFiles; certDir: string; audit?: { policy: string; log: string }; extra?: string[] }): string[] {
+export function apiserverArgs(o: { etcdUrl: string; address: string; port: number; files: PkiFiles; certDir: string; audit?: { policy: string; log: string }; extra?: string[] }): string[] {
   return [
     ...(o.audit ? [`--audit-policy-file=${o.audit.policy}`, `--audit-log-path=${o.audit.log}`, '--audit-log-format=json', '--audit-log-mode=blocking'] : []),
     ...(o.extra ?? []),
     `--etcd-servers=${o.etcdUrl}`,
-    '--bind-address=127.0.0.1',
+    `--bind-address=${o.address}`,
     `--secure-port=${o.port}`,
     // The endpoint reconcilers reject a loopback advertise address; this cluster needs no endpoints.
-    '--advertise-address=127.0.0.1',
+    `--advertise-address=${o.address}`,
     '--endpoint-reconciler-type=none',
+    // As kubeadm: kubelets are reached by their InternalIP, over TLS verified
+    // against the cluster CA, with a client certificate of the apiserver's own.
+    '--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname',
+    `--kubelet-certificate-authority=${o.files.ca}`,
+    `--kubelet-client-certificate=${o.files.apiserverKubeletClientCert}`,
+    `--kubelet-client-key=${o.files.apiserverKubeletClientKey}`,
     `--tls-cert-file=${o.files.apiserverCert}`,
     `--tls-private-key-file=${o.files.apiserverKey}`,
     `--client-ca-file=${o.files.ca}`,

@@ -22,10 +22,15 @@ export interface StartOptions {
   signingDuration?: string;
   /** Names the temp dir, to tell concurrent planes apart. */
   name?: string;
-  /** Write every request's metadata to `<dir>/audit.log` (benchmarks count requests server-side). */
+  /** Write every request's metadata to `<dir>/audit.log` (benchmarks count requests server-side; read it with `auditEvents`). */
   audit?: boolean;
   /** false: kube-controller-manager runs without its CSR signer, so approved CSRs stay unissued. */
   csrSigning?: boolean;
+  /**
+   * Serve on this address instead of 127.0.0.1, e.g. the host end of a veth
+   * pair, so a node in its own network namespace can reach the apiserver.
+   */
+  address?: string;
   /** More kube-apiserver flags, e.g. a low --max-requests-inflight. */
   apiserverFlags?: string[];
 }
@@ -47,6 +52,8 @@ export interface ControlPlane {
   admin: AdminApi;
   /** Component name → log file. */
   logs: Record<string, string>;
+  /** The apiserver's audit log (JSON lines, level Metadata) when started with `audit`. */
+  auditLog: string | undefined;
   /** Milliseconds from start to everything ready. */
   startupMs: number;
   writeBootstrapKubeconfig(file: string, token: string, opts?: { ca?: 'file' | 'data' | 'none'; server?: string }): Promise<void>;
@@ -88,7 +95,8 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
   };
 
   try {
-    const pki = await createClusterPki();
+    const address = opts.address ?? '127.0.0.1';
+    const pki = await createClusterPki(address === '127.0.0.1' ? [] : [address]);
     const files = await writePki(dir, pki);
 
     const etcdData = join(dir, 'etcd');
@@ -112,11 +120,11 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
     await startOnFreePorts(
       1,
       ([port = 0]) => {
-        server = `https://127.0.0.1:${port}`;
+        server = `https://${address}:${port}`;
         const etcdUrl = `http://127.0.0.1:${etcdPort}`;
         const audit = opts.audit ? { policy: join(dir, 'audit-policy.yaml'), log: join(dir, 'audit.log') } : undefined;
         if (audit) writeFileSync(audit.policy, 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n');
-        return start('kube-apiserver', bin.kubeApiserver, apiserverArgs({ etcdUrl, port, files, certDir: join(dir, 'apiserver-certs'), audit, extra: opts.apiserverFlags }));
+        return start('kube-apiserver', bin.kubeApiserver, apiserverArgs({ etcdUrl, address, port, files, certDir: join(dir, 'apiserver-certs'), audit, extra: opts.apiserverFlags }));
       },
       async (c) => {
         const a = client({ server, caPem: pki.ca.certPem, certPem: pki.admin.certPem, keyPem: pki.admin.keyPem });
@@ -176,6 +184,7 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
       kubectlPath: bin.kubectl,
       admin: adminApi(a, (token) => kubeClient({ server, caPem: pki.ca.certPem, token })),
       logs,
+      auditLog: opts.audit ? join(dir, 'audit.log') : undefined,
       startupMs: Date.now() - began,
 
       async writeBootstrapKubeconfig(file, token, o = {}) {

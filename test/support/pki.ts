@@ -115,10 +115,13 @@ export interface ClusterPki {
   controllerManagerServing: CertAndKey;
   admin: CertAndKey;
   controllerManagerClient: CertAndKey;
+  /** What the apiserver shows a kubelet (logs, exec, proxy), as kubeadm's apiserver-kubelet-client. */
+  apiserverKubeletClient: CertAndKey;
   serviceAccount: KeyPair & { publicKeyPem: string };
 }
 
-export async function createClusterPki(): Promise<ClusterPki> {
+/** `apiserverIps`: more addresses the apiserver serves on (a node in its own network namespace dials one). */
+export async function createClusterPki(apiserverIps: string[] = []): Promise<ClusterPki> {
   const ca = await createCa('kubeboot-test-ca');
   const loopback = { dnsNames: ['localhost'], ipAddresses: ['127.0.0.1'] };
   const serviceAccount = await generateKeyPair();
@@ -127,13 +130,14 @@ export async function createClusterPki(): Promise<ClusterPki> {
     apiserverServing: await issueLeaf(ca, {
       commonName: 'kube-apiserver',
       usage: 'server',
-      ...loopback,
       dnsNames: ['localhost', 'kubernetes', 'kubernetes.default', 'kubernetes.default.svc'],
+      ipAddresses: ['127.0.0.1', ...apiserverIps],
     }),
     controllerManagerServing: await issueLeaf(ca, { commonName: 'kube-controller-manager', usage: 'server', ...loopback }),
     admin: await issueLeaf(ca, { commonName: 'kubeboot-admin', organizations: ['system:masters'], usage: 'client' }),
     // The identity kubeadm gives the controller manager; its ClusterRole is bootstrapped by the apiserver.
     controllerManagerClient: await issueLeaf(ca, { commonName: 'system:kube-controller-manager', usage: 'client' }),
+    apiserverKubeletClient: await issueLeaf(ca, { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'], usage: 'client' }),
     serviceAccount: { ...serviceAccount, publicKeyPem: publicKeyPem(serviceAccount.keys.publicKey) },
   };
 }

@@ -1,10 +1,13 @@
 //go:build tools
 
-// Package kube only pins the Kubernetes release whose control-plane binaries
-// the test suite builds; nothing here is shipped.
+// Package kube only pins the Kubernetes release whose binaries the test
+// suite builds (the control plane, and the real kubelet and kube-proxy of a
+// node); nothing here is shipped.
 package kube
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

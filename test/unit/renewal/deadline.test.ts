@@ -1,5 +1,5 @@
 import t from 'tap';
-import { isDue, renewalDeadline } from '../../../agent/renewal/deadline.js';
+import { CONSUMER_LEAD_MS, CONSUMER_RELOAD_MS, CONSUMER_SLACK_MS, isDue, renewalDeadline } from '../../../agent/renewal/deadline.js';
 
 const DAY = 24 * 60 * 60 * 1000;
 const MIN = 60 * 1000;
@@ -50,4 +50,56 @@ t.test('isDue is true from the deadline on and false before it', async (t) => {
   t.notOk(isDue(deadline, new Date(issued.getTime() + 999)));
   t.ok(isDue(deadline, deadline));
   t.ok(isDue(deadline, new Date(issued.getTime() + 5000)));
+});
+
+// kube-controller-manager's signer backdates notBefore 5 minutes; a
+// certificate asked for 10 minutes (the API's minimum) spans 15.
+const kcmShort = (issuedAt: Date, minutes: number) => ({ notBefore: new Date(issuedAt.getTime() - 5 * MIN), notAfter: new Date(issuedAt.getTime() + minutes * MIN) });
+
+t.test('the shortest certificate a cluster issues is renewed 6 minutes before it expires, so client-go consumers switch in time', async (t) => {
+  const cert = kcmShort(issued, 10);
+  for (const r of [0, 0.5, 0.999999]) {
+    const d = renewalDeadline(cert, { margin: 0 }, () => r);
+    t.equal(d.getTime(), cert.notAfter.getTime() - CONSUMER_LEAD_MS, `random ${r}: notAfter − 6 min, whatever the jitter drew`);
+    // A consumer's 5-minute check that loaded the old file just before the
+    // renewal runs again while that file is still valid.
+    t.ok(cert.notAfter.getTime() - d.getTime() >= CONSUMER_RELOAD_MS + CONSUMER_SLACK_MS, 'leaves the reload period plus slack');
+  }
+  t.equal(CONSUMER_RELOAD_MS, 5 * MIN, 'client-go CertCallbackRefreshDuration');
+});
+
+t.test('without the consumer lead the jitter alone would leave a 10-minute certificate less than the reload period', async (t) => {
+  const cert = kcmShort(issued, 10);
+  const lifetime = cert.notAfter.getTime() - cert.notBefore.getTime();
+  const jitterLatest = cert.notBefore.getTime() + 0.9 * lifetime;
+  t.ok(cert.notAfter.getTime() - jitterLatest < CONSUMER_RELOAD_MS, 'the 90 % point is 1.5 min before expiry');
+});
+
+t.test('the consumer lead changes nothing once the jitter window ends more than 6 minutes before expiry', async (t) => {
+  // 1 h certificate: the 90 % point is 6.5 min before notAfter.
+  const cert = kcmShort(issued, 60);
+  const lifetime = cert.notAfter.getTime() - cert.notBefore.getTime();
+  for (const r of [0, 0.5, 0.999999]) {
+    const d = renewalDeadline(cert, { margin: 0 }, () => r);
+    t.equal(d.getTime(), Math.floor(cert.notBefore.getTime() + lifetime * (0.7 + 0.2 * r)));
+  }
+  t.equal(fraction(renewalDeadline(yearCert, { margin: 0 }, () => 0.5)), 0.8, 'a year-long certificate still renews at 80 %');
+});
+
+t.test('a 15-minute certificate is renewed at notAfter − 6 min only when the jitter would be later', async (t) => {
+  const cert = kcmShort(issued, 15); // lifetime 20 min: jitter at 14–18 min after notBefore, lead at 14 min
+  t.equal(renewalDeadline(cert, { margin: 0 }, () => 0).getTime(), cert.notBefore.getTime() + 14 * MIN);
+  t.equal(renewalDeadline(cert, { margin: 0 }, () => 0.999999).getTime(), cert.notAfter.getTime() - CONSUMER_LEAD_MS);
+});
+
+t.test('a certificate shorter than twice the consumer lead is renewed at half its lifetime, not at once', async (t) => {
+  const cert = { notBefore: issued, notAfter: new Date(issued.getTime() + 8 * MIN) };
+  const d = renewalDeadline(cert, { margin: 0 }, () => 0.5);
+  t.equal(d.getTime(), issued.getTime() + 4 * MIN);
+  t.notOk(isDue(d, issued), 'not due when issued');
+});
+
+t.test("the operator's margin still wins over the consumer lead when it is earlier", async (t) => {
+  const cert = kcmShort(issued, 10);
+  t.equal(renewalDeadline(cert, { margin: 590 }, () => 0.5).getTime(), cert.notAfter.getTime() - 590_000);
 });

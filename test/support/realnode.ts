@@ -1,0 +1,183 @@
+// The real kubelet and kube-proxy of the control plane's release, run on the
+// credentials kubeboot wrote, without touching the host: the kubelet in
+// private mount and network namespaces (plain files bind-mounted over the
+// /proc/sys entries it writes, an overlay on /var), kube-proxy in the same
+// network namespace (the node's), the container runtime an in-memory fake.
+import { execFile } from 'node:child_process';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { stringify } from 'yaml';
+import type { NodeNetwork } from './netns.js';
+import { startComponent, stopComponent, waitReady, type Component } from './processes.js';
+
+export interface NodeBinaries {
+  dir: string;
+  kubelet: string;
+  kubeProxy: string;
+  fakecri: string;
+}
+
+const buildScript = fileURLToPath(new URL('../controlplane/build.sh', import.meta.url));
+let cached: Promise<NodeBinaries> | undefined;
+
+/** build.sh --node once per process: the control plane plus kubelet, kube-proxy and fakecri. */
+export function nodeBinaries(): Promise<NodeBinaries> {
+  cached ??= new Promise<string>((resolve, reject) => {
+    const child = execFile('bash', [buildScript, '--node'], { maxBuffer: 16 << 20 }, (err, out) => (err ? reject(err) : resolve(out)));
+    child.stderr?.pipe(process.stderr);
+  }).then((out) => {
+    const dir = out.trim().split('\n').at(-1) ?? '';
+    return { dir, kubelet: join(dir, 'kubelet'), kubeProxy: join(dir, 'kube-proxy'), fakecri: join(dir, 'fakecri') };
+  });
+  return cached;
+}
+
+/** The sysctls the kubelet sets (container_manager_linux.go setupKernelTunables); each gets a private file. */
+const KUBELET_SYSCTLS = ['vm/overcommit_memory', 'vm/panic_on_oom', 'kernel/panic', 'kernel/panic_on_oops', 'kernel/keys/root_maxkeys', 'kernel/keys/root_maxbytes'];
+
+/**
+ * Runs in a fresh mount namespace (unshare --mount, private propagation):
+ * the files stand in for the sysctls, the overlay takes every write to /var,
+ * then the program runs in the node's network namespace. nsenter --net, not
+ * `ip netns exec`, which remounts /sys and hides the cgroup mounts.
+ */
+const CONTAIN = `set -eu
+sysctls=$1 upper=$2 work=$3 netns=$4; shift 4
+for s in ${KUBELET_SYSCTLS.join(' ')}; do
+  f="$sysctls/$(echo "$s" | tr / .)"
+  cat "/proc/sys/$s" > "$f"
+  mount --bind "$f" "/proc/sys/$s"
+done
+mount -t overlay overlay -o "lowerdir=/var,upperdir=$upper,workdir=$work" /var
+exec nsenter --net="$netns" -- "$@"
+`;
+
+export interface RealNodeOptions {
+  name: string;
+  /** Short: unix socket paths are limited to 108 bytes. */
+  dir: string;
+  net: NodeNetwork;
+  caFile: string;
+  kubeletKubeconfig: string;
+  kubeProxyKubeconfig: string;
+  /** Serving certificate and key for the kubelet (one PEM file may hold both); default: the kubelet's self-signed one. */
+  kubeletServing?: { certFile: string; keyFile: string };
+  kubeletConfig?: Record<string, unknown>;
+}
+
+export interface RealNode {
+  fakecri: Component;
+  kubelet: Component;
+  kubeProxy: Component | undefined;
+  /** What the kubelet wrote to /var, captured by the overlay (paths relative to /var). */
+  varWrites(): string[];
+  /** The kubelet's view of the sysctls it sets (the files bind-mounted over /proc/sys), e.g. `kernel/panic` → `10`. */
+  privateSysctls(): Record<string, string>;
+  startKubeProxy(): Promise<Component>;
+  stop(): Promise<void>;
+}
+
+function walk(dir: string, prefix = ''): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const rel = prefix ? `${prefix}/${e.name}` : e.name;
+    out.push(rel);
+    if (e.isDirectory()) out.push(...walk(join(dir, e.name), rel));
+  }
+  return out;
+}
+
+/** Starts fakecri and the kubelet; kube-proxy comes with `startKubeProxy` once its credential exists. */
+export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
+  const bin = await nodeBinaries();
+  const d = (sub: string) => {
+    const p = join(o.dir, sub);
+    mkdirSync(p, { recursive: true, mode: 0o700 });
+    return p;
+  };
+  const socket = join(d('run'), 'cri.sock');
+  const components: Component[] = [];
+  const stop = async () => {
+    for (const c of [...components].reverse()) await stopComponent(c);
+  };
+
+  try {
+    const fakecri = startComponent('fakecri', bin.fakecri, ['--socket', socket, '--image-fs', o.dir], join(o.dir, 'fakecri.log'));
+    components.push(fakecri);
+    await waitReady(fakecri, 'fakecri socket', async () => readdirSync(join(o.dir, 'run')).includes('cri.sock'), 30_000);
+
+    const kubeletConfig = join(o.dir, 'kubelet-config.yaml');
+    writeFileSync(kubeletConfig, stringify({
+      apiVersion: 'kubelet.config.k8s.io/v1beta1',
+      kind: 'KubeletConfiguration',
+      containerRuntimeEndpoint: `unix://${socket}`,
+      imageServiceEndpoint: `unix://${socket}`,
+      address: o.net.nodeIp,
+      port: 10250,
+      readOnlyPort: 0,
+      healthzBindAddress: '127.0.0.1',
+      healthzPort: 10248,
+      authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, x509: { clientCAFile: o.caFile } },
+      authorization: { mode: 'Webhook' },
+      // kubeboot renews the client certificate; the kubelet only re-reads the files (client-go's reload).
+      rotateCertificates: false,
+      ...(o.kubeletServing ? { tlsCertFile: o.kubeletServing.certFile, tlsPrivateKeyFile: o.kubeletServing.keyFile } : {}),
+      // No QoS cgroups, no node-allocatable enforcement, no iptables chains: nothing on the host to set up.
+      cgroupsPerQOS: false,
+      enforceNodeAllocatable: [],
+      cgroupDriver: 'cgroupfs',
+      makeIPTablesUtilChains: false,
+      failSwapOn: false,
+      // A busy shared disk must not evict the test's pod.
+      evictionHard: { 'memory.available': '0%', 'nodefs.available': '0%', 'imagefs.available': '0%' },
+      imageGCHighThresholdPercent: 100,
+      ...o.kubeletConfig,
+    }));
+    const kubelet = startComponent('kubelet', 'unshare', [
+      '--mount', '--propagation', 'private', '--', 'sh', '-c', CONTAIN, 'contain',
+      d('sysctl'), d('var-upper'), d('var-work'), o.net.path,
+      bin.kubelet,
+      `--config=${kubeletConfig}`,
+      `--kubeconfig=${o.kubeletKubeconfig}`,
+      `--root-dir=${d('kubelet-root')}`,
+      `--cert-dir=${d('kubelet-serving')}`,
+      `--hostname-override=${o.name}`,
+      `--node-ip=${o.net.nodeIp}`,
+      '--v=2',
+    ], join(o.dir, 'kubelet.log'));
+    components.push(kubelet);
+
+    const node: RealNode = {
+      fakecri,
+      kubelet,
+      kubeProxy: undefined,
+      varWrites: () => walk(join(o.dir, 'var-upper')),
+      privateSysctls: () => Object.fromEntries(KUBELET_SYSCTLS.map((k) => [k, readFileSync(join(o.dir, 'sysctl', k.replaceAll('/', '.')), 'utf8').trim()])),
+      async startKubeProxy() {
+        const config = join(o.dir, 'kube-proxy-config.yaml');
+        writeFileSync(config, stringify({
+          apiVersion: 'kubeproxy.config.k8s.io/v1alpha1',
+          kind: 'KubeProxyConfiguration',
+          clientConnection: { kubeconfig: o.kubeProxyKubeconfig },
+          hostnameOverride: o.name,
+          mode: 'nftables',
+          bindAddress: o.net.nodeIp,
+          healthzBindAddress: `${o.net.nodeIp}:10256`,
+          metricsBindAddress: '127.0.0.1:10249',
+          // 0 leaves each kernel setting as it is; the conntrack limit is global to the host.
+          conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: '0s', tcpCloseWaitTimeout: '0s', udpTimeout: '0s', udpStreamTimeout: '0s' },
+        }));
+        const proxy = startComponent('kube-proxy', 'nsenter', [`--net=${o.net.path}`, '--', bin.kubeProxy, `--config=${config}`, '--v=2'], join(o.dir, 'kube-proxy.log'));
+        components.push(proxy);
+        node.kubeProxy = proxy;
+        return proxy;
+      },
+      stop,
+    };
+    return node;
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
