@@ -19,6 +19,8 @@ import { CONSUMER_RELOAD_MS } from '../../agent/renewal/deadline.js';
 import { auditEventsFrom, credentialId, joinRealNode, realNodeOrSkip, requestSpans, waitForIdentity, type AuditEvent } from '../support/node-join.js';
 
 const NAME = 'realnode-renew';
+// Certificate lifetimes, not CPU, set its length (~14 min): room past .taprc's 20 minutes for a loaded CI machine.
+t.setTimeout(40 * 60_000);
 const RENEWALS = 3;
 
 interface Seen {

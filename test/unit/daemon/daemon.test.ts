@@ -60,6 +60,13 @@ async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv })
   return { config, ca, agent, clock, daemon, stop };
 }
 
+/**
+ * A reply held back longer than the test runs, so the request is in flight
+ * throughout; short enough that a teardown racing it ends in a minute, not
+ * at tap's 20-minute timeout (seen once on a loaded machine).
+ */
+const NEVER_IN_THIS_TEST_MS = 60_000;
+
 /** Resolves once `probe` holds, letting the daemon's promise chains run in between; not a sleep. */
 async function until(what: string, probe: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const end = performance.now() + timeoutMs;
@@ -79,7 +86,7 @@ t.test('READY waits only for the kubelet: kube-proxy pending does not hold the n
   n.agent.get(SERVER).intercept({ path: CSRS, method: 'POST' }).reply(() => {
     csrPosted = true;
     return { statusCode: 201, data: { metadata: { name: 'node-csr-x', uid: 'u1' }, spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client' } } };
-  }).delay(600_000);
+  }).delay(NEVER_IN_THIS_TEST_MS);
   const ready = await notify.waitFor((m) => m.includes('READY=1'), 30_000);
   t.match(ready, /STATUS=kubelet ready; pending: kube-proxy: /, 'systemd hears READY=1 with kube-proxy named as pending');
   await until('the kube-proxy CSR request', () => csrPosted);
@@ -94,7 +101,7 @@ t.test('a loop stuck in one pass fails the liveness check; sleeping loops never 
   n.agent.get(SERVER).intercept({ path: CSRS, method: 'POST' }).reply(() => {
     csrPosted = true;
     return { statusCode: 201, data: {} };
-  }).delay(600_000);
+  }).delay(NEVER_IN_THIS_TEST_MS);
   await until('the kube-proxy CSR request', () => csrPosted);
   t.ok(n.daemon.healthy(), 'healthy while the pass is young');
   // waitTimeout 60 s: a pass is bounded by 4 × 60 s + 5 min, plus 30 s of grace.
