@@ -63,7 +63,7 @@ export interface RuleInput {
 
 export interface Rule {
   name: string;
-  /** Its row in the README's rule table (renderRuleTables; test/unit/docs.test.ts keeps them in sync). */
+  /** Its row in docs/approver.md's rule table (renderRuleTables; test/unit/docs.test.ts keeps them in sync). */
   summary: string;
   check(input: RuleInput): string | null;
 }
@@ -350,7 +350,7 @@ export function authorizedSummary(spec: PolicySpec): string {
   return `a SubjectAccessReview as the CSR's user, uid, groups and extra allows \`create\` on \`certificatesigningrequests/${spec.subresource}\``;
 }
 
-/** The README's rule tables: each policy's rules in the order they run, the first failure being the one reported. */
+/** docs/approver.md's rule tables: each policy's rules in the order they run, the first failure being the one reported. */
 export function renderRuleTables(): string {
   return Object.values(POLICIES)
     .map((spec) => {

@@ -1,6 +1,6 @@
 /**
  * `kubeboot approver-kubeconfig`: the cluster admin makes the kubeconfig
- * `kubeboot approver` runs with (README, "Cluster side"), in one command:
+ * `kubeboot approver` runs with (docs/approver.md), in one command:
  * a certificate for `kubeboot:approver` requested, approved and proven with
  * the admin kubeconfig, written 0600 to --approver-kubeconfig.
  */

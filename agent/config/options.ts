@@ -1,5 +1,5 @@
 /**
- * Every setting, once. The loader, `kubeboot --help` and the README's
+ * Every setting, once. The loader, `kubeboot --help` and docs/reference.md's
  * configuration reference are all generated from this table, so a flag that
  * exists is documented and a documented flag exists.
  *
@@ -234,7 +234,7 @@ export function renderOptionsHelp(): string {
   return lines.join('\n') + '\n';
 }
 
-/** Markdown table for the README's configuration reference. */
+/** Markdown table for the configuration reference in docs/reference.md. */
 export function renderOptionsReference(): string {
   const rows = OPTIONS.map((spec) => {
     const cells = [

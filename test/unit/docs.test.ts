@@ -1,4 +1,4 @@
-// README, `kubeboot --help` and the options table must say the same thing.
+// README, docs/, `kubeboot --help` and the options table must say the same thing.
 import { readFile } from 'node:fs/promises';
 import t from 'tap';
 import { POLICIES, renderRuleTables } from '../../agent/approver/policy.js';
@@ -6,28 +6,32 @@ import { COMMAND_FLAGS, COMMANDS, OPTIONS, renderOptionsReference } from '../../
 import { COMMAND_HELP, commandHelpText, helpText } from '../../agent/cli/help.js';
 
 const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
+const reference = await readFile(new URL('../../docs/reference.md', import.meta.url), 'utf8');
+const approverDoc = await readFile(new URL('../../docs/approver.md', import.meta.url), 'utf8');
 
-t.test("the README's approver rule tables are generated from the rules themselves", async (t) => {
-  const section = readme.split('<!-- rules:begin')[1]?.split('<!-- rules:end -->')[0] ?? '';
+t.test("docs/approver.md's rule tables are generated from the rules themselves", async (t) => {
+  const section = approverDoc.split('<!-- rules:begin')[1]?.split('<!-- rules:end -->')[0] ?? '';
   t.equal(section.slice(section.indexOf('\n') + 1), renderRuleTables(), 'regenerate them from agent/approver/policy.ts (npm run docs)');
   for (const spec of Object.values(POLICIES)) for (const rule of spec.rules) t.match(section, `| \`${rule.name}\` |`, `${spec.name}: ${rule.name} is in the table`);
 });
 
-t.test('the README configuration reference is the generated options table', async (t) => {
-  const section = readme.split('<!-- options:begin')[1]?.split('<!-- options:end -->')[0] ?? '';
+t.test('the configuration reference in docs/reference.md is the generated options table', async (t) => {
+  const section = reference.split('<!-- options:begin')[1]?.split('<!-- options:end -->')[0] ?? '';
   t.equal(section.slice(section.indexOf('\n') + 1), renderOptionsReference(), 'regenerate it from agent/config/options.ts');
 });
 
-t.test('--help lists every flag and every exit code the README documents', async (t) => {
+t.test('--help lists every flag and every exit code the docs document; the README names every command', async (t) => {
   const help = helpText();
   for (const spec of OPTIONS.filter((o) => o.flag !== null)) t.match(help, `--${spec.type === 'bool' ? '[no-]' : ''}${spec.flag}`, `--help shows --${spec.flag}`);
   for (const code of ['0', '1', '2', '3', '4']) {
-    t.match(readme, new RegExp(`\\n\\| ${code} \\|`), `README documents exit code ${code}`);
+    t.match(reference, new RegExp(`\\n\\| ${code} \\|`), `docs/reference.md documents exit code ${code}`);
+    t.match(readme, new RegExp(`\\b${code}\\s+\\(`), `the README names exit code ${code}`);
     t.match(help, new RegExp(`\\n  ${code}  `), `--help documents exit code ${code}`);
   }
   for (const command of COMMANDS) {
     t.match(help, new RegExp(`\\n  ${command} `), `--help lists ${command}`);
-    t.match(readme, `kubeboot ${command}`, `README lists ${command}`);
+    t.match(readme, `| \`kubeboot ${command}\` |`, `the README's table lists ${command}`);
+    t.match(reference, `kubeboot ${command}`, `docs/reference.md describes ${command}`);
   }
 });
 

@@ -147,7 +147,7 @@ t.test("the stderr reminder gives the token's id, its end and how to delete it, 
   t.match(tokenReminder(TOKEN, null), 'forever (--no-expiry)');
 });
 
-t.test("cloud-init's stages are the ones the user-data and the README rely on (Debian's cloud.cfg)", async (t) => {
+t.test("cloud-init's stages are the ones the user-data and docs/install.md rely on (Debian's cloud.cfg)", async (t) => {
   // The cloud-init package of packaging/deps.txt, the same Debian 12 package the real-cloud-init test boots.
   const cfg = parse(await readFile('/etc/cloud/cloud.cfg', 'utf8')) as Record<string, unknown>;
   const stage = (key: string) => ((cfg[key] ?? []) as unknown[]).map((m) => String(Array.isArray(m) ? m[0] : m).replaceAll('-', '_'));
@@ -155,7 +155,7 @@ t.test("cloud-init's stages are the ones the user-data and the README rely on (D
   t.ok(stage('cloud_config_modules').includes('apt_configure'), 'config stage: apt_configure adds the source');
   const final = stage('cloud_final_modules');
   t.ok(final.indexOf('package_update_upgrade_install') >= 0 && final.indexOf('package_update_upgrade_install') < final.indexOf('scripts_user'), 'final stage: packages, then the runcmd script');
-  const readme = (await readFile(new URL('../../../README.md', import.meta.url), 'utf8')).replace(/\s+/g, ' ');
-  t.match(readme, 'in its init stage (`write_files`), adds the repository in its config stage (`apt_configure`', 'README says so');
-  t.match(readme, 'installs the package in its final stage (`package_update_upgrade_install`');
+  const doc = (await readFile(new URL('../../../docs/install.md', import.meta.url), 'utf8')).replace(/\s+/g, ' ');
+  t.match(doc, 'in its init stage (`write_files`), adds the repository in its config stage (`apt_configure`', 'docs/install.md says so');
+  t.match(doc, 'installs the package in its final stage (`package_update_upgrade_install`');
 });
