@@ -108,7 +108,9 @@ export async function benchStack(dir: string, daemonFlags: string[]): Promise<[s
   for (const file of files) wallMs(file, env); // fill the compile cache
   // Interleaved, so a slower moment of a shared machine lands on every column.
   const times = files.map(() => [] as number[]);
-  for (let run = 0; run < RUNS; run++) files.forEach((file, i) => times[i]!.push(wallMs(file, env)));
+  for (let run = 0; run < RUNS; run++) files.forEach((file, i) => {
+    times[i]!.push(wallMs(file, env));
+  });
   const rss = files.map((file) => settledRssMiB(['--expose-gc', file, '--rss'], env));
   const base = median(times[0]!);
   const rows: [string, string][] = [[`a Node process loading nothing (empty module), ${RUNS} runs`, `median ${base.toFixed(0)} ms wall, RSS ${rss[0]!.toFixed(1)} MiB after a full GC`]];

@@ -42,7 +42,10 @@ export function delay(ms: number, clock: Clock, options: SleepOptions = {}): Pro
   let remaining = Math.max(0, ms);
   return wait(options.signal, clock, (arm, done) => {
     const step = (): void => {
-      if (remaining <= 0) return done();
+      if (remaining <= 0) {
+        done();
+        return;
+      }
       const slice = Math.min(remaining, chunk);
       remaining -= slice;
       arm(step, slice);

@@ -538,7 +538,9 @@ if (plane) {
           await plane.admin.waitFor(`${first!.name} approved`, async () => approvedByUs(await plane.admin.getCsr(first!.name)) || undefined, 15_000).catch(() => undefined);
           statuses.push(...(await Promise.all(rest.map(submit))));
         }
-        batch.forEach((g, k) => statuses[k] === 201 && created.set(g.name, g));
+        batch.forEach((g, k) => {
+          if (statuses[k] === 201) created.set(g.name, g);
+        });
         burstNames.push(names);
         await requester.client.close();
       }

@@ -119,7 +119,7 @@ if (toolsOrSkip(t, tools, true)) {
     tt.equal(statSync(wrapper).mode & 0o777, 0o755, 'wrapper is executable');
     const script = readFileSync(wrapper, 'utf8');
     tt.match(script, /^#!\/bin\/sh\n[\s\S]*\nexec \/usr\/lib\/kubeboot\/node --disable-sigusr1 \$heap \/usr\/lib\/kubeboot\/kubeboot\.cjs "\$@"\n$/, 'wrapper execs the shipped node, with SIGUSR1 unable to open an inspector');
-    tt.match(script, /\n  run \| approver\) heap=--max-semi-space-size=1 ;;\n/, 'the long-running commands get a small young generation');
+    tt.match(script, /\n {2}run \| approver\) heap=--max-semi-space-size=1 ;;\n/, 'the long-running commands get a small young generation');
     tt.match(script, /if \[ -z "\$\{NODE_COMPILE_CACHE\+x\}" \] && \[ "\$\(id -u\)" = 0 \]; then\n\s+NODE_COMPILE_CACHE=\/var\/cache\/kubeboot\n/, 'the compile cache is root-only, in /var/cache/kubeboot');
     const build = readFileSync(join(tree, 'usr/lib/kubeboot/kubeboot.cjs'), 'utf8').match(/'lib', "([0-9a-f]{12})", 'main\.mjs'/)?.[1];
     tt.ok(build && statSync(join(tree, 'usr/lib/kubeboot/lib', build, 'main.mjs')).isFile(), 'the loader names a chunk directory the package ships');

@@ -139,8 +139,8 @@ if (toolsOrSkip(t, tools, true)) {
     const dnfInstall = (rpmRepo: string) => {
       const root = join(work, `root-${rpmRepo.split('/').at(-2)}`);
       const rendered = run(process.execPath, [bundle, 'user-data', '--format', 'script', '--repo-type', 'yum', '--server', 'https://api.example:6443', '--token', TOKEN, '--ca-cert-hash', `sha256:${'ef'.repeat(32)}`, '--repo-url', `file://${rpmRepo}`, '--repo-key', key], { env: { PATH: process.env.PATH ?? '' } });
-      const entry = /cat > \/etc\/yum\.repos\.d\/kubeboot\.repo <<'KUBEBOOT_EOF'\n([^]*?)\nKUBEBOOT_EOF/.exec(rendered.stdout)?.[1];
-      const keyFile = /cat > (\/etc\/pki\/rpm-gpg\/RPM-GPG-KEY-kubeboot) <<'KUBEBOOT_EOF'\n([^]*?)\nKUBEBOOT_EOF/.exec(rendered.stdout);
+      const entry = /cat > \/etc\/yum\.repos\.d\/kubeboot\.repo <<'KUBEBOOT_EOF'\n([\s\S]*?)\nKUBEBOOT_EOF/.exec(rendered.stdout)?.[1];
+      const keyFile = /cat > (\/etc\/pki\/rpm-gpg\/RPM-GPG-KEY-kubeboot) <<'KUBEBOOT_EOF'\n([\s\S]*?)\nKUBEBOOT_EOF/.exec(rendered.stdout);
       if (entry === undefined || keyFile === null) throw new Error(`user-data --repo-type yum wrote no .repo entry or key: ${rendered.stdout}${rendered.stderr}`);
       mkdirSync(join(root, 'etc/yum.repos.d'), { recursive: true });
       mkdirSync(join(root, 'etc/pki/rpm-gpg'), { recursive: true });

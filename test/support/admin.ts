@@ -21,6 +21,7 @@ export interface CreateTokenOptions {
 }
 
 // Loose shapes: tests inspect whatever fields they care about.
+// biome-ignore lint/suspicious/noExplicitAny: a test reads any field of any object the API returns
 export type KubeObject = { metadata: { name: string; [k: string]: unknown }; [k: string]: any };
 
 export interface AdminApi {

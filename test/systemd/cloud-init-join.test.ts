@@ -127,6 +127,7 @@ if (toolsOrSkip(t, tools, true)) {
 
         // From the repository, with its signature checked, on an image without gpg.
         t.not((await node.exec(['sh', '-c', 'command -v gpg'])).code, 0, 'the image has no gpg');
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own format, not a template
         t.equal((await node.run(['dpkg-query', '-W', '-f', '${Version}', 'kubeboot'])).trim(), version, 'kubeboot is installed');
         t.match(await node.run(['apt-cache', 'policy', 'kubeboot']), `${good.base}/apt stable/main`, 'from the served repository');
         const listName = `${good.base.slice('http://'.length)}/apt/dists/stable/InRelease`.replaceAll('/', '_');

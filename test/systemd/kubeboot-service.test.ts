@@ -214,6 +214,7 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
     const pid = await node.numberProperty('kubeboot.service', 'MainPID');
     const csrs = (await csrsOf()).length;
     await installPackage(node, '/var/tmp/upgrade.deb');
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own format, not a template
     t.equal((await node.run(['dpkg-query', '-W', '-f=${Version}', 'kubeboot'])).trim(), `${version}+upgrade1`);
     await plane.admin.waitFor('the upgraded daemon running', async () => ((await node.numberProperty('kubeboot.service', 'MainPID')) !== pid && (await active('kubeboot.service')) === 'active' ? true : undefined), 90_000);
     t.pass('the daemon was restarted and is READY');

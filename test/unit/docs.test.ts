@@ -64,7 +64,7 @@ t.test("each command's --help lists exactly the options it takes, from the optio
     for (const flag of options) t.ok(OPTIONS.some((o) => o.flag === flag), `${command}: --${flag} is in the options table`);
     t.same(listedFlags(help), [...own, ...options].sort(), `${command}: its command flags and the table options it reads, nothing else`);
     for (const flag of Object.keys(COMMAND_HELP[command].meanings ?? {})) t.ok([...own, ...options].includes(flag), `${command}: a meaning for --${flag}, which it takes`);
-    options.forEach((f) => read.add(f));
+    for (const f of options) read.add(f);
   }
   const unread = OPTIONS.filter((o) => o.flag !== null && !read.has(o.flag)).map((o) => o.flag);
   t.same(unread, [], 'every option of the table is read by some command');

@@ -153,7 +153,9 @@ t.test('idle connections are capped: one past MAX_CONNECTIONS is closed on arriv
       s.on('error', reject);
     });
   const idle: net.Socket[] = [];
-  t.teardown(() => idle.forEach((s) => s.destroy()));
+  t.teardown(() => {
+    for (const s of idle) s.destroy();
+  });
   for (let i = 0; i < MAX_CONNECTIONS; i++) idle.push(await connect());
   const extra = await connect();
   await new Promise<void>((resolve) => extra.once('close', () => resolve()));
