@@ -2,10 +2,12 @@
 # Installs the Debian packages the build and tests use, when missing:
 # packaging tools (packaging/deps.txt), systemd-notify/socat for the
 # readiness tests, systemd-nspawn for the tests under a booted systemd
-# (test/systemd) and qemu-aarch64-static for the arm64 packages' tests. Needs root (CI and the dev machines run as root).
+# (test/systemd), qemu-aarch64-static for the arm64 packages' tests, and
+# podman with runc (crun refuses this machine's hybrid cgroups) and skopeo for
+# the image's tests. Needs root (CI and the dev machines run as root).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-want=(systemd python3 systemd-container qemu-user-static)
+want=(systemd python3 systemd-container qemu-user-static podman runc skopeo)
 [ -f "$root/packaging/deps.txt" ] && mapfile -t -O "${#want[@]}" want < <(grep -v '^\s*#' "$root/packaging/deps.txt" | sed '/^\s*$/d')
 missing=()
 for pkg in "${want[@]}"; do
