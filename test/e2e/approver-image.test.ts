@@ -1,0 +1,120 @@
+// The image from `npm run image`, run the way a pod runs it: podman with runc
+// on the host network, a read-only root filesystem, no capabilities, user
+// 65532, the ServiceAccount token from the TokenRequest API mounted at
+// /var/run/secrets/kubernetes.io/serviceaccount and KUBERNETES_SERVICE_HOST/
+// PORT set, so the in-cluster configuration is what connects. It must take
+// the Lease and approve a node's kube-proxy CSR against the real control plane.
+import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { request } from 'undici';
+import t from 'tap';
+import type { KubeObject } from '../support/admin.js';
+import { approverManifests, approvals, createNode, KUBE_PROXY, nodeClient, submitCsr } from '../support/approver.js';
+import { controlPlaneOrSkip } from '../support/controlplane.js';
+import { expectStatus } from '../support/http.js';
+import { assertNoSecrets, forbid, startWatched } from '../support/kubeboot.js';
+import { applyManifests } from '../support/manifests.js';
+import { freePort } from '../support/processes.js';
+import { buildImage, imageArchive, privatePodman } from '../packaging/fixtures/image.js';
+import { output, toolsOrSkip, version } from '../packaging/fixtures/packages.js';
+
+const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+const UID = 65532;
+
+if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], true)) {
+  const plane = await controlPlaneOrSkip(t, { name: 'approver-image' });
+  if (plane) {
+    buildImage();
+    const podman = privatePodman(t);
+    const image = `localhost/kubeboot:${version}`;
+    output('podman', podman(['pull', '--quiet', `oci-archive:${imageArchive()}:${version}`]));
+    output('podman', podman(['tag', `localhost/${version}:latest`, image]));
+
+    // The shipped ServiceAccount and RBAC, and a token for it as the kubelet would mount it.
+    await applyManifests(plane.admin, approverManifests);
+    const tokenRequest = await plane.admin.request<KubeObject>('POST', '/api/v1/namespaces/kube-system/serviceaccounts/kubeboot-approver/token', {
+      apiVersion: 'authentication.k8s.io/v1',
+      kind: 'TokenRequest',
+      spec: { expirationSeconds: 3600 },
+    });
+    const token = expectStatus(tokenRequest, 'TokenRequest for kubeboot-approver', 201).body.status.token as string;
+    forbid(token);
+    const sa = join(t.testdir(), 'serviceaccount');
+    mkdirSync(sa, { recursive: true, mode: 0o755 });
+    writeFileSync(join(sa, 'token'), token, { mode: 0o600 });
+    writeFileSync(join(sa, 'ca.crt'), plane.caPem, { mode: 0o644 });
+    writeFileSync(join(sa, 'namespace'), 'kube-system', { mode: 0o644 });
+    // Readable by the pod's user only, as with a projected volume and fsGroup.
+    chownSync(join(sa, 'token'), UID, UID);
+
+    const apiPort = new URL(plane.server).port;
+    const listen = await freePort();
+    const name = `kubeboot-approver-${process.pid}`;
+    const approver = startWatched('podman', podman([
+      'run', '--rm', '--name', name, '--hostname', name,
+      '--network', 'host', '--read-only', '--read-only-tmpfs=false', '--cap-drop=ALL', '--security-opt', 'no-new-privileges',
+      '--user', `${UID}:${UID}`, '--ulimit', 'nofile=4096:4096', '--ulimit', 'nproc=512:512',
+      '-e', 'KUBERNETES_SERVICE_HOST=127.0.0.1', '-e', `KUBERNETES_SERVICE_PORT=${apiPort}`,
+      '-v', `${sa}:${SA_DIR}:ro`,
+      image,
+      'approver', `--approver-listen=127.0.0.1:${listen}`, '--log-format=json',
+      '--lease-duration=4s', '--renew-deadline=3s', '--retry-period=1s',
+    ]), { PATH: process.env.PATH });
+    t.teardown(async () => {
+      if (approver.child.exitCode === null) {
+        output('podman', podman(['stop', '--time', '10', name]));
+        await approver.done;
+      }
+    });
+    const get = async (path: string) => {
+      const res = await request(`http://127.0.0.1:${listen}${path}`);
+      return { status: res.statusCode, body: await res.body.text() };
+    };
+
+    t.test('starts as 65532 with no capabilities on a read-only root, connected through the in-cluster configuration', async (t) => {
+      await approver.waitForOutput(/became the leader/, 120_000);
+      t.match(approver.output(), `"api":"in-cluster (${SA_DIR})"`, 'the in-cluster configuration connected it, not a kubeconfig');
+      const inspect = JSON.parse(output('podman', podman(['inspect', name])))[0];
+      const status = readFileSync(`/proc/${inspect.State.Pid}/status`, 'utf8');
+      t.match(status, new RegExp(`^Uid:\\s+${UID}\\s+${UID}\\s+${UID}\\s+${UID}$`, 'm'), `the process runs as ${UID}`);
+      t.match(status, /^CapEff:\s+0000000000000000$/m, 'with no effective capabilities');
+      t.match(status, /^CapBnd:\s+0000000000000000$/m, 'and none it could gain');
+      t.match(status, /^NoNewPrivs:\s+1$/m, 'no new privileges');
+      const rootMount = readFileSync(`/proc/${inspect.State.Pid}/mountinfo`, 'utf8').split('\n').find((l) => l.split(' ')[4] === '/');
+      t.match(rootMount?.split(' ')[5], /^ro\b/, 'the root filesystem is mounted read-only');
+      const lease = (await plane.admin.request<KubeObject>('GET', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver')).body;
+      t.match(lease.spec.holderIdentity, new RegExp(`^${name}_`), 'the container holds the Lease');
+      const ready = await get('/readyz');
+      t.equal(ready.status, 200, '/readyz');
+      t.match(ready.body, /leader: yes/, 'and leads');
+      t.comment(`container approver RSS: ${/^VmRSS:\s+(\d+ kB)/m.exec(status)?.[1]} (idle, leader)`);
+    });
+
+    t.test("approves a node's kube-proxy CSR", async (t) => {
+      await createNode(plane, 'image-node');
+      const node = await nodeClient(plane, 'image-node');
+      const csr = await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'image-kube-proxy' });
+      const issued = await plane.admin.waitFor(`CSR ${csr} issued`, async () => {
+        const c = await plane.admin.getCsr(csr);
+        return c?.status?.certificate ? c : undefined;
+      }, 60_000);
+      const [approval] = approvals(issued);
+      t.equal(approval?.reason, 'KubebootApprover', 'approved by kubeboot');
+      t.match(approval?.message, /kube-proxy-client: every rule passed/, 'every rule passed');
+      t.match(approver.output(), new RegExp(`"csr":"${csr}"`), 'the container logged the decision');
+      const metrics = (await get('/metrics')).body;
+      t.match(metrics, /kubeboot_approver_decisions_total\{signer="kubernetes.io\/kube-apiserver-client",decision="approved",rule="kube-proxy-client"\} 1/, 'counted');
+      const pid = JSON.parse(output('podman', podman(['inspect', name])))[0].State.Pid;
+      t.comment(`container approver peak RSS: ${/^VmHWM:\s+(\d+ kB)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]}`);
+      await node.close();
+    });
+
+    t.test('podman stop: SIGTERM releases the Lease and exits 0; nothing secret in the log', async (t) => {
+      output('podman', podman(['stop', '--time', '10', name]));
+      const done = await approver.done;
+      t.equal(done.code, 0, 'exit 0');
+      t.match(done.stdout + done.stderr, /released the lease/, 'released the lease');
+      assertNoSecrets(t, done.stdout + done.stderr, 'the container approver');
+    });
+  }
+}
