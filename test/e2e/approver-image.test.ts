@@ -1,22 +1,27 @@
-// The image from `npm run image`, run the way a pod runs it: podman with runc
-// on the host network, a read-only root filesystem, no capabilities, user
-// 65532, the ServiceAccount token from the TokenRequest API mounted at
-// /var/run/secrets/kubernetes.io/serviceaccount and KUBERNETES_SERVICE_HOST/
-// PORT set, so the in-cluster configuration is what connects. It must take
-// the Lease and approve a node's kube-proxy CSR against the real control plane.
+// The image from `npm run image`, run the way the shipped kustomize base runs
+// it: the Deployment's args, user and securityContext, under podman with runc
+// on the host network (read-only root, no capabilities, no new privileges,
+// its memory limit), the ServiceAccount token from the TokenRequest API
+// mounted at /var/run/secrets/kubernetes.io/serviceaccount and
+// KUBERNETES_SERVICE_HOST/PORT set, so the in-cluster configuration is what
+// connects. It must take the Lease and approve a node's kube-proxy CSR
+// against the real control plane. The base and its kubelet-serving overlay
+// are dry-run against that API server; `kubectl apply -f` of the directory
+// still creates only the RBAC.
 import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { parseAllDocuments } from 'yaml';
 import { request } from 'undici';
 import t from 'tap';
 import type { KubeObject } from '../support/admin.js';
-import { approverManifests, approvals, createNode, KUBE_PROXY, nodeClient, submitCsr } from '../support/approver.js';
+import { approvals, createNode, KUBE_PROXY, nodeClient, submitCsr } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus } from '../support/http.js';
 import { assertNoSecrets, forbid, startWatched } from '../support/kubeboot.js';
-import { applyManifests } from '../support/manifests.js';
+import { manifestsDir } from '../support/manifests.js';
 import { freePort } from '../support/processes.js';
 import { buildImage, imageArchive, privatePodman } from '../packaging/fixtures/image.js';
-import { output, toolsOrSkip, version } from '../packaging/fixtures/packages.js';
+import { output, run, toolsOrSkip, version } from '../packaging/fixtures/packages.js';
 
 const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 const UID = 65532;
@@ -30,8 +35,40 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
     output('podman', podman(['pull', '--quiet', `oci-archive:${imageArchive()}:${version}`]));
     output('podman', podman(['tag', `localhost/${version}:latest`, image]));
 
-    // The shipped ServiceAccount and RBAC, and a token for it as the kubelet would mount it.
-    await applyManifests(plane.admin, approverManifests);
+    const kubectl = (args: string[]) => output(plane.kubectlPath!, ['--kubeconfig', plane.adminKubeconfig, ...args]);
+    const render = (dir: string) => parseAllDocuments(kubectl(['kustomize', join(manifestsDir, dir)])).map((d) => d.toJS() as KubeObject);
+    const base = render('approver');
+    const deployment = base.find((o) => o.kind === 'Deployment')!;
+    const pod = deployment.spec.template.spec;
+    const container = pod.containers[0];
+
+    t.test('the kustomize base and the kubelet-serving overlay pass a server-side dry run', async (t) => {
+      for (const dir of ['approver', 'approver-kubelet-serving']) {
+        const r = run(plane.kubectlPath!, ['--kubeconfig', plane.adminKubeconfig, 'apply', '-k', join(manifestsDir, dir), '--dry-run=server']);
+        t.equal(r.status, 0, `kubectl apply -k ${dir} --dry-run=server\n${r.stderr}`);
+        t.match(r.stdout, /deployment.apps\/kubeboot-approver created \(server dry run\)/, `${dir}: the Deployment is accepted`);
+        t.match(r.stdout, /poddisruptionbudget.policy\/kubeboot-approver created \(server dry run\)/, `${dir}: the PodDisruptionBudget is accepted`);
+      }
+      t.equal(deployment.spec.replicas, 2, 'two replicas');
+      t.equal(pod.securityContext.runAsUser, UID, 'runs as the image\'s user');
+      t.equal(container.image, `registry.invalid/kubeboot:${version}`, 'the image of this version, from a registry that never resolves until an overlay names yours');
+      t.equal(pod.serviceAccountName, 'kubeboot-approver', 'the ServiceAccount the RBAC binds');
+      t.ok(base.some((o) => o.kind === 'ServiceAccount' && o.metadata.name === pod.serviceAccountName), 'which the base creates');
+      t.same(pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.labelSelector.matchLabels, deployment.spec.selector.matchLabels, 'replicas spread over nodes');
+      const pdb = base.find((o) => o.kind === 'PodDisruptionBudget')!;
+      t.same(pdb.spec.selector.matchLabels, deployment.spec.selector.matchLabels, 'the PodDisruptionBudget covers the Deployment');
+      t.equal(pdb.spec.minAvailable, 1);
+      t.match(container.args, ['approver', '--approver-listen=$(POD_IP):10272'], 'listens on the pod IP');
+      t.same(container.env[0], { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } });
+      t.notOk(container.args.includes('--approve-kubelet-serving'), 'the base approves no serving certificates');
+      const overlay = render('approver-kubelet-serving').find((o) => o.kind === 'Deployment')!;
+      t.same(overlay.spec.template.spec.containers[0].args, [...container.args, '--approve-kubelet-serving'], 'the overlay adds exactly --approve-kubelet-serving');
+    });
+
+    // `kubectl apply -f` of the directory, as the systemd unit's users do: the RBAC only, for real.
+    const applied = kubectl(['apply', '-f', join(manifestsDir, 'approver')]);
+    t.notMatch(applied, /deployment|poddisruptionbudget/i, 'kubectl apply -f approver/ creates no Deployment');
+    t.match(applied, /serviceaccount\/kubeboot-approver created/, 'kubectl apply -f approver/ creates the ServiceAccount');
     const tokenRequest = await plane.admin.request<KubeObject>('POST', '/api/v1/namespaces/kube-system/serviceaccounts/kubeboot-approver/token', {
       apiVersion: 'authentication.k8s.io/v1',
       kind: 'TokenRequest',
@@ -50,15 +87,20 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
     const apiPort = new URL(plane.server).port;
     const listen = await freePort();
     const name = `kubeboot-approver-${process.pid}`;
+    // The Deployment's container, as podman flags: what the pod's securityContext and limits ask of runc.
+    const user = `${pod.securityContext.runAsUser}:${pod.securityContext.runAsGroup}`;
+    const sc = container.securityContext;
+    const args = (container.args as string[]).map((a) => a.replace('$(POD_IP):10272', `127.0.0.1:${listen}`));
     const approver = startWatched('podman', podman([
-      'run', '--rm', '--name', name, '--hostname', name,
-      '--network', 'host', '--read-only', '--read-only-tmpfs=false', '--cap-drop=ALL', '--security-opt', 'no-new-privileges',
-      '--user', `${UID}:${UID}`, '--ulimit', 'nofile=4096:4096', '--ulimit', 'nproc=512:512',
+      'run', '--rm', '--name', name, '--hostname', name, '--network', 'host',
+      ...(sc.readOnlyRootFilesystem ? ['--read-only', '--read-only-tmpfs=false'] : []),
+      ...(sc.capabilities.drop.includes('ALL') ? ['--cap-drop=ALL'] : []),
+      ...(sc.allowPrivilegeEscalation === false ? ['--security-opt', 'no-new-privileges'] : []),
+      '--memory', `${parseInt(container.resources.limits.memory, 10)}m`,
+      '--user', user, '--ulimit', 'nofile=4096:4096', '--ulimit', 'nproc=512:512',
       '-e', 'KUBERNETES_SERVICE_HOST=127.0.0.1', '-e', `KUBERNETES_SERVICE_PORT=${apiPort}`,
       '-v', `${sa}:${SA_DIR}:ro`,
-      image,
-      'approver', `--approver-listen=127.0.0.1:${listen}`, '--log-format=json',
-      '--lease-duration=4s', '--renew-deadline=3s', '--retry-period=1s',
+      image, ...args, '--lease-duration=4s', '--renew-deadline=3s', '--retry-period=1s',
     ]), { PATH: process.env.PATH });
     t.teardown(async () => {
       if (approver.child.exitCode === null) {
@@ -71,7 +113,7 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
       return { status: res.statusCode, body: await res.body.text() };
     };
 
-    t.test('starts as 65532 with no capabilities on a read-only root, connected through the in-cluster configuration', async (t) => {
+    t.test("starts with the Deployment's args as 65532, no capabilities, a read-only root, connected through the in-cluster configuration", async (t) => {
       await approver.waitForOutput(/became the leader/, 120_000);
       t.match(approver.output(), `"api":"in-cluster (${SA_DIR})"`, 'the in-cluster configuration connected it, not a kubeconfig');
       const inspect = JSON.parse(output('podman', podman(['inspect', name])))[0];
