@@ -122,6 +122,9 @@ stage_common() { # stage npm-arch strip-command
   install -m0644 packaging/manifests/approver/*.yaml packaging/manifests/approver/Kustomization "$m/approver/"
   install -m0644 packaging/manifests/approver/deployment/*.yaml "$m/approver/deployment/"
   install -m0644 packaging/manifests/approver-kubelet-serving/kustomization.yaml "$m/approver-kubelet-serving/"
+  # Alerting rules (plain and PrometheusRule) and the approver's PodMonitor.
+  install -d "$s/usr/share/kubeboot/monitoring"
+  install -m0644 packaging/monitoring/*.yaml "$s/usr/share/kubeboot/monitoring/"
   install -m0644 "$work/kubeboot.txt" "$work/THIRD-PARTY-NOTICES.gz" "$s/usr/share/doc/kubeboot/"
   install -m0644 "$work/kubeboot.1.gz" "$s/usr/share/man/man1/"
 }

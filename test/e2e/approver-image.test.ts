@@ -7,7 +7,8 @@
 // connects. It must take the Lease and approve a node's kube-proxy CSR
 // against the real control plane. The base and its kubelet-serving overlay
 // are dry-run against that API server; `kubectl apply -f` of the directory
-// still creates only the RBAC.
+// still creates only the RBAC. Then every metric the shipped alerting rules
+// read is looked for in what this approver and a running `kubeboot run` serve.
 import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
@@ -17,9 +18,10 @@ import type { KubeObject } from '../support/admin.js';
 import { approvals, createNode, KUBE_PROXY, nodeClient, submitCsr } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus } from '../support/http.js';
-import { assertNoSecrets, forbid, startWatched } from '../support/kubeboot.js';
+import { assertNoSecrets, forbid, handToken, nodeLayout, startKubeboot, startWatched } from '../support/kubeboot.js';
 import { manifestsDir } from '../support/manifests.js';
 import { freePort } from '../support/processes.js';
+import { metricsUsedByRules } from '../packaging/fixtures/alerts.js';
 import { buildImage, imageArchive, privatePodman } from '../packaging/fixtures/image.js';
 import { output, run, toolsOrSkip, version } from '../packaging/fixtures/packages.js';
 
@@ -108,10 +110,12 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
         await approver.done;
       }
     });
-    const get = async (path: string) => {
-      const res = await request(`http://127.0.0.1:${listen}${path}`);
+    const fetchFrom = async (port: number, path: string) => {
+      const res = await request(`http://127.0.0.1:${port}${path}`);
       return { status: res.statusCode, body: await res.body.text() };
     };
+    const get = (path: string) => fetchFrom(listen, path);
+    let approverMetrics = '';
 
     t.test("starts with the Deployment's args as 65532, no capabilities, a read-only root, connected through the in-cluster configuration", async (t) => {
       await approver.waitForOutput(/became the leader/, 120_000);
@@ -145,6 +149,7 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
       t.match(approval?.message, /kube-proxy-client: every rule passed/, 'every rule passed');
       t.match(approver.output(), new RegExp(`"csr":"${csr}"`), 'the container logged the decision');
       const metrics = (await get('/metrics')).body;
+      approverMetrics = metrics;
       t.match(metrics, /kubeboot_approver_decisions_total\{signer="kubernetes.io\/kube-apiserver-client",decision="approved",rule="kube-proxy-client"\} 1/, 'counted');
       const pid = JSON.parse(output('podman', podman(['inspect', name])))[0].State.Pid;
       t.comment(`container approver peak RSS: ${/^VmHWM:\s+(\d+ kB)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]}`);
@@ -157,6 +162,31 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
       t.equal(done.code, 0, 'exit 0');
       t.match(done.stdout + done.stderr, /released the lease/, 'released the lease');
       assertNoSecrets(t, done.stdout + done.stderr, 'the container approver');
+    });
+
+    t.test('every metric the alerting rules read is served by the approver or by a running daemon', async (t) => {
+      // The approver is stopped: this node's kube-proxy CSR stays pending, as the pending-CSR alert needs.
+      const port = await freePort();
+      const node = await nodeLayout(join(t.testdir(), 'node'), 'metrics-node', { kubeProxy: { enabled: true }, listen: `127.0.0.1:${port}` });
+      await handToken(plane, node);
+      const daemon = startKubeboot(['run', '--config', node.config]);
+      t.teardown(async () => {
+        daemon.child.kill('SIGTERM');
+        await daemon.done;
+      });
+      const pendingSeries = /^kubeboot_csr_pending_since_timestamp_seconds\{identity="kube-proxy"\} (\S+)$/m;
+      const daemonMetrics = await plane.admin.waitFor('the daemon reporting its pending kube-proxy CSR', async () => {
+        const text = (await fetchFrom(port, '/metrics').catch(() => ({ body: '' }))).body;
+        return pendingSeries.test(text) && /^kubeboot_renewals_total\{identity="kubelet"\} 1$/m.test(text) ? text : undefined;
+      }, 120_000);
+      const since = Number(pendingSeries.exec(daemonMetrics)![1]);
+      t.ok(Math.abs(since - Date.now() / 1000) < 120, `the pending CSR's creation time is now (${since})`);
+      const served = new Set([...`${daemonMetrics}\n${approverMetrics}`.matchAll(/^# TYPE (\S+) (\S+)$/gm)].flatMap(([, name, type]) =>
+        type === 'histogram' ? [`${name}_bucket`, `${name}_sum`, `${name}_count`] : [name!]));
+      const used = metricsUsedByRules();
+      t.ok(used.length > 0, `the rules read ${used.join(', ')}`);
+      for (const name of used) t.ok(served.has(name), `${name} is served`);
+      assertNoSecrets(t, daemon.output(), 'kubeboot run');
     });
   }
 }

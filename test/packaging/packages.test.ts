@@ -51,6 +51,9 @@ const commonFiles = [
     .map((f) => `usr/share/kubeboot/manifests/approver/${f}`),
   ...readdirSync(join(repoRoot, 'packaging/manifests/approver/deployment')).map((f) => `usr/share/kubeboot/manifests/approver/deployment/${f}`),
   'usr/share/kubeboot/manifests/approver-kubelet-serving/kustomization.yaml',
+  ...readdirSync(join(repoRoot, 'packaging/monitoring'))
+    .filter((f) => f.endsWith('.yaml'))
+    .map((f) => `usr/share/kubeboot/monitoring/${f}`),
 ];
 
 /** The credentials kubeboot writes for others; removing kubeboot must keep them. */
