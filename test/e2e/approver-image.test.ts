@@ -6,7 +6,8 @@
 // KUBERNETES_SERVICE_HOST/PORT set, so the in-cluster configuration is what
 // connects. It must take the Lease and approve a node's kube-proxy CSR
 // against the real control plane. The base and its kubelet-serving overlay
-// are dry-run against that API server; `kubectl apply -f` of the directory
+// (and the metrics-auth one, a kube-rbac-proxy sidecar) are dry-run against
+// that API server; `kubectl apply -f` of the directory
 // still creates only the RBAC. Then every metric the shipped alerting rules
 // read is looked for in what this approver and a running `kubeboot run` serve.
 import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -45,7 +46,7 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
     const container = pod.containers[0];
 
     t.test('the kustomize base and the kubelet-serving overlay pass a server-side dry run', async (t) => {
-      for (const dir of ['approver', 'approver-kubelet-serving']) {
+      for (const dir of ['approver', 'approver-kubelet-serving', 'approver-metrics-auth']) {
         const r = run(plane.kubectlPath!, ['--kubeconfig', plane.adminKubeconfig, 'apply', '-k', join(manifestsDir, dir), '--dry-run=server']);
         t.equal(r.status, 0, `kubectl apply -k ${dir} --dry-run=server\n${r.stderr}`);
         t.match(r.stdout, /deployment.apps\/kubeboot-approver created \(server dry run\)/, `${dir}: the Deployment is accepted`);
@@ -65,6 +66,26 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
       t.notOk(container.args.includes('--approve-kubelet-serving'), 'the base approves no serving certificates');
       const overlay = render('approver-kubelet-serving').find((o) => o.kind === 'Deployment')!;
       t.same(overlay.spec.template.spec.containers[0].args, [...container.args, '--approve-kubelet-serving'], 'the overlay adds exactly --approve-kubelet-serving');
+    });
+
+    t.test('the metrics-auth overlay puts /metrics behind kube-rbac-proxy and keeps the probes working', async (t) => {
+      const rendered = render('approver-metrics-auth');
+      const [approverC, proxy] = rendered.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers;
+      const listen = (approverC.args as string[]).find((a) => a.startsWith('--approver-listen='))!.split('=')[1]!;
+      t.match(listen, /^127\.0\.0\.1:/, 'the approver listens inside the pod only');
+      t.notOk(approverC.ports, 'and publishes no port');
+      t.equal(proxy.name, 'kube-rbac-proxy');
+      t.ok(proxy.args.includes(`--upstream=http://${listen}/`), 'the sidecar proxies to that listener');
+      const port = Number((proxy.args as string[]).find((a) => a.startsWith('--secure-listen-address='))!.split(':').pop());
+      for (const probe of ['livenessProbe', 'readinessProbe']) {
+        t.match(approverC[probe].httpGet, { port, scheme: 'HTTPS' }, `${probe} goes through the sidecar's TLS port`);
+        t.ok((proxy.args as string[]).some((a) => a.startsWith('--ignore-paths=') && a.split('=')[1]!.split(',').includes(approverC[probe].httpGet.path)), `${probe}: its path needs no token`);
+      }
+      t.notOk((proxy.args as string[]).some((a) => /--ignore-paths=.*\/metrics/.test(a)), '/metrics does');
+      const reader = rendered.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'kubeboot:metrics-reader')!;
+      t.same(reader.rules, [{ nonResourceURLs: ['/metrics'], verbs: ['get'] }], 'a ClusterRole to grant scrapers');
+      const authn = rendered.find((o) => o.kind === 'ClusterRoleBinding' && o.metadata.name === 'kubeboot:approver-metrics-auth')!;
+      t.same(authn.subjects, [{ kind: 'ServiceAccount', name: 'kubeboot-approver', namespace: 'kube-system' }], 'the sidecar may review tokens as the pod\'s ServiceAccount');
     });
 
     // `kubectl apply -f` of the directory, as the systemd unit's users do: the RBAC only, for real.

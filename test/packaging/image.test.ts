@@ -21,7 +21,7 @@ if (toolsOrSkip(t, imageTools, true)) {
   t.comment(`npm run image: ${Date.now() - began} ms (0 when up to date)`);
   const layout = new Layout(join(imageDir, 'oci'));
   const platforms = layout.platforms();
-  const epoch = Number(output('git', ['log', '-1', '--format=%ct']).trim());
+  const epoch = Number(process.env.SOURCE_DATE_EPOCH ?? output('git', ['log', '-1', '--format=%ct']).trim());
   const lock = JSON.parse(readFileSync(join(repoRoot, 'package-lock.json'), 'utf8')) as { packages: Record<string, { version: string; dev?: boolean }> };
 
   t.test('one image index for linux/amd64 and linux/arm64, tagged with the version', async (t) => {

@@ -51,6 +51,7 @@ const commonFiles = [
     .map((f) => `usr/share/kubeboot/manifests/approver/${f}`),
   ...readdirSync(join(repoRoot, 'packaging/manifests/approver/deployment')).map((f) => `usr/share/kubeboot/manifests/approver/deployment/${f}`),
   'usr/share/kubeboot/manifests/approver-kubelet-serving/kustomization.yaml',
+  ...readdirSync(join(repoRoot, 'packaging/manifests/approver-metrics-auth')).map((f) => `usr/share/kubeboot/manifests/approver-metrics-auth/${f}`),
   ...readdirSync(join(repoRoot, 'packaging/monitoring'))
     .filter((f) => f.endsWith('.yaml'))
     .map((f) => `usr/share/kubeboot/monitoring/${f}`),
