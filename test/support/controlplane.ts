@@ -54,6 +54,8 @@ export interface ControlPlane {
   mintClientCert(opts: { commonName: string; organizations?: string[]; notBefore?: Date; notAfter?: Date }): Promise<{ certPem: string; keyPem: string }>;
   /** Peak resident set size (VmHWM, KiB) of each component so far. */
   peakRss(): Record<string, number | undefined>;
+  /** Process id of each component (benchmarks sample their CPU and memory). */
+  pids(): Record<string, number>;
   /** Stops all components; keeps the dir (and says where the logs are) when keep or KUBEBOOT_KEEP_CONTROLPLANE=1. */
   stop(opts?: { keep?: boolean }): Promise<void>;
 }
@@ -188,6 +190,7 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
       },
 
       peakRss: () => Object.fromEntries(components.map((c) => [c.name, peakRssKiB(c)])),
+      pids: () => Object.fromEntries(components.map((c) => [c.name, c.pid])),
 
       async stop(o = {}) {
         if (stopped) return;
