@@ -10,7 +10,8 @@
 // that API server; `kubectl apply -f` of the directory
 // still creates only the RBAC. Then every metric the shipped alerting rules
 // read is looked for in what this approver and a running `kubeboot run` serve.
-import { chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { request } from 'undici';
@@ -45,53 +46,8 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
     const pod = deployment.spec.template.spec;
     const container = pod.containers[0];
 
-    t.test('the kustomize base and the kubelet-serving overlay pass a server-side dry run', async (t) => {
-      for (const dir of ['approver', 'approver-kubelet-serving', 'approver-metrics-auth']) {
-        const r = run(plane.kubectlPath!, ['--kubeconfig', plane.adminKubeconfig, 'apply', '-k', join(manifestsDir, dir), '--dry-run=server']);
-        t.equal(r.status, 0, `kubectl apply -k ${dir} --dry-run=server\n${r.stderr}`);
-        t.match(r.stdout, /deployment.apps\/kubeboot-approver created \(server dry run\)/, `${dir}: the Deployment is accepted`);
-        t.match(r.stdout, /poddisruptionbudget.policy\/kubeboot-approver created \(server dry run\)/, `${dir}: the PodDisruptionBudget is accepted`);
-      }
-      t.equal(deployment.spec.replicas, 2, 'two replicas');
-      t.equal(pod.securityContext.runAsUser, UID, 'runs as the image\'s user');
-      t.equal(container.image, `registry.invalid/kubeboot:${version}`, 'the image of this version, from a registry that never resolves until an overlay names yours');
-      t.equal(pod.serviceAccountName, 'kubeboot-approver', 'the ServiceAccount the RBAC binds');
-      t.ok(base.some((o) => o.kind === 'ServiceAccount' && o.metadata.name === pod.serviceAccountName), 'which the base creates');
-      t.same(pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.labelSelector.matchLabels, deployment.spec.selector.matchLabels, 'replicas spread over nodes');
-      const pdb = base.find((o) => o.kind === 'PodDisruptionBudget')!;
-      t.same(pdb.spec.selector.matchLabels, deployment.spec.selector.matchLabels, 'the PodDisruptionBudget covers the Deployment');
-      t.equal(pdb.spec.minAvailable, 1);
-      t.match(container.args, ['approver', '--approver-listen=$(POD_IP):10272'], 'listens on the pod IP');
-      t.same(container.env[0], { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } });
-      t.notOk(container.args.includes('--approve-kubelet-serving'), 'the base approves no serving certificates');
-      const overlay = render('approver-kubelet-serving').find((o) => o.kind === 'Deployment')!;
-      t.same(overlay.spec.template.spec.containers[0].args, [...container.args, '--approve-kubelet-serving'], 'the overlay adds exactly --approve-kubelet-serving');
-    });
-
-    t.test('the metrics-auth overlay puts /metrics behind kube-rbac-proxy and keeps the probes working', async (t) => {
-      const rendered = render('approver-metrics-auth');
-      const [approverC, proxy] = rendered.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers;
-      const listen = (approverC.args as string[]).find((a) => a.startsWith('--approver-listen='))!.split('=')[1]!;
-      t.match(listen, /^127\.0\.0\.1:/, 'the approver listens inside the pod only');
-      t.notOk(approverC.ports, 'and publishes no port');
-      t.equal(proxy.name, 'kube-rbac-proxy');
-      t.ok(proxy.args.includes(`--upstream=http://${listen}/`), 'the sidecar proxies to that listener');
-      const port = Number((proxy.args as string[]).find((a) => a.startsWith('--secure-listen-address='))!.split(':').pop());
-      for (const probe of ['livenessProbe', 'readinessProbe']) {
-        t.match(approverC[probe].httpGet, { port, scheme: 'HTTPS' }, `${probe} goes through the sidecar's TLS port`);
-        t.ok((proxy.args as string[]).some((a) => a.startsWith('--ignore-paths=') && a.split('=')[1]!.split(',').includes(approverC[probe].httpGet.path)), `${probe}: its path needs no token`);
-      }
-      t.notOk((proxy.args as string[]).some((a) => /--ignore-paths=.*\/metrics/.test(a)), '/metrics does');
-      const reader = rendered.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'kubeboot:metrics-reader')!;
-      t.same(reader.rules, [{ nonResourceURLs: ['/metrics'], verbs: ['get'] }], 'a ClusterRole to grant scrapers');
-      const authn = rendered.find((o) => o.kind === 'ClusterRoleBinding' && o.metadata.name === 'kubeboot:approver-metrics-auth')!;
-      t.same(authn.subjects, [{ kind: 'ServiceAccount', name: 'kubeboot-approver', namespace: 'kube-system' }], 'the sidecar may review tokens as the pod\'s ServiceAccount');
-    });
-
     // `kubectl apply -f` of the directory, as the systemd unit's users do: the RBAC only, for real.
     const applied = kubectl(['apply', '-f', join(manifestsDir, 'approver')]);
-    t.notMatch(applied, /deployment|poddisruptionbudget/i, 'kubectl apply -f approver/ creates no Deployment');
-    t.match(applied, /serviceaccount\/kubeboot-approver created/, 'kubectl apply -f approver/ creates the ServiceAccount');
     const tokenRequest = await plane.admin.request<KubeObject>('POST', '/api/v1/namespaces/kube-system/serviceaccounts/kubeboot-approver/token', {
       apiVersion: 'authentication.k8s.io/v1',
       kind: 'TokenRequest',
@@ -137,6 +93,56 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
     };
     const get = (path: string) => fetchFrom(listen, path);
     let approverMetrics = '';
+
+    // Every await of the setup is above, before the first assertion or subtest.
+    t.test('kubectl apply -f of the base directory still creates only the RBAC', async (t) => {
+      t.notMatch(applied, /deployment|poddisruptionbudget/i, 'no Deployment, no PodDisruptionBudget');
+      t.match(applied, /serviceaccount\/kubeboot-approver created/, 'the ServiceAccount');
+      t.match(applied, /clusterrole.rbac.authorization.k8s.io\/kubeboot:approver created/, 'the ClusterRole');
+    });
+
+    t.test('the kustomize base and the kubelet-serving overlay pass a server-side dry run', async (t) => {
+      for (const dir of ['approver', 'approver-kubelet-serving', 'approver-metrics-auth']) {
+        const r = run(plane.kubectlPath!, ['--kubeconfig', plane.adminKubeconfig, 'apply', '-k', join(manifestsDir, dir), '--dry-run=server']);
+        t.equal(r.status, 0, `kubectl apply -k ${dir} --dry-run=server\n${r.stderr}`);
+        t.match(r.stdout, /deployment.apps\/kubeboot-approver created \(server dry run\)/, `${dir}: the Deployment is accepted`);
+        t.match(r.stdout, /poddisruptionbudget.policy\/kubeboot-approver created \(server dry run\)/, `${dir}: the PodDisruptionBudget is accepted`);
+      }
+      t.equal(deployment.spec.replicas, 2, 'two replicas');
+      t.equal(pod.securityContext.runAsUser, UID, 'runs as the image\'s user');
+      t.equal(container.image, `registry.invalid/kubeboot:${version}`, 'the image of this version, from a registry that never resolves until an overlay names yours');
+      t.equal(pod.serviceAccountName, 'kubeboot-approver', 'the ServiceAccount the RBAC binds');
+      t.ok(base.some((o) => o.kind === 'ServiceAccount' && o.metadata.name === pod.serviceAccountName), 'which the base creates');
+      t.same(pod.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.labelSelector.matchLabels, deployment.spec.selector.matchLabels, 'replicas spread over nodes');
+      const pdb = base.find((o) => o.kind === 'PodDisruptionBudget')!;
+      t.same(pdb.spec.selector.matchLabels, deployment.spec.selector.matchLabels, 'the PodDisruptionBudget covers the Deployment');
+      t.equal(pdb.spec.minAvailable, 1);
+      t.match(container.args, ['approver', '--approver-listen=$(POD_IP):10272'], 'listens on the pod IP');
+      t.same(container.env[0], { name: 'POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } });
+      t.notOk(container.args.includes('--approve-kubelet-serving'), 'the base approves no serving certificates');
+      const overlay = render('approver-kubelet-serving').find((o) => o.kind === 'Deployment')!;
+      t.same(overlay.spec.template.spec.containers[0].args, [...container.args, '--approve-kubelet-serving'], 'the overlay adds exactly --approve-kubelet-serving');
+    });
+
+    t.test('the metrics-auth overlay puts /metrics behind kube-rbac-proxy and keeps the probes working', async (t) => {
+      const rendered = render('approver-metrics-auth');
+      const [approverC, proxy] = rendered.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers;
+      const listen = (approverC.args as string[]).find((a) => a.startsWith('--approver-listen='))!.split('=')[1]!;
+      t.match(listen, /^127\.0\.0\.1:/, 'the approver listens inside the pod only');
+      t.notOk(approverC.ports, 'and publishes no port');
+      t.equal(proxy.name, 'kube-rbac-proxy');
+      t.ok(proxy.args.includes(`--upstream=http://${listen}/`), 'the sidecar proxies to that listener');
+      const port = Number((proxy.args as string[]).find((a) => a.startsWith('--secure-listen-address='))!.split(':').pop());
+      for (const probe of ['livenessProbe', 'readinessProbe']) {
+        t.match(approverC[probe].httpGet, { port, scheme: 'HTTPS' }, `${probe} goes through the sidecar's TLS port`);
+        t.ok((proxy.args as string[]).some((a) => a.startsWith('--ignore-paths=') && a.split('=')[1]!.split(',').includes(approverC[probe].httpGet.path)), `${probe}: its path needs no token`);
+      }
+      t.notOk((proxy.args as string[]).some((a) => /--ignore-paths=.*\/metrics/.test(a)), '/metrics does');
+      const reader = rendered.find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'kubeboot:metrics-reader')!;
+      t.same(reader.rules, [{ nonResourceURLs: ['/metrics'], verbs: ['get'] }], 'a ClusterRole to grant scrapers');
+      const authn = rendered.find((o) => o.kind === 'ClusterRoleBinding' && o.metadata.name === 'kubeboot:approver-metrics-auth')!;
+      t.same(authn.subjects, [{ kind: 'ServiceAccount', name: 'kubeboot-approver', namespace: 'kube-system' }], 'the sidecar may review tokens as the pod\'s ServiceAccount');
+    });
 
     t.test("starts with the Deployment's args as 65532, no capabilities, a read-only root, connected through the in-cluster configuration", async (t) => {
       await approver.waitForOutput(/became the leader/, 120_000);
@@ -188,12 +194,16 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
     t.test('every metric the alerting rules read is served by the approver or by a running daemon', async (t) => {
       // The approver is stopped: this node's kube-proxy CSR stays pending, as the pending-CSR alert needs.
       const port = await freePort();
-      const node = await nodeLayout(join(t.testdir(), 'node'), 'metrics-node', { kubeProxy: { enabled: true }, listen: `127.0.0.1:${port}` });
+      // Its own directory, removed only once the daemon is gone: tap's testdir
+      // is removed before teardowns run, while the daemon still writes there.
+      const dir = mkdtempSync(join(tmpdir(), 'kubeboot-metrics-node-'));
+      const node = await nodeLayout(dir, 'metrics-node', { kubeProxy: { enabled: true }, listen: `127.0.0.1:${port}` });
       await handToken(plane, node);
       const daemon = startKubeboot(['run', '--config', node.config]);
       t.teardown(async () => {
-        daemon.child.kill('SIGTERM');
+        if (daemon.child.exitCode === null && daemon.child.signalCode === null) daemon.child.kill('SIGKILL');
         await daemon.done;
+        rmSync(dir, { recursive: true, force: true });
       });
       const pendingSeries = /^kubeboot_csr_pending_since_timestamp_seconds\{identity="kube-proxy"\} (\S+)$/m;
       const daemonMetrics = await plane.admin.waitFor('the daemon reporting its pending kube-proxy CSR', async () => {
@@ -207,6 +217,12 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
       const used = metricsUsedByRules();
       t.ok(used.length > 0, `the rules read ${used.join(', ')}`);
       for (const name of used) t.ok(served.has(name), `${name} is served`);
+      // Stopped here, bounded, so a daemon that ignores SIGTERM fails this test instead of hanging it.
+      daemon.child.kill('SIGTERM');
+      const killer = setTimeout(() => daemon.child.kill('SIGKILL'), 30_000);
+      const stopped = await daemon.done;
+      clearTimeout(killer);
+      t.equal(stopped.code, 0, `kubeboot run exits 0 on SIGTERM with its CSR pending\n${stopped.signal === 'SIGKILL' ? stopped.stderr.slice(-4000) : ''}`);
       assertNoSecrets(t, daemon.output(), 'kubeboot run');
     });
   }
