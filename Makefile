@@ -8,7 +8,7 @@ SHELL := /bin/bash
 NODE_BIN := $(shell bash scripts/node.sh)
 export PATH := $(NODE_BIN):$(PATH)
 
-.PHONY: all deps system-deps controlplane test test-unit demo package bench clean
+.PHONY: all deps system-deps controlplane test test-unit demo package image bench clean
 all: test
 
 system-deps:
@@ -34,6 +34,9 @@ demo: system-deps deps
 
 package: system-deps deps
 	npm run package
+
+image: system-deps deps
+	npm run image
 
 bench: deps controlplane
 	npm run bench

@@ -115,8 +115,18 @@ stage_common() { # stage npm-arch strip-command
     install -d "$s/usr/share/kubeboot/manifests"
     install -m0644 packaging/manifests/*.yaml "$s/usr/share/kubeboot/manifests/"
   fi
-  install -d "$s/usr/share/kubeboot/manifests/approver"
-  install -m0644 packaging/manifests/approver/*.yaml packaging/manifests/approver/*.example "$s/usr/share/kubeboot/manifests/approver/"
+  # The approver's RBAC (kubectl apply -f), its kustomize base (Kustomization,
+  # deployment/) and the overlays beside it (kubectl apply -k).
+  local m=$s/usr/share/kubeboot/manifests
+  install -d "$m/approver/deployment" "$m/approver-kubelet-serving"
+  install -m0644 packaging/manifests/approver/*.yaml packaging/manifests/approver/Kustomization "$m/approver/"
+  install -m0644 packaging/manifests/approver/deployment/*.yaml "$m/approver/deployment/"
+  install -m0644 packaging/manifests/approver-kubelet-serving/kustomization.yaml "$m/approver-kubelet-serving/"
+  install -d "$m/approver-metrics-auth"
+  install -m0644 packaging/manifests/approver-metrics-auth/*.yaml "$m/approver-metrics-auth/"
+  # Alerting rules (plain and PrometheusRule) and the approver's PodMonitor.
+  install -d "$s/usr/share/kubeboot/monitoring"
+  install -m0644 packaging/monitoring/*.yaml "$s/usr/share/kubeboot/monitoring/"
   install -m0644 "$work/kubeboot.txt" "$work/THIRD-PARTY-NOTICES.gz" "$s/usr/share/doc/kubeboot/"
   install -m0644 "$work/kubeboot.1.gz" "$s/usr/share/man/man1/"
 }

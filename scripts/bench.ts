@@ -8,6 +8,7 @@
 //     interleaved, with API requests counted by the API server (its audit log)
 //   - what each chosen library costs a process at start (scripts/bench-stack.ts)
 //   - kubeboot approver: CSR created → approved p50/p99, idle RSS (scripts/bench-approver.ts)
+//   - a join storm, kube-controller-manager's csrapproving next to kubeboot approver (scripts/bench-side-by-side.ts)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -16,6 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane } from '../test/support/controlplane.js';
 import { bundle, launcherNodeFlags, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
 import { benchApprover } from './bench-approver.js';
+import { benchSideBySide } from './bench-side-by-side.js';
 import { benchStack } from './bench-stack.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
@@ -143,6 +145,7 @@ try {
   rows.push(['ratio Node built-ins floor / kubelet (medians)', `${(median('floor') / median('kubelet')).toFixed(2)}x`]);
   rows.push(...(await benchStack(join(dir, 'stack'), launcherNodeFlags('run'))));
   rows.push(...(await benchApprover(plane, join(dir, 'approver'))));
+  rows.push(...(await benchSideBySide(plane, join(dir, 'storm'))));
 
   rows.push(['cold start: node dist/kubeboot.cjs --version (median of 20)', `${coldStart([process.execPath, bundle, '--version']).toFixed(0)} ms`]);
   rows.push(['cold start: node -e 0 (median of 20)', `${coldStart([process.execPath, '-e', '0']).toFixed(0)} ms`]);

@@ -4,11 +4,12 @@
 # readiness tests, systemd-nspawn for the tests under a booted systemd
 # (test/systemd), qemu-aarch64-static for the arm64 packages' tests, and
 # for the real node's tests (test/e2e/realnode-*) iproute2 (veth pairs,
-# network namespaces) and the nft/iptables/conntrack commands kube-proxy runs.
-# Needs root (CI and the dev machines run as root).
+# network namespaces) and the nft/iptables/conntrack commands kube-proxy runs,
+# and podman with runc (crun refuses this machine's hybrid cgroups) and skopeo
+# for the image's tests. Needs root (CI and the dev machines run as root).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-want=(systemd python3 systemd-container qemu-user-static iproute2 nftables iptables conntrack)
+want=(systemd python3 systemd-container qemu-user-static iproute2 nftables iptables conntrack podman runc skopeo)
 [ -f "$root/packaging/deps.txt" ] && mapfile -t -O "${#want[@]}" want < <(grep -v '^\s*#' "$root/packaging/deps.txt" | sed '/^\s*$/d')
 missing=()
 for pkg in "${want[@]}"; do

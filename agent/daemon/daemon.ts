@@ -321,6 +321,7 @@ export class Daemon {
     slot.state.lastSuccess = now.toISOString();
     slot.state.lastError = null;
     slot.state.pendingCsr = null;
+    this.metrics.csrSettled(identity.name);
     slot.deadline = null;
     if (identity.name === 'kubelet' && slot.seen?.state === 'usable') this.#provenKubeletPem = slot.seen.certPem;
     this.metrics.recordRenewal(identity.name, now);
@@ -345,6 +346,7 @@ export class Daemon {
     slot.attempt = plan.attempt;
     slot.state.lastError = message;
     slot.state.pendingCsr = null;
+    this.metrics.csrSettled(identity.name);
     this.metrics.recordRenewalFailure(identity.name, plan.reason);
     if (err instanceof NeedsBootstrapError) {
       this.#logger.error(
@@ -443,6 +445,7 @@ export class Daemon {
       onCsrSubmitted: (identity, name) => {
         const slot = this.#slots.get(identity.name);
         if (slot) slot.state.pendingCsr = name;
+        this.metrics.csrPending(identity.name, this.#clock.now());
         void this.#publish();
       },
       onCsrWait: (identity, seconds) => this.metrics.observeCsrWait(identity.name, seconds),

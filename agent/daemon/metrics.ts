@@ -28,6 +28,10 @@ export interface KubebootMetrics {
   recordRenewalFailure(identity: IdentityName, reason: string): void;
   recordHookFailure(identity: IdentityName): void;
   observeCsrWait(identity: IdentityName, seconds: number): void;
+  /** A CSR was created at `at`; its identity waits for approval and issue. */
+  csrPending(identity: IdentityName, at: Date): void;
+  /** The identity's wait ended: issued, or the attempt failed. */
+  csrSettled(identity: IdentityName): void;
 }
 
 /** Approval can take up to client-go's 15-minute certificateWaitTimeout. */
@@ -89,6 +93,14 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     labelNames,
     registers,
   });
+  // What an alert on "pending for N minutes" needs: the wait histogram only
+  // learns of a wait when it ends (15 minutes at most, then a failure).
+  const pendingSince = new Gauge({
+    name: 'kubeboot_csr_pending_since_timestamp_seconds',
+    help: 'Creation time of the CSR this identity waits on, in seconds since the epoch; no series while none is pending.',
+    labelNames,
+    registers,
+  });
   const csrWait = new Histogram({
     name: 'kubeboot_csr_wait_duration_seconds',
     help: 'Time from CSR creation to an issued certificate.',
@@ -109,5 +121,7 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     recordRenewalFailure: (identity, reason) => failures.inc({ identity, reason }),
     recordHookFailure: (identity) => hookFailures.inc({ identity }),
     observeCsrWait: (identity, seconds) => csrWait.observe({ identity }, seconds),
+    csrPending: (identity, at) => pendingSince.set({ identity }, at.getTime() / 1000),
+    csrSettled: (identity) => pendingSince.remove({ identity }),
   };
 }

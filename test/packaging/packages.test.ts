@@ -47,8 +47,14 @@ const commonFiles = [
     .filter((f) => f.endsWith('.yaml'))
     .map((f) => `usr/share/kubeboot/manifests/${f}`),
   ...readdirSync(join(repoRoot, 'packaging/manifests/approver'))
-    .filter((f) => f.endsWith('.yaml') || f.endsWith('.example'))
+    .filter((f) => f.endsWith('.yaml') || f === 'Kustomization')
     .map((f) => `usr/share/kubeboot/manifests/approver/${f}`),
+  ...readdirSync(join(repoRoot, 'packaging/manifests/approver/deployment')).map((f) => `usr/share/kubeboot/manifests/approver/deployment/${f}`),
+  'usr/share/kubeboot/manifests/approver-kubelet-serving/kustomization.yaml',
+  ...readdirSync(join(repoRoot, 'packaging/manifests/approver-metrics-auth')).map((f) => `usr/share/kubeboot/manifests/approver-metrics-auth/${f}`),
+  ...readdirSync(join(repoRoot, 'packaging/monitoring'))
+    .filter((f) => f.endsWith('.yaml'))
+    .map((f) => `usr/share/kubeboot/monitoring/${f}`),
 ];
 
 /** The credentials kubeboot writes for others; removing kubeboot must keep them. */

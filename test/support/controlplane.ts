@@ -63,6 +63,8 @@ export interface ControlPlane {
   peakRss(): Record<string, number | undefined>;
   /** Sends a signal to one component: SIGSTOP and SIGCONT pause and resume it (e.g. the signer, in kube-controller-manager). */
   signal(component: 'etcd' | 'kube-apiserver' | 'kube-controller-manager', signal: NodeJS.Signals): void;
+  /** Process id of each component (benchmarks sample their CPU and memory). */
+  pids(): Record<string, number>;
   /** Stops all components; keeps the dir (and says where the logs are) when keep or KUBEBOOT_KEEP_CONTROLPLANE=1. */
   stop(opts?: { keep?: boolean }): Promise<void>;
 }
@@ -199,6 +201,7 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
       },
 
       peakRss: () => Object.fromEntries(components.map((c) => [c.name, peakRssKiB(c)])),
+      pids: () => Object.fromEntries(components.map((c) => [c.name, c.pid])),
 
       signal(name, sig) {
         const c = components.find((x) => x.name === name);

@@ -101,10 +101,12 @@ export interface Running {
 }
 
 export function startKubeboot(args: string[], env: NodeJS.ProcessEnv = {}): Running {
-  const child = spawnTiedToTest(process.execPath, [...launcherNodeFlags(args[0]), bundle, ...args], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, KUBEBOOT_LOG_FORMAT: 'json', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  return startWatched(process.execPath, [...launcherNodeFlags(args[0]), bundle, ...args], { PATH: process.env.PATH, HOME: process.env.HOME, KUBEBOOT_LOG_FORMAT: 'json', ...env });
+}
+
+/** Any command (kubeboot in a container, say), its output collected and watched as startKubeboot's. */
+export function startWatched(command: string, args: string[], env: NodeJS.ProcessEnv): Running {
+  const child = spawnTiedToTest(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   const watchers: { re: RegExp; resolve: (m: string) => void }[] = [];

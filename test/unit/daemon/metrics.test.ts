@@ -54,6 +54,17 @@ t.test('CSR wait times land in buckets reaching 15 minutes', async (t) => {
   t.equal(value(text, 'kubeboot_csr_wait_duration_seconds_count{identity="kubelet"}'), 1);
 });
 
+t.test('a pending CSR is a series with its creation time, gone once the wait ends', async (t) => {
+  const m = createMetrics({ ...none, defaultMetrics: false });
+  const series = 'kubeboot_csr_pending_since_timestamp_seconds{identity="kube-proxy"}';
+  t.equal(value(await m.registry.metrics(), series), undefined, 'nothing pending at first');
+  m.csrPending('kube-proxy', now);
+  t.equal(value(await m.registry.metrics(), series), now.getTime() / 1000, 'when the CSR was created');
+  m.csrSettled('kube-proxy');
+  t.equal(value(await m.registry.metrics(), series), undefined, 'no series once issued or failed');
+  t.match(await m.registry.metrics(), /^# TYPE kubeboot_csr_pending_since_timestamp_seconds gauge$/m, 'the metric itself is always listed');
+});
+
 t.test('process metrics are included and the global registry is left alone', async (t) => {
   const m = createMetrics(none);
   t.match(await m.registry.metrics(), /^process_cpu_seconds_total /m);
