@@ -6,7 +6,7 @@
 import { dns1123SubdomainProblem } from '../config/values.js';
 import type { KubeClient } from '../kube/client.js';
 import { expectObject, objectPath } from '../kube/objects.js';
-import type { ApproverCsr } from './csr.js';
+import type { ApproverCsr } from './csr-facts.js';
 import { CSR_PATH } from './informer.js';
 import type { NodeAddress } from './policy.js';
 

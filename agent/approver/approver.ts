@@ -9,7 +9,7 @@
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
 import { decideCsr, getNode, subjectAccessReview, warnOnCsr, type DecisionWrite } from './api.js';
-import { isSettled, isUnissued, type ApproverCsr } from './csr.js';
+import { isSettled, isUnissued, type ApproverCsr } from './csr-facts.js';
 import { AUTHORIZED_RULE, decide, type Decision } from './decide.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';

@@ -4,7 +4,7 @@
  * only at that node's, so a decision costs what one node has, not what the
  * cluster has (50,000 CSRs of one credential made a full pass quadratic).
  */
-import type { ApproverCsr } from './csr.js';
+import type { ApproverCsr } from './csr-facts.js';
 
 const requesterKey = (csr: ApproverCsr): string => JSON.stringify([csr.spec.username ?? '', csr.spec.signerName]);
 

@@ -6,7 +6,7 @@
  */
 import path from 'node:path';
 import { InputError } from '../errors.js';
-import { KubeClient, type Credential } from '../kube/client.js';
+import { KubeClient, type ClientAuth } from '../kube/client.js';
 import { parseBootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { ReadFile } from '../read-optional.js';
 
@@ -32,7 +32,7 @@ export async function connect(input: ConnectInput): Promise<Connection> {
     const kc = await parseBootstrapKubeconfig(input.kubeconfig, text, input.readFile);
     // Approving on the word of an unverified server, with our credential sent to it, is never right.
     if (kc.insecureSkipTlsVerify) throw new InputError(input.kubeconfig, 'insecure-skip-tls-verify', 'refused: the approver verifies the API server; give the cluster CA instead');
-    let credential: Credential;
+    let credential: ClientAuth;
     if (kc.auth.kind === 'client-certificate') credential = { kind: 'client-certificate', certPem: kc.auth.certPem, keyPem: kc.auth.keyPem };
     else if (kc.tokenFile !== null) credential = { kind: 'token-file', path: kc.tokenFile };
     else credential = { kind: 'token', token: kc.auth.token };

@@ -6,7 +6,7 @@
  * whole decision runs in unit tests without a cluster.
  */
 import { KubebootError } from '../errors.js';
-import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr.js';
+import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr-facts.js';
 import { AUTHORIZED_RULE, evaluate, nodeNameOf, POLICIES, recognize, type ApproverPolicy, type NodeAddress, type PolicyName, type World } from './policy.js';
 import { requestFacts, type RequestFacts } from './request.js';
 

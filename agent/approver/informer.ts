@@ -10,7 +10,7 @@ import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import { expectObject } from '../kube/objects.js';
 import type { Logger } from '../log.js';
 import { CsrCache } from './cache.js';
-import type { ApproverCsr } from './csr.js';
+import type { ApproverCsr } from './csr-facts.js';
 import { sleep } from './leader.js';
 
 export const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';

@@ -6,7 +6,7 @@
  */
 import { createPublicKey } from 'node:crypto';
 import { KubebootError } from '../errors.js';
-import { parseCsrDer } from '../pki/csr.js';
+import { parseCsrDer } from '../pki/pkcs10.js';
 import { csrLayout, extensionIds, type DerValue } from '../pki/der.js';
 import { canonicalIp } from '../pki/names.js';
 import { x509 } from '../pki/x509.js';

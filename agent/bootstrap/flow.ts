@@ -8,7 +8,7 @@
  */
 import type { Config } from '../config/types.js';
 import { KubebootError } from '../errors.js';
-import { identitiesFor } from '../identities.js';
+import { identitiesFor } from '../config/identities.js';
 import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import { recoverStore } from '../store/cert-store.js';
 import { allOf, assessIdentity, assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';

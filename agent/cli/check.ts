@@ -8,7 +8,7 @@ import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
 import { ApiError, ExitCode, exitCodeOf } from '../errors.js';
 import type { Logger } from '../log.js';
-import { KubeClient, type Credential, type Endpoint } from '../kube/client.js';
+import { KubeClient, type ClientAuth, type Endpoint } from '../kube/client.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
 import { parseBootstrapKubeconfig } from '../kubeconfig/parse.js';
@@ -44,7 +44,7 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
 
   const kubelet = node.kubelet;
   let endpoint: Endpoint | null = kubelet.cluster;
-  let credential: Credential | null = isNodeCredential(kubelet) ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
+  let credential: ClientAuth | null = isNodeCredential(kubelet) ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
   let bootstrapFile: string | null = null;
   if (unreadable !== null) {
     lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });

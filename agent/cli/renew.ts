@@ -11,7 +11,7 @@ import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
 import { renewIdentity } from '../credential/renew.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError } from '../errors.js';
-import { identitiesFor } from '../identities.js';
+import { identitiesFor } from '../config/identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { runIdentityHooks } from '../daemon/hooks.js';

@@ -1,7 +1,7 @@
 /** `kubeboot status`: per identity, what is on disk and what the daemon last did. */
 import type { Config } from '../config/types.js';
 import { ExitCode } from '../errors.js';
-import { identitiesFor } from '../identities.js';
+import { identitiesFor } from '../config/identities.js';
 import { currentCertPath } from '../identity.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { loadCurrent } from '../store/cert-store.js';

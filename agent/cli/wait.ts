@@ -12,7 +12,7 @@ import { formatDuration } from '../config/values.js';
 import { allOf, assessNode, type Assessment } from '../credential/assess.js';
 import { describePending, pendingCsr } from '../credential/pending-csr.js';
 import { ExitCode, InputError, TimedOutError } from '../errors.js';
-import { identitiesFor } from '../identities.js';
+import { identitiesFor } from '../config/identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 

@@ -4,7 +4,7 @@
  * (which only looks at expiry): key match, chain to the cluster CA, subject.
  */
 import type { Config } from '../config/types.js';
-import { identitiesFor } from '../identities.js';
+import { identitiesFor } from '../config/identities.js';
 import type { Identity } from '../identity.js';
 import type { Endpoint } from '../kube/client.js';
 import { parseClientKubeconfig } from '../kubeconfig/parse.js';

@@ -12,11 +12,11 @@ import { ApiError, CsrRejectedError, CsrUnusableError, IdentityMismatchError, Ku
 import type { Identity, KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
 import { KubeClient } from '../kube/client.js';
-import { createCsr, waitForCertificate } from '../kube/csr.js';
+import { createCsr, waitForCertificate } from '../kube/csr-requests.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { whoAmI } from '../kube/whoami.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
-import { createCsrPem, parseCsrPem } from '../pki/csr.js';
+import { createCsrPem, parseCsrPem } from '../pki/pkcs10.js';
 import { csrName } from '../pki/csr-name.js';
 import { generateKey, parsePrivateKey, samePublicKey, type PrivateKey } from '../pki/keys.js';
 import { sameSubject } from '../pki/names.js';

@@ -19,7 +19,7 @@ import { assessNode, isNodeCredential, type Assessment, type NodeCredential, typ
 import type { Issued, RunDeps } from '../credential/issue.js';
 import { renewIdentity } from '../credential/renew.js';
 import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
-import { identitiesFor } from '../identities.js';
+import { identitiesFor } from '../config/identities.js';
 import type { Identity, IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';

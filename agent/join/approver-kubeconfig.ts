@@ -10,13 +10,13 @@ import { randomBytes } from 'node:crypto';
 import { KubebootError } from '../errors.js';
 import type { KeyAlgorithm, KeyUsage, Subject } from '../identity.js';
 import { KubeClient } from '../kube/client.js';
-import { waitForCertificate } from '../kube/csr.js';
+import { waitForCertificate } from '../kube/csr-requests.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { whoAmI } from '../kube/whoami.js';
 import { renderEmbeddedKubeconfig } from '../kubeconfig/render.js';
 import type { Logger } from '../log.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
-import { createCsrPem } from '../pki/csr.js';
+import { createCsrPem } from '../pki/pkcs10.js';
 import { generateKey } from '../pki/keys.js';
 import type { Admin } from './admin.js';
 

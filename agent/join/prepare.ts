@@ -11,7 +11,7 @@
  */
 import path from 'node:path';
 import { stringify } from 'yaml';
-import { identitiesFor } from '../identities.js';
+import { identitiesFor } from '../config/identities.js';
 import { assessIdentity } from '../credential/assess.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError, KubebootError, TokenFileGoneError } from '../errors.js';

@@ -18,7 +18,7 @@ export interface Endpoint {
   unsafeSkipTlsVerify?: boolean;
 }
 
-export type Credential =
+export type ClientAuth =
   | { kind: 'token'; token: string }
   /** Re-read at most once a minute (matches client-go's cached file token source): projected service-account tokens rotate. */
   | { kind: 'token-file'; path: string }
@@ -84,13 +84,13 @@ const USER_AGENT = 'kubeboot';
 
 export class KubeClient {
   readonly endpoint: Endpoint;
-  readonly #credential: Credential;
+  readonly #credential: ClientAuth;
   readonly #dispatcher: Dispatcher;
   /** An injected dispatcher (a test's MockAgent) is shared, so only one made here is closed here. */
   readonly #ownsDispatcher: boolean;
   readonly #base: URL;
 
-  constructor(endpoint: Endpoint, credential: Credential, dispatcher?: Dispatcher) {
+  constructor(endpoint: Endpoint, credential: ClientAuth, dispatcher?: Dispatcher) {
     this.endpoint = endpoint;
     this.#credential = credential;
     this.#base = new URL(endpoint.server.endsWith('/') ? endpoint.server : endpoint.server + '/');
@@ -239,7 +239,7 @@ export interface WatchEvent<T> {
  */
 export const PING_INTERVAL_MS = 10_000;
 
-export function agentFor(endpoint: Endpoint, credential: Credential): Agent {
+export function agentFor(endpoint: Endpoint, credential: ClientAuth): Agent {
   const clientCert = credential.kind === 'client-certificate' ? { cert: credential.certPem, key: credential.keyPem } : {};
   return new Agent({
     allowH2: true,

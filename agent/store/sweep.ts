@@ -7,7 +7,7 @@
 import { lstat, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config/types.js';
-import { identitiesFor } from '../identities.js';
+import { identitiesFor } from '../config/identities.js';
 import type { Logger } from '../log.js';
 import { errnoCode, isTempName, removeFileDurably } from './atomic.js';
 

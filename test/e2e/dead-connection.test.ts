@@ -12,7 +12,7 @@ import { performance } from 'node:perf_hooks';
 import t from 'tap';
 import { stringify } from 'yaml';
 import { KubeClient } from '../../agent/kube/client.js';
-import { createCsr, waitForCertificate } from '../../agent/kube/csr.js';
+import { createCsr, waitForCertificate } from '../../agent/kube/csr-requests.js';
 import { createLogger } from '../../agent/log.js';
 import { craftCsrPem, installApprover, startApprover } from '../support/approver.js';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';

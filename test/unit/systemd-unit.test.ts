@@ -6,7 +6,7 @@ import t from 'tap';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { defaultConfig } from '../../agent/config/defaults.js';
-import { identitiesFor } from '../../agent/identities.js';
+import { identitiesFor } from '../../agent/config/identities.js';
 import { writtenDirs } from '../../agent/store/sweep.js';
 
 const unit = readFileSync(new URL('../../systemd/kubeboot.service', import.meta.url), 'utf8');

@@ -3,7 +3,7 @@
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { decideCsr, getNode } from '../../../agent/approver/api.js';
-import type { ApproverCsr } from '../../../agent/approver/csr.js';
+import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { UnexpectedObjectError } from '../../../agent/errors.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 

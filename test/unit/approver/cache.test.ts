@@ -2,7 +2,7 @@
 // back to an older version of an object it holds.
 import t from 'tap';
 import { CsrCache, isNewer } from '../../../agent/approver/cache.js';
-import type { ApproverCsr } from '../../../agent/approver/csr.js';
+import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 
 const csr = (name: string, username: string, rv: string, signerName = 'kubernetes.io/kube-apiserver-client', uid = `uid-${name}`): ApproverCsr => ({
   metadata: { name, uid, resourceVersion: rv },

@@ -1,7 +1,7 @@
 // decide(): a real PKCS#10 request through recognition, the rules and the
 // SubjectAccessReview, with the cluster look-ups faked.
 import t from 'tap';
-import type { ApproverCsr } from '../../../agent/approver/csr.js';
+import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { decide, type Lookups } from '../../../agent/approver/decide.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { keyAlgorithmName, requestFacts } from '../../../agent/approver/request.js';

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { identitiesFor } from '../../../agent/identities.js';
+import { identitiesFor } from '../../../agent/config/identities.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 
 t.test('the kubelet client comes first, shaped for the csrapproving controller', async (t) => {

@@ -8,7 +8,7 @@ import { MockAgent } from 'undici';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { Daemon } from '../../../agent/daemon/daemon.js';
-import { identitiesFor } from '../../../agent/identities.js';
+import { identitiesFor } from '../../../agent/config/identities.js';
 import { renderClientKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { createLogger } from '../../../agent/log.js';
 import { storeCredential } from '../../../agent/store/cert-store.js';
@@ -85,7 +85,7 @@ t.test('READY waits only for the kubelet: kube-proxy pending does not hold the n
   // The kube-proxy CSR goes out and is never answered: no approver.
   n.agent.get(SERVER).intercept({ path: CSRS, method: 'POST' }).reply(() => {
     csrPosted = true;
-    return { statusCode: 201, data: { metadata: { name: 'node-csr-x', uid: 'u1' }, spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client' } } };
+    return { statusCode: 201, data: { kind: 'CertificateSigningRequest', metadata: { name: 'node-csr-x', uid: 'u1' }, spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client' } } };
   }).delay(NEVER_IN_THIS_TEST_MS);
   const ready = await notify.waitFor((m) => m.includes('READY=1'), 30_000);
   t.match(ready, /STATUS=kubelet ready; pending: kube-proxy: /, 'systemd hears READY=1 with kube-proxy named as pending');

@@ -5,7 +5,7 @@ import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { ApiError, CsrRejectedError, CsrUnusableError } from '../../../agent/errors.js';
 import { KubeClient } from '../../../agent/kube/client.js';
-import { createCsr, waitForCertificate } from '../../../agent/kube/csr.js';
+import { createCsr, waitForCertificate } from '../../../agent/kube/csr-requests.js';
 import type { CertificateSigningRequest } from '../../../agent/kube/csr-state.js';
 import { createLogger } from '../../../agent/log.js';
 

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { KubebootError } from '../../../agent/errors.js';
 import { KEY_ALGORITHMS, type Subject } from '../../../agent/identity.js';
-import { createCsrPem, parseCsrPem } from '../../../agent/pki/csr.js';
+import { createCsrPem, parseCsrPem } from '../../../agent/pki/pkcs10.js';
 import { generateKey, samePublicKey } from '../../../agent/pki/keys.js';
 import { x509 } from '../../../agent/pki/x509.js';
 

@@ -2,9 +2,9 @@
  * The identities a Config asks for, in the order they are bootstrapped: the
  * kubelet client first, because its kubeconfig is what proves the node.
  */
-import type { Config } from './config/types.js';
-import { KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, usagesFor } from './identity.js';
-import type { Identity } from './identity.js';
+import type { Config } from './types.js';
+import { KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, usagesFor } from '../identity.js';
+import type { Identity } from '../identity.js';
 
 export function identitiesFor(config: Config): Identity[] {
   const alg = config.keyAlgorithm;
