@@ -104,7 +104,15 @@ export class ApiError extends KubebootError {
   readonly reason: string;
   readonly retryAfter: string | undefined;
   readonly phase: RequestPhase;
-  constructor(o: { method: string; path: string; status: number; reason: string; message: string; retryAfter?: string; phase?: RequestPhase }) {
+  constructor(o: {
+    method: string;
+    path: string;
+    status: number;
+    reason: string;
+    message: string;
+    retryAfter?: string;
+    phase?: RequestPhase;
+  }) {
     super(`${o.phase === 'watch' ? 'WATCH' : o.method} ${o.path}: ${o.status} ${o.reason}${o.message ? `: ${o.message}` : ''}`);
     this.status = o.status;
     this.reason = o.reason;

@@ -54,7 +54,11 @@ export type Logger = winston.Logger;
  * apart from a redirection the service made itself, which inherits the
  * variable but not the socket.
  */
-export function isJournalStream(env: NodeJS.ProcessEnv, fd = 2, stat: (fd: number) => { dev: bigint; ino: bigint } = (n) => fstatSync(n, { bigint: true })): boolean {
+export function isJournalStream(
+  env: NodeJS.ProcessEnv,
+  fd = 2,
+  stat: (fd: number) => { dev: bigint; ino: bigint } = (n) => fstatSync(n, { bigint: true }),
+): boolean {
   const match = /^(\d+):(\d+)$/.exec(env.JOURNAL_STREAM ?? '');
   if (!match) return false;
   try {
@@ -97,7 +101,9 @@ export function journalLine(info: { level: string; message: unknown; [key: strin
   return `<${PRIORITY[level] ?? 6}>${escapeControl([String(message), ...fields].join(' '))}`;
 }
 
-export function createLogger(options: { level?: string; format?: LogFormat; stream?: NodeJS.WritableStream; env?: NodeJS.ProcessEnv } = {}): Logger {
+export function createLogger(
+  options: { level?: string; format?: LogFormat; stream?: NodeJS.WritableStream; env?: NodeJS.ProcessEnv } = {},
+): Logger {
   const stream = options.stream ?? process.stderr;
   const tty = (stream as NodeJS.WriteStream).isTTY === true;
   const journal = stream === process.stderr && isJournalStream(options.env ?? process.env, 2);
@@ -110,7 +116,10 @@ export function createLogger(options: { level?: string; format?: LogFormat; stre
   const last = format === 'json' ? winston.format.json() : format === 'journal' ? winston.format.printf((info) => journalLine(info)) : text;
   return winston.createLogger({
     level: options.level ?? 'info',
-    format: format === 'journal' ? winston.format.combine(redact(), last) : winston.format.combine(redact(), winston.format.timestamp(), last, oneLine()),
+    format:
+      format === 'journal'
+        ? winston.format.combine(redact(), last)
+        : winston.format.combine(redact(), winston.format.timestamp(), last, oneLine()),
     transports: [new winston.transports.Stream({ stream })],
   });
 }

@@ -38,9 +38,13 @@ export async function benchApprover(plane: ControlPlane, dir: string): Promise<[
     const stop = new AbortController();
     const list = await watcher.request<{ metadata: { resourceVersion: string } }>('GET', CSRS);
     const watching = (async () => {
-      for await (const ev of watcher.watch<{ metadata: { name: string }; status?: { certificate?: string; conditions?: { type: string }[] } }>(CSRS, { resourceVersion: list.body.metadata.resourceVersion }, stop.signal)) {
+      for await (const ev of watcher.watch<{
+        metadata: { name: string };
+        status?: { certificate?: string; conditions?: { type: string }[] };
+      }>(CSRS, { resourceVersion: list.body.metadata.resourceVersion }, stop.signal)) {
         const { name } = ev.object.metadata;
-        if (!approvedAt.has(name) && ev.object.status?.conditions?.some((c) => c.type === 'Approved')) approvedAt.set(name, performance.now());
+        if (!approvedAt.has(name) && ev.object.status?.conditions?.some((c) => c.type === 'Approved'))
+          approvedAt.set(name, performance.now());
         if (ev.object.status?.certificate) {
           issued.add(name);
           waiters.get(name)?.();
@@ -67,7 +71,10 @@ export async function benchApprover(plane: ControlPlane, dir: string): Promise<[
     await Promise.all(clients.map((c) => c.close()));
     latencies.sort((a, b) => a - b);
     return [
-      [`approver: CSR created → approved (${latencies.length} CSRs, ${NODES} nodes, ${PER_NODE} each in turn)`, `p50 ${percentile(latencies, 50).toFixed(0)} ms, p99 ${percentile(latencies, 99).toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms; all in ${(total / 1000).toFixed(1)} s`],
+      [
+        `approver: CSR created → approved (${latencies.length} CSRs, ${NODES} nodes, ${PER_NODE} each in turn)`,
+        `p50 ${percentile(latencies, 50).toFixed(0)} ms, p99 ${percentile(latencies, 99).toFixed(0)} ms, max ${latencies.at(-1)!.toFixed(0)} ms; all in ${(total / 1000).toFixed(1)} s`,
+      ],
       ['approver: idle RSS (leader, CSR cache synced, 10 s after start)', `${idleRss.toFixed(1)} MiB`],
       ['approver: RSS after the 200 CSRs', `${rssMiB(approver.child.pid!).toFixed(1)} MiB`],
     ];

@@ -19,7 +19,11 @@ import type { KubeClient as NodeClient } from '../test/support/http.js';
 
 const NODES = Number(process.env.KUBEBOOT_BENCH_NODES ?? 250);
 const ROUNDS = 2;
-const KUBELET_CLIENT = { signer: 'kubernetes.io/kube-apiserver-client-kubelet', usages: ['digital signature', 'client auth'], o: ['system:nodes'] };
+const KUBELET_CLIENT = {
+  signer: 'kubernetes.io/kube-apiserver-client-kubelet',
+  usages: ['digital signature', 'client auth'],
+  o: ['system:nodes'],
+};
 
 const percentile = (sorted: number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 const ticksPerSecond = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
@@ -31,7 +35,10 @@ function sample(pid: number): { rssKiB: number; cpuSeconds: number } {
 }
 
 /** CPU seconds spent and the largest RSS seen (sampled every 100 ms) until `done` settles. */
-async function during<T>(pids: Record<string, number>, done: Promise<T>): Promise<{ result: T; usage: Record<string, { cpuSeconds: number; peakRssMiB: number }> }> {
+async function during<T>(
+  pids: Record<string, number>,
+  done: Promise<T>,
+): Promise<{ result: T; usage: Record<string, { cpuSeconds: number; peakRssMiB: number }> }> {
   const start = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, sample(pid)]));
   const peak = Object.fromEntries(Object.entries(start).map(([k, s]) => [k, s.rssKiB]));
   let finished = false;
@@ -43,7 +50,9 @@ async function during<T>(pids: Record<string, number>, done: Promise<T>): Promis
   })();
   const result = await done.finally(() => (finished = true));
   await sampler;
-  const usage = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, { cpuSeconds: sample(pid).cpuSeconds - start[k]!.cpuSeconds, peakRssMiB: peak[k]! / 1024 }]));
+  const usage = Object.fromEntries(
+    Object.entries(pids).map(([k, pid]) => [k, { cpuSeconds: sample(pid).cpuSeconds - start[k]!.cpuSeconds, peakRssMiB: peak[k]! / 1024 }]),
+  );
   return { result, usage };
 }
 
@@ -67,9 +76,13 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
     const stop = new AbortController();
     const list = await watcher.request<{ metadata: { resourceVersion: string } }>('GET', CSRS);
     const watching = (async () => {
-      for await (const ev of watcher.watch<{ metadata: { name: string }; status?: { certificate?: string; conditions?: { type: string }[] } }>(CSRS, { resourceVersion: list.body.metadata.resourceVersion }, stop.signal)) {
+      for await (const ev of watcher.watch<{
+        metadata: { name: string };
+        status?: { certificate?: string; conditions?: { type: string }[] };
+      }>(CSRS, { resourceVersion: list.body.metadata.resourceVersion }, stop.signal)) {
         const { name } = ev.object.metadata;
-        if (!approvedAt.has(name) && ev.object.status?.conditions?.some((c) => c.type === 'Approved')) approvedAt.set(name, performance.now());
+        if (!approvedAt.has(name) && ev.object.status?.conditions?.some((c) => c.type === 'Approved'))
+          approvedAt.set(name, performance.now());
         if (ev.object.status?.certificate) {
           issued.add(name);
           waiters.get(name)?.();
@@ -82,14 +95,25 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
     const firstLast = { kcm: [Infinity, 0], kubeboot: [Infinity, 0] };
     const send = async (who: 'kcm' | 'kubeboot', client: NodeClient, name: string) => {
       const t0 = performance.now();
-      const csr = await submitCsr(client, who === 'kcm' ? { ...KUBELET_CLIENT, cn: `system:node:${name}`, name: 'storm-kubelet' } : { cn: KUBE_PROXY.cn, name: 'storm-proxy' });
+      const csr = await submitCsr(
+        client,
+        who === 'kcm'
+          ? { ...KUBELET_CLIENT, cn: `system:node:${name}`, name: 'storm-kubelet' }
+          : { cn: KUBE_PROXY.cn, name: 'storm-proxy' },
+      );
       await issuedOf(csr);
       const at = approvedAt.get(csr)!;
       latency[who].push(at - t0);
       firstLast[who] = [Math.min(firstLast[who][0]!, t0), Math.max(firstLast[who][1]!, at)];
     };
     const began = performance.now();
-    const progress = setInterval(() => process.stderr.write(`storm: ${latency.kcm.length} kubelet + ${latency.kubeboot.length} kube-proxy of ${NODES * ROUNDS} each done, ${approvedAt.size} approvals seen\n`), 5_000);
+    const progress = setInterval(
+      () =>
+        process.stderr.write(
+          `storm: ${latency.kcm.length} kubelet + ${latency.kubeboot.length} kube-proxy of ${NODES * ROUNDS} each done, ${approvedAt.size} approvals seen\n`,
+        ),
+      5_000,
+    );
     const { usage } = await during(
       { kcm: plane.pids()['kube-controller-manager']!, kubeboot: approver.child.pid! },
       Promise.all(
@@ -118,9 +142,18 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
       row('kcm', 'kubelet client CSRs, kube-controller-manager csrapproving'),
       row('kubeboot', 'kube-proxy CSRs, kubeboot approver'),
       [`storm: ${NODES} nodes × ${ROUNDS} rounds × 2 CSRs, all issued in`, `${total.toFixed(1)} s`],
-      [`storm: kube-controller-manager CPU, peak RSS (its signer issues all ${NODES * ROUNDS * 2} too)`, `${usage.kcm!.cpuSeconds.toFixed(1)} s, ${usage.kcm!.peakRssMiB.toFixed(0)} MiB`],
-      ['storm: kubeboot approver CPU, peak RSS', `${usage.kubeboot!.cpuSeconds.toFixed(1)} s, ${usage.kubeboot!.peakRssMiB.toFixed(0)} MiB`],
-      ['kubeboot approver RSS: idle (leader, synced) → after the storm', `${idleRss.toFixed(0)} → ${(sample(approver.child.pid!).rssKiB / 1024).toFixed(0)} MiB`],
+      [
+        `storm: kube-controller-manager CPU, peak RSS (its signer issues all ${NODES * ROUNDS * 2} too)`,
+        `${usage.kcm!.cpuSeconds.toFixed(1)} s, ${usage.kcm!.peakRssMiB.toFixed(0)} MiB`,
+      ],
+      [
+        'storm: kubeboot approver CPU, peak RSS',
+        `${usage.kubeboot!.cpuSeconds.toFixed(1)} s, ${usage.kubeboot!.peakRssMiB.toFixed(0)} MiB`,
+      ],
+      [
+        'kubeboot approver RSS: idle (leader, synced) → after the storm',
+        `${idleRss.toFixed(0)} → ${(sample(approver.child.pid!).rssKiB / 1024).toFixed(0)} MiB`,
+      ],
     ];
   } finally {
     approver.child.kill('SIGTERM');

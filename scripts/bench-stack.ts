@@ -22,8 +22,14 @@ const LIBRARIES: Library[] = [
   { label: 'chokidar (watching the files)', imports: ['chokidar'] },
   { label: 'prom-client (metrics)', imports: ['prom-client'] },
   { label: "an idle daemon's resident set: winston, chokidar, prom-client", imports: ['winston', 'chokidar', 'prom-client'] },
-  { label: 'the bootstrap path: undici, @peculiar/x509, winston, yaml', imports: ['undici', 'reflect-metadata', '@peculiar/x509', 'winston', 'yaml'] },
-  { label: 'all six, as a daemon holds them after its first pass', imports: ['undici', 'reflect-metadata', '@peculiar/x509', 'winston', 'yaml', 'chokidar', 'prom-client'] },
+  {
+    label: 'the bootstrap path: undici, @peculiar/x509, winston, yaml',
+    imports: ['undici', 'reflect-metadata', '@peculiar/x509', 'winston', 'yaml'],
+  },
+  {
+    label: 'all six, as a daemon holds them after its first pass',
+    imports: ['undici', 'reflect-metadata', '@peculiar/x509', 'winston', 'yaml', 'chokidar', 'prom-client'],
+  },
 ];
 
 const RUNS = 20;
@@ -35,7 +41,11 @@ const median = (values: number[]): number => [...values].sort((a, b) => a - b)[M
 
 /** Bundles `imports` and then `code` as the product's build does; `external` files stay imports. */
 async function bundle(imports: string[], file: string, code: string, external: string[] = []): Promise<void> {
-  const contents = [...imports.map((name, i) => `import * as m${i} from '${name}';`), `globalThis.loaded = [${imports.map((_, i) => `m${i}`).join(', ')}];`, code].join('\n');
+  const contents = [
+    ...imports.map((name, i) => `import * as m${i} from '${name}';`),
+    `globalThis.loaded = [${imports.map((_, i) => `m${i}`).join(', ')}];`,
+    code,
+  ].join('\n');
   await build({
     stdin: { contents, resolveDir: process.cwd(), loader: 'js' },
     outfile: file,
@@ -108,19 +118,32 @@ export async function benchStack(dir: string, daemonFlags: string[]): Promise<[s
   for (const file of files) wallMs(file, env); // fill the compile cache
   // Interleaved, so a slower moment of a shared machine lands on every column.
   const times = files.map(() => [] as number[]);
-  for (let run = 0; run < RUNS; run++) files.forEach((file, i) => {
-    times[i]!.push(wallMs(file, env));
-  });
+  for (let run = 0; run < RUNS; run++)
+    files.forEach((file, i) => {
+      times[i]!.push(wallMs(file, env));
+    });
   const rss = files.map((file) => settledRssMiB(['--expose-gc', file, '--rss'], env));
   const base = median(times[0]!);
-  const rows: [string, string][] = [[`a Node process loading nothing (empty module), ${RUNS} runs`, `median ${base.toFixed(0)} ms wall, RSS ${rss[0]!.toFixed(1)} MiB after a full GC`]];
+  const rows: [string, string][] = [
+    [
+      `a Node process loading nothing (empty module), ${RUNS} runs`,
+      `median ${base.toFixed(0)} ms wall, RSS ${rss[0]!.toFixed(1)} MiB after a full GC`,
+    ],
+  ];
   LIBRARIES.forEach((lib, i) => {
     const ms = median(times[i + 1]!) - base;
     const mib = rss[i + 1]! - rss[0]!;
-    rows.push([`loading ${lib.label}`, `${signed(ms, 0)} ms wall, ${signed(mib, 1)} MiB RSS (${readFileSync(files[i + 1]!).length >> 10} KiB bundled)`]);
+    rows.push([
+      `loading ${lib.label}`,
+      `${signed(ms, 0)} ms wall, ${signed(mib, 1)} MiB RSS (${readFileSync(files[i + 1]!).length >> 10} KiB bundled)`,
+    ]);
   });
-  const bare = settledRssMiB(['--expose-gc', '-e', `gc(); setTimeout(() => process.stdout.write(String(process.memoryUsage().rss)), 2000)`], env);
+  const bare = settledRssMiB(
+    ['--expose-gc', '-e', `gc(); setTimeout(() => process.stdout.write(String(process.memoryUsage().rss)), 2000)`],
+    env,
+  );
   rows.push([`idle floor: bare node, after a full GC`, `${bare.toFixed(1)} MiB`]);
-  for (const [label, mib] of await idleBounds(dir, env, daemonFlags)) rows.push([`idle floor (node ${daemonFlags.join(' ')}): ${label}`, `${mib.toFixed(1)} MiB, ${(mib / bare).toFixed(2)}x bare`]);
+  for (const [label, mib] of await idleBounds(dir, env, daemonFlags))
+    rows.push([`idle floor (node ${daemonFlags.join(' ')}): ${label}`, `${mib.toFixed(1)} MiB, ${(mib / bare).toFixed(2)}x bare`]);
   return rows;
 }

@@ -85,7 +85,9 @@ try {
   const t0 = Date.now();
   const boot = await startKubeboot(['bootstrap', '--config', node.config, '--log-level', 'debug']).done;
   const wall = Date.now() - t0;
-  const requests = [...(boot.stdout + boot.stderr).matchAll(/api request (\w+) https?:\/\/[^/]+(\S+) -> (\d+|\?)/g)].map((m) => `${m[1]} ${m[2]} ${m[3]}`);
+  const requests = [...(boot.stdout + boot.stderr).matchAll(/api request (\w+) https?:\/\/[^/]+(\S+) -> (\d+|\?)/g)].map(
+    (m) => `${m[1]} ${m[2]} ${m[3]}`,
+  );
   const result = (boot.stdout + boot.stderr).match(/approved after ([\d.]+)s, on disk (\d+) ms later/);
   rows.push(['bootstrap: API requests', `${requests.length}: ${requests.join('; ')}`]);
   rows.push(['bootstrap: CSR created → approved certificate seen (auto-approval)', `${(Number(result?.[1]) * 1000).toFixed(0)} ms`]);
@@ -100,14 +102,23 @@ try {
   await daemon.waitForOutput(/all credentials valid; ready/);
   const bare = spawn(process.execPath, ['-e', 'setInterval(()=>{},1e9)'], { stdio: 'ignore' });
   const [d, b] = await Promise.all([idle(daemon.child.pid!, IDLE_SECONDS), idle(bare.pid!, IDLE_SECONDS)]);
-  rows.push([`idle kubeboot run over ${IDLE_SECONDS} s (node ${launcherNodeFlags('run').join(' ')}, as packaged)`, `RSS ${d.rssMiB.toFixed(1)} MiB, CPU ${d.cpuSeconds.toFixed(2)} s`]);
-  rows.push([`bare node -e "setInterval(()=>{},1e9)" over ${IDLE_SECONDS} s`, `RSS ${b.rssMiB.toFixed(1)} MiB, CPU ${b.cpuSeconds.toFixed(2)} s`]);
+  rows.push([
+    `idle kubeboot run over ${IDLE_SECONDS} s (node ${launcherNodeFlags('run').join(' ')}, as packaged)`,
+    `RSS ${d.rssMiB.toFixed(1)} MiB, CPU ${d.cpuSeconds.toFixed(2)} s`,
+  ]);
+  rows.push([
+    `bare node -e "setInterval(()=>{},1e9)" over ${IDLE_SECONDS} s`,
+    `RSS ${b.rssMiB.toFixed(1)} MiB, CPU ${b.cpuSeconds.toFixed(2)} s`,
+  ]);
   daemon.child.kill('SIGTERM');
   bare.kill('SIGTERM');
   await daemon.done;
 
   // kubeboot next to the kubelet's own bootstrap, the kubelet identity only, interleaved.
-  const peer = execFileSync('bash', ['test/bench/build-kubelet-bootstrap.sh'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }).trim();
+  const peer = execFileSync('bash', ['test/bench/build-kubelet-bootstrap.sh'], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+  }).trim();
   const auditLog = join(plane.dir, 'audit.log');
   const floor = join(process.cwd(), 'test/bench/node-floor.mjs');
   const contenders = ['kubeboot', 'kubelet', 'floor'] as const;
@@ -121,7 +132,17 @@ try {
       await plane.writeBootstrapKubeconfig(n.bootstrapKubeconfig, tok.token, { ca: 'data' });
       const argv = {
         kubeboot: [process.execPath, bundle, 'bootstrap', '--config', n.config, '--no-kube-proxy'],
-        kubelet: [peer, '--kubeconfig', n.kubeletKubeconfig, '--bootstrap-kubeconfig', n.bootstrapKubeconfig, '--cert-dir', n.kubeletCertDir, '--node-name', n.name],
+        kubelet: [
+          peer,
+          '--kubeconfig',
+          n.kubeletKubeconfig,
+          '--bootstrap-kubeconfig',
+          n.bootstrapKubeconfig,
+          '--cert-dir',
+          n.kubeletCertDir,
+          '--node-name',
+          n.name,
+        ],
         floor: [process.execPath, floor, n.bootstrapKubeconfig, n.kubeletCertDir, n.name],
       }[who];
       const auditFrom = statSync(auditLog).size;
@@ -139,7 +160,10 @@ try {
     floor: 'the same bootstrap in Node built-ins only (test/bench/node-floor.mjs)',
   };
   for (const who of contenders) {
-    rows.push([`${labels[who]}: whole process, ${PEER_RUNS} runs`, `median ${median(who).toFixed(0)} ms, p90 ${quantile(times[who], 0.9).toFixed(0)} ms; API requests (server-side) ${[...new Set(apiRequests[who])].sort().join(' or ')}`]);
+    rows.push([
+      `${labels[who]}: whole process, ${PEER_RUNS} runs`,
+      `median ${median(who).toFixed(0)} ms, p90 ${quantile(times[who], 0.9).toFixed(0)} ms; API requests (server-side) ${[...new Set(apiRequests[who])].sort().join(' or ')}`,
+    ]);
   }
   rows.push(['ratio kubeboot / kubelet (medians)', `${(median('kubeboot') / median('kubelet')).toFixed(2)}x`]);
   rows.push(['ratio Node built-ins floor / kubelet (medians)', `${(median('floor') / median('kubelet')).toFixed(2)}x`]);
@@ -147,7 +171,10 @@ try {
   rows.push(...(await benchApprover(plane, join(dir, 'approver'))));
   rows.push(...(await benchSideBySide(plane, join(dir, 'storm'))));
 
-  rows.push(['cold start: node dist/kubeboot.cjs --version (median of 20)', `${coldStart([process.execPath, bundle, '--version']).toFixed(0)} ms`]);
+  rows.push([
+    'cold start: node dist/kubeboot.cjs --version (median of 20)',
+    `${coldStart([process.execPath, bundle, '--version']).toFixed(0)} ms`,
+  ]);
   rows.push(['cold start: node -e 0 (median of 20)', `${coldStart([process.execPath, '-e', '0']).toFixed(0)} ms`]);
   rows.push(['Node', process.version]);
 } finally {

@@ -73,4 +73,5 @@ for (const name of await readdir('dist/lib')) {
   builds.push({ name, mtime: (await stat(path.join('dist/lib', name))).mtimeMs });
 }
 builds.sort((a, b) => b.mtime - a.mtime);
-for (const old of builds.filter((b) => b.name !== id).slice(KEEP_BUILDS - 1)) await rm(path.join('dist/lib', old.name), { recursive: true, force: true });
+for (const old of builds.filter((b) => b.name !== id).slice(KEEP_BUILDS - 1))
+  await rm(path.join('dist/lib', old.name), { recursive: true, force: true });

@@ -3,6 +3,8 @@
 import { readFileSync } from 'node:fs';
 const want = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).kubeboot.node;
 if (process.version !== `v${want}`) {
-  console.error(`kubeboot: tests need Node v${want} (package.json "kubeboot.node"), this is ${process.version}; run through make, which puts it on PATH`);
+  console.error(
+    `kubeboot: tests need Node v${want} (package.json "kubeboot.node"), this is ${process.version}; run through make, which puts it on PATH`,
+  );
   process.exit(1);
 }

@@ -18,7 +18,8 @@ const plane = await startControlPlane({ name: 'demo' });
 const dir = mkdtempSync(join(tmpdir(), 'kubeboot-demo-node-'));
 try {
   process.stdout.write(`control plane ${plane.version} at ${plane.server} (ready in ${(plane.startupMs / 1000).toFixed(1)}s)\n`);
-  const kubectl = (args: string[], kubeconfig = plane.adminKubeconfig): string => execFileSync(plane.kubectlPath!, ['--kubeconfig', kubeconfig, ...args], { encoding: 'utf8' });
+  const kubectl = (args: string[], kubeconfig = plane.adminKubeconfig): string =>
+    execFileSync(plane.kubectlPath!, ['--kubeconfig', kubeconfig, ...args], { encoding: 'utf8' });
 
   say('admin: kubectl apply -f packaging/manifests/approver/ and start kubeboot approver');
   const approver = startApprover(await installApprover(plane, dir), [], { KUBEBOOT_LOG_FORMAT: 'text' });
@@ -50,7 +51,16 @@ try {
   process.stdout.write(kubectl(['auth', 'whoami'], node.kubeProxyKubeconfig));
   say('node: kubeboot status');
   process.stdout.write(execFileSync(process.execPath, ['dist/kubeboot.cjs', 'status', '--config', node.config], { encoding: 'utf8' }));
-  say(`the bootstrap kubeconfig is gone: ${(() => { try { readFileSync(node.bootstrapKubeconfig); return 'NO, still there'; } catch { return 'yes'; } })()}`);
+  say(
+    `the bootstrap kubeconfig is gone: ${(() => {
+      try {
+        readFileSync(node.bootstrapKubeconfig);
+        return 'NO, still there';
+      } catch {
+        return 'yes';
+      }
+    })()}`,
+  );
 } finally {
   await plane.stop();
   rmSync(dir, { recursive: true, force: true });

@@ -19,7 +19,9 @@ import { renewIdentity } from '../agent/credential/renew.js';
 import { createLogger } from '../agent/log.js';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
 
-const { values } = parseArgs({ options: { nodes: { type: 'string', default: '1000' }, 'low-inflight': { type: 'string', default: '20' } } });
+const { values } = parseArgs({
+  options: { nodes: { type: 'string', default: '1000' }, 'low-inflight': { type: 'string', default: '20' } },
+});
 const NODES = Number(values.nodes);
 const LOW_INFLIGHT = Number(values['low-inflight']);
 
@@ -33,11 +35,18 @@ interface NodeRun {
   error: string | null;
 }
 
-const quantile = (xs: number[], q: number) => (xs.length === 0 ? NaN : [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!);
+const quantile = (xs: number[], q: number) =>
+  xs.length === 0 ? NaN : [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
 
 function nodeConfig(dir: string, name: string): Config {
   const c = defaultConfig(name);
-  Object.assign(c, { bootstrapKubeconfig: join(dir, 'bootstrap-kubelet.conf'), stateDir: join(dir, 'state'), listen: null, waitTimeout: 900, cloudInitPaths: [] });
+  Object.assign(c, {
+    bootstrapKubeconfig: join(dir, 'bootstrap-kubelet.conf'),
+    stateDir: join(dir, 'state'),
+    listen: null,
+    waitTimeout: 900,
+    cloudInitPaths: [],
+  });
   c.kubelet = { ...c.kubelet, kubeconfig: join(dir, 'kubelet.conf'), certDir: join(dir, 'pki') };
   c.kubeProxy = { ...c.kubeProxy, enabled: false };
   return c;
@@ -78,7 +87,11 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
     const nodes: NodeRun[] = [];
     // Tokens are made before the clock starts, in parallel batches (each waits until it authenticates).
     const tokens: { id: string; token: string }[] = [];
-    await inBatches(Array.from({ length: NODES }, (_, i) => i), 50, async () => void tokens.push(await plane.admin.createBootstrapToken()));
+    await inBatches(
+      Array.from({ length: NODES }, (_, i) => i),
+      50,
+      async () => void tokens.push(await plane.admin.createBootstrapToken()),
+    );
     for (let i = 0; i < NODES; i++) {
       const name = `fleet-${i}`;
       const config = nodeConfig(join(dir, name), name);
@@ -121,7 +134,12 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
     const renewAudit = audit(plane, renewStarted);
 
     // A node asks first as its bootstrap token's user, then as system:node:<name>.
-    const nodeOfUser = new Map<string, string>(nodes.flatMap((n) => [[`system:bootstrap:${n.token.id}`, n.name], [`system:node:${n.name}`, n.name]]));
+    const nodeOfUser = new Map<string, string>(
+      nodes.flatMap((n) => [
+        [`system:bootstrap:${n.token.id}`, n.name],
+        [`system:node:${n.name}`, n.name],
+      ]),
+    );
     const perNode = (events: AuditEvent[]) => {
       const byNode = new Map<string, number>();
       for (const e of events) {
@@ -132,11 +150,17 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
     };
     const peakPerSecond = (events: AuditEvent[]) => {
       const counts = new Map<number, number>();
-      for (const e of events) counts.set(Math.floor(Date.parse(e.requestReceivedTimestamp) / 1000), (counts.get(Math.floor(Date.parse(e.requestReceivedTimestamp) / 1000)) ?? 0) + 1);
+      for (const e of events)
+        counts.set(
+          Math.floor(Date.parse(e.requestReceivedTimestamp) / 1000),
+          (counts.get(Math.floor(Date.parse(e.requestReceivedTimestamp) / 1000)) ?? 0) + 1,
+        );
       return Math.max(0, ...counts.values());
     };
     const peakWatches = (events: AuditEvent[]) => {
-      const edges = events.filter((e) => e.verb === 'watch').flatMap((e) => [[Date.parse(e.requestReceivedTimestamp), 1] as const, [Date.parse(e.stageTimestamp), -1] as const]);
+      const edges = events
+        .filter((e) => e.verb === 'watch')
+        .flatMap((e) => [[Date.parse(e.requestReceivedTimestamp), 1] as const, [Date.parse(e.stageTimestamp), -1] as const]);
       edges.sort((a, b) => a[0] - b[0] || a[1] - b[1]);
       let open = 0;
       let peak = 0;
@@ -168,6 +192,11 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
 
 const rows = [
   ...(await fleet('default limits', [])),
-  ...(await fleet(`--max-requests-inflight=${LOW_INFLIGHT}`, [`--max-requests-inflight=${LOW_INFLIGHT}`, `--max-mutating-requests-inflight=${Math.max(1, Math.floor(LOW_INFLIGHT / 2))}`])),
+  ...(await fleet(`--max-requests-inflight=${LOW_INFLIGHT}`, [
+    `--max-requests-inflight=${LOW_INFLIGHT}`,
+    `--max-mutating-requests-inflight=${Math.max(1, Math.floor(LOW_INFLIGHT / 2))}`,
+  ])),
 ];
-process.stdout.write(`\n${NODES} simulated nodes, one process, one real control plane\n\n| run | figure |\n|---|---|\n${rows.join('\n')}\n`);
+process.stdout.write(
+  `\n${NODES} simulated nodes, one process, one real control plane\n\n| run | figure |\n|---|---|\n${rows.join('\n')}\n`,
+);

@@ -18,7 +18,14 @@ const start = Date.UTC(2026, 11, 1);
 let issued = new Array<number>(NODES).fill(start);
 const cycles: number[][] = [];
 for (let c = 0; c < CYCLES; c++) {
-  const deadlines = issued.map((at) => deadlineFor({ notBefore: new Date(at - BACKDATE_MS), notAfter: new Date(at - BACKDATE_MS + lifetimeMs) }, 0, Math.random, new Date(at)).at.getTime());
+  const deadlines = issued.map((at) =>
+    deadlineFor(
+      { notBefore: new Date(at - BACKDATE_MS), notAfter: new Date(at - BACKDATE_MS + lifetimeMs) },
+      0,
+      Math.random,
+      new Date(at),
+    ).at.getTime(),
+  );
   cycles.push(deadlines);
   issued = deadlines;
 }
@@ -33,7 +40,9 @@ const rows = cycles.map((d, i) => {
   const last = Math.max(...d);
   return `| ${i + 1} | ${((first - start) / 3_600_000).toFixed(2)} h | ${((last - start) / 3_600_000).toFixed(2)} h | ${busiest(d, 1000)} | ${busiest(d, 60_000)} |`;
 });
-process.stdout.write(`${NODES} nodes bootstrapped in one second, ${LIFETIME_H} h certificates\n\n| renewal | first | last | busiest second | busiest minute |\n|---|---|---|---|---|\n${rows.join('\n')}\n`);
+process.stdout.write(
+  `${NODES} nodes bootstrapped in one second, ${LIFETIME_H} h certificates\n\n| renewal | first | last | busiest second | busiest minute |\n|---|---|---|---|---|\n${rows.join('\n')}\n`,
+);
 
 // The histogram: renewals per 10 minutes, one colour per cycle.
 const BUCKET_MS = 10 * 60_000;
@@ -52,13 +61,27 @@ const x = (i: number) => pad.l + (i / buckets) * (W - pad.l - pad.r);
 const y = (n: number) => H - pad.b - (n / top) * (H - pad.t - pad.b);
 const colours = ['#1f77b4', '#ff7f0e', '#2ca02c'];
 const bars = counts
-  .flatMap((h, c) => h.map((n, i) => (n === 0 ? '' : `<rect x="${x(i).toFixed(1)}" y="${y(n).toFixed(1)}" width="${(x(1) - x(0)).toFixed(1)}" height="${(H - pad.b - y(n)).toFixed(1)}" fill="${colours[c]}"/>`)))
+  .flatMap((h, c) =>
+    h.map((n, i) =>
+      n === 0
+        ? ''
+        : `<rect x="${x(i).toFixed(1)}" y="${y(n).toFixed(1)}" width="${(x(1) - x(0)).toFixed(1)}" height="${(H - pad.b - y(n)).toFixed(1)}" fill="${colours[c]}"/>`,
+    ),
+  )
   .join('');
 const hours = Math.ceil((end - start) / 3_600_000);
 const ticks = Array.from({ length: Math.floor(hours / 12) + 1 }, (_, k) => k * 12)
-  .map((hr) => `<text x="${x((hr * 3_600_000) / BUCKET_MS).toFixed(1)}" y="${H - pad.b + 18}" font-size="12" text-anchor="middle">${hr} h</text>`)
+  .map(
+    (hr) =>
+      `<text x="${x((hr * 3_600_000) / BUCKET_MS).toFixed(1)}" y="${H - pad.b + 18}" font-size="12" text-anchor="middle">${hr} h</text>`,
+  )
   .join('');
-const legend = cycles.map((_, c) => `<rect x="${W - 190}" y="${pad.t + c * 18}" width="12" height="12" fill="${colours[c]}"/><text x="${W - 172}" y="${pad.t + c * 18 + 11}" font-size="12">renewal ${c + 1}</text>`).join('');
+const legend = cycles
+  .map(
+    (_, c) =>
+      `<rect x="${W - 190}" y="${pad.t + c * 18}" width="12" height="12" fill="${colours[c]}"/><text x="${W - 172}" y="${pad.t + c * 18 + 11}" font-size="12">renewal ${c + 1}</text>`,
+  )
+  .join('');
 const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif">
 <rect width="${W}" height="${H}" fill="white"/>
 <text x="${W / 2}" y="22" font-size="15" text-anchor="middle">Renewals per 10 minutes: ${NODES} nodes bootstrapped in the same second, ${LIFETIME_H} h certificates</text>

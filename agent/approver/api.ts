@@ -16,7 +16,11 @@ export const EVENT_SOURCE = 'kubeboot-approver';
 const NODES = '/api/v1/nodes';
 
 /** The Node named `name`, or null when there is none; anything but that Node read back is an error. */
-export async function getNode(client: KubeClient, name: string, signal?: AbortSignal): Promise<{ name: string; addresses: NodeAddress[] } | null> {
+export async function getNode(
+  client: KubeClient,
+  name: string,
+  signal?: AbortSignal,
+): Promise<{ name: string; addresses: NodeAddress[] } | null> {
   const res = await client.request('GET', objectPath(NODES, name), { accept: [404], signal });
   if (res.status === 404) return null;
   const node = expectObject<{ kind: 'Node'; metadata: { name: string }; status?: { addresses?: NodeAddress[] } }>(res.body, 'Node', name);
@@ -24,7 +28,12 @@ export async function getNode(client: KubeClient, name: string, signal?: AbortSi
 }
 
 /** matches sarapprove.go authorize(): the review is for the CSR's own user, uid, groups and extra. */
-export async function subjectAccessReview(client: KubeClient, csr: ApproverCsr, subresource: string, signal?: AbortSignal): Promise<boolean> {
+export async function subjectAccessReview(
+  client: KubeClient,
+  csr: ApproverCsr,
+  subresource: string,
+  signal?: AbortSignal,
+): Promise<boolean> {
   const body = {
     apiVersion: 'authorization.k8s.io/v1',
     kind: 'SubjectAccessReview',
@@ -36,7 +45,10 @@ export async function subjectAccessReview(client: KubeClient, csr: ApproverCsr, 
       resourceAttributes: { group: 'certificates.k8s.io', resource: 'certificatesigningrequests', verb: 'create', subresource },
     },
   };
-  const res = await client.request<{ status?: { allowed?: boolean } }>('POST', '/apis/authorization.k8s.io/v1/subjectaccessreviews', { body, signal });
+  const res = await client.request<{ status?: { allowed?: boolean } }>('POST', '/apis/authorization.k8s.io/v1/subjectaccessreviews', {
+    body,
+    signal,
+  });
   return res.body.status?.allowed === true;
 }
 
@@ -50,7 +62,13 @@ export type DecisionWrite = { kind: 'written'; csr: ApproverCsr } | { kind: 'con
  * the API server accepts in a body but cannot route in a path (control
  * characters): nothing can decide it by name, so it is not retried.
  */
-export async function decideCsr(client: KubeClient, csr: ApproverCsr, type: 'Approved' | 'Denied', message: string, signal?: AbortSignal): Promise<DecisionWrite> {
+export async function decideCsr(
+  client: KubeClient,
+  csr: ApproverCsr,
+  type: 'Approved' | 'Denied',
+  message: string,
+  signal?: AbortSignal,
+): Promise<DecisionWrite> {
   const condition = { type, status: 'True', reason: APPROVER_REASON, message };
   const body = { ...csr, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] } };
   const res = await client.request('PUT', `${objectPath(CSR_PATH, csr.metadata.name)}/approval`, { body, accept: [404, 409], signal });
@@ -60,15 +78,29 @@ export async function decideCsr(client: KubeClient, csr: ApproverCsr, type: 'App
 }
 
 /** A Warning Event on the CSR (cluster-scoped objects' events live in `default`, as client-go's recorder puts them). */
-export async function warnOnCsr(client: KubeClient, csr: ApproverCsr, reason: string, message: string, signal?: AbortSignal): Promise<void> {
+export async function warnOnCsr(
+  client: KubeClient,
+  csr: ApproverCsr,
+  reason: string,
+  message: string,
+  signal?: AbortSignal,
+): Promise<void> {
   const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
   const body = {
     apiVersion: 'v1',
     kind: 'Event',
     // Named after the CSR as client-go's recorder does, when that makes a valid
     // Event name: a CSR's name may be 40,000 characters with newlines in it.
-    metadata: { generateName: `${csr.metadata.name.length <= 200 && dns1123SubdomainProblem(csr.metadata.name) === null ? csr.metadata.name : 'csr'}.`, namespace: 'default' },
-    involvedObject: { apiVersion: 'certificates.k8s.io/v1', kind: 'CertificateSigningRequest', name: csr.metadata.name, uid: csr.metadata.uid },
+    metadata: {
+      generateName: `${csr.metadata.name.length <= 200 && dns1123SubdomainProblem(csr.metadata.name) === null ? csr.metadata.name : 'csr'}.`,
+      namespace: 'default',
+    },
+    involvedObject: {
+      apiVersion: 'certificates.k8s.io/v1',
+      kind: 'CertificateSigningRequest',
+      name: csr.metadata.name,
+      uid: csr.metadata.uid,
+    },
     type: 'Warning',
     reason,
     message: message.slice(0, 1024),

@@ -63,7 +63,11 @@ export class Approver {
     this.#opts = opts;
     this.#logger = logger;
     this.#metrics = metrics;
-    this.informer = new CsrInformer(client, { resyncMs: opts.resyncMs, onChange: (name) => this.#changed(name), onDelete: (csr) => this.#forget(csr) }, logger);
+    this.informer = new CsrInformer(
+      client,
+      { resyncMs: opts.resyncMs, onChange: (name) => this.#changed(name), onDelete: (csr) => this.#forget(csr) },
+      logger,
+    );
     this.leader = new LeaderElector(
       client,
       {
@@ -161,7 +165,11 @@ export class Approver {
     } catch (err) {
       if (this.#stopped()) return;
       const delay = this.#backoff(csr);
-      this.#logger.warn('could not decide on CSR; retrying', { csr: excerpt(name), error: (err as Error).message, retryInSeconds: delay / 1000 });
+      this.#logger.warn('could not decide on CSR; retrying', {
+        csr: excerpt(name),
+        error: (err as Error).message,
+        retryInSeconds: delay / 1000,
+      });
       this.#later(csr, delay);
     }
   }
@@ -183,7 +191,10 @@ export class Approver {
     if (write.kind === 'conflict') this.#logger.info('CSR changed while deciding; it is looked at again', logFields(csr));
     if (write.kind === 'not-found') {
       this.#unroutable.set(csr.metadata.uid ?? csr.metadata.name, csr.metadata.resourceVersion);
-      this.#logger.warn('the API server has no CSR of this name to decide (deleted, or a name it cannot route); left as it is until it changes', logFields(csr));
+      this.#logger.warn(
+        'the API server has no CSR of this name to decide (deleted, or a name it cannot route); left as it is until it changes',
+        logFields(csr),
+      );
     }
     if (write.kind !== 'written') return false;
     // The next decision for this requester must see this one even if the watch has not
@@ -245,7 +256,13 @@ export class Approver {
     this.#metrics.decision(csr.spec.signerName, 'left-pending', decision.rule);
     this.#logger.warn(`left CSR pending: ${decision.message}`, fields);
     try {
-      await warnOnCsr(this.#client, csr, 'PolicyViolation', `kubeboot approver left this CSR pending: ${decision.message}`, this.#signal ?? undefined);
+      await warnOnCsr(
+        this.#client,
+        csr,
+        'PolicyViolation',
+        `kubeboot approver left this CSR pending: ${decision.message}`,
+        this.#signal ?? undefined,
+      );
     } catch (err) {
       // An Event is a courtesy (client-go's recorder drops them too): its failure must not send the CSR round again.
       this.#logger.warn('could not record the violation as an Event', { ...fields, error: (err as Error).message });

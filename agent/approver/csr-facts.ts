@@ -40,7 +40,12 @@ export function isOlder(a: ApproverCsr, b: ApproverCsr): boolean {
  * flood is taken oldest first and two pending CSRs never wait on each other).
  */
 export function blocks(other: ApproverCsr, csr: ApproverCsr): boolean {
-  if (other.metadata.name === csr.metadata.name || other.spec.username !== csr.spec.username || other.spec.signerName !== csr.spec.signerName) return false;
+  if (
+    other.metadata.name === csr.metadata.name ||
+    other.spec.username !== csr.spec.username ||
+    other.spec.signerName !== csr.spec.signerName
+  )
+    return false;
   if (!isUnissued(other)) return false;
   return hasCondition(other, 'Approved') || isOlder(other, csr);
 }

@@ -7,7 +7,17 @@
  */
 import { KubebootError } from '../errors.js';
 import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr-facts.js';
-import { AUTHORIZED_RULE, evaluate, nodeNameOf, POLICIES, recognize, type ApproverPolicy, type NodeAddress, type PolicyName, type World } from './policy.js';
+import {
+  AUTHORIZED_RULE,
+  evaluate,
+  nodeNameOf,
+  POLICIES,
+  recognize,
+  type ApproverPolicy,
+  type NodeAddress,
+  type PolicyName,
+  type World,
+} from './policy.js';
 import { requestFacts, type RequestFacts } from './request.js';
 
 export type Decision =
@@ -48,7 +58,8 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
     blocking: [...lookups.sameRequester(csr)].filter((other) => blocks(other, csr)).map((other) => other.metadata.name),
   };
   const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
-  if (!verdict.ok) return { kind: 'violation', policy: policyName, rule: verdict.rule, message: `${policyName} rule ${verdict.rule}: ${verdict.problem}` };
+  if (!verdict.ok)
+    return { kind: 'violation', policy: policyName, rule: verdict.rule, message: `${policyName} rule ${verdict.rule}: ${verdict.problem}` };
   if (!(await lookups.allowed(csr, spec.subresource))) {
     return {
       kind: 'violation',

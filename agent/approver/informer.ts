@@ -149,7 +149,12 @@ export class CsrInformer {
       let page: CsrList;
       try {
         const maxBodyBytes = limit === 1 ? MAX_OBJECT_BYTES : LIST_PAGE_BYTES;
-        const res = await this.#client.request('GET', CSR_PATH, { query: { limit, continue: token }, maxBodyBytes, signal, timeoutMs: 60_000 });
+        const res = await this.#client.request('GET', CSR_PATH, {
+          query: { limit, continue: token },
+          maxBodyBytes,
+          signal,
+          timeoutMs: 60_000,
+        });
         page = expectObject<CsrList>(res.body, 'CertificateSigningRequestList');
       } catch (err) {
         if (!(err instanceof ResponseTooLargeError) || limit === 1) throw err;
@@ -176,7 +181,10 @@ export class CsrInformer {
           if (event.object.code === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
           throw new Error(`watch error: ${JSON.stringify(event.object).slice(0, 200)}`);
         }
-        if (event.object?.kind !== 'CertificateSigningRequest') throw new UnexpectedObjectError(`CSR watch: a ${event.type} event carries a ${String(event.object?.kind).slice(0, 64)}, not a CertificateSigningRequest`);
+        if (event.object?.kind !== 'CertificateSigningRequest')
+          throw new UnexpectedObjectError(
+            `CSR watch: a ${event.type} event carries a ${String(event.object?.kind).slice(0, 64)}, not a CertificateSigningRequest`,
+          );
         rv = event.object.metadata.resourceVersion ?? rv;
         if (event.type === 'BOOKMARK') continue;
         const name = event.object.metadata.name;

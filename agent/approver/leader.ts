@@ -80,7 +80,11 @@ export class LeaderElector {
   #setLeading(leading: boolean, why: string): void {
     if (leading === this.#leading) return;
     this.#leading = leading;
-    this.#logger.info(leading ? 'became the leader' : 'stopped leading', { lease: `${this.#opts.namespace}/${this.#opts.name}`, identity: this.#opts.identity, why });
+    this.#logger.info(leading ? 'became the leader' : 'stopped leading', {
+      lease: `${this.#opts.namespace}/${this.#opts.name}`,
+      identity: this.#opts.identity,
+      why,
+    });
     this.#opts.onChange?.(leading);
   }
 
@@ -96,7 +100,7 @@ export class LeaderElector {
   /** One attempt to take or renew the lease; a failed attempt only counts against the renew deadline. */
   async step(signal: AbortSignal): Promise<void> {
     if (this.#opts.mayLead?.() === false) {
-      if (this.#leading) await this.release('cannot do a leader\'s work (CSR cache not in sync)');
+      if (this.#leading) await this.release("cannot do a leader's work (CSR cache not in sync)");
       return;
     }
     const started = this.#now();
@@ -125,7 +129,12 @@ export class LeaderElector {
       leaseTransitions: 0,
     };
     if (got.status === 404) {
-      const lease: Lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: this.#opts.name, namespace: this.#opts.namespace }, spec: mine };
+      const lease: Lease = {
+        apiVersion: 'coordination.k8s.io/v1',
+        kind: 'Lease',
+        metadata: { name: this.#opts.name, namespace: this.#opts.namespace },
+        spec: mine,
+      };
       const created = await this.#client.request('POST', this.path.replace(/\/[^/]+$/, ''), { body: lease, accept: [409], signal });
       return created.status !== 409;
     }
@@ -141,7 +150,12 @@ export class LeaderElector {
       holder === this.#opts.identity
         ? { ...spec, ...mine, acquireTime: spec.acquireTime ?? mine.acquireTime, leaseTransitions: spec.leaseTransitions ?? 0 }
         : { ...spec, ...mine, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 };
-    const updated = await this.#client.request('PUT', this.path, { body: { ...lease, spec: next }, accept: [409], signal, timeoutMs: this.#opts.renewDeadlineMs });
+    const updated = await this.#client.request('PUT', this.path, {
+      body: { ...lease, spec: next },
+      accept: [409],
+      signal,
+      timeoutMs: this.#opts.renewDeadlineMs,
+    });
     return updated.status !== 409;
   }
 
@@ -154,7 +168,12 @@ export class LeaderElector {
       const lease = expectObject<Lease>(got.body, 'Lease', this.#opts.name);
       if (lease.spec?.holderIdentity !== this.#opts.identity) return;
       const now = microTime(new Date());
-      const spec: LeaseSpec = { leaseDurationSeconds: 1, acquireTime: now, renewTime: now, leaseTransitions: lease.spec.leaseTransitions ?? 0 };
+      const spec: LeaseSpec = {
+        leaseDurationSeconds: 1,
+        acquireTime: now,
+        renewTime: now,
+        leaseTransitions: lease.spec.leaseTransitions ?? 0,
+      };
       await this.#client.request('PUT', this.path, { body: { ...lease, spec }, timeoutMs: 5_000 });
       this.#logger.info('released the lease', { lease: `${this.#opts.namespace}/${this.#opts.name}` });
     } catch (err) {

@@ -88,7 +88,10 @@ export function nodeNameOf(username: string): string | null {
 /** Untrusted values in a rule's message: each bounded and escaped, and at most ten of them. */
 const list = (values: readonly string[]): string => {
   const more = values.length > 10 ? ` and ${values.length - 10} more` : '';
-  return `[${values.slice(0, 10).map((v) => excerpt(v)).join(', ')}${more}]`;
+  return `[${values
+    .slice(0, 10)
+    .map((v) => excerpt(v))
+    .join(', ')}${more}]`;
 };
 const show = (value: string): string => excerpt(value);
 
@@ -102,7 +105,8 @@ function sameList(a: readonly string[], b: readonly string[]): boolean {
 
 const requesterIsNode: Rule = {
   name: 'requester-is-node',
-  summary: 'requested by `system:node:<n>` in group `system:nodes`, `<n>` a valid Node name (not a bootstrap token, service account or user)',
+  summary:
+    'requested by `system:node:<n>` in group `system:nodes`, `<n>` a valid Node name (not a bootstrap token, service account or user)',
   check: ({ csr, nodeName }) => {
     if (nodeName !== null && csr.groups.includes(NODES_GROUP)) return null;
     if (csr.username.startsWith(NODE_USER_PREFIX) && nodeName === null) {
@@ -114,9 +118,14 @@ const requesterIsNode: Rule = {
 
 const requestSignature: Rule = {
   name: 'request-signature',
-  summary: '`spec.request` is one PEM block that no parser could read differently (one CN, only CN and O, one extension list) and is signed by the key it carries',
+  summary:
+    '`spec.request` is one PEM block that no parser could read differently (one CN, only CN and O, one extension list) and is signed by the key it carries',
   check: ({ csr }) =>
-    csr.request === null ? (csr.requestProblem ?? 'spec.request is not a PEM certificate request') : csr.request.signatureValid ? null : 'spec.request is not signed by its own key',
+    csr.request === null
+      ? (csr.requestProblem ?? 'spec.request is not a PEM certificate request')
+      : csr.request.signatureValid
+        ? null
+        : 'spec.request is not signed by its own key',
 };
 
 const nodeExists: Rule = {
@@ -138,7 +147,8 @@ const keyAlgorithm: Rule = {
 
 const expiration: Rule = {
   name: 'expiration',
-  summary: "`spec.expirationSeconds`, when set, ≤ `--max-expiration` (default 8760h; unset leaves the signer's `--cluster-signing-duration` in charge)",
+  summary:
+    "`spec.expirationSeconds`, when set, ≤ `--max-expiration` (default 8760h; unset leaves the signer's `--cluster-signing-duration` in charge)",
   check: ({ csr, policy }) =>
     csr.expirationSeconds === undefined || csr.expirationSeconds <= policy.maxExpirationSeconds
       ? null
@@ -165,7 +175,9 @@ function usagesRule(purpose: 'client auth' | 'server auth'): Rule {
       const usages = csr.usages;
       const unique = new Set(usages);
       const ok = unique.size === usages.length && required.every((u) => unique.has(u)) && usages.every((u) => allowed.includes(u));
-      return ok ? null : `usages ${list(usages)} are not exactly ${list(required)}${allowed.length > required.length ? ' (+ key encipherment)' : ''}`;
+      return ok
+        ? null
+        : `usages ${list(usages)} are not exactly ${list(required)}${allowed.length > required.length ? ' (+ key encipherment)' : ''}`;
     },
   };
 }
@@ -188,14 +200,21 @@ const noSans: Rule = {
   summary: 'no DNS, IP, email, URI or other SANs',
   check: ({ csr }) => {
     const r = csr.request!;
-    const sans = [...r.dnsNames.map((d) => `DNS:${d}`), ...r.ipAddresses.map((i) => `IP:${i}`), ...r.emailAddresses.map((e) => `email:${e}`), ...r.uris.map((u) => `URI:${u}`), ...r.otherNames];
+    const sans = [
+      ...r.dnsNames.map((d) => `DNS:${d}`),
+      ...r.ipAddresses.map((i) => `IP:${i}`),
+      ...r.emailAddresses.map((e) => `email:${e}`),
+      ...r.uris.map((u) => `URI:${u}`),
+      ...r.otherNames,
+    ];
     return sans.length === 0 ? null : `a client certificate carries no SANs, got ${list(sans)}`;
   },
 };
 
 const oneUnissuedPerNode: Rule = {
   name: 'one-unissued-per-node',
-  summary: 'no other kube-proxy CSR of the same node is approved and not yet issued, and none older is pending (a flood is approved one at a time, whatever its names or order)',
+  summary:
+    'no other kube-proxy CSR of the same node is approved and not yet issued, and none older is pending (a flood is approved one at a time, whatever its names or order)',
   check: ({ world }) => (world.blocking.length === 0 ? null : `another CSR of this node is still unissued: ${list(world.blocking)}`),
 };
 
@@ -218,7 +237,8 @@ const servingSubject: Rule = {
   summary: 'CN `system:node:<n>`, O exactly `system:nodes`',
   check: ({ csr, nodeName }) => {
     const { commonName, organizations } = csr.request!.subject;
-    if (commonName !== `${NODE_USER_PREFIX}${nodeName}`) return `CN ${show(commonName)} is not the requester's ${NODE_USER_PREFIX}${nodeName}`;
+    if (commonName !== `${NODE_USER_PREFIX}${nodeName}`)
+      return `CN ${show(commonName)} is not the requester's ${NODE_USER_PREFIX}${nodeName}`;
     return sameList(organizations, [NODES_GROUP]) ? null : `O ${list(organizations)} is not [${NODES_GROUP}]`;
   },
 };
@@ -226,7 +246,8 @@ const servingSubject: Rule = {
 const hasSan: Rule = {
   name: 'has-san',
   summary: 'at least one DNS or IP SAN',
-  check: ({ csr }) => (csr.request!.dnsNames.length + csr.request!.ipAddresses.length > 0 ? null : 'a serving certificate needs a DNS or IP SAN'),
+  check: ({ csr }) =>
+    csr.request!.dnsNames.length + csr.request!.ipAddresses.length > 0 ? null : 'a serving certificate needs a DNS or IP SAN',
 };
 
 /**
@@ -244,7 +265,8 @@ export function allowedDnsNames(nodeName: string, suffixes: readonly string[]): 
 
 const dnsSans: Rule = {
   name: 'dns-sans',
-  summary: "each DNS SAN is the node name, or the node name under a `--serving-dns-suffix` (never a hostname from the Node's `status.addresses`, which the node writes itself)",
+  summary:
+    "each DNS SAN is the node name, or the node name under a `--serving-dns-suffix` (never a hostname from the Node's `status.addresses`, which the node writes itself)",
   check: ({ csr, world, policy }) => {
     const allowed = allowedDnsNames(world.node!.name, policy.serving.dnsSuffixes);
     const stray = csr.request!.dnsNames.filter((d) => !allowed.has(d.toLowerCase()));
@@ -269,7 +291,8 @@ const ipSans: Rule = {
     const blocks = policy.serving.ipCidrs.length > 0 ? cidrList(policy.serving.ipCidrs) : null;
     for (const ip of csr.request!.ipAddresses) {
       if (!nodeIps.has(ip)) return `IP SAN ${ip} is not one of this Node's addresses ${list([...nodeIps])}`;
-      if (blocks !== null && !blocks.check(ip, isIP(ip) === 6 ? 'ipv6' : 'ipv4')) return `IP SAN ${ip} is outside ${list(policy.serving.ipCidrs)}`;
+      if (blocks !== null && !blocks.check(ip, isIP(ip) === 6 ? 'ipv6' : 'ipv4'))
+        return `IP SAN ${ip} is outside ${list(policy.serving.ipCidrs)}`;
     }
     return null;
   },
@@ -312,8 +335,18 @@ export interface PolicySpec {
 }
 
 export const POLICIES: Record<PolicyName, PolicySpec> = {
-  'kube-proxy-client': { name: 'kube-proxy-client', signerName: KUBE_APISERVER_CLIENT_SIGNER, rules: KUBE_PROXY_RULES, subresource: 'kubeproxyclient' },
-  'kubelet-serving': { name: 'kubelet-serving', signerName: KUBELET_SERVING_SIGNER, rules: KUBELET_SERVING_RULES, subresource: 'selfnodeserving' },
+  'kube-proxy-client': {
+    name: 'kube-proxy-client',
+    signerName: KUBE_APISERVER_CLIENT_SIGNER,
+    rules: KUBE_PROXY_RULES,
+    subresource: 'kubeproxyclient',
+  },
+  'kubelet-serving': {
+    name: 'kubelet-serving',
+    signerName: KUBELET_SERVING_SIGNER,
+    rules: KUBELET_SERVING_RULES,
+    subresource: 'selfnodeserving',
+  },
 };
 
 /**
@@ -323,11 +356,15 @@ export const POLICIES: Record<PolicyName, PolicySpec> = {
  * bootstrap token asking for `system:kube-proxy` is reported, while a user's
  * own client CSR for kube-apiserver-client is left to whoever handles it.
  */
-export function recognize(csr: Pick<CsrFacts, 'signerName' | 'username' | 'groups' | 'request'>, policy: ApproverPolicy): PolicyName | null {
+export function recognize(
+  csr: Pick<CsrFacts, 'signerName' | 'username' | 'groups' | 'request'>,
+  policy: ApproverPolicy,
+): PolicyName | null {
   const fromNode = csr.username.startsWith(NODE_USER_PREFIX) || csr.groups.includes(NODES_GROUP);
   const cn = csr.request?.subject.commonName;
   if (csr.signerName === KUBE_APISERVER_CLIENT_SIGNER && (fromNode || cn === policy.kubeProxy.commonName)) return 'kube-proxy-client';
-  if (policy.serving.enabled && csr.signerName === KUBELET_SERVING_SIGNER && (fromNode || cn?.startsWith(NODE_USER_PREFIX) === true)) return 'kubelet-serving';
+  if (policy.serving.enabled && csr.signerName === KUBELET_SERVING_SIGNER && (fromNode || cn?.startsWith(NODE_USER_PREFIX) === true))
+    return 'kubelet-serving';
   return null;
 }
 
@@ -355,7 +392,14 @@ export function renderRuleTables(): string {
   return Object.values(POLICIES)
     .map((spec) => {
       const rows = [...spec.rules.map((r) => [r.name, r.summary]), [AUTHORIZED_RULE, authorizedSummary(spec)]];
-      return [`**${spec.name}** (signer \`${spec.signerName}\`)`, '', '| Rule | Requires |', '|---|---|', ...rows.map(([name, summary]) => `| \`${name}\` | ${summary} |`), ''].join('\n');
+      return [
+        `**${spec.name}** (signer \`${spec.signerName}\`)`,
+        '',
+        '| Rule | Requires |',
+        '|---|---|',
+        ...rows.map(([name, summary]) => `| \`${name}\` | ${summary} |`),
+        '',
+      ].join('\n');
     })
     .join('\n');
 }

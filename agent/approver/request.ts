@@ -12,10 +12,7 @@ import { canonicalIp } from '../pki/names.js';
 import { x509 } from '../pki/x509.js';
 import type { Subject } from '../identity.js';
 
-export type RequestKey =
-  | { kind: 'ecdsa'; curve: string }
-  | { kind: 'rsa'; bits: number }
-  | { kind: 'other'; type: string };
+export type RequestKey = { kind: 'ecdsa'; curve: string } | { kind: 'rsa'; bits: number } | { kind: 'other'; type: string };
 
 export interface RequestFacts {
   subject: Subject;
@@ -32,7 +29,12 @@ export interface RequestFacts {
 /** `ecdsa-p256`-style name of the key, comparable with KEY_ALGORITHMS. */
 export function keyAlgorithmName(key: RequestKey): string {
   if (key.kind === 'rsa') return `rsa-${key.bits}`;
-  if (key.kind === 'ecdsa') return `ecdsa-${key.curve.replace(/^(prime256v1|P-256)$/, 'p256').replace(/^(secp384r1|P-384)$/, 'p384').replace(/^(secp521r1|P-521)$/, 'p521').toLowerCase()}`;
+  if (key.kind === 'ecdsa')
+    return `ecdsa-${key.curve
+      .replace(/^(prime256v1|P-256)$/, 'p256')
+      .replace(/^(secp384r1|P-384)$/, 'p384')
+      .replace(/^(secp521r1|P-521)$/, 'p521')
+      .toLowerCase()}`;
   return key.type;
 }
 
@@ -69,7 +71,8 @@ export function unambiguousCsrDer(pem: string): Uint8Array {
     if (rdn.length !== 1) fail('has a multi-valued relative distinguished name in its subject');
     const [{ oid, tag }] = rdn as [DerValue];
     if (oid !== COMMON_NAME && oid !== ORGANIZATION) fail(`has subject attribute ${oid}; only CN and O are accepted`);
-    if (tag !== UTF8_STRING && tag !== PRINTABLE_STRING) fail(`has a subject value of ASN.1 type ${tag}; only UTF8String and PrintableString are accepted`);
+    if (tag !== UTF8_STRING && tag !== PRINTABLE_STRING)
+      fail(`has a subject value of ASN.1 type ${tag}; only UTF8String and PrintableString are accepted`);
     if (oid === COMMON_NAME) commonNames++;
   }
   if (commonNames !== 1) fail(`has ${commonNames} CNs in its subject; exactly one is accepted`);
@@ -77,7 +80,8 @@ export function unambiguousCsrDer(pem: string): Uint8Array {
   if (extensionRequests.length > 1) fail(`has ${extensionRequests.length} extensionRequest attributes; at most one is accepted`);
   const [extensionRequest] = extensionRequests;
   if (extensionRequest) {
-    if (extensionRequest.values.length !== 1) fail(`has an extensionRequest with ${extensionRequest.values.length} values; exactly one is accepted`);
+    if (extensionRequest.values.length !== 1)
+      fail(`has an extensionRequest with ${extensionRequest.values.length} values; exactly one is accepted`);
     const ids = extensionIds(extensionRequest.values[0]!);
     if (new Set(ids).size !== ids.length) fail('requests an extension twice');
   }

@@ -26,7 +26,11 @@ const SCAN_LIMIT_BYTES = 1 << 20;
  * deleted all the same: it is no longer needed and may hold a token.
  * Returns whether a bootstrap kubeconfig was there and is now gone.
  */
-export async function finishBootstrap(config: Config, deps: Pick<RunDeps, 'logger' | 'observer' | 'signal' | 'dispatcher'>, unproven: NodeCredential | null): Promise<boolean> {
+export async function finishBootstrap(
+  config: Config,
+  deps: Pick<RunDeps, 'logger' | 'observer' | 'signal' | 'dispatcher'>,
+  unproven: NodeCredential | null,
+): Promise<boolean> {
   const text = await readOptional(config.bootstrapKubeconfig);
   if (text === null) return false;
   if (unproven) await proveNode(unproven, deps);
@@ -47,14 +51,21 @@ async function proveNode(node: NodeCredential, deps: Pick<RunDeps, 'signal' | 'd
   try {
     const user = await whoAmI(requester.client, deps.signal);
     if (user.username !== node.identity.subject.commonName) {
-      throw new IdentityMismatchError(`the kubelet credential authenticates as ${user.username}, want ${node.identity.subject.commonName}; keeping the bootstrap kubeconfig`);
+      throw new IdentityMismatchError(
+        `the kubelet credential authenticates as ${user.username}, want ${node.identity.subject.commonName}; keeping the bootstrap kubeconfig`,
+      );
     }
   } finally {
     await requester.client.close();
   }
 }
 
-export async function removeBootstrapToken(bootstrap: BootstrapKubeconfig, cloudInitPaths: string[], logger: Logger, observer?: WriteObserver): Promise<void> {
+export async function removeBootstrapToken(
+  bootstrap: BootstrapKubeconfig,
+  cloudInitPaths: string[],
+  logger: Logger,
+  observer?: WriteObserver,
+): Promise<void> {
   // The token file first: once the kubeconfig is gone, nothing names it any more.
   if (bootstrap.tokenFile) await removeSecretFile(bootstrap.tokenFile, 'bootstrap token file', logger, observer);
   await removeSecretFile(bootstrap.file, 'bootstrap kubeconfig', logger, observer);
@@ -64,7 +75,9 @@ export async function removeBootstrapToken(bootstrap: BootstrapKubeconfig, cloud
   // at every boot, and a cloud's metadata service keeps serving the
   // user-data anyway. The token's TTL and `kubeboot token delete` end it.
   for (const file of await filesContaining(cloudInitPaths, secret)) {
-    logger.warn(`the bootstrap token is still present in ${file} (cloud-init's copy of the user-data, root-only); it stays valid until it expires or \`kubeboot token delete ${bootstrap.auth.kind === 'bootstrap-token' ? bootstrap.auth.tokenId : 'ID'}\``);
+    logger.warn(
+      `the bootstrap token is still present in ${file} (cloud-init's copy of the user-data, root-only); it stays valid until it expires or \`kubeboot token delete ${bootstrap.auth.kind === 'bootstrap-token' ? bootstrap.auth.tokenId : 'ID'}\``,
+    );
   }
 }
 
@@ -100,7 +113,9 @@ async function removeSecretFile(file: string, what: string, logger: Logger, obse
     // write, as kubeboot's own files are.
     const distrust = target === null ? null : await untrustedLink(file, target);
     if (distrust !== null) {
-      logger.warn(`${file} links to ${target}, which kubeboot will not delete (${distrust}); removing only the link: delete the token in ${target} by hand`);
+      logger.warn(
+        `${file} links to ${target}, which kubeboot will not delete (${distrust}); removing only the link: delete the token in ${target} by hand`,
+      );
       target = null;
     }
   }

@@ -11,7 +11,15 @@ import { KubebootError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import { recoverStore } from '../store/cert-store.js';
-import { allOf, assessIdentity, assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
+import {
+  allOf,
+  assessIdentity,
+  assessNode,
+  isNodeCredential,
+  type Assessment,
+  type NodeCredential,
+  type Usable,
+} from '../credential/assess.js';
 import { issueContext, issueCredential, type Issued, type RunDeps } from '../credential/issue.js';
 import { bootstrapRequester, explainBootstrapFailure, nodeRequester } from '../credential/requester.js';
 import { finishBootstrap } from './cleanup.js';
@@ -39,9 +47,15 @@ export async function bootstrapNode(config: Config, deps: RunDeps, options: Boot
   await recoverNode(config, deps);
   const node = await assessNode(config, deps.now());
   for (const a of allOf(node)) {
-    deps.logger.info(a.state === 'usable' ? `${a.identity.name}: credential valid until ${a.notAfter.toISOString()}; keeping it` : `${a.identity.name}: needs a certificate (${a.reason})`);
+    deps.logger.info(
+      a.state === 'usable'
+        ? `${a.identity.name}: credential valid until ${a.notAfter.toISOString()}; keeping it`
+        : `${a.identity.name}: needs a certificate (${a.reason})`,
+    );
   }
-  const outcomes: IdentityOutcome[] = allOf(node).filter((a): a is Usable => a.state === 'usable').map(kept);
+  const outcomes: IdentityOutcome[] = allOf(node)
+    .filter((a): a is Usable => a.state === 'usable')
+    .map(kept);
 
   // 1. The kubelet, with the bootstrap credential (or its own, still valid one).
   let kubelet = node.kubelet;
@@ -52,7 +66,10 @@ export async function bootstrapNode(config: Config, deps: RunDeps, options: Boot
     outcomes.unshift(issuedOutcome(first.issued, kubelet));
     kubelet = await assessIdentity(kubelet.identity, deps.now(), null);
   }
-  if (!isNodeCredential(kubelet)) throw new KubebootError(`the kubelet credential is not usable after bootstrap (${kubelet.state === 'unusable' ? kubelet.reason : 'no cluster'})`);
+  if (!isNodeCredential(kubelet))
+    throw new KubebootError(
+      `the kubelet credential is not usable after bootstrap (${kubelet.state === 'unusable' ? kubelet.reason : 'no cluster'})`,
+    );
 
   // 2. The other identities, requested by the node itself: the kubelet never
   //    waits for them, and an approver sees which node asked.
@@ -74,7 +91,11 @@ export async function recoverNode(config: Config, deps: RunDeps): Promise<void> 
 }
 
 /** The kubelet's credential, asked for with the bootstrap kubeconfig. */
-export async function issueKubelet(config: Config, kubelet: Assessment, deps: RunDeps): Promise<{ issued: Issued; bootstrap: BootstrapKubeconfig | null }> {
+export async function issueKubelet(
+  config: Config,
+  kubelet: Assessment,
+  deps: RunDeps,
+): Promise<{ issued: Issued; bootstrap: BootstrapKubeconfig | null }> {
   const source = await bootstrapRequester(config, kubelet.state === 'unusable' ? kubelet.reason : 'valid', deps);
   try {
     return { issued: await issueCredential(kubelet.identity, issueContext(config, source, deps)), bootstrap: source.bootstrap };
@@ -91,7 +112,9 @@ async function issueByNode(config: Config, node: NodeCredential, missing: Assess
   const source = nodeRequester(node, deps.dispatcher);
   try {
     const results = await Promise.allSettled(missing.map((a) => issueCredential(a.identity, issueContext(config, source, deps))));
-    const failures = results.flatMap((r, i) => (r.status === 'rejected' ? [{ identity: missing[i]!.identity.name, error: r.reason as Error }] : []));
+    const failures = results.flatMap((r, i) =>
+      r.status === 'rejected' ? [{ identity: missing[i]!.identity.name, error: r.reason as Error }] : [],
+    );
     for (const f of failures.slice(1)) deps.logger.error(`${f.identity}: ${f.error.message}`);
     if (failures[0]) throw failures[0].error;
     return results.map((r, i) => issuedOutcome((r as PromiseFulfilledResult<Issued>).value, missing[i]!));

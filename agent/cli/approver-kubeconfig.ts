@@ -16,7 +16,13 @@ import { withAdmin, type Given } from './token.js';
 /** One year, as kubeadm's client certificates; the signer's --cluster-signing-duration may cap it. */
 const DEFAULT_TTL_SECONDS = 365 * 24 * 3600;
 
-export async function runApproverKubeconfig(config: Config, given: Given, env: Record<string, string | undefined>, logger: Logger, signal: AbortSignal): Promise<number> {
+export async function runApproverKubeconfig(
+  config: Config,
+  given: Given,
+  env: Record<string, string | undefined>,
+  logger: Logger,
+  signal: AbortSignal,
+): Promise<number> {
   let ttl = DEFAULT_TTL_SECONDS;
   if (given.ttl !== undefined) {
     const parsed = parseDuration(given.ttl);
@@ -30,6 +36,8 @@ export async function runApproverKubeconfig(config: Config, given: Given, env: R
   );
   await ensureDir(path.dirname(out), 0o700);
   await writeFileAtomic(out, issued.text, { mode: 0o600 });
-  process.stdout.write(`wrote ${out}: user ${APPROVER_USER}, valid until ${issued.notAfter.toISOString()} (CSR ${issued.csrName}); make a new one before then\n`);
+  process.stdout.write(
+    `wrote ${out}: user ${APPROVER_USER}, valid until ${issued.notAfter.toISOString()} (CSR ${issued.csrName}); make a new one before then\n`,
+  );
   return ExitCode.ok;
 }

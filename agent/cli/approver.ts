@@ -31,7 +31,9 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
   const a = config.approver;
   if (a.kubeletServing && a.servingIpCidrs.length === 0) {
     // status.addresses is written by the kubelet itself: without CIDRs, a compromised node can claim another's IP.
-    logger.warn('serving approval is on without --serving-ip-cidr: IP SANs are checked only against the Node\'s own status.addresses, which its kubelet writes; set the node network CIDRs');
+    logger.warn(
+      "serving approval is on without --serving-ip-cidr: IP SANs are checked only against the Node's own status.addresses, which its kubelet writes; set the node network CIDRs",
+    );
   }
   const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: process.env, readFile: readOptional });
   // matches client-go's leader-election identity: hostname plus a unique suffix, so two processes on one host differ.

@@ -23,7 +23,12 @@ interface Line {
   code?: number;
 }
 
-export async function runCheck(config: Config, logger: Logger, signal?: AbortSignal, out: NodeJS.WritableStream = process.stdout): Promise<number> {
+export async function runCheck(
+  config: Config,
+  logger: Logger,
+  signal?: AbortSignal,
+  out: NodeJS.WritableStream = process.stdout,
+): Promise<number> {
   const lines: Line[] = [{ ok: true, kind: 'setup', what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
   const node = await assessNode(config, new Date());
   // Read first: with no bootstrap kubeconfig a missing credential is bad input (nothing could fix it), exit 2.
@@ -39,27 +44,57 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   const joining = text === null && unreadable === null && !allUsable && joinRequested(config);
   const canBootstrap = text !== null || unreadable !== null || joining;
   for (const a of allOf(node)) {
-    lines.push({ ok: a.state === 'usable', kind: 'credential', what: `${a.identity.name} credential`, detail: a.state === 'usable' ? `valid until ${a.notAfter.toISOString()}` : a.reason, code: canBootstrap ? ExitCode.other : ExitCode.badInput });
+    lines.push({
+      ok: a.state === 'usable',
+      kind: 'credential',
+      what: `${a.identity.name} credential`,
+      detail: a.state === 'usable' ? `valid until ${a.notAfter.toISOString()}` : a.reason,
+      code: canBootstrap ? ExitCode.other : ExitCode.badInput,
+    });
   }
 
   const kubelet = node.kubelet;
   let endpoint: Endpoint | null = kubelet.cluster;
-  let credential: ClientAuth | null = isNodeCredential(kubelet) ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem } : null;
+  let credential: ClientAuth | null = isNodeCredential(kubelet)
+    ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem }
+    : null;
   let bootstrapFile: string | null = null;
   if (unreadable !== null) {
     lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
   } else if (text === null && !joining) {
-    lines.push({ ok: allUsable, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`, code: ExitCode.badInput });
+    lines.push({
+      ok: allUsable,
+      kind: 'setup',
+      what: 'bootstrap kubeconfig',
+      detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`,
+      code: ExitCode.badInput,
+    });
   } else {
     try {
-      const bootstrap = text !== null ? await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional) : await joinSource(config);
-      lines.push({ ok: true, kind: 'setup', what: 'bootstrap kubeconfig', detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}` });
+      const bootstrap =
+        text !== null ? await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional) : await joinSource(config);
+      lines.push({
+        ok: true,
+        kind: 'setup',
+        what: 'bootstrap kubeconfig',
+        detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}`,
+      });
       // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
       const cluster = await clusterOf(bootstrap, config, { logger, signal });
-      lines.push({ ok: true, kind: 'setup', what: 'cluster CA', detail: bootstrap.caPem ? 'from the bootstrap kubeconfig' : `discovered from kube-public/cluster-info and pinned (${caCertHash(cluster.caPem)})` });
+      lines.push({
+        ok: true,
+        kind: 'setup',
+        what: 'cluster CA',
+        detail: bootstrap.caPem
+          ? 'from the bootstrap kubeconfig'
+          : `discovered from kube-public/cluster-info and pinned (${caCertHash(cluster.caPem)})`,
+      });
       endpoint = cluster;
       bootstrapFile = bootstrap.file;
-      credential = bootstrap.auth.kind === 'client-certificate' ? { kind: 'client-certificate', certPem: bootstrap.auth.certPem, keyPem: bootstrap.auth.keyPem } : { kind: 'token', token: bootstrap.auth.token };
+      credential =
+        bootstrap.auth.kind === 'client-certificate'
+          ? { kind: 'client-certificate', certPem: bootstrap.auth.certPem, keyPem: bootstrap.auth.keyPem }
+          : { kind: 'token', token: bootstrap.auth.token };
     } catch (err) {
       lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: (err as Error).message, code: exitCodeOf(err) });
     }
@@ -69,14 +104,21 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
     const client = new KubeClient(endpoint, credential);
     try {
       const user = await whoAmI(client, signal);
-      lines.push({ ok: true, kind: 'setup', what: 'API server', detail: `${endpoint.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]` });
+      lines.push({
+        ok: true,
+        kind: 'setup',
+        what: 'API server',
+        detail: `${endpoint.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]`,
+      });
     } catch (err) {
       const rejected = bootstrapFile !== null && err instanceof ApiError && err.status === 401;
       lines.push({
         ok: false,
         kind: 'setup',
         what: 'API server',
-        detail: rejected ? `${bootstrapFile}: the API server rejected the bootstrap credential (401 Unauthorized): it is expired, deleted or mistyped` : (err as Error).message,
+        detail: rejected
+          ? `${bootstrapFile}: the API server rejected the bootstrap credential (401 Unauthorized): it is expired, deleted or mistyped`
+          : (err as Error).message,
         code: rejected ? ExitCode.badInput : ExitCode.other,
       });
     } finally {
@@ -85,9 +127,9 @@ export async function runCheck(config: Config, logger: Logger, signal?: AbortSig
   }
 
   // A missing credential that bootstrap will obtain is work to do, not a failure.
-  for (const line of lines) out.write(`${line.ok ? 'ok  ' : line.kind === 'credential' && canBootstrap ? 'todo' : 'FAIL'} ${line.what}: ${line.detail}\n`);
+  for (const line of lines)
+    out.write(`${line.ok ? 'ok  ' : line.kind === 'credential' && canBootstrap ? 'todo' : 'FAIL'} ${line.what}: ${line.detail}\n`);
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
   const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && canBootstrap));
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
 }
-

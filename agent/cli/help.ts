@@ -52,20 +52,55 @@ ${EXIT_CODES_HELP}
 const LOG = ['log-level', 'log-format'];
 const JOIN = ['server', 'token', 'token-file', 'ca-cert-hash', 'unsafe-skip-ca-verification', 'unsafe-allow-insecure-bootstrap'];
 const IDENTITIES = [
-  'kubelet-kubeconfig', 'kubelet-cert-dir',
-  'kube-proxy', 'kube-proxy-kubeconfig', 'kube-proxy-cert-dir', 'kube-proxy-common-name', 'kube-proxy-organization', 'kube-proxy-signer',
-  'kubelet-serving', 'kubelet-serving-cert-dir', 'kubelet-serving-dns-name', 'kubelet-serving-ip-address',
+  'kubelet-kubeconfig',
+  'kubelet-cert-dir',
+  'kube-proxy',
+  'kube-proxy-kubeconfig',
+  'kube-proxy-cert-dir',
+  'kube-proxy-common-name',
+  'kube-proxy-organization',
+  'kube-proxy-signer',
+  'kubelet-serving',
+  'kubelet-serving-cert-dir',
+  'kubelet-serving-dns-name',
+  'kubelet-serving-ip-address',
 ];
-const ISSUE = ['bootstrap-kubeconfig', 'state-dir', 'node-name', 'key-algorithm', 'expiration-seconds', ...JOIN, ...IDENTITIES, 'wait-timeout', 'pending-notice-interval', 'hook-timeout', 'cloud-init-path'];
+const ISSUE = [
+  'bootstrap-kubeconfig',
+  'state-dir',
+  'node-name',
+  'key-algorithm',
+  'expiration-seconds',
+  ...JOIN,
+  ...IDENTITIES,
+  'wait-timeout',
+  'pending-notice-interval',
+  'hook-timeout',
+  'cloud-init-path',
+];
 const APPROVER = [
-  'approver-kubeconfig', 'approver-listen', 'lease-namespace', 'lease-name', 'lease-duration', 'renew-deadline', 'retry-period', 'resync-period',
-  'max-expiration', 'allowed-key-algorithm', 'approve-kubelet-serving', 'serving-dns-suffix', 'serving-ip-cidr', 'deny-violations',
-  'kube-proxy-common-name', 'kube-proxy-organization',
+  'approver-kubeconfig',
+  'approver-listen',
+  'lease-namespace',
+  'lease-name',
+  'lease-duration',
+  'renew-deadline',
+  'retry-period',
+  'resync-period',
+  'max-expiration',
+  'allowed-key-algorithm',
+  'approve-kubelet-serving',
+  'serving-dns-suffix',
+  'serving-ip-cidr',
+  'deny-violations',
+  'kube-proxy-common-name',
+  'kube-proxy-organization',
 ];
 // user-data and join-command put these in what they print, for the node to use.
 const FOR_THE_NODE: Record<string, string> = {
   server: 'API server URL the node joins (default: the server of the admin kubeconfig)',
-  token: 'Bootstrap token to hand the node (or --token-file, KUBEBOOT_TOKEN, --create-token); argv is visible to other users of this machine',
+  token:
+    'Bootstrap token to hand the node (or --token-file, KUBEBOOT_TOKEN, --create-token); argv is visible to other users of this machine',
   'token-file': 'Read the bootstrap token to hand the node from this file',
   'ca-cert-hash': 'CA pin the node checks cluster-info against (repeatable; default: the CA of the admin kubeconfig)',
 };
@@ -80,12 +115,37 @@ export interface CommandHelp {
 }
 
 export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
-  bootstrap: { usage: 'kubeboot bootstrap [options]', summary: 'Obtain every missing credential once, prove it, delete the bootstrap token, exit.', options: ['config', ...ISSUE, ...LOG] },
-  run: { usage: 'kubeboot run [options]', summary: 'Bootstrap what is missing, then renew every credential before it expires (the systemd service).', options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'listen', ...LOG] },
-  check: { usage: 'kubeboot check [options]', summary: 'Validate configuration, the bootstrap kubeconfig, reachability and existing credentials; change nothing.', options: ['config', 'bootstrap-kubeconfig', 'state-dir', 'node-name', ...JOIN, ...IDENTITIES, ...LOG] },
-  status: { usage: 'kubeboot status [--output text|json] [options]', summary: "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.", options: ['config', 'state-dir', 'node-name', ...IDENTITIES, ...LOG] },
-  renew: { usage: 'kubeboot renew [--identity NAME] [options]', summary: 'Ask the running daemon to renew now (SIGUSR2), or renew directly when no daemon runs.', options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', ...LOG] },
-  wait: { usage: 'kubeboot wait [--identity NAME] [--timeout DURATION] [options]', summary: 'Return once that identity (or every enabled one) holds a valid credential on disk; reads files only. Exit 4 after --timeout.', options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'pending-notice-interval', ...LOG] },
+  bootstrap: {
+    usage: 'kubeboot bootstrap [options]',
+    summary: 'Obtain every missing credential once, prove it, delete the bootstrap token, exit.',
+    options: ['config', ...ISSUE, ...LOG],
+  },
+  run: {
+    usage: 'kubeboot run [options]',
+    summary: 'Bootstrap what is missing, then renew every credential before it expires (the systemd service).',
+    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'listen', ...LOG],
+  },
+  check: {
+    usage: 'kubeboot check [options]',
+    summary: 'Validate configuration, the bootstrap kubeconfig, reachability and existing credentials; change nothing.',
+    options: ['config', 'bootstrap-kubeconfig', 'state-dir', 'node-name', ...JOIN, ...IDENTITIES, ...LOG],
+  },
+  status: {
+    usage: 'kubeboot status [--output text|json] [options]',
+    summary:
+      "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.",
+    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, ...LOG],
+  },
+  renew: {
+    usage: 'kubeboot renew [--identity NAME] [options]',
+    summary: 'Ask the running daemon to renew now (SIGUSR2), or renew directly when no daemon runs.',
+    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', ...LOG],
+  },
+  wait: {
+    usage: 'kubeboot wait [--identity NAME] [--timeout DURATION] [options]',
+    summary: 'Return once that identity (or every enabled one) holds a valid credential on disk; reads files only. Exit 4 after --timeout.',
+    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'pending-notice-interval', ...LOG],
+  },
   approver: {
     usage: 'kubeboot approver [--kubeconfig PATH] [options]',
     summary: 'Cluster side: approve kube-proxy client (and, opted in, kubelet serving) CSRs that pass every rule.',
@@ -94,7 +154,8 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   },
   'approver-kubeconfig': {
     usage: 'kubeboot approver-kubeconfig [--kubeconfig ADMIN-KUBECONFIG] [--approver-kubeconfig PATH] [--ttl DURATION]',
-    summary: "Cluster admin: write the kubeconfig kubeboot approver runs with: a key made here, a certificate for the user kubeboot:approver from kubernetes.io/kube-apiserver-client, requested and approved with the admin kubeconfig, proven, written 0600.",
+    summary:
+      'Cluster admin: write the kubeconfig kubeboot approver runs with: a key made here, a certificate for the user kubeboot:approver from kubernetes.io/kube-apiserver-client, requested and approved with the admin kubeconfig, proven, written 0600.',
     options: ['config', 'approver-kubeconfig', 'key-algorithm', ...LOG],
     meanings: {
       'approver-kubeconfig': 'Where to write the kubeconfig (0600, atomically)',
@@ -107,7 +168,10 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     usage: 'kubeboot token create|list|delete ID [options]',
     summary: 'Cluster admin: make a bootstrap token (prints only the token), list them (never the secret), delete one.',
     options: [...LOG],
-    meanings: { kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)', ttl: 'create: lifetime of the new token (default 1h; 0 only with --no-expiry)' },
+    meanings: {
+      kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
+      ttl: 'create: lifetime of the new token (default 1h; 0 only with --no-expiry)',
+    },
   },
   'join-command': {
     usage: 'kubeboot join-command [--create-token | --token TOKEN | --token-file PATH] [options]',
@@ -135,7 +199,10 @@ export function commandFlagsOf(command: Command) {
 export function commandHelpText(command: Command): string {
   const help = COMMAND_HELP[command];
   // The table's text names the commands it is for ("renew, wait: …"); here the command is known.
-  const own = (text: string) => (command === 'token' ? text.replace(/^token create, --create-token: /, 'create: ') : text.replace(/^token create, /, '').replace(/^[a-z, -]+: /, ''));
+  const own = (text: string) =>
+    command === 'token'
+      ? text.replace(/^token create, --create-token: /, 'create: ')
+      : text.replace(/^token create, /, '').replace(/^[a-z, -]+: /, '');
   const meaning = (flag: string, fallback: string) => help.meanings?.[flag] ?? own(fallback);
   const lines = [`Usage: ${help.usage}`, '', help.summary, '', 'Options:'];
   for (const c of commandFlagsOf(command)) lines.push(`  ${commandFlagUsage(c)}`, `      ${meaning(c.flag, c.help)}.`);

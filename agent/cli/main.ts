@@ -51,7 +51,10 @@ async function main(argv: string[]): Promise<number> {
       case 'renew':
         return await (await import('./renew.js')).runRenew(config, logger, loaded.extraFlags.identity, stop.signal);
       case 'wait':
-        return await (await import('./wait.js')).runWait(config, logger, stop.signal, { only: loaded.extraFlags.identity, timeout: loaded.extraFlags.timeout });
+        return await (await import('./wait.js')).runWait(config, logger, stop.signal, {
+          only: loaded.extraFlags.identity,
+          timeout: loaded.extraFlags.timeout,
+        });
       case 'approver': {
         // `--kubeconfig` is the approver's own, as for kubectl; the file key is approver.kubeconfig.
         const kubeconfig = loaded.extraFlags.given['kubeconfig'];
@@ -59,9 +62,20 @@ async function main(argv: string[]): Promise<number> {
         return await (await import('./approver.js')).runApprover(config, logger, stop.signal);
       }
       case 'approver-kubeconfig':
-        return await (await import('./approver-kubeconfig.js')).runApproverKubeconfig(config, loaded.extraFlags.given, process.env, logger, stop.signal);
+        return await (await import('./approver-kubeconfig.js')).runApproverKubeconfig(
+          config,
+          loaded.extraFlags.given,
+          process.env,
+          logger,
+          stop.signal,
+        );
       case 'token':
-        return await (await import('./token.js')).runToken(loaded.positionals, loaded.extraFlags.given, loaded.extraFlags.output, process.env);
+        return await (await import('./token.js')).runToken(
+          loaded.positionals,
+          loaded.extraFlags.given,
+          loaded.extraFlags.output,
+          process.env,
+        );
       case 'join-command':
       case 'user-data':
         return await (await import('./user-data.js')).runUserData(loaded.command, config, loaded.extraFlags.given, process.env);

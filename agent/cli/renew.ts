@@ -38,7 +38,11 @@ export async function takeRenewRequest(stateDir: string): Promise<IdentityName[]
 export async function runRenew(config: Config, logger: Logger, only: string | null, signal: AbortSignal): Promise<number> {
   const identities = identitiesFor(config);
   if (only !== null && !identities.some((i) => i.name === only)) {
-    throw new InputError('command line', '--identity', `${only} is not enabled in this configuration (enabled: ${identities.map((i) => i.name).join(', ')})`);
+    throw new InputError(
+      'command line',
+      '--identity',
+      `${only} is not enabled in this configuration (enabled: ${identities.map((i) => i.name).join(', ')})`,
+    );
   }
   const pid = await runningDaemon(config.stateDir);
   if (pid !== null) {
@@ -53,7 +57,9 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
   const node = await assessNode(config, new Date());
   const deps = { logger, now: () => new Date(), signal };
   if (!isNodeCredential(node.kubelet)) {
-    logger.info(`no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`);
+    logger.info(
+      `no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`,
+    );
     await bootstrapNode(config, deps);
     return ExitCode.ok;
   }

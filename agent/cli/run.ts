@@ -14,14 +14,24 @@ import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { takeRenewRequest } from './renew.js';
 import { prepareJoin } from '../join/prepare.js';
 
-export async function runDaemonCommand(config: Config, logger: Logger, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
+export async function runDaemonCommand(
+  config: Config,
+  logger: Logger,
+  signal: AbortSignal,
+  reload: () => Promise<Config>,
+): Promise<number> {
   // Two daemons on one state directory would race for the same files (and the
   // sweep below would delete the other's writes in flight).
   const other = await runningDaemon(config.stateDir);
-  if (other !== null) throw new KubebootError(`another kubeboot run (pid ${other}) already keeps the credentials of ${config.stateDir}; stop it first (systemctl stop kubeboot)`);
+  if (other !== null)
+    throw new KubebootError(
+      `another kubeboot run (pid ${other}) already keeps the credentials of ${config.stateDir}; stop it first (systemctl stop kubeboot)`,
+    );
   await sweepTempFiles(writtenDirs(config), logger);
   if (config.listen !== null && !isLoopbackListen(config.listen)) {
-    logger.warn(`listen ${config.listen} is not a loopback address: /healthz, /readyz and /metrics are unauthenticated and reachable from other hosts`);
+    logger.warn(
+      `listen ${config.listen} is not a loopback address: /healthz, /readyz and /metrics are unauthenticated and reachable from other hosts`,
+    );
   }
   // --server/--token: write the bootstrap kubeconfig the daemon then finds.
   await prepareJoin(config, { logger, now: () => new Date(), signal });

@@ -39,7 +39,16 @@ export async function collectStatus(config: Config, now = new Date()): Promise<I
     try {
       const current = await loadCurrent(identity);
       if (!current) {
-        result.push({ ...base, subject: null, issuer: null, notBefore: null, notAfter: null, expired: null, certificateFile: null, error: 'no certificate' });
+        result.push({
+          ...base,
+          subject: null,
+          issuer: null,
+          notBefore: null,
+          notAfter: null,
+          expired: null,
+          certificateFile: null,
+          error: 'no certificate',
+        });
         continue;
       }
       const leaf = parseCertificateChain(current.certPem)[0]!;
@@ -54,7 +63,16 @@ export async function collectStatus(config: Config, now = new Date()): Promise<I
         error: null,
       });
     } catch (err) {
-      result.push({ ...base, subject: null, issuer: null, notBefore: null, notAfter: null, expired: null, certificateFile: null, error: (err as Error).message });
+      result.push({
+        ...base,
+        subject: null,
+        issuer: null,
+        notBefore: null,
+        notAfter: null,
+        expired: null,
+        certificateFile: null,
+        error: (err as Error).message,
+      });
     }
   }
   return result;
@@ -69,14 +87,21 @@ export async function runStatus(config: Config, output: 'text' | 'json', out: No
       out.write(`${s.identity}:\n`);
       if (s.error) out.write(`  error:        ${s.error}\n`);
       if (s.subject) {
-        out.write(`  subject:      ${s.subject}\n  issuer:       ${s.issuer}\n  not after:    ${s.notAfter}${s.expired ? ' (EXPIRED)' : ''}\n  file:         ${s.certificateFile}\n`);
+        out.write(
+          `  subject:      ${s.subject}\n  issuer:       ${s.issuer}\n  not after:    ${s.notAfter}${s.expired ? ' (EXPIRED)' : ''}\n  file:         ${s.certificateFile}\n`,
+        );
       }
       out.write(`  current link: ${s.currentLink}\n`);
       if (s.kubeconfig) out.write(`  kubeconfig:   ${s.kubeconfig}\n`);
       if (s.pendingCsr) out.write(`  pending:      ${s.pendingCsr.description}\n`);
       if (s.daemon) {
-        out.write(`  next renewal: ${s.daemon.nextRenewal ?? 'not scheduled'}\n  last success: ${s.daemon.lastSuccess ?? 'never'}\n  last error:   ${s.daemon.lastError ?? 'none'}\n`);
-        for (const hook of s.daemon.lastHooks) out.write(`  hook:         ${hook.argv.join(' ')} -> ${hook.ok ? 'ok' : `failed (exit ${hook.exitCode ?? 'signal'})`} at ${hook.at}\n`);
+        out.write(
+          `  next renewal: ${s.daemon.nextRenewal ?? 'not scheduled'}\n  last success: ${s.daemon.lastSuccess ?? 'never'}\n  last error:   ${s.daemon.lastError ?? 'none'}\n`,
+        );
+        for (const hook of s.daemon.lastHooks)
+          out.write(
+            `  hook:         ${hook.argv.join(' ')} -> ${hook.ok ? 'ok' : `failed (exit ${hook.exitCode ?? 'signal'})`} at ${hook.at}\n`,
+          );
       }
     }
   }

@@ -15,7 +15,9 @@ export function traceRequests(logger: Logger): void {
   diagnostics.subscribe('undici:request:headers', (message) => {
     const { request, response } = message as RequestMessage;
     const path = request.path.split('?')[0];
-    logger.debug(`api request ${request.method} ${String(request.origin)}${path} -> ${response?.statusCode ?? '?'}`, { event: 'api-request' });
+    logger.debug(`api request ${request.method} ${String(request.origin)}${path} -> ${response?.statusCode ?? '?'}`, {
+      event: 'api-request',
+    });
   });
   diagnostics.subscribe('undici:request:error', (message) => {
     const { request } = message as RequestMessage;

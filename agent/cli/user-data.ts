@@ -22,7 +22,12 @@ const CLI = 'command line';
 // Set by the dedicated flags: --set would contradict them.
 const RESERVED = new Set(['server', 'token', 'caCertHashes', 'configFile']);
 
-export async function runUserData(command: 'user-data' | 'join-command', config: Config, given: Given, env: Record<string, string | undefined>): Promise<number> {
+export async function runUserData(
+  command: 'user-data' | 'join-command',
+  config: Config,
+  given: Given,
+  env: Record<string, string | undefined>,
+): Promise<number> {
   const settings = command === 'user-data' ? parseSets(Array.isArray(given.set) ? given.set : []) : {};
   const repo = command === 'user-data' ? await packageRepo(given) : null;
   const { server, token, pins, expires } = await joinValues(command, config, given, env);
@@ -56,13 +61,20 @@ export function tokenReminder(token: string, expires: string | null | undefined)
 
 /** Server, token and pins: from the flags, else from the admin kubeconfig (and a new token with --create-token). */
 /** `expires`: of a token created here (RFC 3339, null for never); undefined for a given token. */
-async function joinValues(command: string, config: Config, given: Given, env: Record<string, string | undefined>): Promise<{ server: string; token: string; pins: string[]; expires?: string | null }> {
+async function joinValues(
+  command: string,
+  config: Config,
+  given: Given,
+  env: Record<string, string | undefined>,
+): Promise<{ server: string; token: string; pins: string[]; expires?: string | null }> {
   const create = given['create-token'] === true;
   const token = config.token ?? (config.tokenFile !== null ? await readTokenFile(config.tokenFile) : null);
   if (create && token !== null) throw new InputError(CLI, '--create-token', 'cannot be combined with --token or --token-file');
-  if (!create && token === null) throw new InputError(CLI, '--token', 'missing: give --token, --token-file or KUBEBOOT_TOKEN, or --create-token');
+  if (!create && token === null)
+    throw new InputError(CLI, '--token', 'missing: give --token, --token-file or KUBEBOOT_TOKEN, or --create-token');
   const tokenFlags = ['ttl', 'expiry', 'usages', 'groups', 'description'].filter((f) => given[f] !== undefined);
-  if (!create && tokenFlags.length > 0) throw new InputError(CLI, `--${tokenFlags[0] === 'expiry' ? 'no-expiry' : tokenFlags[0]}`, 'only with --create-token');
+  if (!create && tokenFlags.length > 0)
+    throw new InputError(CLI, `--${tokenFlags[0] === 'expiry' ? 'no-expiry' : tokenFlags[0]}`, 'only with --create-token');
   // A description makes `kubeboot token list` say what the token was made for.
   const tokenSpec = create ? tokenSpecFrom({ description: `kubeboot ${command}`, ...(given as TokenFlags) }) : null;
   const needAdmin = create || config.server === null || config.caCertHashes.length === 0;
@@ -78,7 +90,10 @@ async function joinValues(command: string, config: Config, given: Given, env: Re
 
 function pinOf(admin: Admin): string {
   if (admin.kubeconfig.caPem === null) {
-    throw new KubebootError(`${admin.kubeconfig.file}: names no certificate authority to pin; pass --ca-cert-hash sha256:…`, ExitCode.badInput);
+    throw new KubebootError(
+      `${admin.kubeconfig.file}: names no certificate authority to pin; pass --ca-cert-hash sha256:…`,
+      ExitCode.badInput,
+    );
   }
   return caCertHash(admin.kubeconfig.caPem);
 }
@@ -108,7 +123,8 @@ export function parseSets(sets: string[]): Record<string, unknown> {
     const eq = item.indexOf('=');
     const key = eq > 0 ? item.slice(0, eq).trim() : '';
     const spec: OptionSpec | undefined = BY_KEY.get(key);
-    if (spec === undefined) throw new InputError(CLI, `--set ${key || item}`, 'expected KEY=VALUE with a config-file key (see kubeboot --help)');
+    if (spec === undefined)
+      throw new InputError(CLI, `--set ${key || item}`, 'expected KEY=VALUE with a config-file key (see kubeboot --help)');
     if (RESERVED.has(key)) throw new InputError(CLI, `--set ${key}`, `set it with --${spec.flag} instead`);
     let raw: unknown;
     try {
@@ -117,7 +133,8 @@ export function parseSets(sets: string[]): Record<string, unknown> {
       throw new InputError(CLI, `--set ${key}`, 'value is not valid YAML');
     }
     coerce({ spec, raw, origin: { source: CLI, field: `--set ${key}`, baseDir: '/etc/kubeboot' } });
-    if (spec.type === 'path' && typeof raw === 'string' && !path.isAbsolute(raw)) throw new InputError(CLI, `--set ${key}`, 'must be an absolute path');
+    if (spec.type === 'path' && typeof raw === 'string' && !path.isAbsolute(raw))
+      throw new InputError(CLI, `--set ${key}`, 'must be an absolute path');
     const parts = key.split('.');
     let node = out;
     for (const part of parts.slice(0, -1)) node = (node[part] ??= {}) as Record<string, unknown>;
@@ -141,7 +158,8 @@ async function packageRepo(given: Given): Promise<PackageRepo | null> {
     } catch (err) {
       throw new InputError(CLI, '--repo-key', `cannot read ${keyFile}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
     }
-    if (!keyText.includes('-----BEGIN PGP PUBLIC KEY BLOCK-----')) throw new InputError(keyFile, '(file)', 'not an ASCII-armored PGP public key (gpg --armor --export)');
+    if (!keyText.includes('-----BEGIN PGP PUBLIC KEY BLOCK-----'))
+      throw new InputError(keyFile, '(file)', 'not an ASCII-armored PGP public key (gpg --armor --export)');
   }
   const type = given['repo-type'] === 'yum' ? 'yum' : 'apt';
   const suite = typeof given['repo-suite'] === 'string' ? given['repo-suite'] : 'stable';

@@ -30,7 +30,11 @@ export async function runWait(config: Config, logger: Logger, signal: AbortSigna
   const now = options.now ?? (() => new Date());
   const enabled = identitiesFor(config);
   if (options.only !== null && !enabled.some((i) => i.name === options.only)) {
-    throw new InputError('command line', '--identity', `${options.only} is not enabled in this configuration (enabled: ${enabled.map((i) => i.name).join(', ')})`);
+    throw new InputError(
+      'command line',
+      '--identity',
+      `${options.only} is not enabled in this configuration (enabled: ${enabled.map((i) => i.name).join(', ')})`,
+    );
   }
   const wanted = (all: Assessment[]) => all.filter((a) => options.only === null || a.identity.name === options.only);
   const started = now().getTime();
@@ -45,7 +49,10 @@ export async function runWait(config: Config, logger: Logger, signal: AbortSigna
     const at = now().getTime();
     if (at >= nextNotice || (deadline !== null && at >= deadline)) {
       const reasons = await Promise.all(missing.map(async (a) => `${a.identity.name}: ${await whyMissing(config, a, now())}`));
-      if (deadline !== null && at >= deadline) throw new TimedOutError(`timed out after ${formatDuration(options.timeout!)} waiting for a valid credential: ${reasons.join('; ')}`);
+      if (deadline !== null && at >= deadline)
+        throw new TimedOutError(
+          `timed out after ${formatDuration(options.timeout!)} waiting for a valid credential: ${reasons.join('; ')}`,
+        );
       logger.info(`waiting for ${reasons.join('; ')}`);
       nextNotice = at + config.pendingNoticeInterval * 1000;
     }

@@ -52,7 +52,12 @@ export function defaultConfig(nodeName: string): Config {
     // booted Debian 12): instances/<id>/ (through the `instance` link:
     // user-data.txt, user-data.txt.i, cloud-config.txt, obj.pkl), a script's
     // part-NNN under scripts/, and the NoCloud seed itself.
-    cloudInitPaths: ['/var/lib/cloud/instance', '/var/lib/cloud/instance/scripts', '/var/lib/cloud/seed/nocloud', '/var/lib/cloud/seed/nocloud-net'],
+    cloudInitPaths: [
+      '/var/lib/cloud/instance',
+      '/var/lib/cloud/instance/scripts',
+      '/var/lib/cloud/seed/nocloud',
+      '/var/lib/cloud/seed/nocloud-net',
+    ],
     approver: {
       kubeconfig: '/etc/kubeboot/approver.conf',
       listen: DEFAULT_APPROVER_LISTEN,

@@ -20,7 +20,6 @@ import { dns1123SubdomainProblem, fieldLabel, parseBool, parseDuration, quote } 
 import { validateConfig } from './validate.js';
 import { isMapping, kindOf } from './shape.js';
 
-
 export interface LoadInput {
   argv: string[];
   env: Record<string, string | undefined>;
@@ -128,7 +127,8 @@ function parseArgsOptions(): ParseArgsOptionsConfig {
   for (const [flag, spec] of BY_FLAG) {
     options[flag] = spec.type === 'bool' ? { type: 'boolean' } : { type: 'string', multiple: LIST_TYPES.has(spec.type) };
   }
-  for (const c of COMMAND_FLAGS) options[c.flag] = c.type === 'bool' ? { type: 'boolean' } : { type: 'string', multiple: c.type === 'strings' || c.type === 'repeated' };
+  for (const c of COMMAND_FLAGS)
+    options[c.flag] = c.type === 'bool' ? { type: 'boolean' } : { type: 'string', multiple: c.type === 'strings' || c.type === 'repeated' };
   return options;
 }
 
@@ -154,7 +154,10 @@ function isKnownFlag(name: string): boolean {
   if (name === 'help' || name === 'version' || BY_FLAG.has(name)) return true;
   if (COMMAND_FLAGS.some((c) => c.flag === name)) return true;
   const positive = name.slice(3);
-  return name.startsWith('no-') && (BY_FLAG.get(positive)?.type === 'bool' || COMMAND_FLAGS.some((c) => c.flag === positive && c.type === 'bool'));
+  return (
+    name.startsWith('no-') &&
+    (BY_FLAG.get(positive)?.type === 'bool' || COMMAND_FLAGS.some((c) => c.flag === positive && c.type === 'bool'))
+  );
 }
 
 function parseCommandLine(argv: string[], cwd: string): CommandLine {
@@ -191,7 +194,13 @@ function parseCommandLine(argv: string[], cwd: string): CommandLine {
       throw new InputError(CLI, `--${spec.flag}`, `only valid with: ${spec.commands.map((c) => `kubeboot ${c}`).join(', ')}`);
     }
     if (typeof value !== 'string') {
-      extraFlags.given[spec.flag] = Array.isArray(value) && spec.type === 'strings' ? value.flatMap((v) => v.split(',')).map((v) => v.trim()).filter((v) => v !== '') : value;
+      extraFlags.given[spec.flag] =
+        Array.isArray(value) && spec.type === 'strings'
+          ? value
+              .flatMap((v) => v.split(','))
+              .map((v) => v.trim())
+              .filter((v) => v !== '')
+          : value;
       continue;
     }
     extraFlags.given[spec.flag] = value;
@@ -236,7 +245,12 @@ function environmentSettings(env: Record<string, string | undefined>, cwd: strin
     const text = env[spec.env];
     // Empty counts as unset: unit files and EnvironmentFile= often carry `KEY=`.
     if (text === undefined || text.trim() === '') continue;
-    const raw = LIST_TYPES.has(spec.type) ? text.split(',').map((s) => s.trim()).filter((s) => s !== '') : text;
+    const raw = LIST_TYPES.has(spec.type)
+      ? text
+          .split(',')
+          .map((s) => s.trim())
+          .filter((s) => s !== '')
+      : text;
     settings.push({ spec, raw, origin: { source: ENV, field: spec.env, baseDir: cwd } });
   }
   return settings;

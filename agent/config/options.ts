@@ -12,27 +12,23 @@
 import { KEY_ALGORITHMS } from '../identity.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import type { Config } from './types.js';
-import { bootstrapTokenProblem, cidrProblem, dns1123SubdomainProblem, formatDuration, ipProblem, serverUrlProblem, signerNameProblem } from './values.js';
+import {
+  bootstrapTokenProblem,
+  cidrProblem,
+  dns1123SubdomainProblem,
+  formatDuration,
+  ipProblem,
+  serverUrlProblem,
+  signerNameProblem,
+} from './values.js';
 
 /** Dotted paths to the leaves of Config: `nodeName`, `kubeProxy.enabled`, ... */
 type Leaves<T, P extends string = ''> = {
-  [K in keyof T & string]: T[K] extends unknown[] | string | number | boolean | null
-    ? `${P}${K}`
-    : Leaves<T[K], `${P}${K}.`>;
+  [K in keyof T & string]: T[K] extends unknown[] | string | number | boolean | null ? `${P}${K}` : Leaves<T[K], `${P}${K}.`>;
 }[keyof T & string];
 export type ConfigKey = Leaves<Config>;
 
-export type OptionType =
-  | 'string'
-  | 'path'
-  | 'bool'
-  | 'duration'
-  | 'enum'
-  | 'strings'
-  | 'paths'
-  | 'listen'
-  | 'pins'
-  | 'hooks';
+export type OptionType = 'string' | 'path' | 'bool' | 'duration' | 'enum' | 'strings' | 'paths' | 'listen' | 'pins' | 'hooks';
 
 export interface OptionSpec {
   key: ConfigKey;
@@ -85,10 +81,25 @@ const METAVAR: Record<OptionType, string> = {
 const atLeastOne = { seconds: 1 };
 
 export const OPTIONS: readonly OptionSpec[] = [
-  opt('config', { key: 'configFile', type: 'path', help: 'Config file (YAML); a missing default file is fine, a missing named file is an error' }, false),
-  opt('bootstrap-kubeconfig', { key: 'bootstrapKubeconfig', type: 'path', help: 'Bootstrap kubeconfig: API server, CA and bootstrap token (kept until the identity is proven)' }),
+  opt(
+    'config',
+    { key: 'configFile', type: 'path', help: 'Config file (YAML); a missing default file is fine, a missing named file is an error' },
+    false,
+  ),
+  opt('bootstrap-kubeconfig', {
+    key: 'bootstrapKubeconfig',
+    type: 'path',
+    help: 'Bootstrap kubeconfig: API server, CA and bootstrap token (kept until the identity is proven)',
+  }),
   opt('state-dir', { key: 'stateDir', type: 'path', help: 'Directory for kubeboot state (pending keys, CSR names)' }),
-  opt('node-name', { key: 'nodeName', type: 'string', metavar: 'NAME', check: dns1123SubdomainProblem, defaultText: 'lower-cased hostname', help: 'Node name; the kubelet client certificate is issued to system:node:<name>' }),
+  opt('node-name', {
+    key: 'nodeName',
+    type: 'string',
+    metavar: 'NAME',
+    check: dns1123SubdomainProblem,
+    defaultText: 'lower-cased hostname',
+    help: 'Node name; the kubelet client certificate is issued to system:node:<name>',
+  }),
   opt('key-algorithm', { key: 'keyAlgorithm', type: 'enum', values: KEY_ALGORITHMS, help: 'Private key algorithm for new keys' }),
   opt('expiration-seconds', {
     key: 'expirationSeconds',
@@ -98,45 +109,186 @@ export const OPTIONS: readonly OptionSpec[] = [
     defaultText: 'unset (the signer decides)',
     help: 'Certificate lifetime to request (spec.expirationSeconds); the signer may cap it',
   }),
-  opt('server', { key: 'server', type: 'string', metavar: 'URL', check: serverUrlProblem, help: 'Join: API server URL; with --token and --ca-cert-hash kubeboot writes the bootstrap kubeconfig itself (CA from pinned discovery) when neither it nor a valid kubelet credential exists' }),
-  opt('token', { key: 'token', type: 'string', metavar: 'TOKEN', check: bootstrapTokenProblem, help: 'Join: bootstrap token [a-z0-9]{6}.[a-z0-9]{16} for --server; argv is visible to other users of the machine, so prefer --token-file or KUBEBOOT_TOKEN' }),
-  opt('token-file', { key: 'tokenFile', type: 'path', help: 'Join: file holding the bootstrap token for --server; deleted with the bootstrap kubeconfig once the node has joined' }),
-  opt('ca-cert-hash', { key: 'caCertHashes', type: 'pins', help: 'Pin for CA discovery through kube-public/cluster-info (repeatable); only the pinned CA certificates are trusted, so pin each CA of a rotation' }),
-  opt('unsafe-skip-ca-verification', { key: 'unsafeSkipCaVerification', type: 'bool', help: 'Trust a CA discovered through cluster-info without a pin (unsafe)' }),
-  opt('unsafe-allow-insecure-bootstrap', { key: 'unsafeAllowInsecureBootstrap', type: 'bool', help: 'Accept a bootstrap kubeconfig with insecure-skip-tls-verify; the CA then still comes from pinned discovery (--ca-cert-hash) or --unsafe-skip-ca-verification (unsafe)' }),
+  opt('server', {
+    key: 'server',
+    type: 'string',
+    metavar: 'URL',
+    check: serverUrlProblem,
+    help: 'Join: API server URL; with --token and --ca-cert-hash kubeboot writes the bootstrap kubeconfig itself (CA from pinned discovery) when neither it nor a valid kubelet credential exists',
+  }),
+  opt('token', {
+    key: 'token',
+    type: 'string',
+    metavar: 'TOKEN',
+    check: bootstrapTokenProblem,
+    help: 'Join: bootstrap token [a-z0-9]{6}.[a-z0-9]{16} for --server; argv is visible to other users of the machine, so prefer --token-file or KUBEBOOT_TOKEN',
+  }),
+  opt('token-file', {
+    key: 'tokenFile',
+    type: 'path',
+    help: 'Join: file holding the bootstrap token for --server; deleted with the bootstrap kubeconfig once the node has joined',
+  }),
+  opt('ca-cert-hash', {
+    key: 'caCertHashes',
+    type: 'pins',
+    help: 'Pin for CA discovery through kube-public/cluster-info (repeatable); only the pinned CA certificates are trusted, so pin each CA of a rotation',
+  }),
+  opt('unsafe-skip-ca-verification', {
+    key: 'unsafeSkipCaVerification',
+    type: 'bool',
+    help: 'Trust a CA discovered through cluster-info without a pin (unsafe)',
+  }),
+  opt('unsafe-allow-insecure-bootstrap', {
+    key: 'unsafeAllowInsecureBootstrap',
+    type: 'bool',
+    help: 'Accept a bootstrap kubeconfig with insecure-skip-tls-verify; the CA then still comes from pinned discovery (--ca-cert-hash) or --unsafe-skip-ca-verification (unsafe)',
+  }),
   opt('kubelet-kubeconfig', { key: 'kubelet.kubeconfig', type: 'path', help: 'Kubeconfig written for the kubelet' }),
   opt('kubelet-cert-dir', { key: 'kubelet.certDir', type: 'path', help: 'Directory of the kubelet client certificates' }),
-  fileOnly({ key: 'kubelet.hooks', type: 'hooks', help: 'Commands (argv lists, no shell) run after the kubelet client certificate changed' }),
-  opt('kube-proxy', { key: 'kubeProxy.enabled', type: 'bool', help: 'Also keep a kube-proxy client certificate (--no-kube-proxy disables)' }),
+  fileOnly({
+    key: 'kubelet.hooks',
+    type: 'hooks',
+    help: 'Commands (argv lists, no shell) run after the kubelet client certificate changed',
+  }),
+  opt('kube-proxy', {
+    key: 'kubeProxy.enabled',
+    type: 'bool',
+    help: 'Also keep a kube-proxy client certificate (--no-kube-proxy disables)',
+  }),
   opt('kube-proxy-kubeconfig', { key: 'kubeProxy.kubeconfig', type: 'path', help: 'Kubeconfig written for kube-proxy' }),
   opt('kube-proxy-cert-dir', { key: 'kubeProxy.certDir', type: 'path', help: 'Directory of the kube-proxy client certificates' }),
-  opt('kube-proxy-common-name', { key: 'kubeProxy.commonName', type: 'string', metavar: 'CN', help: 'Subject CN of the kube-proxy certificate (kubeboot approver requires exactly this)' }),
-  opt('kube-proxy-organization', { key: 'kubeProxy.organizations', type: 'strings', metavar: 'ORG', help: 'Subject O of the kube-proxy certificate (repeatable; kubeboot approver requires exactly these)' }),
-  opt('kube-proxy-signer', { key: 'kubeProxy.signerName', type: 'string', metavar: 'SIGNER', check: signerNameProblem, help: 'Signer for the kube-proxy CSR (kubeboot approver approves only kubernetes.io/kube-apiserver-client; nothing in a stock cluster does)' }),
+  opt('kube-proxy-common-name', {
+    key: 'kubeProxy.commonName',
+    type: 'string',
+    metavar: 'CN',
+    help: 'Subject CN of the kube-proxy certificate (kubeboot approver requires exactly this)',
+  }),
+  opt('kube-proxy-organization', {
+    key: 'kubeProxy.organizations',
+    type: 'strings',
+    metavar: 'ORG',
+    help: 'Subject O of the kube-proxy certificate (repeatable; kubeboot approver requires exactly these)',
+  }),
+  opt('kube-proxy-signer', {
+    key: 'kubeProxy.signerName',
+    type: 'string',
+    metavar: 'SIGNER',
+    check: signerNameProblem,
+    help: 'Signer for the kube-proxy CSR (kubeboot approver approves only kubernetes.io/kube-apiserver-client; nothing in a stock cluster does)',
+  }),
   fileOnly({ key: 'kubeProxy.hooks', type: 'hooks', help: 'Commands (argv lists, no shell) run after the kube-proxy certificate changed' }),
-  opt('kubelet-serving', { key: 'kubeletServing.enabled', type: 'bool', help: 'Also keep a kubelet serving certificate (signer kubernetes.io/kubelet-serving)' }),
+  opt('kubelet-serving', {
+    key: 'kubeletServing.enabled',
+    type: 'bool',
+    help: 'Also keep a kubelet serving certificate (signer kubernetes.io/kubelet-serving)',
+  }),
   opt('kubelet-serving-cert-dir', { key: 'kubeletServing.certDir', type: 'path', help: 'Directory of the kubelet serving certificates' }),
-  opt('kubelet-serving-dns-name', { key: 'kubeletServing.dnsNames', type: 'strings', metavar: 'DNS-NAME', check: dns1123SubdomainProblem, defaultText: 'the node name', help: 'DNS SAN of the serving certificate (repeatable)' }),
-  opt('kubelet-serving-ip-address', { key: 'kubeletServing.ipAddresses', type: 'strings', metavar: 'IP', check: ipProblem, help: 'IP SAN of the serving certificate (repeatable)' }),
-  fileOnly({ key: 'kubeletServing.hooks', type: 'hooks', help: 'Commands (argv lists, no shell) run after the serving certificate changed' }),
-  opt('wait-timeout', { key: 'waitTimeout', type: 'duration', min: atLeastOne, help: 'How long to wait for a CSR to be approved and signed: bootstrap then exits 4, run retries with the same CSR' }),
-  opt('pending-notice-interval', { key: 'pendingNoticeInterval', type: 'duration', min: atLeastOne, help: 'While a CSR is pending, repeat the approve command this often' }),
-  opt('renew-margin', { key: 'renewal.margin', type: 'duration', help: 'Renew when less lifetime than this remains, even before the 70-90 % point' }),
+  opt('kubelet-serving-dns-name', {
+    key: 'kubeletServing.dnsNames',
+    type: 'strings',
+    metavar: 'DNS-NAME',
+    check: dns1123SubdomainProblem,
+    defaultText: 'the node name',
+    help: 'DNS SAN of the serving certificate (repeatable)',
+  }),
+  opt('kubelet-serving-ip-address', {
+    key: 'kubeletServing.ipAddresses',
+    type: 'strings',
+    metavar: 'IP',
+    check: ipProblem,
+    help: 'IP SAN of the serving certificate (repeatable)',
+  }),
+  fileOnly({
+    key: 'kubeletServing.hooks',
+    type: 'hooks',
+    help: 'Commands (argv lists, no shell) run after the serving certificate changed',
+  }),
+  opt('wait-timeout', {
+    key: 'waitTimeout',
+    type: 'duration',
+    min: atLeastOne,
+    help: 'How long to wait for a CSR to be approved and signed: bootstrap then exits 4, run retries with the same CSR',
+  }),
+  opt('pending-notice-interval', {
+    key: 'pendingNoticeInterval',
+    type: 'duration',
+    min: atLeastOne,
+    help: 'While a CSR is pending, repeat the approve command this often',
+  }),
+  opt('renew-margin', {
+    key: 'renewal.margin',
+    type: 'duration',
+    help: 'Renew when less lifetime than this remains, even before the 70-90 % point',
+  }),
   opt('reuse-key', { key: 'renewal.reuseKey', type: 'bool', help: 'Keep the private key on renewal instead of generating a new one' }),
   opt('hook-timeout', { key: 'renewal.hookTimeout', type: 'duration', min: atLeastOne, help: 'Kill a hook that runs longer than this' }),
   opt('listen', { key: 'listen', type: 'listen', help: 'Address for /healthz, /readyz and /metrics; off disables' }),
   opt('log-level', { key: 'log.level', type: 'enum', values: ['error', 'warn', 'info', 'debug'], help: 'Log level' }),
-  opt('log-format', { key: 'log.format', type: 'enum', values: ['json', 'text', 'journal', 'auto'], help: 'Log format; auto is journal when stderr is the systemd journal (one line per message with a syslog priority prefix), text on a terminal, JSON otherwise' }),
-  opt('cloud-init-path', { key: 'cloudInitPaths', type: 'paths', help: 'cloud-init cache checked for a leftover bootstrap token (repeatable)' }),
-  opt('approver-kubeconfig', { key: 'approver.kubeconfig', type: 'path', help: 'approver: kubeconfig of its own identity (kubeboot approver --kubeconfig sets it too); when the file is absent, the in-cluster service account is used' }),
-  opt('approver-listen', { key: 'approver.listen', type: 'listen', help: 'approver: address for /healthz, /readyz and /metrics; off disables' }),
-  opt('lease-namespace', { key: 'approver.leaseNamespace', type: 'string', metavar: 'NAMESPACE', check: dns1123SubdomainProblem, help: 'approver: namespace of the leader-election Lease' }),
-  opt('lease-name', { key: 'approver.leaseName', type: 'string', metavar: 'NAME', check: dns1123SubdomainProblem, help: 'approver: name of the leader-election Lease' }),
-  opt('lease-duration', { key: 'approver.leaseDuration', type: 'duration', min: { seconds: 2 }, help: "approver: how long others wait after the leader's last renewal before taking over" }),
-  opt('renew-deadline', { key: 'approver.renewDeadline', type: 'duration', min: atLeastOne, help: 'approver: a leader that could not renew for this long stops approving (less than --lease-duration)' }),
-  opt('retry-period', { key: 'approver.retryPeriod', type: 'duration', min: atLeastOne, help: 'approver: how often to renew or try to take the Lease' }),
-  opt('resync-period', { key: 'approver.resyncPeriod', type: 'duration', min: atLeastOne, help: 'approver: look at every pending CSR again this often (RBAC or Nodes may have changed)' }),
-  opt('max-expiration', { key: 'approver.maxExpiration', type: 'duration', min: { seconds: 600, why: 'the API rejects shorter' }, help: 'approver: largest spec.expirationSeconds approved (unset lets the signer decide)' }),
+  opt('log-format', {
+    key: 'log.format',
+    type: 'enum',
+    values: ['json', 'text', 'journal', 'auto'],
+    help: 'Log format; auto is journal when stderr is the systemd journal (one line per message with a syslog priority prefix), text on a terminal, JSON otherwise',
+  }),
+  opt('cloud-init-path', {
+    key: 'cloudInitPaths',
+    type: 'paths',
+    help: 'cloud-init cache checked for a leftover bootstrap token (repeatable)',
+  }),
+  opt('approver-kubeconfig', {
+    key: 'approver.kubeconfig',
+    type: 'path',
+    help: 'approver: kubeconfig of its own identity (kubeboot approver --kubeconfig sets it too); when the file is absent, the in-cluster service account is used',
+  }),
+  opt('approver-listen', {
+    key: 'approver.listen',
+    type: 'listen',
+    help: 'approver: address for /healthz, /readyz and /metrics; off disables',
+  }),
+  opt('lease-namespace', {
+    key: 'approver.leaseNamespace',
+    type: 'string',
+    metavar: 'NAMESPACE',
+    check: dns1123SubdomainProblem,
+    help: 'approver: namespace of the leader-election Lease',
+  }),
+  opt('lease-name', {
+    key: 'approver.leaseName',
+    type: 'string',
+    metavar: 'NAME',
+    check: dns1123SubdomainProblem,
+    help: 'approver: name of the leader-election Lease',
+  }),
+  opt('lease-duration', {
+    key: 'approver.leaseDuration',
+    type: 'duration',
+    min: { seconds: 2 },
+    help: "approver: how long others wait after the leader's last renewal before taking over",
+  }),
+  opt('renew-deadline', {
+    key: 'approver.renewDeadline',
+    type: 'duration',
+    min: atLeastOne,
+    help: 'approver: a leader that could not renew for this long stops approving (less than --lease-duration)',
+  }),
+  opt('retry-period', {
+    key: 'approver.retryPeriod',
+    type: 'duration',
+    min: atLeastOne,
+    help: 'approver: how often to renew or try to take the Lease',
+  }),
+  opt('resync-period', {
+    key: 'approver.resyncPeriod',
+    type: 'duration',
+    min: atLeastOne,
+    help: 'approver: look at every pending CSR again this often (RBAC or Nodes may have changed)',
+  }),
+  opt('max-expiration', {
+    key: 'approver.maxExpiration',
+    type: 'duration',
+    min: { seconds: 600, why: 'the API rejects shorter' },
+    help: 'approver: largest spec.expirationSeconds approved (unset lets the signer decide)',
+  }),
   opt('allowed-key-algorithm', {
     key: 'approver.keyAlgorithms',
     type: 'strings',
@@ -144,10 +296,30 @@ export const OPTIONS: readonly OptionSpec[] = [
     check: (v) => ((KEY_ALGORITHMS as readonly string[]).includes(v) ? null : `expected one of ${KEY_ALGORITHMS.join(', ')}, got ${v}`),
     help: 'approver: key algorithm a CSR may use (repeatable); RSA below 2048 bits is never approved',
   }),
-  opt('approve-kubelet-serving', { key: 'approver.kubeletServing', type: 'bool', help: 'approver: also approve kubelet serving CSRs (signer kubernetes.io/kubelet-serving)' }),
-  opt('serving-dns-suffix', { key: 'approver.servingDnsSuffixes', type: 'strings', metavar: 'DOMAIN', check: dns1123SubdomainProblem, help: "approver: serving DNS SANs may also be the node name under this domain (repeatable)" }),
-  opt('serving-ip-cidr', { key: 'approver.servingIpCidrs', type: 'strings', metavar: 'CIDR', check: cidrProblem, help: "approver: serving IP SANs must also lie in one of these (repeatable; the Node's addresses always apply)" }),
-  opt('deny-violations', { key: 'approver.denyViolations', type: 'bool', help: 'approver: deny a CSR that breaks a rule instead of leaving it pending with an Event' }),
+  opt('approve-kubelet-serving', {
+    key: 'approver.kubeletServing',
+    type: 'bool',
+    help: 'approver: also approve kubelet serving CSRs (signer kubernetes.io/kubelet-serving)',
+  }),
+  opt('serving-dns-suffix', {
+    key: 'approver.servingDnsSuffixes',
+    type: 'strings',
+    metavar: 'DOMAIN',
+    check: dns1123SubdomainProblem,
+    help: 'approver: serving DNS SANs may also be the node name under this domain (repeatable)',
+  }),
+  opt('serving-ip-cidr', {
+    key: 'approver.servingIpCidrs',
+    type: 'strings',
+    metavar: 'CIDR',
+    check: cidrProblem,
+    help: "approver: serving IP SANs must also lie in one of these (repeatable; the Node's addresses always apply)",
+  }),
+  opt('deny-violations', {
+    key: 'approver.denyViolations',
+    type: 'bool',
+    help: 'approver: deny a CSR that breaks a rule instead of leaving it pending with an Event',
+  }),
 ];
 
 /** Flags that only some commands take; not part of Config. */
@@ -162,31 +334,126 @@ export interface CommandFlagSpec {
   /** How --help writes a bool flag when not `--flag` (e.g. `--no-expiry`). */
   usage?: string;
 }
-export const COMMANDS = ['bootstrap', 'run', 'check', 'status', 'renew', 'wait', 'approver', 'approver-kubeconfig', 'token', 'join-command', 'user-data'] as const;
+export const COMMANDS = [
+  'bootstrap',
+  'run',
+  'check',
+  'status',
+  'renew',
+  'wait',
+  'approver',
+  'approver-kubeconfig',
+  'token',
+  'join-command',
+  'user-data',
+] as const;
 export type Command = (typeof COMMANDS)[number];
 /** The cluster admin's commands that make bootstrap tokens: they run on the admin's machine, not on a node. */
 export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
 /** Commands that need no node name of their own. */
 export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig'];
 
-
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   { flag: 'output', commands: ['status', 'token'], values: ['text', 'json'], metavar: 'text|json', help: 'status, token: output format' },
-  { flag: 'identity', commands: ['renew', 'wait'], values: ['kubelet', 'kube-proxy', 'kubelet-serving'], metavar: 'NAME', help: 'renew, wait: only this identity (kubelet, kube-proxy, kubelet-serving)' },
-  { flag: 'timeout', commands: ['wait'], metavar: 'DURATION', help: 'wait: give up with exit 4 after this long (default: wait as long as it takes)' },
-  { flag: 'kubeconfig', commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver'], metavar: 'PATH', help: 'token, join-command, user-data, approver-kubeconfig: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig' },
-  { flag: 'ttl', commands: [...ADMIN_COMMANDS, 'approver-kubeconfig'], metavar: 'DURATION', help: 'token create, --create-token: lifetime of the new token (default 1h; 0 only with --no-expiry)' },
-  { flag: 'expiry', commands: ADMIN_COMMANDS, type: 'bool', metavar: '', usage: '--no-expiry', help: 'token create, --create-token: --no-expiry makes a token that never expires (the tokencleaner never removes it)' },
-  { flag: 'usages', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'USAGE', help: 'token create, --create-token: authentication and/or signing, comma-separated or repeated (default both; signing lets discovery check cluster-info)' },
-  { flag: 'groups', commands: ADMIN_COMMANDS, type: 'strings', metavar: 'GROUP', help: 'token create, --create-token: extra groups, each starting with system:bootstrappers:, comma-separated or repeated' },
-  { flag: 'description', commands: ADMIN_COMMANDS, metavar: 'TEXT', help: 'token create, --create-token: a description stored with the token' },
-  { flag: 'create-token', commands: ['join-command', 'user-data'], type: 'bool', metavar: '', help: 'join-command, user-data: create a new bootstrap token (as token create) instead of --token' },
-  { flag: 'set', commands: ['user-data'], type: 'repeated', metavar: 'KEY=VALUE', help: 'user-data: a config-file setting for the node (file key as in the table, e.g. kubeProxy.enabled=false; repeatable)' },
-  { flag: 'format', commands: ['user-data'], values: ['cloud-config', 'script'], metavar: 'cloud-config|script', help: 'user-data: cloud-init #cloud-config (default) or a plain shell script for images without cloud-init' },
-  { flag: 'repo-url', commands: ['user-data'], metavar: 'URL', help: 'user-data: the package repository holding kubeboot (from npm run repo); without it the image\'s repositories must have it' },
-  { flag: 'repo-key', commands: ['user-data'], metavar: 'PATH', help: 'user-data: the repository\'s ASCII-armored public signing key (the only key trusted for it)' },
-  { flag: 'repo-type', commands: ['user-data'], values: ['apt', 'yum'], metavar: 'apt|yum', help: 'user-data: the node\'s package manager (default apt)' },
-  { flag: 'repo-suite', commands: ['user-data'], metavar: 'NAME', help: 'user-data: apt suite of --repo-url (default stable; component main)' },
+  {
+    flag: 'identity',
+    commands: ['renew', 'wait'],
+    values: ['kubelet', 'kube-proxy', 'kubelet-serving'],
+    metavar: 'NAME',
+    help: 'renew, wait: only this identity (kubelet, kube-proxy, kubelet-serving)',
+  },
+  {
+    flag: 'timeout',
+    commands: ['wait'],
+    metavar: 'DURATION',
+    help: 'wait: give up with exit 4 after this long (default: wait as long as it takes)',
+  },
+  {
+    flag: 'kubeconfig',
+    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver'],
+    metavar: 'PATH',
+    help: 'token, join-command, user-data, approver-kubeconfig: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
+  },
+  {
+    flag: 'ttl',
+    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig'],
+    metavar: 'DURATION',
+    help: 'token create, --create-token: lifetime of the new token (default 1h; 0 only with --no-expiry)',
+  },
+  {
+    flag: 'expiry',
+    commands: ADMIN_COMMANDS,
+    type: 'bool',
+    metavar: '',
+    usage: '--no-expiry',
+    help: 'token create, --create-token: --no-expiry makes a token that never expires (the tokencleaner never removes it)',
+  },
+  {
+    flag: 'usages',
+    commands: ADMIN_COMMANDS,
+    type: 'strings',
+    metavar: 'USAGE',
+    help: 'token create, --create-token: authentication and/or signing, comma-separated or repeated (default both; signing lets discovery check cluster-info)',
+  },
+  {
+    flag: 'groups',
+    commands: ADMIN_COMMANDS,
+    type: 'strings',
+    metavar: 'GROUP',
+    help: 'token create, --create-token: extra groups, each starting with system:bootstrappers:, comma-separated or repeated',
+  },
+  {
+    flag: 'description',
+    commands: ADMIN_COMMANDS,
+    metavar: 'TEXT',
+    help: 'token create, --create-token: a description stored with the token',
+  },
+  {
+    flag: 'create-token',
+    commands: ['join-command', 'user-data'],
+    type: 'bool',
+    metavar: '',
+    help: 'join-command, user-data: create a new bootstrap token (as token create) instead of --token',
+  },
+  {
+    flag: 'set',
+    commands: ['user-data'],
+    type: 'repeated',
+    metavar: 'KEY=VALUE',
+    help: 'user-data: a config-file setting for the node (file key as in the table, e.g. kubeProxy.enabled=false; repeatable)',
+  },
+  {
+    flag: 'format',
+    commands: ['user-data'],
+    values: ['cloud-config', 'script'],
+    metavar: 'cloud-config|script',
+    help: 'user-data: cloud-init #cloud-config (default) or a plain shell script for images without cloud-init',
+  },
+  {
+    flag: 'repo-url',
+    commands: ['user-data'],
+    metavar: 'URL',
+    help: "user-data: the package repository holding kubeboot (from npm run repo); without it the image's repositories must have it",
+  },
+  {
+    flag: 'repo-key',
+    commands: ['user-data'],
+    metavar: 'PATH',
+    help: "user-data: the repository's ASCII-armored public signing key (the only key trusted for it)",
+  },
+  {
+    flag: 'repo-type',
+    commands: ['user-data'],
+    values: ['apt', 'yum'],
+    metavar: 'apt|yum',
+    help: "user-data: the node's package manager (default apt)",
+  },
+  {
+    flag: 'repo-suite',
+    commands: ['user-data'],
+    metavar: 'NAME',
+    help: 'user-data: apt suite of --repo-url (default stable; component main)',
+  },
 ];
 
 export function readKey(config: Config, key: ConfigKey): unknown {

@@ -26,8 +26,20 @@ export function validateConfig(config: Config, originOf: OriginOf): void {
   }
   // matches client-go's leaderelection checks: the leader gives up before others may take over.
   const { leaseDuration, renewDeadline, retryPeriod } = config.approver;
-  if (renewDeadline >= leaseDuration) conflict(originOf, 'approver.renewDeadline', 'approver.leaseDuration', `must be less than approver.leaseDuration (${renewDeadline} >= ${leaseDuration})`);
-  if (retryPeriod >= renewDeadline) conflict(originOf, 'approver.retryPeriod', 'approver.renewDeadline', `must be less than approver.renewDeadline (${retryPeriod} >= ${renewDeadline})`);
+  if (renewDeadline >= leaseDuration)
+    conflict(
+      originOf,
+      'approver.renewDeadline',
+      'approver.leaseDuration',
+      `must be less than approver.leaseDuration (${renewDeadline} >= ${leaseDuration})`,
+    );
+  if (retryPeriod >= renewDeadline)
+    conflict(
+      originOf,
+      'approver.retryPeriod',
+      'approver.renewDeadline',
+      `must be less than approver.renewDeadline (${retryPeriod} >= ${renewDeadline})`,
+    );
 }
 
 function conflict(originOf: OriginOf, key: ConfigKey, other: ConfigKey, problem: string): never {

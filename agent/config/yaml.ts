@@ -85,7 +85,8 @@ function duplicateKey(doc: Document): { code: string; pos: [number, number] } | 
 
 /** The document as plain data; null for an empty document. */
 export function parseYaml(file: string, text: string): unknown {
-  if (nestingDepth(text) > MAX_NESTING) throw new InputError(file, '(document)', `invalid YAML: nested more than ${MAX_NESTING} levels deep`);
+  if (nestingDepth(text) > MAX_NESTING)
+    throw new InputError(file, '(document)', `invalid YAML: nested more than ${MAX_NESTING} levels deep`);
   const lineCounter = new LineCounter();
   // YAML 1.2 core schema: `yes`/`on` stay strings, so a typo'd boolean is reported, not guessed.
   const doc = parseDocument(text, { prettyErrors: false, lineCounter, uniqueKeys: false, schema: 'core' });

@@ -151,7 +151,8 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
       await proveIdentity(identity, ctx, certPem, key.pem);
     } catch (err) {
       // The same CSR would give the same unusable certificate: start over next time.
-      if (err instanceof IdentityMismatchError || (err instanceof ApiError && err.status === 401)) await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
+      if (err instanceof IdentityMismatchError || (err instanceof ApiError && err.status === 401))
+        await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
       throw err;
     }
   }
@@ -234,7 +235,11 @@ async function compatibility(existing: CertificateSigningRequest, identity: Iden
 async function proveIdentity(identity: Identity, ctx: IssueContext, certPem: string, keyPem: string): Promise<void> {
   const client = new KubeClient(ctx.cluster, { kind: 'client-certificate', certPem, keyPem }, ctx.dispatcher);
   try {
-    const user = await retryTransient(`${identity.name}: proving the new certificate`, () => whoAmI(client, ctx.signal), { timeoutMs: ctx.waitTimeoutMs, logger: ctx.logger, signal: ctx.signal });
+    const user = await retryTransient(`${identity.name}: proving the new certificate`, () => whoAmI(client, ctx.signal), {
+      timeoutMs: ctx.waitTimeoutMs,
+      logger: ctx.logger,
+      signal: ctx.signal,
+    });
     const missing = identity.subject.organizations.filter((o) => !user.groups.includes(o));
     if (user.username !== identity.subject.commonName || missing.length > 0) {
       throw new IdentityMismatchError(
@@ -260,7 +265,9 @@ function checkTime(certPem: string, now: Date, log: Logger): Date {
   if (!leaf || leaf.notBefore <= now) return now;
   const skew = leaf.notBefore.getTime() - now.getTime();
   if (skew > MAX_CLOCK_SKEW_MS) return now;
-  log.warn(`the new certificate is valid from ${leaf.notBefore.toISOString()}, ${Math.round(skew / 1000)}s ahead of this node's clock; check time synchronisation`);
+  log.warn(
+    `the new certificate is valid from ${leaf.notBefore.toISOString()}, ${Math.round(skew / 1000)}s ahead of this node's clock; check time synchronisation`,
+  );
   return leaf.notBefore;
 }
 

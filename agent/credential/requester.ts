@@ -24,7 +24,11 @@ export interface Requester {
 
 /** The node's kubelet certificate asks: the approver sees which node wants what. */
 export function nodeRequester(node: NodeCredential, dispatcher?: Dispatcher): Requester {
-  return { client: new KubeClient(node.cluster, { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem }, dispatcher), cluster: node.cluster, bootstrap: null };
+  return {
+    client: new KubeClient(node.cluster, { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem }, dispatcher),
+    cluster: node.cluster,
+    bootstrap: null,
+  };
 }
 
 /**
@@ -32,7 +36,11 @@ export function nodeRequester(node: NodeCredential, dispatcher?: Dispatcher): Re
  * without a kubelet credential can ask. `why` says why the kubelet's own
  * credential cannot, for the error when there is no bootstrap kubeconfig.
  */
-export async function bootstrapRequester(config: Config, why: string, deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher }): Promise<Requester> {
+export async function bootstrapRequester(
+  config: Config,
+  why: string,
+  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher },
+): Promise<Requester> {
   const text = await readOptional(config.bootstrapKubeconfig);
   if (text === null) {
     throw new BootstrapCredentialError(
@@ -49,10 +57,18 @@ export async function bootstrapRequester(config: Config, why: string, deps: { lo
 }
 
 /** Server and CA for a bootstrap kubeconfig: its own CA (checked against any pins), or pinned discovery. */
-export async function clusterOf(bootstrap: BootstrapKubeconfig, config: Config, deps: { logger: Logger; signal?: AbortSignal }): Promise<Cluster> {
+export async function clusterOf(
+  bootstrap: BootstrapKubeconfig,
+  config: Config,
+  deps: { logger: Logger; signal?: AbortSignal },
+): Promise<Cluster> {
   const base = { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName };
   if (bootstrap.insecureSkipTlsVerify && !config.unsafeAllowInsecureBootstrap) {
-    throw new InputError(bootstrap.file, 'insecure-skip-tls-verify', 'refused: TLS verification must stay on (pass --unsafe-allow-insecure-bootstrap to accept it, or give --ca-cert-hash)');
+    throw new InputError(
+      bootstrap.file,
+      'insecure-skip-tls-verify',
+      'refused: TLS verification must stay on (pass --unsafe-allow-insecure-bootstrap to accept it, or give --ca-cert-hash)',
+    );
   }
   if (bootstrap.caPem && !bootstrap.insecureSkipTlsVerify) {
     // A CA that only looks like PEM would fail every TLS handshake with a vaguer error.
@@ -68,7 +84,11 @@ export async function clusterOf(bootstrap: BootstrapKubeconfig, config: Config, 
     return { ...base, caPem: pinned };
   }
   if (bootstrap.auth.kind !== 'bootstrap-token') {
-    throw new InputError(bootstrap.file, 'certificate-authority', 'missing; CA discovery through cluster-info needs a bootstrap token, so give the CA here');
+    throw new InputError(
+      bootstrap.file,
+      'certificate-authority',
+      'missing; CA discovery through cluster-info needs a bootstrap token, so give the CA here',
+    );
   }
   deps.logger.info(`discovering the cluster CA from ${bootstrap.server} (kube-public/cluster-info)`);
   const caPem = await discoverClusterCa({

@@ -119,7 +119,10 @@ export class Daemon {
         progressDue: this.#clock.monotonic() + this.#maxPassMs() + LIVENESS_GRACE_MS,
       });
     }
-    this.metrics = createMetrics({ certificates: () => [...this.#slots].map(([identity, slot]) => ({ identity, notAfter: this.#validNow(slot)?.notAfter ?? null })), now: () => this.#clock.now() });
+    this.metrics = createMetrics({
+      certificates: () => [...this.#slots].map(([identity, slot]) => ({ identity, notAfter: this.#validNow(slot)?.notAfter ?? null })),
+      now: () => this.#clock.now(),
+    });
   }
 
   get config(): Config {
@@ -159,9 +162,14 @@ export class Daemon {
   async reloadAndRenew(): Promise<void> {
     try {
       const next = await this.#reload();
-      const before = identitiesFor(this.#config).map((i) => i.name).join(',');
-      const after = identitiesFor(next).map((i) => i.name).join(',');
-      if (before !== after) this.#logger.warn(`the set of identities changed (${before} -> ${after}); restart kubeboot to add or remove identities`);
+      const before = identitiesFor(this.#config)
+        .map((i) => i.name)
+        .join(',');
+      const after = identitiesFor(next)
+        .map((i) => i.name)
+        .join(',');
+      if (before !== after)
+        this.#logger.warn(`the set of identities changed (${before} -> ${after}); restart kubeboot to add or remove identities`);
       this.#config = next;
       this.#logger.info('configuration reloaded; renewing now');
     } catch (err) {
@@ -187,7 +195,14 @@ export class Daemon {
     try {
       if (config.listen) {
         const { host, port } = splitListen(config.listen);
-        http = await startHttpServer({ host, port, healthy: () => this.healthy(), readiness: () => this.readiness(), registry: this.metrics.registry, logger: this.#logger });
+        http = await startHttpServer({
+          host,
+          port,
+          healthy: () => this.healthy(),
+          readiness: () => this.readiness(),
+          registry: this.metrics.registry,
+          logger: this.#logger,
+        });
         this.#logger.info(`serving /healthz, /readyz and /metrics on ${http.address.host}:${http.address.port}`);
       }
       watcher = await watchCredentials({
@@ -264,7 +279,10 @@ export class Daemon {
       case 'renew': {
         this.#logger.info(`${identity.name}: ${action.why}`);
         const started = this.#clock.monotonic();
-        const issued = action.kind === 'bootstrap' ? await this.#bootstrapKubelet(config, own) : await renewIdentity(config, own, action.requester, this.#runDeps());
+        const issued =
+          action.kind === 'bootstrap'
+            ? await this.#bootstrapKubelet(config, own)
+            : await renewIdentity(config, own, action.requester, this.#runDeps());
         if (issued) await this.#issued(identity, slot, issued, started);
         return this.#clock.now();
       }
@@ -293,7 +311,9 @@ export class Daemon {
     }
     const remembered = this.#lastGoodKubelet;
     if (remembered && remembered.notAfter > now && remembered.identity.subject.commonName === onDisk.identity.subject.commonName) {
-      this.#logger.warn(`kubelet: ${onDisk.state === 'unusable' ? onDisk.reason : 'not usable'}; authenticating with the credential kubeboot still holds in memory (valid until ${remembered.notAfter.toISOString()})`);
+      this.#logger.warn(
+        `kubelet: ${onDisk.state === 'unusable' ? onDisk.reason : 'not usable'}; authenticating with the credential kubeboot still holds in memory (valid until ${remembered.notAfter.toISOString()})`,
+      );
       return remembered;
     }
     return null;
@@ -305,9 +325,15 @@ export class Daemon {
       const leaf = parseCertificateChain(own.certPem)[0]!;
       const lastSuccess = slot.state.lastSuccess ? new Date(slot.state.lastSuccess) : null;
       const { at, held } = deadlineFor(leaf, margin, this.#random, lastSuccess);
-      if (held) this.#logger.warn(`${own.identity.name}: renew margin ${margin}s leaves almost no lifetime; holding renewals ${Math.round((at.getTime() - lastSuccess!.getTime()) / 1000)}s apart`);
+      if (held)
+        this.#logger.warn(
+          `${own.identity.name}: renew margin ${margin}s leaves almost no lifetime; holding renewals ${Math.round((at.getTime() - lastSuccess!.getTime()) / 1000)}s apart`,
+        );
       slot.deadline = { certKey, at };
-      this.#logger.info(`${own.identity.name}: certificate valid until ${leaf.notAfter.toISOString()}; renewal scheduled for ${at.toISOString()}`, { identity: own.identity.name });
+      this.#logger.info(
+        `${own.identity.name}: certificate valid until ${leaf.notAfter.toISOString()}; renewal scheduled for ${at.toISOString()}`,
+        { identity: own.identity.name },
+      );
     }
     return slot.deadline.at;
   }
@@ -325,11 +351,16 @@ export class Daemon {
     slot.deadline = null;
     if (identity.name === 'kubelet' && slot.seen?.state === 'usable') this.#provenKubeletPem = slot.seen.certPem;
     this.metrics.recordRenewal(identity.name, now);
-    this.#logger.info(`${identity.name}: certificate renewed in ${((this.#clock.monotonic() - startedMonotonic) / 1000).toFixed(1)}s, valid until ${issued.notAfter.toISOString()}`);
+    this.#logger.info(
+      `${identity.name}: certificate renewed in ${((this.#clock.monotonic() - startedMonotonic) / 1000).toFixed(1)}s, valid until ${issued.notAfter.toISOString()}`,
+    );
     await this.#runHooks(identity, slot);
     if (identity.name === 'kubelet') {
       // Others may have been waiting for the kubelet's credential.
-      this.nudge([...this.#slots.keys()].filter((n) => n !== 'kubelet' && this.#validNow(this.#slots.get(n)!) === null), false);
+      this.nudge(
+        [...this.#slots.keys()].filter((n) => n !== 'kubelet' && this.#validNow(this.#slots.get(n)!) === null),
+        false,
+      );
     }
   }
 
@@ -354,14 +385,20 @@ export class Daemon {
         { identity: identity.name },
       );
     } else {
-      this.#logger.error(`${identity.name}: renewal failed: ${message}; retrying in ${Math.round(plan.waitMs / 1000)}s${current ? ` (the current certificate stays valid until ${current.notAfter.toISOString()})` : ''}`, { identity: identity.name });
+      this.#logger.error(
+        `${identity.name}: renewal failed: ${message}; retrying in ${Math.round(plan.waitMs / 1000)}s${current ? ` (the current certificate stays valid until ${current.notAfter.toISOString()})` : ''}`,
+        { identity: identity.name },
+      );
     }
     return new Date(now.getTime() + plan.waitMs);
   }
 
   async #runHooks(identity: Identity, slot: Slot): Promise<void> {
     if (identity.hooks.length === 0) return;
-    const results = await runIdentityHooks(identity, this.#logger, { timeoutMs: this.#config.renewal.hookTimeout * 1000, signal: this.#signal });
+    const results = await runIdentityHooks(identity, this.#logger, {
+      timeoutMs: this.#config.renewal.hookTimeout * 1000,
+      signal: this.#signal,
+    });
     slot.state.lastHooks = results.map((r) => ({ argv: r.argv, ok: r.ok, exitCode: r.exitCode, at: this.#clock.now().toISOString() }));
     for (const r of results) if (!r.ok) this.metrics.recordHookFailure(identity.name);
   }
@@ -432,8 +469,11 @@ export class Daemon {
   #describe(slot: Slot): string {
     const valid = this.#validNow(slot);
     if (valid) return `valid until ${valid.notAfter.toISOString()}`;
-    if (slot.state.pendingCsr) return `waiting for CSR ${slot.state.pendingCsr} to be approved (kubectl certificate approve ${slot.state.pendingCsr})`;
-    return slot.state.lastError ?? (slot.seen?.state === 'usable' ? `expired at ${slot.seen.notAfter.toISOString()}` : 'no valid certificate');
+    if (slot.state.pendingCsr)
+      return `waiting for CSR ${slot.state.pendingCsr} to be approved (kubectl certificate approve ${slot.state.pendingCsr})`;
+    return (
+      slot.state.lastError ?? (slot.seen?.state === 'usable' ? `expired at ${slot.seen.notAfter.toISOString()}` : 'no valid certificate')
+    );
   }
 
   #runDeps(): RunDeps {
@@ -456,11 +496,19 @@ export class Daemon {
   async #publish(): Promise<void> {
     const { ready, detail } = this.readiness();
     const nodeReady = this.nodeReady();
-    const status = ready ? `credentials valid: ${detail.join('; ')}` : nodeReady ? `kubelet ready; pending: ${detail.filter((l) => !l.startsWith('kubelet:')).join('; ')}` : `not ready: ${detail.join('; ')}`;
+    const status = ready
+      ? `credentials valid: ${detail.join('; ')}`
+      : nodeReady
+        ? `kubelet ready; pending: ${detail.filter((l) => !l.startsWith('kubelet:')).join('; ')}`
+        : `not ready: ${detail.join('; ')}`;
     if (nodeReady && !this.#readySent) {
       this.#readySent = true;
       await this.#notifier.ready(status);
-      this.#logger.info(ready ? 'all credentials valid; ready' : `kubelet credential valid; ready (the kubelet may start); pending: ${detail.filter((l) => !l.startsWith('kubelet:')).join('; ')}`);
+      this.#logger.info(
+        ready
+          ? 'all credentials valid; ready'
+          : `kubelet credential valid; ready (the kubelet may start); pending: ${detail.filter((l) => !l.startsWith('kubelet:')).join('; ')}`,
+      );
       this.#allValidLogged = ready;
     } else {
       await this.#notifier.status(status);
@@ -469,7 +517,9 @@ export class Daemon {
     }
     const identities: Record<string, IdentityState> = {};
     for (const [name, slot] of this.#slots) identities[name] = slot.state;
-    await writeDaemonState(this.#config.stateDir, { pid: process.pid, updated: this.#clock.now().toISOString(), identities }).catch((err: Error) => this.#logger.warn(`cannot write status file: ${err.message}`));
+    await writeDaemonState(this.#config.stateDir, { pid: process.pid, updated: this.#clock.now().toISOString(), identities }).catch(
+      (err: Error) => this.#logger.warn(`cannot write status file: ${err.message}`),
+    );
   }
 }
 

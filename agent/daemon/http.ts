@@ -23,7 +23,10 @@ export const DEFAULT_HTTP_PORT = 10271;
  * The endpoints are unauthenticated, so anything else is worth a warning.
  */
 export function isLoopbackListen(listen: string): boolean {
-  const host = listen.slice(0, listen.lastIndexOf(':')).replace(/^\[|\]$/g, '').toLowerCase();
+  const host = listen
+    .slice(0, listen.lastIndexOf(':'))
+    .replace(/^\[|\]$/g, '')
+    .toLowerCase();
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host) || /^::ffff:127\./.test(host);
 }
 
@@ -131,7 +134,9 @@ export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> 
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err) =>
-      reject(new KubebootError(`cannot listen on ${host}:${port} for /healthz, /readyz and /metrics: ${err.message}`, undefined, { cause: err })),
+      reject(
+        new KubebootError(`cannot listen on ${host}:${port} for /healthz, /readyz and /metrics: ${err.message}`, undefined, { cause: err }),
+      ),
     );
     server.listen(port, host, () => resolve());
   });

@@ -97,7 +97,11 @@ export interface CredentialChange {
  * and the timestamped files it links to (client-go certificate_store names);
  * temp files never match.
  */
-export function classify(file: string, identities: Identity[], bootstrapKubeconfig: string): Omit<CredentialChange, 'kind' | 'path'> | null {
+export function classify(
+  file: string,
+  identities: Identity[],
+  bootstrapKubeconfig: string,
+): Omit<CredentialChange, 'kind' | 'path'> | null {
   const abs = path.resolve(file);
   if (abs === path.resolve(bootstrapKubeconfig)) return { identity: null, file: 'bootstrap-kubeconfig' };
   for (const identity of identities) {

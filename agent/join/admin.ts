@@ -17,7 +17,11 @@ export interface Admin {
 }
 
 /** Which file kubectl would read. Merging several KUBECONFIG files is not supported: the first existing one is used. */
-export async function findAdminKubeconfig(flag: string | undefined, env: Record<string, string | undefined>, home = os.homedir()): Promise<{ file: string; text: string }> {
+export async function findAdminKubeconfig(
+  flag: string | undefined,
+  env: Record<string, string | undefined>,
+  home = os.homedir(),
+): Promise<{ file: string; text: string }> {
   if (flag !== undefined) {
     const file = path.resolve(flag);
     const text = await readOptional(file);
@@ -40,7 +44,12 @@ export async function adminClient(flag: string | undefined, env: Record<string, 
   const { file, text } = await findAdminKubeconfig(flag, env);
   const kubeconfig = await parseBootstrapKubeconfig(file, text, readOptional);
   // A bootstrap token minted through an unverified connection may go to anyone.
-  if (kubeconfig.insecureSkipTlsVerify) throw new InputError(file, 'insecure-skip-tls-verify', 'refused: kubeboot verifies the API server; give the cluster CA in this kubeconfig instead');
+  if (kubeconfig.insecureSkipTlsVerify)
+    throw new InputError(
+      file,
+      'insecure-skip-tls-verify',
+      'refused: kubeboot verifies the API server; give the cluster CA in this kubeconfig instead',
+    );
   const credential =
     kubeconfig.auth.kind === 'client-certificate'
       ? ({ kind: 'client-certificate', certPem: kubeconfig.auth.certPem, keyPem: kubeconfig.auth.keyPem } as const)
@@ -55,10 +64,18 @@ export async function adminClient(flag: string | undefined, env: Record<string, 
 /** One line for the operator: which cluster, what went wrong, what to check. */
 export function explainAdminError(err: unknown, admin: Admin, doing: string): unknown {
   const where = `${admin.kubeconfig.server} (from ${admin.kubeconfig.file})`;
-  if (err instanceof TransportError) return new KubebootError(`cannot reach the cluster at ${where} to ${doing}: ${err.message}`, ExitCode.other);
-  if (err instanceof ApiError && err.status === 401) return new KubebootError(`the cluster at ${where} rejected the admin credential (401 Unauthorized) while trying to ${doing}`, ExitCode.other);
+  if (err instanceof TransportError)
+    return new KubebootError(`cannot reach the cluster at ${where} to ${doing}: ${err.message}`, ExitCode.other);
+  if (err instanceof ApiError && err.status === 401)
+    return new KubebootError(
+      `the cluster at ${where} rejected the admin credential (401 Unauthorized) while trying to ${doing}`,
+      ExitCode.other,
+    );
   if (err instanceof ApiError && err.status === 403) {
-    return new KubebootError(`forbidden to ${doing} at ${where}: the admin kubeconfig's user needs access to Secrets in kube-system (${err.message})`, ExitCode.other);
+    return new KubebootError(
+      `forbidden to ${doing} at ${where}: the admin kubeconfig's user needs access to Secrets in kube-system (${err.message})`,
+      ExitCode.other,
+    );
   }
   return err;
 }

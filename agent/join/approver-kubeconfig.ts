@@ -36,7 +36,10 @@ export async function issueApproverKubeconfig(
   opts: { keyAlgorithm: KeyAlgorithm; expirationSeconds: number; logger: Logger; signal?: AbortSignal },
 ): Promise<ApproverKubeconfig> {
   const { server, caPem, tlsServerName, file } = admin.kubeconfig;
-  if (caPem === null) throw new KubebootError(`${file}: names no certificate authority to embed for the approver; give the cluster CA in the admin kubeconfig`);
+  if (caPem === null)
+    throw new KubebootError(
+      `${file}: names no certificate authority to embed for the approver; give the cluster CA in the admin kubeconfig`,
+    );
   const subject: Subject = { commonName: APPROVER_USER, organizations: [] };
   const key = await generateKey(opts.keyAlgorithm);
   const csrName = `kubeboot-approver-${randomBytes(4).toString('hex')}`;
@@ -53,18 +56,39 @@ export async function issueApproverKubeconfig(
   };
   const signal = opts.signal ? { signal: opts.signal } : {};
   const created = (await admin.client.request<CertificateSigningRequest>('POST', CSRS, { body, ...signal })).body;
-  const approval = { type: 'Approved', status: 'True', reason: 'KubebootApproverKubeconfig', message: `kubeboot approver-kubeconfig: the credential of ${APPROVER_USER}` };
+  const approval = {
+    type: 'Approved',
+    status: 'True',
+    reason: 'KubebootApproverKubeconfig',
+    message: `kubeboot approver-kubeconfig: the credential of ${APPROVER_USER}`,
+  };
   const approve = { ...created, status: { ...(created.status ?? {}), conditions: [...(created.status?.conditions ?? []), approval] } };
   await admin.client.request('PUT', `${CSRS}/${csrName}/approval`, { body: approve, ...signal });
-  const certPem = await waitForCertificate(admin.client, created, { logger: opts.logger, timeoutMs: 120_000, pendingNoticeMs: 30_000, ...signal });
+  const certPem = await waitForCertificate(admin.client, created, {
+    logger: opts.logger,
+    timeoutMs: 120_000,
+    pendingNoticeMs: 30_000,
+    ...signal,
+  });
 
-  const problems = await checkIssuedCertificate({ certPem, caPems: [caPem], publicKeyDer: key.publicKeyDer, subject, usages: USAGES, now: new Date() });
+  const problems = await checkIssuedCertificate({
+    certPem,
+    caPems: [caPem],
+    publicKeyDer: key.publicKeyDer,
+    subject,
+    usages: USAGES,
+    now: new Date(),
+  });
   if (problems.length > 0) throw new KubebootError(`CSR ${csrName}: the issued certificate is unusable: ${problems.join('; ')}`);
   // Proven before it is written, as the node's credentials are.
-  const client = new KubeClient({ server, caPem, tlsServerName, unsafeSkipTlsVerify: false }, { kind: 'client-certificate', certPem, keyPem: key.pem });
+  const client = new KubeClient(
+    { server, caPem, tlsServerName, unsafeSkipTlsVerify: false },
+    { kind: 'client-certificate', certPem, keyPem: key.pem },
+  );
   try {
     const user = await whoAmI(client, opts.signal);
-    if (user.username !== APPROVER_USER) throw new KubebootError(`the issued certificate authenticates as ${user.username || '(nobody)'}, want ${APPROVER_USER}`);
+    if (user.username !== APPROVER_USER)
+      throw new KubebootError(`the issued certificate authenticates as ${user.username || '(nobody)'}, want ${APPROVER_USER}`);
   } finally {
     await client.close();
   }

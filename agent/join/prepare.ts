@@ -63,7 +63,11 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
     logger: deps.logger,
     ...(deps.signal ? { signal: deps.signal } : {}),
   });
-  const text = renderBootstrapKubeconfig({ server: source.server, caPem, credential: source.tokenFile !== null ? { tokenFile: source.tokenFile } : { token: source.auth.token } });
+  const text = renderBootstrapKubeconfig({
+    server: source.server,
+    caPem,
+    credential: source.tokenFile !== null ? { tokenFile: source.tokenFile } : { token: source.auth.token },
+  });
   await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
   await writeFileAtomic(config.bootstrapKubeconfig, text, { mode: 0o600 });
   deps.logger.info(`join: wrote ${config.bootstrapKubeconfig} for token ${source.auth.tokenId}`);
@@ -77,9 +81,12 @@ export function joinRequested(config: Config): boolean {
 /** Incomplete or contradictory join settings; no I/O. */
 export function checkJoinSettings(config: Config): void {
   const { server, token, tokenFile } = config;
-  if (server === null) throw new InputError(SETTINGS, 'server (--server, KUBEBOOT_SERVER)', 'missing: a join token needs the API server URL');
-  if (token === null && tokenFile === null) throw new InputError(SETTINGS, 'token (--token, --token-file, KUBEBOOT_TOKEN)', `missing: joining ${server} needs a bootstrap token`);
-  if (token !== null && tokenFile !== null) throw new InputError(SETTINGS, 'tokenFile (--token-file)', 'cannot be combined with token; give one');
+  if (server === null)
+    throw new InputError(SETTINGS, 'server (--server, KUBEBOOT_SERVER)', 'missing: a join token needs the API server URL');
+  if (token === null && tokenFile === null)
+    throw new InputError(SETTINGS, 'token (--token, --token-file, KUBEBOOT_TOKEN)', `missing: joining ${server} needs a bootstrap token`);
+  if (token !== null && tokenFile !== null)
+    throw new InputError(SETTINGS, 'tokenFile (--token-file)', 'cannot be combined with token; give one');
 }
 
 export type JoinSource = BootstrapKubeconfig & { auth: Extract<BootstrapAuth, { kind: 'bootstrap-token' }> };
@@ -94,14 +101,25 @@ export async function joinSource(config: Config): Promise<JoinSource> {
   const secret = token ?? (await readOptional(tokenFile as string))?.trim() ?? null;
   if (secret === null) throw new TokenFileGoneError(tokenFile as string);
   if (config.caCertHashes.length === 0 && !config.unsafeSkipCaVerification) {
-    throw new KubebootError(`joining ${server as string} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`, ExitCode.badInput);
+    throw new KubebootError(
+      `joining ${server as string} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`,
+      ExitCode.badInput,
+    );
   }
 
   const auth = classifyToken(secret);
   const where = token !== null ? 'token (--token, KUBEBOOT_TOKEN)' : (tokenFile as string);
   if ('problem' in auth) throw new InputError(SETTINGS, where, auth.problem);
   if (auth.kind !== 'bootstrap-token') throw new InputError(SETTINGS, where, 'not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16})');
-  return { file: JOIN_SETTINGS, server: (server as string).replace(/\/$/, ''), caPem: null, insecureSkipTlsVerify: false, tlsServerName: null, auth, tokenFile };
+  return {
+    file: JOIN_SETTINGS,
+    server: (server as string).replace(/\/$/, ''),
+    caPem: null,
+    insecureSkipTlsVerify: false,
+    tlsServerName: null,
+    auth,
+    tokenFile,
+  };
 }
 
 /** How messages name the join settings in place of a kubeconfig file. */
@@ -111,13 +129,25 @@ export const JOIN_SETTINGS = 'join settings (--server, --token/--token-file)';
  * A bootstrap kubeconfig naming the token file rather than copying the
  * token, so deleting the kubeconfig after the join deletes the file too.
  */
-export function renderBootstrapKubeconfig(opts: { server: string; caPem: string; credential: { token: string } | { tokenFile: string } }): string {
+export function renderBootstrapKubeconfig(opts: {
+  server: string;
+  caPem: string;
+  credential: { token: string } | { tokenFile: string };
+}): string {
   const user = 'token' in opts.credential ? { token: opts.credential.token } : { tokenFile: opts.credential.tokenFile };
   return stringify(
     {
       apiVersion: 'v1',
       kind: 'Config',
-      clusters: [{ name: 'cluster', cluster: { server: opts.server.replace(/\/$/, ''), 'certificate-authority-data': Buffer.from(opts.caPem, 'utf8').toString('base64') } }],
+      clusters: [
+        {
+          name: 'cluster',
+          cluster: {
+            server: opts.server.replace(/\/$/, ''),
+            'certificate-authority-data': Buffer.from(opts.caPem, 'utf8').toString('base64'),
+          },
+        },
+      ],
       users: [{ name: 'kubeboot-bootstrap', user }],
       contexts: [{ name: 'bootstrap', context: { cluster: 'cluster', user: 'kubeboot-bootstrap' } }],
       'current-context': 'bootstrap',

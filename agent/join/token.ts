@@ -97,7 +97,10 @@ export function summarize(secret: { metadata?: { name?: string }; data?: Record<
     id,
     expires: field('expiration'),
     usages: USAGES.filter((u) => field(`usage-bootstrap-${u}`) === 'true'),
-    groups: (field('auth-extra-groups') ?? '').split(',').map((g) => g.trim()).filter((g) => g !== ''),
+    groups: (field('auth-extra-groups') ?? '')
+      .split(',')
+      .map((g) => g.trim())
+      .filter((g) => g !== ''),
     description: field('description'),
   };
 }
@@ -131,11 +134,17 @@ export function tokenSpecFrom(flags: TokenFlags): TokenSpec {
   const usages = list(flags.usages) ?? [...USAGES];
   if (usages.length === 0) throw new InputError(CLI, '--usages', 'must name at least one of authentication, signing');
   for (const u of usages) {
-    if (!(USAGES as readonly string[]).includes(u)) throw new InputError(CLI, '--usages', `expected authentication or signing, got ${quote(u)}`);
+    if (!(USAGES as readonly string[]).includes(u))
+      throw new InputError(CLI, '--usages', `expected authentication or signing, got ${quote(u)}`);
   }
   const groups = list(flags.groups) ?? [];
   for (const g of groups) {
-    if (!GROUP.test(g)) throw new InputError(CLI, '--groups', `${quote(g)} must start with ${GROUP_PREFIX} followed by [a-z0-9:-] (the API server ignores other groups)`);
+    if (!GROUP.test(g))
+      throw new InputError(
+        CLI,
+        '--groups',
+        `${quote(g)} must start with ${GROUP_PREFIX} followed by [a-z0-9:-] (the API server ignores other groups)`,
+      );
   }
   const description = typeof flags.description === 'string' ? flags.description : null;
   return { ttlSeconds, usages: [...new Set(usages)] as TokenUsage[], groups: [...new Set(groups)], description };

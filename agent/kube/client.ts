@@ -61,7 +61,12 @@ export const MAX_OBJECT_BYTES = 24 << 20;
 export const MAX_WATCH_LINE_BYTES = MAX_OBJECT_BYTES;
 
 /** The body as text, refusing one longer than `max` bytes as soon as it is. */
-async function readBounded(body: Dispatcher.ResponseData['body'], headers: Dispatcher.ResponseData['headers'], max: number, what: string): Promise<string> {
+async function readBounded(
+  body: Dispatcher.ResponseData['body'],
+  headers: Dispatcher.ResponseData['headers'],
+  max: number,
+  what: string,
+): Promise<string> {
   const declared = Number(headers['content-length']);
   if (Number.isFinite(declared) && declared > max) {
     body.destroy();
@@ -127,7 +132,11 @@ export class KubeClient {
       } catch (err) {
         // Keep the last token through a momentary gap while the kubelet swaps the file.
         if (this.#tokenCache !== null) return this.#tokenCache.token;
-        throw new KubebootError(`cannot read token file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`, undefined, { cause: err });
+        throw new KubebootError(
+          `cannot read token file ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`,
+          undefined,
+          { cause: err },
+        );
       }
       this.#tokenCache = { token, readAt: Date.now() };
     }
@@ -151,10 +160,12 @@ export class KubeClient {
     } catch (err) {
       throw transportError(method, url, err);
     }
-    const text = await readBounded(res.body, res.headers, options.maxBodyBytes ?? MAX_BODY_BYTES, `${method} ${url.pathname}`).catch((err: unknown) => {
-      if (err instanceof KubebootError) throw err;
-      throw transportError(method, url, err);
-    });
+    const text = await readBounded(res.body, res.headers, options.maxBodyBytes ?? MAX_BODY_BYTES, `${method} ${url.pathname}`).catch(
+      (err: unknown) => {
+        if (err instanceof KubebootError) throw err;
+        throw transportError(method, url, err);
+      },
+    );
     const body = parseJson(text);
     const headers = res.headers as ApiResponse<T>['headers'];
     if ((res.statusCode >= 200 && res.statusCode < 300) || options.accept?.includes(res.statusCode)) {
@@ -168,7 +179,12 @@ export class KubeClient {
    * or the connection fails (which throws). Matches the API's watch framing:
    * one JSON object per line.
    */
-  async *watch<T = unknown>(path: string, query: RequestOptions['query'], signal: AbortSignal, idleTimeoutMs = 0): AsyncGenerator<WatchEvent<T>> {
+  async *watch<T = unknown>(
+    path: string,
+    query: RequestOptions['query'],
+    signal: AbortSignal,
+    idleTimeoutMs = 0,
+  ): AsyncGenerator<WatchEvent<T>> {
     const url = this.url(path, { ...query, watch: true });
     let res: Dispatcher.ResponseData;
     try {
@@ -201,7 +217,8 @@ export class KubeClient {
         if (!text.includes('\n')) continue;
         let newline: number;
         while ((newline = buffered.indexOf('\n')) >= 0) {
-          if (newline > MAX_WATCH_LINE_BYTES) throw new ResponseTooLargeError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
+          if (newline > MAX_WATCH_LINE_BYTES)
+            throw new ResponseTooLargeError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
           const line = buffered.slice(0, newline).trim();
           buffered = buffered.slice(newline + 1);
           if (line) yield JSON.parse(line) as WatchEvent<T>;
@@ -264,7 +281,14 @@ function parseJson(text: string): unknown {
   }
 }
 
-function apiError(method: string, path: string, status: number, body: unknown, headers: Record<string, string | string[] | undefined>, phase: RequestPhase): ApiError {
+function apiError(
+  method: string,
+  path: string,
+  status: number,
+  body: unknown,
+  headers: Record<string, string | string[] | undefined>,
+  phase: RequestPhase,
+): ApiError {
   const statusObj = (typeof body === 'object' && body !== null ? body : {}) as { reason?: string; message?: string };
   const reason = bounded(String(statusObj.reason ?? ''), 64) || (status === 401 ? 'Unauthorized' : status === 403 ? 'Forbidden' : 'Error');
   // The server's words, bounded: an error message is for one line.
@@ -274,7 +298,8 @@ function apiError(method: string, path: string, status: number, body: unknown, h
 }
 
 function transportError(method: string, url: URL, err: unknown): KubebootError {
-  if (err instanceof Error && err.name === 'AbortError') return new KubebootError(`${method} ${url.pathname}: aborted`, undefined, { cause: err });
+  if (err instanceof Error && err.name === 'AbortError')
+    return new KubebootError(`${method} ${url.pathname}: aborted`, undefined, { cause: err });
   const cause = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
   const code = cause.code ?? cause.cause?.code;
   const detail = cause.cause?.message ?? cause.message ?? String(err);

@@ -32,7 +32,12 @@ export interface CsrRequest {
  */
 export type CompatibilityCheck = (existing: CertificateSigningRequest) => Promise<string | null>;
 
-export async function createCsr(client: KubeClient, req: CsrRequest, isCompatible: CompatibilityCheck, signal?: AbortSignal): Promise<CertificateSigningRequest> {
+export async function createCsr(
+  client: KubeClient,
+  req: CsrRequest,
+  isCompatible: CompatibilityCheck,
+  signal?: AbortSignal,
+): Promise<CertificateSigningRequest> {
   const body: CertificateSigningRequest = {
     apiVersion: 'certificates.k8s.io/v1',
     kind: 'CertificateSigningRequest',
@@ -127,7 +132,12 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
         const timeoutSeconds = Math.min(WATCH_SECONDS, remainingSeconds);
         const events = client.watch<CertificateSigningRequest>(
           CSR_PATH,
-          { fieldSelector: `metadata.name=${name}`, resourceVersion: list.body.metadata.resourceVersion, timeoutSeconds, allowWatchBookmarks: true },
+          {
+            fieldSelector: `metadata.name=${name}`,
+            resourceVersion: list.body.metadata.resourceVersion,
+            timeoutSeconds,
+            allowWatchBookmarks: true,
+          },
           signal,
           (timeoutSeconds + WATCH_SILENCE_SECONDS) * 1000,
         );
@@ -156,7 +166,9 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
     }
   } catch (err) {
     if (timeout.aborted && !(opts.signal?.aborted ?? false)) {
-      throw new TimedOutError(`timed out after ${Math.round(opts.timeoutMs / 1000)}s waiting for CSR ${name} to be approved and signed; approve it with: kubectl certificate approve ${name}`);
+      throw new TimedOutError(
+        `timed out after ${Math.round(opts.timeoutMs / 1000)}s waiting for CSR ${name} to be approved and signed; approve it with: kubectl certificate approve ${name}`,
+      );
     }
     throw err;
   } finally {

@@ -38,11 +38,17 @@ interface ConfigMap {
 /** Returns the cluster CA bundle (PEM) proven by token signature and pin. */
 export async function discoverClusterCa(input: DiscoveryInput): Promise<string> {
   if (input.pins.length === 0 && !input.unsafeSkipCaVerification) {
-    throw new KubebootError('the bootstrap kubeconfig has no certificate authority and no --ca-cert-hash was given; refusing to trust an unverified CA (pass --unsafe-skip-ca-verification to accept it anyway)', ExitCode.badInput);
+    throw new KubebootError(
+      'the bootstrap kubeconfig has no certificate authority and no --ca-cert-hash was given; refusing to trust an unverified CA (pass --unsafe-skip-ca-verification to accept it anyway)',
+      ExitCode.badInput,
+    );
   }
   const deadline = Date.now() + input.timeoutMs;
   // Deliberately unverified: the JWS and the pin below are what make this safe.
-  const unverified = new KubeClient({ server: input.server, caPem: null, tlsServerName: input.tlsServerName, unsafeSkipTlsVerify: true }, { kind: 'anonymous' });
+  const unverified = new KubeClient(
+    { server: input.server, caPem: null, tlsServerName: input.tlsServerName, unsafeSkipTlsVerify: true },
+    { kind: 'anonymous' },
+  );
   try {
     for (;;) {
       const outcome = await tryDiscovery(unverified, input);
@@ -51,7 +57,10 @@ export async function discoverClusterCa(input: DiscoveryInput): Promise<string> 
         return outcome.ca;
       }
       if (Date.now() + 5_000 > deadline) {
-        throw new KubebootError(`CA discovery from ${input.server}: ${outcome.waitingFor}; gave up after ${Math.round(input.timeoutMs / 1000)}s`, ExitCode.timedOut);
+        throw new KubebootError(
+          `CA discovery from ${input.server}: ${outcome.waitingFor}; gave up after ${Math.round(input.timeoutMs / 1000)}s`,
+          ExitCode.timedOut,
+        );
       }
       input.logger.info(`CA discovery: ${outcome.waitingFor}; retrying in 5s`);
       await delay(5_000, undefined, input.signal ? { signal: input.signal } : {});
@@ -66,33 +75,55 @@ type Attempt = { ca: string; kubeconfig: string; waitingFor?: never } | { ca?: n
 async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<Attempt> {
   let configMap: ConfigMap;
   try {
-    configMap = (await client.request<ConfigMap>('GET', CLUSTER_INFO, { maxBodyBytes: CLUSTER_INFO_MAX_BYTES, ...(input.signal ? { signal: input.signal } : {}) })).body;
+    configMap = (
+      await client.request<ConfigMap>('GET', CLUSTER_INFO, {
+        maxBodyBytes: CLUSTER_INFO_MAX_BYTES,
+        ...(input.signal ? { signal: input.signal } : {}),
+      })
+    ).body;
   } catch (err) {
     return { waitingFor: `cannot read kube-public/cluster-info (${(err as Error).message})` };
   }
   const kubeconfig = configMap.data?.kubeconfig;
   if (!kubeconfig) return { waitingFor: 'kube-public/cluster-info has no kubeconfig' };
   const jws = configMap.data?.[`jws-kubeconfig-${input.tokenId}`];
-  if (!jws) return { waitingFor: `kube-public/cluster-info is not yet signed for token ${input.tokenId} (the bootstrapsigner controller adds it)` };
+  if (!jws)
+    return { waitingFor: `kube-public/cluster-info is not yet signed for token ${input.tokenId} (the bootstrapsigner controller adds it)` };
   if (!verifyDetachedJws(jws, kubeconfig, input.tokenId, input.tokenSecret)) {
-    throw new KubebootError(`kube-public/cluster-info at ${input.server}: signature for token ${input.tokenId} does not verify; refusing its CA`, ExitCode.other);
+    throw new KubebootError(
+      `kube-public/cluster-info at ${input.server}: signature for token ${input.tokenId} does not verify; refusing its CA`,
+      ExitCode.other,
+    );
   }
   const bundle = caFromClusterInfo(kubeconfig);
   if (input.pins.length === 0) return { ca: bundle, kubeconfig }; // --unsafe-skip-ca-verification
   const { pinned, count, dropped } = pinnedCertificates(bundle, input.pins);
   if (count === 0) {
-    throw new KubebootError(`kube-public/cluster-info at ${input.server}: the cluster CA matches none of the --ca-cert-hash pins; refusing it`, ExitCode.other);
+    throw new KubebootError(
+      `kube-public/cluster-info at ${input.server}: the cluster CA matches none of the --ca-cert-hash pins; refusing it`,
+      ExitCode.other,
+    );
   }
-  if (dropped > 0) input.logger.warn(`kube-public/cluster-info carries ${dropped} CA block(s) matching no --ca-cert-hash pin; only the ${count} pinned certificate(s) are trusted (pin each CA of a rotation)`);
+  if (dropped > 0)
+    input.logger.warn(
+      `kube-public/cluster-info carries ${dropped} CA block(s) matching no --ca-cert-hash pin; only the ${count} pinned certificate(s) are trusted (pin each CA of a rotation)`,
+    );
   return { ca: pinned, kubeconfig };
 }
 
 async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expected: string): Promise<void> {
   const verified = new KubeClient({ server: input.server, caPem: ca, tlsServerName: input.tlsServerName }, { kind: 'anonymous' });
   try {
-    const again = (await verified.request<ConfigMap>('GET', CLUSTER_INFO, { maxBodyBytes: CLUSTER_INFO_MAX_BYTES, ...(input.signal ? { signal: input.signal } : {}) })).body;
+    const again = (
+      await verified.request<ConfigMap>('GET', CLUSTER_INFO, {
+        maxBodyBytes: CLUSTER_INFO_MAX_BYTES,
+        ...(input.signal ? { signal: input.signal } : {}),
+      })
+    ).body;
     if (again.data?.kubeconfig !== expected) {
-      throw new KubebootError(`kube-public/cluster-info at ${input.server} changed between the unverified and the verified fetch; refusing it`);
+      throw new KubebootError(
+        `kube-public/cluster-info at ${input.server} changed between the unverified and the verified fetch; refusing it`,
+      );
     }
   } finally {
     await verified.close();

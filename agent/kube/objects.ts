@@ -34,7 +34,9 @@ export interface ObjectMeta {
  */
 export function expectObject<T extends ObjectMeta>(body: unknown, kind: string, name?: string): T {
   const object = (typeof body === 'object' && body !== null ? body : {}) as ObjectMeta;
-  if (object.kind !== kind) throw new UnexpectedObjectError(`expected a ${kind}, the API server answered a ${String(object.kind ?? typeof body).slice(0, 64)}`);
-  if (name !== undefined && object.metadata?.name !== name) throw new UnexpectedObjectError(`expected ${kind} ${JSON.stringify(name.slice(0, 253))}, the API server answered another name`);
+  if (object.kind !== kind)
+    throw new UnexpectedObjectError(`expected a ${kind}, the API server answered a ${String(object.kind ?? typeof body).slice(0, 64)}`);
+  if (name !== undefined && object.metadata?.name !== name)
+    throw new UnexpectedObjectError(`expected ${kind} ${JSON.stringify(name.slice(0, 253))}, the API server answered another name`);
   return object as T;
 }

@@ -21,7 +21,11 @@ export function transientWaitMs(err: unknown, attempt: number, random: () => num
   return Math.max(MIN_RETRY_MS, Math.min(told ?? nextDelay(attempt, DEFAULT_BACKOFF, random), DEFAULT_BACKOFF.cap));
 }
 
-export async function retryTransient<T>(what: string, call: () => Promise<T>, o: { timeoutMs: number; logger: Logger; signal?: AbortSignal; random?: () => number }): Promise<T> {
+export async function retryTransient<T>(
+  what: string,
+  call: () => Promise<T>,
+  o: { timeoutMs: number; logger: Logger; signal?: AbortSignal; random?: () => number },
+): Promise<T> {
   const deadline = Date.now() + o.timeoutMs;
   for (let attempt = 0; ; attempt++) {
     try {

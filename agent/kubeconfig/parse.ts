@@ -46,7 +46,10 @@ export async function parseBootstrapKubeconfig(file: string, text: string, readF
   const clusterInfo = await doc.cluster(cluster);
   const credential = await doc.credential(user);
   if (credential === null) {
-    throw doc.error(`${user.at}.user`, 'no usable credential (want token, tokenFile, or client-certificate and client-key; exec and auth-provider plugins are not supported)');
+    throw doc.error(
+      `${user.at}.user`,
+      'no usable credential (want token, tokenFile, or client-certificate and client-key; exec and auth-provider plugins are not supported)',
+    );
   }
   return { file, ...clusterInfo, ...credential };
 }
@@ -140,7 +143,8 @@ class Doc {
     }
     if (contexts.length === 1 && contexts[0] !== undefined) return this.fromContext(contexts[0], clusters, users);
     // matches clientcmd: with several contexts and none current, there is no choosing.
-    if (contexts.length > 1) throw this.error('current-context', `not set, and there are ${contexts.length} contexts to choose from (${names(contexts)})`);
+    if (contexts.length > 1)
+      throw this.error('current-context', `not set, and there are ${contexts.length} contexts to choose from (${names(contexts)})`);
     if (users.length === 0) throw this.error('users', 'no user defined');
     if (clusters.length === 1 && users.length === 1 && clusters[0] !== undefined && users[0] !== undefined) {
       return { cluster: clusters[0], user: users[0] };
@@ -148,7 +152,11 @@ class Doc {
     throw this.error('current-context', `not set, and there are ${clusters.length} clusters and ${users.length} users to choose from`);
   }
 
-  private fromContext(context: Entry & { name: string }, clusters: (Entry & { name: string })[], users: (Entry & { name: string })[]): { cluster: Entry; user: Entry } {
+  private fromContext(
+    context: Entry & { name: string },
+    clusters: (Entry & { name: string })[],
+    users: (Entry & { name: string })[],
+  ): { cluster: Entry; user: Entry } {
     const pick = (field: 'cluster' | 'user', list: (Entry & { name: string })[]): Entry => {
       const want = context.body[field];
       const at = `${context.at}.context.${field}`;
@@ -180,7 +188,8 @@ class Doc {
     const c = entry.body;
     const server = this.server(`${at}.server`, c['server']);
     const insecure = c['insecure-skip-tls-verify'] ?? false;
-    if (typeof insecure !== 'boolean') throw this.error(`${at}.insecure-skip-tls-verify`, `expected true or false, got ${kindOf(insecure)}`);
+    if (typeof insecure !== 'boolean')
+      throw this.error(`${at}.insecure-skip-tls-verify`, `expected true or false, got ${kindOf(insecure)}`);
     const caPem = await this.pem(at, c, 'certificate-authority', 'CERTIFICATE');
     if (caPem !== null && insecure) {
       // matches kubectl: a CA together with insecure-skip-tls-verify is refused as contradictory.
@@ -219,7 +228,12 @@ class Doc {
    * kubeconfig's directory). Only the PEM markers are checked here; parsing
    * the certificate or key is the PKI module's job.
    */
-  private async pem(at: string, body: Record<string, unknown>, field: string, label: 'CERTIFICATE' | 'PRIVATE KEY'): Promise<string | null> {
+  private async pem(
+    at: string,
+    body: Record<string, unknown>,
+    field: string,
+    label: 'CERTIFICATE' | 'PRIVATE KEY',
+  ): Promise<string | null> {
     const data = this.optionalString(`${at}.${field}-data`, body[`${field}-data`]);
     const fileRef = this.optionalString(`${at}.${field}`, body[field]);
     if (data !== null && fileRef !== null) {
@@ -252,7 +266,8 @@ class Doc {
     const certPem = await this.pem(at, entry.body, 'client-certificate', 'CERTIFICATE');
     const keyPem = await this.pem(at, entry.body, 'client-key', 'PRIVATE KEY');
     if (certPem === null && keyPem === null) return null;
-    if (keyPem === null) throw this.error(`${at}.client-key`, 'missing (a client certificate needs its key: client-key or client-key-data)');
+    if (keyPem === null)
+      throw this.error(`${at}.client-key`, 'missing (a client certificate needs its key: client-key or client-key-data)');
     if (certPem === null) throw this.error(`${at}.client-certificate`, 'missing (client-key is set without a certificate)');
     return { certPem, keyPem };
   }
@@ -283,7 +298,8 @@ class Doc {
     if (/\s/.test(token)) throw this.error(at, 'token contains whitespace');
     // An HTTP header carries visible ASCII only; say so here rather than let undici fail with UND_ERR_INVALID_ARG.
     if (!/^[\x21-\x7e]+$/.test(token)) throw this.error(at, 'token has characters outside printable ASCII');
-    if (token.length > MAX_TOKEN_LENGTH) throw this.error(at, `token is ${token.length} characters; at most ${MAX_TOKEN_LENGTH} are accepted`);
+    if (token.length > MAX_TOKEN_LENGTH)
+      throw this.error(at, `token is ${token.length} characters; at most ${MAX_TOKEN_LENGTH} are accepted`);
     const result = classifyToken(token);
     if ('problem' in result) throw this.error(at, result.problem);
     return result;

@@ -21,7 +21,9 @@ export interface ClientKubeconfigOptions {
  * A self-contained kubeconfig (certificate and key embedded), for a service
  * that gets the file as a whole, e.g. the approver through LoadCredential=.
  */
-export function renderEmbeddedKubeconfig(opts: Omit<ClientKubeconfigOptions, 'certFile' | 'keyFile'> & { certPem: string; keyPem: string }): string {
+export function renderEmbeddedKubeconfig(
+  opts: Omit<ClientKubeconfigOptions, 'certFile' | 'keyFile'> & { certPem: string; keyPem: string },
+): string {
   const b64 = (pem: string) => Buffer.from(pem, 'utf8').toString('base64');
   return render(opts, { 'client-certificate-data': b64(opts.certPem), 'client-key-data': b64(opts.keyPem) });
 }

@@ -142,7 +142,9 @@ function pathToCa(leaf: CertInfo, intermediates: readonly CertInfo[], cas: reado
 }
 
 function chainLengthProblem(chain: readonly CertInfo[]): string | null {
-  return chain.length > MAX_CHAIN_LENGTH ? `certificate chain has ${chain.length} certificates; at most ${MAX_CHAIN_LENGTH} are accepted` : null;
+  return chain.length > MAX_CHAIN_LENGTH
+    ? `certificate chain has ${chain.length} certificates; at most ${MAX_CHAIN_LENGTH} are accepted`
+    : null;
 }
 
 /**
@@ -218,9 +220,7 @@ export async function checkIssuedCertificate(opts: IssuedCertificateCheck): Prom
     add(`certificate is for CN=${leaf.subject.commonName}, requested CN=${opts.subject.commonName}`);
   }
   if (!sameSet(leaf.subject.organizations, opts.subject.organizations)) {
-    add(
-      `certificate has O=[${leaf.subject.organizations.join(', ')}], requested O=[${opts.subject.organizations.join(', ')}]`,
-    );
+    add(`certificate has O=[${leaf.subject.organizations.join(', ')}], requested O=[${opts.subject.organizations.join(', ')}]`);
   }
   for (const usage of opts.usages) {
     if (!hasUsage(leaf, usage)) add(`certificate does not allow ${usage}`);

@@ -119,18 +119,24 @@ export function csrLayout(der: Uint8Array): CsrLayout {
   if (!info || info.tag !== SEQUENCE) bad('has no certificationRequestInfo');
   const fields = children(der, info!.contentStart, info!.end, what);
   const [, subjectName, , attributes] = fields;
-  if (fields.length !== 4 || subjectName?.tag !== SEQUENCE || attributes?.tag !== ATTRIBUTES) bad('certificationRequestInfo is not version, subject, key, attributes');
+  if (fields.length !== 4 || subjectName?.tag !== SEQUENCE || attributes?.tag !== ATTRIBUTES)
+    bad('certificationRequestInfo is not version, subject, key, attributes');
   const subject = children(der, subjectName!.contentStart, subjectName!.end, what).map((rdn) => {
     if (rdn.tag !== SET) bad('subject has a relative distinguished name that is not a SET');
     return children(der, rdn.contentStart, rdn.end, what).map((pair) => {
       const [type, value, ...rest] = children(der, pair.contentStart, pair.end, what);
       if (pair.tag !== SEQUENCE || type?.tag !== OBJECT_IDENTIFIER || !value || rest.length > 0) bad('subject has a malformed attribute');
-      return { oid: oidText(der.subarray(type!.contentStart, type!.end)), tag: value!.tag, content: der.subarray(value!.contentStart, value!.end) };
+      return {
+        oid: oidText(der.subarray(type!.contentStart, type!.end)),
+        tag: value!.tag,
+        content: der.subarray(value!.contentStart, value!.end),
+      };
     });
   });
   const attrs = children(der, attributes!.contentStart, attributes!.end, what).map((attribute) => {
     const [type, values, ...rest] = children(der, attribute.contentStart, attribute.end, what);
-    if (attribute.tag !== SEQUENCE || type?.tag !== OBJECT_IDENTIFIER || values?.tag !== SET || rest.length > 0) bad('has a malformed attribute');
+    if (attribute.tag !== SEQUENCE || type?.tag !== OBJECT_IDENTIFIER || values?.tag !== SET || rest.length > 0)
+      bad('has a malformed attribute');
     return {
       oid: oidText(der.subarray(type!.contentStart, type!.end)),
       values: children(der, values!.contentStart, values!.end, what).map((v) => der.subarray(v.start, v.end)),

@@ -5,13 +5,7 @@
  * read those, and an operator inspecting the file sees the familiar form.
  * Reading also accepts PKCS#8 `PRIVATE KEY`.
  */
-import {
-  createPrivateKey,
-  createPublicKey,
-  generateKeyPair as generateKeyObjects,
-  type KeyObject,
-  type webcrypto,
-} from 'node:crypto';
+import { createPrivateKey, createPublicKey, generateKeyPair as generateKeyObjects, type KeyObject, type webcrypto } from 'node:crypto';
 import { inspect, promisify } from 'node:util';
 import { KubebootError } from '../errors.js';
 import type { KeyAlgorithm } from '../identity.js';

@@ -13,10 +13,7 @@ import { x509 } from './x509.js';
  */
 export function subjectToName(subject: Subject): x509.Name {
   const value = (text: string) => (x509.Name.isPrintableString(text) ? { printableString: text } : { utf8String: text });
-  return new x509.Name([
-    ...subject.organizations.map((o) => ({ O: [value(o)] })),
-    { CN: [value(subject.commonName)] },
-  ]);
+  return new x509.Name([...subject.organizations.map((o) => ({ O: [value(o)] })), { CN: [value(subject.commonName)] }]);
 }
 
 export function subjectOfName(name: x509.Name): Subject {
@@ -66,8 +63,7 @@ export function altNamesOf(extensions: readonly x509.Extension[]): AltNames {
   const ipAddresses: string[] = [];
   for (const ext of extensions) {
     if (ext.type !== '2.5.29.17') continue;
-    const san =
-      ext instanceof x509.SubjectAlternativeNameExtension ? ext : new x509.SubjectAlternativeNameExtension(ext.rawData);
+    const san = ext instanceof x509.SubjectAlternativeNameExtension ? ext : new x509.SubjectAlternativeNameExtension(ext.rawData);
     for (const name of san.names.items) {
       if (name.type === 'dns') dnsNames.push(name.value);
       if (name.type === 'ip') ipAddresses.push(canonicalIp(name.value));

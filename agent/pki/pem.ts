@@ -68,7 +68,10 @@ export function pemBlocks(text: string): PemBlock[] {
 function block(type: string, inner: string, whole: string): PemBlock {
   const lines = inner.split(/\r?\n/);
   const hasHeaders = lines.some((line) => line.includes(':'));
-  const body = lines.filter((line) => !line.includes(':')).join('').replace(/\s+/g, '');
+  const body = lines
+    .filter((line) => !line.includes(':'))
+    .join('')
+    .replace(/\s+/g, '');
   if (!BASE64.test(body) || body.length % 4 !== 0) {
     throw new KubebootError(`PEM block "${type}" is not valid base64`);
   }

@@ -46,7 +46,11 @@ export function nextAction(o: ActionInput): Action {
       : `needs a certificate (${own.reason})`;
   if (o.requester !== null) return { kind: 'renew', why, requester: o.requester };
   if (own.identity.name === 'kubelet') return { kind: 'bootstrap', why };
-  return { kind: 'wait-for-kubelet', why: `waiting for the kubelet credential (${o.kubeletProblem ?? 'not known yet'})`, until: new Date(now.getTime() + RECHECK_MS) };
+  return {
+    kind: 'wait-for-kubelet',
+    why: `waiting for the kubelet credential (${o.kubeletProblem ?? 'not known yet'})`,
+    until: new Date(now.getTime() + RECHECK_MS),
+  };
 }
 
 /**
@@ -76,7 +80,11 @@ export interface RetryPlan {
  * Retry-After of a year must not let a certificate expire unrenewed), and
  * never below MIN_RETRY_MS.
  */
-export function retryPlan(err: unknown, attempt: number, o: { now: Date; notAfter: Date | null; random: () => number; backoff?: BackoffOptions }): RetryPlan {
+export function retryPlan(
+  err: unknown,
+  attempt: number,
+  o: { now: Date; notAfter: Date | null; random: () => number; backoff?: BackoffOptions },
+): RetryPlan {
   const backoff = o.backoff ?? RENEW_BACKOFF;
   if (err instanceof NeedsBootstrapError) return { reason: 'needs-bootstrap', waitMs: RECHECK_MS, attempt };
   let reason = 'error';
@@ -108,7 +116,11 @@ export function retryPlan(err: unknown, attempt: number, o: { now: Date; notAfte
  * `maxPassMs` (the CSR wait and hooks are each bounded). Past that, it is
  * stuck, and /healthz and the watchdog say so.
  */
-export function progressDue(state: { kind: 'sleeping'; msUntilWake: number } | { kind: 'working' }, monotonicNow: number, limits: { chunkMs: number; maxPassMs: number; graceMs: number }): number {
+export function progressDue(
+  state: { kind: 'sleeping'; msUntilWake: number } | { kind: 'working' },
+  monotonicNow: number,
+  limits: { chunkMs: number; maxPassMs: number; graceMs: number },
+): number {
   const span = state.kind === 'sleeping' ? Math.min(Math.max(0, state.msUntilWake), limits.chunkMs) : limits.maxPassMs;
   return monotonicNow + span + limits.graceMs;
 }

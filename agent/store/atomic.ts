@@ -79,7 +79,10 @@ export function errnoCode(err: unknown): string | undefined {
  */
 export function fileError(action: 'write' | 'delete' | 'read', file: string, err: unknown): KubebootError {
   const code = errnoCode(err);
-  if (code === undefined) return err instanceof KubebootError ? err : new KubebootError(`cannot ${action} ${file}: ${(err as Error).message}`, undefined, { cause: err });
+  if (code === undefined)
+    return err instanceof KubebootError
+      ? err
+      : new KubebootError(`cannot ${action} ${file}: ${(err as Error).message}`, undefined, { cause: err });
   const words: Record<string, string> = {
     ENOSPC: 'no space left on the device; free some and kubeboot retries',
     EDQUOT: 'disk quota exceeded',
@@ -154,7 +157,8 @@ export async function writeFileAtomic(file: string, data: string | Uint8Array, o
  * key (`kubelet.key.pending`) or swap a file between our write and rename.
  */
 export function trustProblem(what: string, stat: { uid: number; mode: number }, uid: number = process.getuid?.() ?? 0): string | null {
-  if (stat.uid !== uid) return `${what} is owned by uid ${stat.uid}, not by uid ${uid} that kubeboot runs as; refusing to keep credentials there (chown ${uid} it)`;
+  if (stat.uid !== uid)
+    return `${what} is owned by uid ${stat.uid}, not by uid ${uid} that kubeboot runs as; refusing to keep credentials there (chown ${uid} it)`;
   if ((stat.mode & 0o022) !== 0) {
     return `${what} is writable by group or others (mode ${(stat.mode & 0o7777).toString(8).padStart(4, '0')}); refusing to keep credentials there (chmod go-w it)`;
   }

@@ -34,7 +34,11 @@ export async function loadPendingKey(stateDir: string, identityName: IdentityNam
   }
   // A key someone else could have planted would get a certificate issued for
   // a key they know: the file and its directory must be ours alone.
-  if (!stat.isFile()) throw new KubebootError(`${file} is not a regular file; refusing to use it as a private key (remove it to start over)`, ExitCode.badInput);
+  if (!stat.isFile())
+    throw new KubebootError(
+      `${file} is not a regular file; refusing to use it as a private key (remove it to start over)`,
+      ExitCode.badInput,
+    );
   await assertTrustedDir(stateDir);
   const problem = trustProblem(file, stat);
   if (problem !== null) throw new KubebootError(problem, ExitCode.badInput);

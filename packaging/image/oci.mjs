@@ -63,9 +63,19 @@ function reproducibleTar(dir, file) {
   const list = `${file}.list`;
   writeFileSync(list, names.join('\0') + '\0');
   execFileSync('tar', [
-    '--create', `--file=${file}`, '-C', dir, '--no-recursion', '--null', `--files-from=${list}`,
-    '--format=posix', '--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime',
-    `--mtime=@${epoch}`, '--owner=0', '--group=0', '--numeric-owner',
+    '--create',
+    `--file=${file}`,
+    '-C',
+    dir,
+    '--no-recursion',
+    '--null',
+    `--files-from=${list}`,
+    '--format=posix',
+    '--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime',
+    `--mtime=@${epoch}`,
+    '--owner=0',
+    '--group=0',
+    '--numeric-owner',
   ]);
   rmSync(list);
 }
@@ -125,14 +135,21 @@ for (const platform of platforms) {
     },
     MT.config,
   );
-  const manifest = addJson({ schemaVersion: 2, mediaType: MT.manifest, config, layers: layers.map((l) => l.descriptor), annotations }, MT.manifest);
+  const manifest = addJson(
+    { schemaVersion: 2, mediaType: MT.manifest, config, layers: layers.map((l) => l.descriptor), annotations },
+    MT.manifest,
+  );
   manifests.push({ ...manifest, platform });
 }
 const index = addJson({ schemaVersion: 2, mediaType: MT.index, manifests, annotations }, MT.index);
 writeFileSync(join(o.out, 'oci', 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
 writeFileSync(
   join(o.out, 'oci', 'index.json'),
-  JSON.stringify({ schemaVersion: 2, mediaType: MT.index, manifests: [{ ...index, annotations: { 'org.opencontainers.image.ref.name': o.version } }] }),
+  JSON.stringify({
+    schemaVersion: 2,
+    mediaType: MT.index,
+    manifests: [{ ...index, annotations: { 'org.opencontainers.image.ref.name': o.version } }],
+  }),
 );
 reproducibleTar(join(o.out, 'oci'), join(o.out, o.archive));
 writeFileSync(join(o.out, 'digest'), `${index.digest}\n`);

@@ -53,7 +53,9 @@ for (const [path, meta] of Object.entries(lock.packages)) {
     licenseConcluded: 'NOASSERTION',
     licenseDeclared: meta.license ?? 'NOASSERTION',
     copyrightText: 'NOASSERTION',
-    ...(algorithm && b64 ? { checksums: [{ algorithm: algorithm.toUpperCase(), checksumValue: Buffer.from(b64, 'base64').toString('hex') }] } : {}),
+    ...(algorithm && b64
+      ? { checksums: [{ algorithm: algorithm.toUpperCase(), checksumValue: Buffer.from(b64, 'base64').toString('hex') }] }
+      : {}),
     externalRefs: purl(npmPurl(name, meta.version)),
   });
 }
@@ -69,12 +71,24 @@ packages.push({
   licenseConcluded: 'NOASSERTION',
   licenseDeclared: 'MIT',
   copyrightText: 'NOASSERTION',
-  externalRefs: [...purl(npmPurl(nodePackage, o['node-version'])), ...purl(`pkg:generic/node@${o['node-version']}?download_url=https://nodejs.org/dist/v${o['node-version']}/`)],
+  externalRefs: [
+    ...purl(npmPurl(nodePackage, o['node-version'])),
+    ...purl(`pkg:generic/node@${o['node-version']}?download_url=https://nodejs.org/dist/v${o['node-version']}/`),
+  ],
 });
 
-for (const file of readdirSync(o.debs).filter((f) => f.endsWith(`_${o.arch}.deb`)).sort()) {
+for (const file of readdirSync(o.debs)
+  .filter((f) => f.endsWith(`_${o.arch}.deb`))
+  .sort()) {
   const deb = join(o.debs, file);
-  const [pkg, version, arch, source] = execFileSync('dpkg-deb', ['--show', '--showformat=${Package}\\n${Version}\\n${Architecture}\\n${source:Package}', deb]).toString().split('\n');
+  const [pkg, version, arch, source] = execFileSync('dpkg-deb', [
+    '--show',
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-deb's own format, not a template
+    '--showformat=${Package}\\n${Version}\\n${Architecture}\\n${source:Package}',
+    deb,
+  ])
+    .toString()
+    .split('\n');
   packages.push({
     SPDXID: spdxId(`Package-deb-${pkg}-${version}-${arch}`),
     name: pkg,

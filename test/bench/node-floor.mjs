@@ -44,7 +44,12 @@ const info = tlv(
   publicKey.export({ type: 'spki', format: 'der' }),
   Buffer.from([0xa0, 0x00]),
 );
-const csr = tlv(0x30, info, tlv(0x30, oid('2a8648ce3d040302')), tlv(0x03, Buffer.from([0]), sign('sha256', info, { key: privateKey, dsaEncoding: 'der' })));
+const csr = tlv(
+  0x30,
+  info,
+  tlv(0x30, oid('2a8648ce3d040302')),
+  tlv(0x03, Buffer.from([0]), sign('sha256', info, { key: privateKey, dsaEncoding: 'der' })),
+);
 const csrPem = `-----BEGIN CERTIFICATE REQUEST-----\n${csr.toString('base64').replace(/.{64}/g, '$&\n')}\n-----END CERTIFICATE REQUEST-----\n`;
 const name = `node-csr-${createHash('sha256').update(csr).digest('base64url')}`;
 
@@ -54,7 +59,11 @@ const csrs = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 /** One request; resolves with the status and body, or with the first watch event that `until` accepts. */
 function call(method, path, { body, agent = bootstrapAgent, bearer = true, until } = {}) {
   return new Promise((resolve, reject) => {
-    const headers = { accept: 'application/json', 'content-type': 'application/json', ...(bearer ? { authorization: `Bearer ${token}` } : {}) };
+    const headers = {
+      accept: 'application/json',
+      'content-type': 'application/json',
+      ...(bearer ? { authorization: `Bearer ${token}` } : {}),
+    };
     const req = https.request(server + path, { method, agent, headers }, (res) => {
       let text = '';
       res.setEncoding('utf8');
@@ -82,7 +91,11 @@ const created = await call('POST', csrs, {
     apiVersion: 'certificates.k8s.io/v1',
     kind: 'CertificateSigningRequest',
     metadata: { name },
-    spec: { request: Buffer.from(csrPem).toString('base64'), signerName: 'kubernetes.io/kube-apiserver-client-kubelet', usages: ['digital signature', 'client auth'] },
+    spec: {
+      request: Buffer.from(csrPem).toString('base64'),
+      signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+      usages: ['digital signature', 'client auth'],
+    },
   },
 });
 if (created.status !== 201) fail(`create: ${created.status}`);
@@ -90,7 +103,9 @@ const selector = `fieldSelector=${encodeURIComponent(`metadata.name=${name}`)}`;
 const list = JSON.parse((await call('GET', `${csrs}?${selector}`)).body);
 const issued =
   list.items[0]?.status?.certificate ??
-  (await call('GET', `${csrs}?watch=1&${selector}&resourceVersion=${list.metadata.resourceVersion}`, { until: (event) => event.object?.status?.certificate }));
+  (await call('GET', `${csrs}?watch=1&${selector}&resourceVersion=${list.metadata.resourceVersion}`, {
+    until: (event) => event.object?.status?.certificate,
+  }));
 const certPem = Buffer.from(issued, 'base64').toString('utf8');
 const cert = new X509Certificate(certPem);
 if (!cert.checkPrivateKey(privateKey) || !cert.verify(new X509Certificate(caPem).publicKey)) fail('issued certificate does not match');

@@ -33,7 +33,8 @@ async function assertConsistent(t: Test, node: NodeLayout, when: string): Promis
     const target = await readlink(link);
     const credential = splitCredential(await readFile(target, 'utf8').catch(() => ''));
     t.ok(credential, `${when}: the link points at a complete credential (${target})`);
-    if (credential) t.ok(keyMatchesCertificate(await parsePrivateKey(credential.keyPem), credential.certPem), `${when}: its key fits its certificate`);
+    if (credential)
+      t.ok(keyMatchesCertificate(await parsePrivateKey(credential.keyPem), credential.certPem), `${when}: its key fits its certificate`);
   }
   const kubeconfig = await readOptional(node.kubeletKubeconfig);
   if (kubeconfig !== null) {
@@ -44,14 +45,17 @@ async function assertConsistent(t: Test, node: NodeLayout, when: string): Promis
 
 async function tempFiles(dirs: string[]): Promise<string[]> {
   const found: string[] = [];
-  for (const dir of dirs) for (const name of await readdir(dir).catch(() => [] as string[])) if (name.includes('.tmp-')) found.push(join(dir, name));
+  for (const dir of dirs)
+    for (const name of await readdir(dir).catch(() => [] as string[])) if (name.includes('.tmp-')) found.push(join(dir, name));
   return found;
 }
 
 const plane = await controlPlaneOrSkip(t, { name: 'chaos' });
 if (plane) {
   const kubectl = plane.kubectlPath!;
-  const whoami = async (kubeconfig: string) => JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo.username as string;
+  const whoami = async (kubeconfig: string) =>
+    JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo
+      .username as string;
   const csrsOf = async (node: string) => (await plane.admin.listCsrs()).filter((c) => csrNode(c) === node);
 
   /** How long one uninterrupted run takes, so kill points spread over the whole of it. */
@@ -77,43 +81,59 @@ if (plane) {
     { name: 'bootstrap', args: bootstrapArgs, prepare: fresh, csrs: 1 },
     { name: 'renewal', args: renewArgs, prepare: bootstrapped, csrs: 2 },
   ]) {
-    t.test(`kill -9 at ${POINTS} random moments of a ${phase.name}: files stay usable, one rerun finishes with no second CSR`, async (t) => {
-      const whole = await span(phase.args, phase.prepare, `chaos-${phase.name}-ref`);
-      for (let i = 0; i < POINTS; i++) {
-        const name = `chaos-${phase.name}-${i}`;
-        const dir = join(t.testdir(), String(i));
-        const node = await nodeLayout(dir, name);
-        await phase.prepare(node);
-        const link = join(node.kubeletCertDir, 'kubelet-client-current.pem');
-        const before = await readlink(link).catch(() => null);
-        const killAfter = Math.round(random() * whole * 1.2);
-        const victim = startKubeboot(phase.args(node));
-        const timer = setTimeout(() => victim.child.kill('SIGKILL'), killAfter);
-        const ended = await victim.done;
-        clearTimeout(timer);
-        const when = `${phase.name} killed at ${killAfter} ms (${ended.signal ?? `exit ${ended.code}`})`;
-        await assertConsistent(t, node, when);
-        // A renewal that finished before the kill (new link, no pending key) makes the rerun a second, legitimate renewal.
-        const renewedBeforeKill = phase.name === 'renewal' && (await readlink(link).catch(() => null)) !== before && (await readOptional(join(node.stateDir, 'kubelet.key.pending'))) === null;
+    t.test(
+      `kill -9 at ${POINTS} random moments of a ${phase.name}: files stay usable, one rerun finishes with no second CSR`,
+      async (t) => {
+        const whole = await span(phase.args, phase.prepare, `chaos-${phase.name}-ref`);
+        for (let i = 0; i < POINTS; i++) {
+          const name = `chaos-${phase.name}-${i}`;
+          const dir = join(t.testdir(), String(i));
+          const node = await nodeLayout(dir, name);
+          await phase.prepare(node);
+          const link = join(node.kubeletCertDir, 'kubelet-client-current.pem');
+          const before = await readlink(link).catch(() => null);
+          const killAfter = Math.round(random() * whole * 1.2);
+          const victim = startKubeboot(phase.args(node));
+          const timer = setTimeout(() => victim.child.kill('SIGKILL'), killAfter);
+          const ended = await victim.done;
+          clearTimeout(timer);
+          const when = `${phase.name} killed at ${killAfter} ms (${ended.signal ?? `exit ${ended.code}`})`;
+          await assertConsistent(t, node, when);
+          // A renewal that finished before the kill (new link, no pending key) makes the rerun a second, legitimate renewal.
+          const renewedBeforeKill =
+            phase.name === 'renewal' &&
+            (await readlink(link).catch(() => null)) !== before &&
+            (await readOptional(join(node.stateDir, 'kubelet.key.pending'))) === null;
 
-        const rerun = await kubeboot(t, phase.args(node));
-        t.equal(rerun.code, 0, `${when}: the rerun succeeds`);
-        t.equal(await whoami(node.kubeletKubeconfig), `system:node:${name}`, `${when}: kubelet.conf works`);
-        const csrs = (await csrsOf(name)).length;
-        t.equal(csrs, phase.csrs + (renewedBeforeKill ? 1 : 0), `${when}: ${csrs} CSR(s): the rerun adopted an interrupted attempt's CSR instead of filing another`);
-        t.same(await tempFiles([node.kubeletCertDir, node.stateDir, dir]), [], `${when}: no temp file left after the rerun`);
-        await stat(node.bootstrapKubeconfig).then(
-          () => t.fail(`${when}: the bootstrap kubeconfig is gone after the rerun`),
-          () => t.pass(`${when}: the bootstrap kubeconfig is gone after the rerun`),
-        );
-      }
-    });
+          const rerun = await kubeboot(t, phase.args(node));
+          t.equal(rerun.code, 0, `${when}: the rerun succeeds`);
+          t.equal(await whoami(node.kubeletKubeconfig), `system:node:${name}`, `${when}: kubelet.conf works`);
+          const csrs = (await csrsOf(name)).length;
+          t.equal(
+            csrs,
+            phase.csrs + (renewedBeforeKill ? 1 : 0),
+            `${when}: ${csrs} CSR(s): the rerun adopted an interrupted attempt's CSR instead of filing another`,
+          );
+          t.same(await tempFiles([node.kubeletCertDir, node.stateDir, dir]), [], `${when}: no temp file left after the rerun`);
+          await stat(node.bootstrapKubeconfig).then(
+            () => t.fail(`${when}: the bootstrap kubeconfig is gone after the rerun`),
+            () => t.pass(`${when}: the bootstrap kubeconfig is gone after the rerun`),
+          );
+        }
+      },
+    );
   }
 }
 
 /** The node a CSR is for, from its request's CN (system:node:<name>). */
 function csrNode(csr: KubeObject): string {
-  const der = Buffer.from(Buffer.from(String(csr.spec?.request ?? ''), 'base64').toString().replace(/-----[^-]+-----/g, '').replace(/\s+/g, ''), 'base64');
+  const der = Buffer.from(
+    Buffer.from(String(csr.spec?.request ?? ''), 'base64')
+      .toString()
+      .replace(/-----[^-]+-----/g, '')
+      .replace(/\s+/g, ''),
+    'base64',
+  );
   const at = der.indexOf(Buffer.from([0x06, 0x03, 0x55, 0x04, 0x03]));
   if (at < 0) return '';
   const cn = der.subarray(at + 7, at + 7 + der[at + 6]!).toString('utf8');

@@ -94,22 +94,84 @@ listen: "off"
 log: {level: info, format: json}
 `;
 
-const JUNK = [':', '[', ']', '{', '}', '&a ', '*a', '!!str ', '|', '>', '- ', '? ', "'", '"', '#', '\n', '\t', ' ', ',', '%', '@', '`', '\\', 'é', '\u0000', '\uFEFF', '\u2028', '~', 'null', 'true', '0x1F', '1e400', '<<: *a'];
+const JUNK = [
+  ':',
+  '[',
+  ']',
+  '{',
+  '}',
+  '&a ',
+  '*a',
+  '!!str ',
+  '|',
+  '>',
+  '- ',
+  '? ',
+  "'",
+  '"',
+  '#',
+  '\n',
+  '\t',
+  ' ',
+  ',',
+  '%',
+  '@',
+  '`',
+  '\\',
+  'é',
+  '\u0000',
+  '\uFEFF',
+  '\u2028',
+  '~',
+  'null',
+  'true',
+  '0x1F',
+  '1e400',
+  '<<: *a',
+];
 
 /** One to three edits of `text`, chosen by `rand`. */
 function mutate(text: string, rand: () => number): string {
   const pick = <T>(list: readonly T[]): T => list[Math.floor(rand() * list.length)]!;
   const at = (s: string) => Math.floor(rand() * (s.length + 1));
   const edits: ((s: string) => string)[] = [
-    (s) => { const i = at(s); return s.slice(0, i) + String.fromCharCode(s.charCodeAt(i) ^ (1 << Math.floor(rand() * 7))) + s.slice(i + 1); },
-    (s) => { const i = at(s); return s.slice(0, i) + s.slice(i + 1 + Math.floor(rand() * 40)); },
-    (s) => { const i = at(s); const n = Math.floor(rand() * 80); return s.slice(0, i) + s.slice(i, i + n).repeat(1 + Math.floor(rand() * 4)) + s.slice(i); },
-    (s) => { const i = at(s); return s.slice(0, i) + pick(JUNK) + s.slice(i); },
+    (s) => {
+      const i = at(s);
+      return s.slice(0, i) + String.fromCharCode(s.charCodeAt(i) ^ (1 << Math.floor(rand() * 7))) + s.slice(i + 1);
+    },
+    (s) => {
+      const i = at(s);
+      return s.slice(0, i) + s.slice(i + 1 + Math.floor(rand() * 40));
+    },
+    (s) => {
+      const i = at(s);
+      const n = Math.floor(rand() * 80);
+      return s.slice(0, i) + s.slice(i, i + n).repeat(1 + Math.floor(rand() * 4)) + s.slice(i);
+    },
+    (s) => {
+      const i = at(s);
+      return s.slice(0, i) + pick(JUNK) + s.slice(i);
+    },
     (s) => s.slice(0, at(s)),
-    (s) => { const lines = s.split('\n'); const i = Math.floor(rand() * lines.length); const j = Math.floor(rand() * lines.length); [lines[i], lines[j]] = [lines[j]!, lines[i]!]; return lines.join('\n'); },
-    (s) => { const lines = s.split('\n'); const i = Math.floor(rand() * lines.length); lines[i] = ' '.repeat(1 + Math.floor(rand() * 6)) + lines[i]; return lines.join('\n'); },
+    (s) => {
+      const lines = s.split('\n');
+      const i = Math.floor(rand() * lines.length);
+      const j = Math.floor(rand() * lines.length);
+      [lines[i], lines[j]] = [lines[j]!, lines[i]!];
+      return lines.join('\n');
+    },
+    (s) => {
+      const lines = s.split('\n');
+      const i = Math.floor(rand() * lines.length);
+      lines[i] = ' '.repeat(1 + Math.floor(rand() * 6)) + lines[i];
+      return lines.join('\n');
+    },
     (s) => s.replace(/: [^\n]+/g, (m) => (rand() < 0.15 ? `: ${pick(JUNK)}${pick(JUNK)}` : m)),
-    (s) => { const i = at(s); const n = 1 + Math.floor(rand() * 3000); return s.slice(0, i) + (rand() < 0.5 ? '['.repeat(n) : '- '.repeat(n)) + s.slice(i); },
+    (s) => {
+      const i = at(s);
+      const n = 1 + Math.floor(rand() * 3000);
+      return s.slice(0, i) + (rand() < 0.5 ? '['.repeat(n) : '- '.repeat(n)) + s.slice(i);
+    },
     (s) => `a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n${s}`,
     (s) => s.replace(/: [^\n]+/, (m) => `: ${'x'.repeat(1 + Math.floor(rand() * 200_000))}${m.slice(2)}`),
     (s) => s.replace(TOKEN, (m) => m.slice(0, 10) + pick(['ü', ' ', '\u0001', 'Ä', '.', '..', '-']) + m.slice(11)),
@@ -152,11 +214,21 @@ async function timed(run: () => Promise<unknown>): Promise<{ outcome: { error?: 
 
 const kinds = {
   'bootstrap kubeconfig': (text: string) => parseBootstrapKubeconfig('/etc/kubernetes/bootstrap-kubelet.conf', text, async () => null),
-  'client kubeconfig': (text: string) => parseClientKubeconfig('/etc/kubernetes/kubelet.conf', text, async (p) => (p === '/etc/kubernetes/ca.crt' ? CA : null)),
+  'client kubeconfig': (text: string) =>
+    parseClientKubeconfig('/etc/kubernetes/kubelet.conf', text, async (p) => (p === '/etc/kubernetes/ca.crt' ? CA : null)),
   'config file': (text: string) =>
-    loadConfig({ argv: ['check', '--config', '/etc/kubeboot/config.yaml'], env: {}, readFile: async (p) => (p === '/etc/kubeboot/config.yaml' ? text : null), hostname: 'worker-1' }),
+    loadConfig({
+      argv: ['check', '--config', '/etc/kubeboot/config.yaml'],
+      env: {},
+      readFile: async (p) => (p === '/etc/kubeboot/config.yaml' ? text : null),
+      hostname: 'worker-1',
+    }),
 };
-const bases: Record<keyof typeof kinds, string> = { 'bootstrap kubeconfig': bootstrapKubeconfig, 'client kubeconfig': clientKubeconfig, 'config file': configFile };
+const bases: Record<keyof typeof kinds, string> = {
+  'bootstrap kubeconfig': bootstrapKubeconfig,
+  'client kubeconfig': clientKubeconfig,
+  'config file': configFile,
+};
 
 t.test('the unmutated inputs are valid, so every failure below comes from a mutation', async (t) => {
   for (const [kind, parse] of Object.entries(kinds)) {
@@ -212,33 +284,42 @@ function snapshot(dir: string): Record<string, string> {
   return out;
 }
 
-t.test(`${AS_PROCESS} mutated inputs through kubeboot check: exit 0, 1 or 2, one line on stderr at most, no stack, bounded time and memory, nothing deleted`, async (t) => {
-  const rand = prng(SEED);
-  const dir = t.testdir();
-  const problems: Problem[] = [];
-  const codes: Record<string, number> = {};
-  for (let i = 0; i < AS_PROCESS; i++) {
-    const node = path.join(dir, `node-${i}`);
-    mkdirSync(node);
-    const which = i % 3;
-    writeFileSync(path.join(node, 'config.yaml'), which === 0 ? mutate(configFile, rand) : configFile);
-    writeFileSync(path.join(node, 'bootstrap-kubelet.conf'), which === 1 ? mutate(bootstrapKubeconfig, rand) : bootstrapKubeconfig);
-    writeFileSync(path.join(node, 'ca.crt'), CA);
-    writeFileSync(path.join(node, 'kubelet.conf'), which === 2 ? mutate(clientKubeconfig, rand) : clientKubeconfig);
-    const before = snapshot(node);
-    const r = await check(path.join(node, 'config.yaml'));
-    const output = r.stdout + r.stderr;
-    codes[String(r.code ?? r.signal)] = (codes[String(r.code ?? r.signal)] ?? 0) + 1;
-    const problem =
-      r.code === null || ![0, 1, 2].includes(r.code) ? `ended with ${r.code ?? r.signal}: ${r.stderr.slice(0, 300)}`
-      : r.ms > PROCESS_BUDGET_MS ? `took ${Math.round(r.ms)} ms`
-      : r.stderr.trim().split('\n').length > 1 ? `stderr has several lines: ${JSON.stringify(r.stderr.slice(0, 300))}`
-      : /\n\s+at /.test(output) ? 'printed a stack'
-      : forbidden.some((f) => output.includes(f)) ? 'printed secret material'
-      : JSON.stringify(snapshot(node)) !== JSON.stringify(before) ? 'changed or deleted files'
-      : null;
-    if (problem !== null) problems.push({ input: i, problem });
-  }
-  t.same(problems.slice(0, 10), [], `no badly ended check (${problems.length} in all)`);
-  t.comment(`exit codes: ${JSON.stringify(codes)}`);
-});
+t.test(
+  `${AS_PROCESS} mutated inputs through kubeboot check: exit 0, 1 or 2, one line on stderr at most, no stack, bounded time and memory, nothing deleted`,
+  async (t) => {
+    const rand = prng(SEED);
+    const dir = t.testdir();
+    const problems: Problem[] = [];
+    const codes: Record<string, number> = {};
+    for (let i = 0; i < AS_PROCESS; i++) {
+      const node = path.join(dir, `node-${i}`);
+      mkdirSync(node);
+      const which = i % 3;
+      writeFileSync(path.join(node, 'config.yaml'), which === 0 ? mutate(configFile, rand) : configFile);
+      writeFileSync(path.join(node, 'bootstrap-kubelet.conf'), which === 1 ? mutate(bootstrapKubeconfig, rand) : bootstrapKubeconfig);
+      writeFileSync(path.join(node, 'ca.crt'), CA);
+      writeFileSync(path.join(node, 'kubelet.conf'), which === 2 ? mutate(clientKubeconfig, rand) : clientKubeconfig);
+      const before = snapshot(node);
+      const r = await check(path.join(node, 'config.yaml'));
+      const output = r.stdout + r.stderr;
+      codes[String(r.code ?? r.signal)] = (codes[String(r.code ?? r.signal)] ?? 0) + 1;
+      const problem =
+        r.code === null || ![0, 1, 2].includes(r.code)
+          ? `ended with ${r.code ?? r.signal}: ${r.stderr.slice(0, 300)}`
+          : r.ms > PROCESS_BUDGET_MS
+            ? `took ${Math.round(r.ms)} ms`
+            : r.stderr.trim().split('\n').length > 1
+              ? `stderr has several lines: ${JSON.stringify(r.stderr.slice(0, 300))}`
+              : /\n\s+at /.test(output)
+                ? 'printed a stack'
+                : forbidden.some((f) => output.includes(f))
+                  ? 'printed secret material'
+                  : JSON.stringify(snapshot(node)) !== JSON.stringify(before)
+                    ? 'changed or deleted files'
+                    : null;
+      if (problem !== null) problems.push({ input: i, problem });
+    }
+    t.same(problems.slice(0, 10), [], `no badly ended check (${problems.length} in all)`);
+    t.comment(`exit codes: ${JSON.stringify(codes)}`);
+  },
+);

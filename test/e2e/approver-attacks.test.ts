@@ -16,7 +16,16 @@ import { request } from 'undici';
 import { stringify } from 'yaml';
 import { writeFile } from 'node:fs/promises';
 import type { KubeObject } from '../support/admin.js';
-import { approvals, craftCsrPem, createNode, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr } from '../support/approver.js';
+import {
+  approvals,
+  craftCsrPem,
+  createNode,
+  installApprover,
+  KUBE_PROXY,
+  nodeClient,
+  startApprover,
+  submitCsr,
+} from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { kubeClient } from '../support/http.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
@@ -41,17 +50,22 @@ if (plane) {
 
   const byName = async () => new Map((await plane.admin.listCsrs()).map((c: KubeObject) => [c.metadata.name as string, c]));
   const approvedNow = async (name: string) => approvals((await byName()).get(name) ?? null).length > 0;
-  const waitApproved = (name: string, timeoutMs = 60_000) => plane.admin.waitFor(`CSR ${name.slice(0, 40)} approved`, async () => ((await approvedNow(name)) ? true : undefined), timeoutMs);
+  const waitApproved = (name: string, timeoutMs = 60_000) =>
+    plane.admin.waitFor(`CSR ${name.slice(0, 40)} approved`, async () => ((await approvedNow(name)) ? true : undefined), timeoutMs);
   /** The approver's own Events in `default`, by the CSR they are about (names may be too long for a field selector). */
   const eventsFor = async (name: string) =>
     (await plane.admin.request<{ items: KubeObject[] }>('GET', '/api/v1/namespaces/default/events')).body.items.filter(
       (e) => e.source?.component === 'kubeboot-approver' && e.involvedObject?.name === name,
     );
   const waitEvent = (name: string) =>
-    plane.admin.waitFor(`an Event on ${JSON.stringify(name.slice(0, 40))}`, async () => {
-      const found = await eventsFor(name);
-      return found.length > 0 ? found : undefined;
-    }, 60_000);
+    plane.admin.waitFor(
+      `an Event on ${JSON.stringify(name.slice(0, 40))}`,
+      async () => {
+        const found = await eventsFor(name);
+        return found.length > 0 ? found : undefined;
+      },
+      60_000,
+    );
 
   t.test('a requester whose node name is not a valid Node name gets no approval, and nothing loops (finding 1)', async (t) => {
     // kube-controller-manager auto-approves a bootstrap token's kubelet CSR for any name under
@@ -65,7 +79,11 @@ if (plane) {
     await waitApproved(good);
     for (const [i, name] of csrs.entries()) {
       const [event] = await waitEvent(name);
-      t.match(event?.message, /rule requester-is-node: requester system:node:.* the node name /, `system:node:${names[i]!.slice(0, 20)}: refused under requester-is-node`);
+      t.match(
+        event?.message,
+        /rule requester-is-node: requester system:node:.* the node name /,
+        `system:node:${names[i]!.slice(0, 20)}: refused under requester-is-node`,
+      );
       t.notOk(await approvedNow(name), `system:node:${names[i]!.slice(0, 20)}: not approved`);
     }
     t.notMatch(approver.output(), /could not decide on CSR/, 'no CSR went round the retry loop');
@@ -84,10 +102,18 @@ if (plane) {
     await waitApproved(names[0]!);
     await Promise.all(names.slice(1).map((exactName) => submitCsr(node, { cn: KUBE_PROXY.cn, exactName })));
     // Every later CSR is decided: each reported under the rule, none approved.
-    await plane.admin.waitFor('every later order-* CSR decided', async () => {
-      const decided = await Promise.all(names.slice(1).map(async (n) => (await approvedNow(n)) || (await eventsFor(n)).some((e) => /one-unissued-per-node/.test(e.message))));
-      return decided.every(Boolean) ? true : undefined;
-    }, 60_000);
+    await plane.admin.waitFor(
+      'every later order-* CSR decided',
+      async () => {
+        const decided = await Promise.all(
+          names
+            .slice(1)
+            .map(async (n) => (await approvedNow(n)) || (await eventsFor(n)).some((e) => /one-unissued-per-node/.test(e.message))),
+        );
+        return decided.every(Boolean) ? true : undefined;
+      },
+      60_000,
+    );
     const all = await byName();
     const approved = names.filter((n) => approvals(all.get(n) ?? null).length > 0);
     t.same(approved, ['order-e'], 'only the first: the approved, unissued one blocks the rest, whatever their names');
@@ -132,8 +158,14 @@ if (plane) {
     const lines = approver.output().split('\n').filter(Boolean);
     const raw = lines.filter((l) => /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(l));
     t.same(raw, [], 'no log line carries a raw control character');
-    t.ok(lines.every((l) => /^<[0-7]>/.test(l)), 'every line starts with its own priority, and only there');
-    t.ok(lines.every((l) => l.length < 16_384), `every line is bounded (longest ${Math.max(...lines.map((l) => l.length))} characters)`);
+    t.ok(
+      lines.every((l) => /^<[0-7]>/.test(l)),
+      'every line starts with its own priority, and only there',
+    );
+    t.ok(
+      lines.every((l) => l.length < 16_384),
+      `every line is bounded (longest ${Math.max(...lines.map((l) => l.length))} characters)`,
+    );
     t.match(approver.output(), /\\u001b\[31m\\u0000<0>\\u0085/, 'the CN is shown escaped');
     await Promise.all([bootstrapper.close(), node.close(), other.close()]);
   });
@@ -153,8 +185,15 @@ if (plane) {
       const body = {
         apiVersion: 'certificates.k8s.io/v1',
         kind: 'CertificateSigningRequest',
-        metadata: { name, ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name: '<'.repeat(size), uid: '00000000-0000-0000-0000-000000000000' }] },
-        spec: { request: Buffer.from(await craftCsrPem({ cn: 'system:node:x', o: ['system:nodes'] })).toString('base64'), signerName: 'kubernetes.io/kube-apiserver-client-kubelet', usages: ['digital signature', 'client auth'] },
+        metadata: {
+          name,
+          ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name: '<'.repeat(size), uid: '00000000-0000-0000-0000-000000000000' }],
+        },
+        spec: {
+          request: Buffer.from(await craftCsrPem({ cn: 'system:node:x', o: ['system:nodes'] })).toString('base64'),
+          signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+          usages: ['digital signature', 'client auth'],
+        },
       };
       const res = await bootstrapper.request('POST', '/apis/certificates.k8s.io/v1/certificatesigningrequests', body);
       t.equal(res.status, 201, `the API server stores ${name}`);
@@ -190,11 +229,15 @@ if (plane) {
       blind.child.kill('SIGTERM');
       await blind.done;
     });
-    const readyz = await plane.admin.waitFor('/readyz of the blind replica to say why', async () => {
-      const res = await request(`http://127.0.0.1:${blindPort}/readyz`).catch(() => null);
-      const body = res ? await res.body.text() : '';
-      return /not synced: .*403/.test(body) ? { status: res!.statusCode, body } : undefined;
-    }, 60_000);
+    const readyz = await plane.admin.waitFor(
+      '/readyz of the blind replica to say why',
+      async () => {
+        const res = await request(`http://127.0.0.1:${blindPort}/readyz`).catch(() => null);
+        const body = res ? await res.body.text() : '';
+        return /not synced: .*403/.test(body) ? { status: res!.statusCode, body } : undefined;
+      },
+      60_000,
+    );
     t.equal(readyz.status, 503, '/readyz is 503');
     t.match(readyz.body, /not taking part in leader election/);
     // A healthy replica started next to it leads at once and approves: the blind one holds nothing.
@@ -204,7 +247,9 @@ if (plane) {
     const node = await nodeClient(plane, 'after-blind');
     await waitApproved(await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'after-blind' }));
     t.notMatch(blind.output(), /became the leader/, 'the blind replica never led');
-    const lease = (await plane.admin.request<KubeObject>('GET', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver')).body;
+    const lease = (
+      await plane.admin.request<KubeObject>('GET', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver')
+    ).body;
     const healthy = /kubeboot approver starting.* identity=(\S+)/.exec(approver.output())?.[1];
     t.equal(lease.spec.holderIdentity, healthy, 'the healthy replica holds the Lease');
     assertNoSecrets(t, blind.output(), 'blind approver');
@@ -213,7 +258,11 @@ if (plane) {
 
   t.test('the RBAC grants only the verbs the approver uses', async (t) => {
     const role = (await plane.admin.request<KubeObject>('GET', '/apis/rbac.authorization.k8s.io/v1/clusterroles/kubeboot:approver')).body;
-    const verbs = (resource: string) => (role.rules as KubeObject[]).filter((r) => r.resources.includes(resource)).flatMap((r) => r.verbs as string[]).sort();
+    const verbs = (resource: string) =>
+      (role.rules as KubeObject[])
+        .filter((r) => r.resources.includes(resource))
+        .flatMap((r) => r.verbs as string[])
+        .sort();
     t.same(verbs('nodes'), ['get'], 'nodes: get only (list let GET /api/v1/nodes/ answer a NodeList)');
     t.same(verbs('certificatesigningrequests'), ['list', 'watch'], 'CSRs: list and watch');
     // Every test above ran with exactly these grants, so nothing the approver needs is missing.

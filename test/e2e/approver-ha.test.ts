@@ -7,7 +7,16 @@ import { join } from 'node:path';
 import { setTimeout as pause } from 'node:timers/promises';
 import t from 'tap';
 import type { KubeObject } from '../support/admin.js';
-import { approvals, createNode, FAST_LEASE, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr } from '../support/approver.js';
+import {
+  approvals,
+  createNode,
+  FAST_LEASE,
+  installApprover,
+  KUBE_PROXY,
+  nodeClient,
+  startApprover,
+  submitCsr,
+} from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import type { Running } from '../support/kubeboot.js';
 
@@ -25,10 +34,12 @@ if (plane) {
       for (const a of approvers) if (a.child.exitCode === null && a.child.signalCode === null) a.child.kill('SIGTERM');
       await Promise.all(approvers.map((a) => a.done));
     });
-    const identityOf = async (a: Running) => JSON.parse(await a.waitForOutput(/\{[^\n]*"kubeboot approver starting"[^\n]*\}/, 60_000)).identity as string;
+    const identityOf = async (a: Running) =>
+      JSON.parse(await a.waitForOutput(/\{[^\n]*"kubeboot approver starting"[^\n]*\}/, 60_000)).identity as string;
     const identities = await Promise.all(approvers.map(identityOf));
     const leasePath = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver';
-    const holder = async () => ((await plane.admin.request<KubeObject>('GET', leasePath)).body.spec?.holderIdentity as string | undefined) ?? '';
+    const holder = async () =>
+      ((await plane.admin.request<KubeObject>('GET', leasePath)).body.spec?.holderIdentity as string | undefined) ?? '';
     const first = await plane.admin.waitFor('a leader', async () => ((await holder()) !== '' ? holder() : undefined), 60_000);
     const leaderIndex = identities.indexOf(first);
     t.not(leaderIndex, -1, 'one of the two holds the lease');
@@ -52,10 +63,19 @@ if (plane) {
     }
     await plane.admin.waitFor('the standby holds the lease', async () => ((await holder()) === standbyId ? true : undefined), 30_000);
     const takeoverMs = Date.now() - killedAt;
-    t.ok(takeoverMs <= (leaseSeconds + retrySeconds + 2) * 1000, `the standby took over ${takeoverMs} ms after the kill (lease ${leaseSeconds}s, retry ${retrySeconds}s)`);
+    t.ok(
+      takeoverMs <= (leaseSeconds + retrySeconds + 2) * 1000,
+      `the standby took over ${takeoverMs} ms after the kill (lease ${leaseSeconds}s, retry ${retrySeconds}s)`,
+    );
 
     const all = await Promise.all(
-      names.map((name) => plane.admin.waitFor(`${name} issued`, async () => ((await plane.admin.getCsr(name))?.status?.certificate ? plane.admin.getCsr(name) : undefined), 60_000)),
+      names.map((name) =>
+        plane.admin.waitFor(
+          `${name} issued`,
+          async () => ((await plane.admin.getCsr(name))?.status?.certificate ? plane.admin.getCsr(name) : undefined),
+          60_000,
+        ),
+      ),
     );
     const killedSecond = Math.floor(killedAt / 1000) * 1000;
     let byLeader = 0;
@@ -89,7 +109,12 @@ if (plane) {
     const leasePath = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver';
     const lease = (await plane.admin.request<KubeObject>('GET', leasePath)).body;
     // Another holder with a long lease, written over the leader's.
-    lease.spec = { ...lease.spec, holderIdentity: 'intruder', leaseDurationSeconds: 3600, renewTime: new Date().toISOString().replace('Z', '000Z') };
+    lease.spec = {
+      ...lease.spec,
+      holderIdentity: 'intruder',
+      leaseDurationSeconds: 3600,
+      renewTime: new Date().toISOString().replace('Z', '000Z'),
+    };
     const stolen = await plane.admin.request('PUT', leasePath, lease);
     t.equal(stolen.status, 200, 'the lease is taken over by another holder');
     await approver.waitForOutput(/stopped leading/, 30_000);
@@ -103,7 +128,11 @@ if (plane) {
     current.spec = { ...current.spec, holderIdentity: undefined, leaseDurationSeconds: 1 };
     const releasedAt = Date.now();
     t.equal((await plane.admin.request('PUT', leasePath, current)).status, 200, 'the other holder releases the lease');
-    const csr = await plane.admin.waitFor(`${name} approved`, async () => (approvals(await plane.admin.getCsr(name)).length > 0 ? plane.admin.getCsr(name) : undefined), 30_000);
+    const csr = await plane.admin.waitFor(
+      `${name} approved`,
+      async () => (approvals(await plane.admin.getCsr(name)).length > 0 ? plane.admin.getCsr(name) : undefined),
+      30_000,
+    );
     const [approval] = approvals(csr);
     t.ok(Date.parse(approval?.lastUpdateTime ?? '') >= Math.floor(releasedAt / 1000) * 1000, 'approved only after the lease came back');
     t.equal(approvals(csr).length, 1, 'approved once');

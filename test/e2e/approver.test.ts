@@ -10,7 +10,18 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import type { KubeObject } from '../support/admin.js';
-import { ambiguousCsrPems, approvals, createNode, csrEvents, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr, type SubmitSpec } from '../support/approver.js';
+import {
+  ambiguousCsrPems,
+  approvals,
+  createNode,
+  csrEvents,
+  installApprover,
+  KUBE_PROXY,
+  nodeClient,
+  startApprover,
+  submitCsr,
+  type SubmitSpec,
+} from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, type Running } from '../support/kubeboot.js';
@@ -26,7 +37,17 @@ if (plane) {
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const config = await installApprover(plane, dir);
   // A long resync: every re-check these tests see comes from an event or the transient-rule back-off.
-  const policyFlags = ['--resync-period', '10m', '--approve-kubelet-serving', '--max-expiration', '24h', '--serving-dns-suffix', 'nodes.example', '--serving-ip-cidr', '10.0.0.0/24'];
+  const policyFlags = [
+    '--resync-period',
+    '10m',
+    '--approve-kubelet-serving',
+    '--max-expiration',
+    '24h',
+    '--serving-dns-suffix',
+    'nodes.example',
+    '--serving-ip-cidr',
+    '10.0.0.0/24',
+  ];
   let approver: Running = startApprover(config, policyFlags);
   await approver.waitForOutput(/became the leader/, 60_000);
   t.teardown(async () => {
@@ -34,7 +55,8 @@ if (plane) {
     await approver.done;
   });
   const getCsr = (name: string) => plane.admin.getCsr(name);
-  const approved = (name: string) => plane.admin.waitFor(`CSR ${name} approved`, async () => ((await getCsr(name))?.status?.certificate ? getCsr(name) : undefined), 60_000);
+  const approved = (name: string) =>
+    plane.admin.waitFor(`CSR ${name} approved`, async () => ((await getCsr(name))?.status?.certificate ? getCsr(name) : undefined), 60_000);
 
   t.test('a node with the default configuration (kube-proxy enabled) bootstraps with no human step', async (t) => {
     const node = await nodeLayout(join(dir, 'worker-a'), 'worker-a', { kubeProxy: { enabled: true } });
@@ -50,7 +72,9 @@ if (plane) {
       const listed = await run(kubectl, ['--kubeconfig', node.kubeProxyKubeconfig, 'get', resource, '--all-namespaces', '-o', 'name']);
       t.equal(listed.stderr, '', `kube-proxy lists ${resource} cluster-wide`);
     }
-    const csr = (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec.signerName === KUBE_PROXY.signer && c.spec.username === 'system:node:worker-a');
+    const csr = (await plane.admin.listCsrs()).find(
+      (c: KubeObject) => c.spec.signerName === KUBE_PROXY.signer && c.spec.username === 'system:node:worker-a',
+    );
     const [approval] = approvals(csr ?? null);
     t.equal(approval?.reason, 'KubebootApprover', 'approved with reason KubebootApprover');
     t.match(approval?.message, /kube-proxy-client: every rule passed/, 'the message names the policy that passed');
@@ -76,18 +100,58 @@ if (plane) {
       { what: 'an extra O', by: crafty, spec: { ...proxy, o: ['cluster-admins'] }, rule: 'subject' },
       { what: 'a DNS SAN on a client CSR', by: crafty, spec: { ...proxy, dns: ['crafty'] }, rule: 'no-sans' },
       { what: 'a URI SAN on a client CSR', by: crafty, spec: { ...proxy, uris: ['spiffe://cluster/ns/x'] }, rule: 'no-sans' },
-      { what: 'key encipherment with an ECDSA key', by: crafty, spec: { ...proxy, usages: ['digital signature', 'key encipherment', 'client auth'] }, rule: 'usages' },
+      {
+        what: 'key encipherment with an ECDSA key',
+        by: crafty,
+        spec: { ...proxy, usages: ['digital signature', 'key encipherment', 'client auth'] },
+        rule: 'usages',
+      },
       { what: 'server auth on a client CSR', by: crafty, spec: { ...proxy, usages: ['digital signature', 'server auth'] }, rule: 'usages' },
       { what: 'requester a bootstrap token', by: bootstrapper, spec: proxy, rule: 'requester-is-node' },
       { what: 'requester a node without a Node object', by: ghost, spec: proxy, rule: 'node-exists' },
-      { what: 'expiration above the cap', by: await nodeClient(plane, 'expiring'), spec: { ...proxy, expirationSeconds: 48 * 3600 }, rule: 'expiration' },
-      { what: 'an RSA 1024 key', by: await nodeClient(plane, 'rsa-small'), spec: { ...proxy, key: 'rsa-1024', usages: ['digital signature', 'key encipherment', 'client auth'] }, rule: 'key-algorithm' },
+      {
+        what: 'expiration above the cap',
+        by: await nodeClient(plane, 'expiring'),
+        spec: { ...proxy, expirationSeconds: 48 * 3600 },
+        rule: 'expiration',
+      },
+      {
+        what: 'an RSA 1024 key',
+        by: await nodeClient(plane, 'rsa-small'),
+        spec: { ...proxy, key: 'rsa-1024', usages: ['digital signature', 'key encipherment', 'client auth'] },
+        rule: 'key-algorithm',
+      },
       // (A node cannot even submit CN=system:node:<other>: kube-apiserver refuses that itself.)
-      { what: "a serving CSR for another node's name", by: crafty, spec: { ...serving, cn: 'system:node:crafty', dns: ['other'] }, rule: 'dns-sans' },
-      { what: "an IP not among the Node's addresses", by: crafty, spec: { ...serving, cn: 'system:node:crafty', ips: ['10.0.0.9'] }, rule: 'ip-sans' },
-      { what: "a DNS name not the Node's", by: crafty, spec: { ...serving, cn: 'system:node:crafty', dns: ['crafty', 'api.example.com'] }, rule: 'dns-sans' },
-      { what: 'an email SAN on a serving CSR', by: crafty, spec: { ...serving, cn: 'system:node:crafty', dns: ['crafty'], emails: ['root@crafty'] }, rule: 'no-email-uri-sans' },
-      { what: 'client auth on a serving CSR', by: crafty, spec: { ...serving, cn: 'system:node:crafty', dns: ['crafty'], usages: ['digital signature', 'client auth'] }, rule: 'usages' },
+      {
+        what: "a serving CSR for another node's name",
+        by: crafty,
+        spec: { ...serving, cn: 'system:node:crafty', dns: ['other'] },
+        rule: 'dns-sans',
+      },
+      {
+        what: "an IP not among the Node's addresses",
+        by: crafty,
+        spec: { ...serving, cn: 'system:node:crafty', ips: ['10.0.0.9'] },
+        rule: 'ip-sans',
+      },
+      {
+        what: "a DNS name not the Node's",
+        by: crafty,
+        spec: { ...serving, cn: 'system:node:crafty', dns: ['crafty', 'api.example.com'] },
+        rule: 'dns-sans',
+      },
+      {
+        what: 'an email SAN on a serving CSR',
+        by: crafty,
+        spec: { ...serving, cn: 'system:node:crafty', dns: ['crafty'], emails: ['root@crafty'] },
+        rule: 'no-email-uri-sans',
+      },
+      {
+        what: 'client auth on a serving CSR',
+        by: crafty,
+        spec: { ...serving, cn: 'system:node:crafty', dns: ['crafty'], usages: ['digital signature', 'client auth'] },
+        rule: 'usages',
+      },
       { what: 'a serving CSR without SANs', by: crafty, spec: { ...serving, cn: 'system:node:crafty' }, rule: 'has-san' },
       // Requests the API server accepts and Go's signer would issue for another identity than the approver read.
       ...(await ambiguousCsrPems()).map(({ what, pem }) => ({ what, by: crafty, spec: { ...proxy, pem }, rule: 'request-signature' })),
@@ -100,16 +164,30 @@ if (plane) {
     names.push(floodSecond);
 
     // The positive control is approved once the worker has reached it.
-    const good = await submitCsr(crafty, { ...serving, cn: 'system:node:crafty', dns: ['crafty', 'crafty.nodes.example'], ips: ['10.0.0.5'], name: 'serving-ok' });
+    const good = await submitCsr(crafty, {
+      ...serving,
+      cn: 'system:node:crafty',
+      dns: ['crafty', 'crafty.nodes.example'],
+      ips: ['10.0.0.5'],
+      name: 'serving-ok',
+    });
     await approved(good);
     for (const [i, c] of cases.entries()) {
       const name = names[i]!;
-      const events = await plane.admin.waitFor(`Event on ${name} (${c.what})`, async () => {
-        const found = await csrEvents(plane, name);
-        return found.length > 0 ? found : undefined;
-      }, 30_000);
+      const events = await plane.admin.waitFor(
+        `Event on ${name} (${c.what})`,
+        async () => {
+          const found = await csrEvents(plane, name);
+          return found.length > 0 ? found : undefined;
+        },
+        30_000,
+      );
       t.match(events[0]?.message, `rule ${c.rule}:`, `${c.what}: the Event names rule ${c.rule}`);
-      t.match(approver.output(), new RegExp(`"csr":"${name}".*"rule":"${c.rule}"|"rule":"${c.rule}".*"csr":"${name}"`), `${c.what}: one log line names it`);
+      t.match(
+        approver.output(),
+        new RegExp(`"csr":"${name}".*"rule":"${c.rule}"|"rule":"${c.rule}".*"csr":"${name}"`),
+        `${c.what}: one log line names it`,
+      );
       const csr = await getCsr(name);
       t.same(csr?.status?.conditions ?? [], [], `${c.what}: left pending, neither approved nor denied`);
     }
@@ -140,12 +218,27 @@ if (plane) {
     expectStatus(await plane.admin.request('DELETE', binding), 'delete binding', 200);
     const node = await nodeClient(plane, 'revoked');
     const name = await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'revoked' });
-    const events = await plane.admin.waitFor(`Event on ${name}`, async () => ((await csrEvents(plane, name)).length > 0 ? csrEvents(plane, name) : undefined), 30_000);
-    t.match(events[0]?.message, 'rule authorized: SubjectAccessReview denies system:node:revoked create certificatesigningrequests/kubeproxyclient', 'the Event names the SubjectAccessReview');
+    const events = await plane.admin.waitFor(
+      `Event on ${name}`,
+      async () => ((await csrEvents(plane, name)).length > 0 ? csrEvents(plane, name) : undefined),
+      30_000,
+    );
+    t.match(
+      events[0]?.message,
+      'rule authorized: SubjectAccessReview denies system:node:revoked create certificatesigningrequests/kubeproxyclient',
+      'the Event names the SubjectAccessReview',
+    );
     t.same((await getCsr(name))?.status?.conditions ?? [], [], 'left pending');
     // Granting it again is enough: the approver looks again without a restart.
     const { metadata, ...rest } = saved;
-    expectStatus(await plane.admin.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', { ...rest, metadata: { name: metadata.name, labels: metadata.labels } }), 'restore binding', 201);
+    expectStatus(
+      await plane.admin.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
+        ...rest,
+        metadata: { name: metadata.name, labels: metadata.labels },
+      }),
+      'restore binding',
+      201,
+    );
     await approved(name);
     t.equal(approvals(await getCsr(name)).length, 1, 'approved once the grant is back');
     await node.close();
@@ -162,7 +255,9 @@ if (plane) {
     t.equal(stopped.code, 0, 'SIGTERM stops it cleanly');
     assertNoSecrets(t, stopped.stdout + stopped.stderr, 'kubeboot approver');
     t.match(stopped.stdout + stopped.stderr, /released the lease/, 'SIGTERM releases the lease');
-    const lease = (await plane.admin.request<KubeObject>('GET', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver')).body;
+    const lease = (
+      await plane.admin.request<KubeObject>('GET', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver')
+    ).body;
     t.notOk(lease.spec.holderIdentity, 'the lease has no holder');
     const during = await Promise.all(clients.slice(4).map((c) => submitCsr(c, { cn: KUBE_PROXY.cn, name: 'during' })));
     approver = startApprover(config, policyFlags);
@@ -174,7 +269,11 @@ if (plane) {
   t.test('a kube-proxy CSR sent before its Node registers is approved once the Node exists, without a resync', async (t) => {
     const node = await nodeClient(plane, 'late');
     const name = await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'before-node' });
-    const events = await plane.admin.waitFor(`Event on ${name}`, async () => ((await csrEvents(plane, name)).length > 0 ? csrEvents(plane, name) : undefined), 30_000);
+    const events = await plane.admin.waitFor(
+      `Event on ${name}`,
+      async () => ((await csrEvents(plane, name)).length > 0 ? csrEvents(plane, name) : undefined),
+      30_000,
+    );
     t.match(events[0]?.message, 'rule node-exists: no Node late exists');
     await createNode(plane, 'late');
     await approved(name);
@@ -188,16 +287,22 @@ if (plane) {
     const notify = await listenNotifySocket(dir, { abstract: true });
     t.teardown(() => notify.close());
     const port = await freePort();
-    approver = startApprover(config, [...policyFlags, '--deny-violations', '--approver-listen', `127.0.0.1:${port}`], { NOTIFY_SOCKET: notify.path });
+    approver = startApprover(config, [...policyFlags, '--deny-violations', '--approver-listen', `127.0.0.1:${port}`], {
+      NOTIFY_SOCKET: notify.path,
+    });
     await notify.waitFor((m) => m.includes('READY=1'), 60_000);
     await approver.waitForOutput(/became the leader/, 30_000);
     await createNode(plane, 'denied');
     const node = await nodeClient(plane, 'denied');
     const bad = await submitCsr(node, { cn: 'root', name: 'deny' });
-    const csr = await plane.admin.waitFor(`${bad} denied`, async () => {
-      const c = await getCsr(bad);
-      return (c?.status?.conditions ?? []).some((x: KubeObject) => x.type === 'Denied') ? c : undefined;
-    }, 30_000);
+    const csr = await plane.admin.waitFor(
+      `${bad} denied`,
+      async () => {
+        const c = await getCsr(bad);
+        return (c?.status?.conditions ?? []).some((x: KubeObject) => x.type === 'Denied') ? c : undefined;
+      },
+      30_000,
+    );
     const [denied] = csr!.status.conditions as KubeObject[];
     t.equal(denied?.reason, 'KubebootApprover', 'denied with reason KubebootApprover');
     t.match(denied?.message, 'kube-proxy-client rule subject: CN root is not system:kube-proxy', 'the message names the rule');
@@ -208,7 +313,11 @@ if (plane) {
     // node whose kubelet has not registered yet waits, and is approved after.
     const early = await nodeClient(plane, 'not-yet-registered');
     const waiting = await submitCsr(early, { cn: KUBE_PROXY.cn, name: 'before-node' });
-    const pendingEvents = await plane.admin.waitFor(`Event on ${waiting}`, async () => ((await csrEvents(plane, waiting)).length > 0 ? csrEvents(plane, waiting) : undefined), 30_000);
+    const pendingEvents = await plane.admin.waitFor(
+      `Event on ${waiting}`,
+      async () => ((await csrEvents(plane, waiting)).length > 0 ? csrEvents(plane, waiting) : undefined),
+      30_000,
+    );
     t.match(pendingEvents[0]?.message, 'rule node-exists', 'left pending, naming the rule');
     t.same((await getCsr(waiting))?.status?.conditions ?? [], [], 'not denied under --deny-violations');
     await createNode(plane, 'not-yet-registered');
@@ -224,8 +333,16 @@ if (plane) {
     t.match(ready.body, /leader: yes/);
     const metrics = (await text('/metrics')).body;
     // It also denied the CSRs the earlier tests left pending: those count too.
-    t.match(metrics, /kubeboot_approver_decisions_total\{signer="kubernetes.io\/kube-apiserver-client",decision="denied",rule="subject"\} [1-9]/, 'denials are counted by rule');
-    t.match(metrics, /kubeboot_approver_decisions_total\{signer="kubernetes.io\/kube-apiserver-client",decision="approved",rule="kube-proxy-client"\} [1-9]/, 'approvals by policy');
+    t.match(
+      metrics,
+      /kubeboot_approver_decisions_total\{signer="kubernetes.io\/kube-apiserver-client",decision="denied",rule="subject"\} [1-9]/,
+      'denials are counted by rule',
+    );
+    t.match(
+      metrics,
+      /kubeboot_approver_decisions_total\{signer="kubernetes.io\/kube-apiserver-client",decision="approved",rule="kube-proxy-client"\} [1-9]/,
+      'approvals by policy',
+    );
     t.match(metrics, /kubeboot_approver_leader 1/, 'leader gauge');
     t.match(metrics, /kubeboot_approver_approval_latency_seconds_count [1-9]/, 'latency histogram');
     await node.close();

@@ -18,7 +18,11 @@ const run = promisify(execFile);
 const plane = await controlPlaneOrSkip(t, { name: 'bootstrap' });
 if (plane) {
   const kubectl = plane.kubectlPath!;
-  const whoami = async (kubeconfig: string) => JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo as { username: string; groups: string[] };
+  const whoami = async (kubeconfig: string) =>
+    JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo as {
+      username: string;
+      groups: string[];
+    };
   const csrsFor = async (cn: string) => (await plane.admin.listCsrs()).filter((c) => csrCommonName(c) === cn);
 
   // Group allowed to create CSRs but not auto-approved: CSRs from it stay pending until an admin decides.
@@ -94,9 +98,13 @@ if (plane) {
 
     const running = startKubeboot(['bootstrap', '--config', node.config, '--pending-notice-interval', '1s']);
     // Requested by the node itself, so the kubelet credential must already exist.
-    const pending = await plane.admin.waitFor('the kube-proxy CSR requested by system:node:worker-2', async () => (await csrsFor('system:kube-proxy')).find((c) => c.spec.username === 'system:node:worker-2'));
+    const pending = await plane.admin.waitFor('the kube-proxy CSR requested by system:node:worker-2', async () =>
+      (await csrsFor('system:kube-proxy')).find((c) => c.spec.username === 'system:node:worker-2'),
+    );
     await running.waitForOutput(/kubectl certificate approve node-csr-/);
-    const kubeletUser = await plane.admin.waitFor('the kubelet kubeconfig', async () => whoami(node.kubeletKubeconfig).catch(() => undefined));
+    const kubeletUser = await plane.admin.waitFor('the kubelet kubeconfig', async () =>
+      whoami(node.kubeletKubeconfig).catch(() => undefined),
+    );
     t.equal(kubeletUser.username, 'system:node:worker-2', 'kubelet kubeconfig works while kube-proxy is still pending');
     t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig kept while kube-proxy is pending');
 
@@ -119,7 +127,11 @@ if (plane) {
     t.match(result.stderr, /denied: NotOnTheInventory/);
     await t.rejects(stat(node.kubeletKubeconfig), { code: 'ENOENT' }, 'no kubeconfig written');
     t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig kept');
-    await t.rejects(stat(join(node.stateDir, 'kubelet.key.pending')), { code: 'ENOENT' }, 'the denied key is dropped, so a retry asks anew instead of re-adopting the denied CSR');
+    await t.rejects(
+      stat(join(node.stateDir, 'kubelet.key.pending')),
+      { code: 'ENOENT' },
+      'the denied key is dropped, so a retry asks anew instead of re-adopting the denied CSR',
+    );
   });
 
   t.test('killed while waiting and restarted, kubeboot reuses the same CSR', async (t) => {
@@ -188,10 +200,16 @@ if (plane) {
 
   t.test('an enabled kubelet serving certificate is requested with its SANs and stored once an admin approves it', async (t) => {
     const dir = t.testdir();
-    const node = await nodeLayout(dir, 'worker-11', { kubeletServing: { enabled: true, certDir: join(dir, 'serving-pki'), dnsNames: ['worker-11.example'], ipAddresses: ['10.0.0.11'] } });
+    const node = await nodeLayout(dir, 'worker-11', {
+      kubeletServing: { enabled: true, certDir: join(dir, 'serving-pki'), dnsNames: ['worker-11.example'], ipAddresses: ['10.0.0.11'] },
+    });
     await handToken(plane, node, 'data');
     const running = startKubeboot(['bootstrap', '--config', node.config]);
-    const csr = await plane.admin.waitFor('the serving CSR', async () => (await plane.admin.listCsrs()).find((c) => c.spec?.signerName === 'kubernetes.io/kubelet-serving' && csrCommonName(c) === 'system:node:worker-11'));
+    const csr = await plane.admin.waitFor('the serving CSR', async () =>
+      (await plane.admin.listCsrs()).find(
+        (c) => c.spec?.signerName === 'kubernetes.io/kubelet-serving' && csrCommonName(c) === 'system:node:worker-11',
+      ),
+    );
     t.same([...csr.spec.usages].sort(), ['digital signature', 'server auth']);
     await plane.admin.approveCsr(csr.metadata.name);
     const result = await running.done;
@@ -215,18 +233,21 @@ if (plane) {
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-12b');
   });
 
-  t.test('credentials already valid and a bootstrap kubeconfig still there: proven with one SelfSubjectReview, then the token goes', async (t) => {
-    const node = await nodeLayout(t.testdir(), 'worker-20');
-    await handToken(plane, node, 'data');
-    t.equal((await kubeboot(t, ['bootstrap', '--config', node.config])).code, 0);
-    // A kubeboot killed after kubelet.conf was written, or a node the kubelet bootstrapped itself.
-    await handToken(plane, node, 'data');
-    const again = await kubeboot(t, ['bootstrap', '--config', node.config, '--log-level', 'debug']);
-    t.equal(again.code, 0, again.stderr);
-    t.match(again.stderr, /selfsubjectreviews/, 'the kept credential was shown to the API server first');
-    t.notMatch(again.stderr, /certificatesigningrequests/, 'and no CSR was made');
-    await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'the bootstrap kubeconfig is deleted');
-  });
+  t.test(
+    'credentials already valid and a bootstrap kubeconfig still there: proven with one SelfSubjectReview, then the token goes',
+    async (t) => {
+      const node = await nodeLayout(t.testdir(), 'worker-20');
+      await handToken(plane, node, 'data');
+      t.equal((await kubeboot(t, ['bootstrap', '--config', node.config])).code, 0);
+      // A kubeboot killed after kubelet.conf was written, or a node the kubelet bootstrapped itself.
+      await handToken(plane, node, 'data');
+      const again = await kubeboot(t, ['bootstrap', '--config', node.config, '--log-level', 'debug']);
+      t.equal(again.code, 0, again.stderr);
+      t.match(again.stderr, /selfsubjectreviews/, 'the kept credential was shown to the API server first');
+      t.notMatch(again.stderr, /certificatesigningrequests/, 'and no CSR was made');
+      await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'the bootstrap kubeconfig is deleted');
+    },
+  );
 
   t.test('a symlinked bootstrap kubeconfig: the file it points at is deleted too, and the log says both', async (t) => {
     const dir = t.testdir();
@@ -256,35 +277,45 @@ if (plane) {
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:worker-22');
   });
 
-  t.test('a read-only kubeconfig directory fails before anything is switched, names the kubeconfig, and a renewal there still works', async (t) => {
-    const dir = t.testdir();
-    const etc = join(dir, 'etc');
-    await mkdir(etc);
-    const node = await nodeLayout(dir, 'worker-23', { kubelet: { kubeconfig: join(etc, 'kubelet.conf') } });
-    await handToken(plane, node, 'data');
-    const readOnly = (args: string[]) =>
-      new Promise<{ code: number | null; stderr: string }>((resolve) => {
-        const script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"';
-        execFile('unshare', ['-m', 'sh', '-c', script, 'sh', etc, process.execPath, bundle, ...args], { env: { PATH: process.env.PATH, KUBEBOOT_LOG_FORMAT: 'json' } }, (err, _out, stderr) =>
-          resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
-        );
-      });
-    const first = await readOnly(['bootstrap', '--config', node.config]);
-    assertNoSecrets(t, first.stderr, 'kubeboot bootstrap');
-    t.equal(first.code, 1, 'exit 1');
-    t.match(first.stderr, new RegExp(`cannot write ${join(etc, 'kubelet.conf')}: EROFS`), 'names the kubeconfig, not a temp file');
-    await t.rejects(lstat(join(node.kubeletCertDir, 'kubelet-client-current.pem')), { code: 'ENOENT' }, 'the -current.pem link was not switched');
-    t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'the bootstrap kubeconfig is kept');
+  t.test(
+    'a read-only kubeconfig directory fails before anything is switched, names the kubeconfig, and a renewal there still works',
+    async (t) => {
+      const dir = t.testdir();
+      const etc = join(dir, 'etc');
+      await mkdir(etc);
+      const node = await nodeLayout(dir, 'worker-23', { kubelet: { kubeconfig: join(etc, 'kubelet.conf') } });
+      await handToken(plane, node, 'data');
+      const readOnly = (args: string[]) =>
+        new Promise<{ code: number | null; stderr: string }>((resolve) => {
+          const script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" "$1" && shift && exec "$@"';
+          execFile(
+            'unshare',
+            ['-m', 'sh', '-c', script, 'sh', etc, process.execPath, bundle, ...args],
+            { env: { PATH: process.env.PATH, KUBEBOOT_LOG_FORMAT: 'json' } },
+            (err, _out, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stderr }),
+          );
+        });
+      const first = await readOnly(['bootstrap', '--config', node.config]);
+      assertNoSecrets(t, first.stderr, 'kubeboot bootstrap');
+      t.equal(first.code, 1, 'exit 1');
+      t.match(first.stderr, new RegExp(`cannot write ${join(etc, 'kubelet.conf')}: EROFS`), 'names the kubeconfig, not a temp file');
+      await t.rejects(
+        lstat(join(node.kubeletCertDir, 'kubelet-client-current.pem')),
+        { code: 'ENOENT' },
+        'the -current.pem link was not switched',
+      );
+      t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'the bootstrap kubeconfig is kept');
 
-    const fixed = await kubeboot(t, ['bootstrap', '--config', node.config]);
-    t.equal(fixed.code, 0, 'with the directory writable again, the same CSR is adopted');
-    t.equal((await csrsFor('system:node:worker-23')).length, 1, 'one CSR in all');
-    const before = await readlink(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
-    const renewed = await readOnly(['renew', '--config', node.config]);
-    t.equal(renewed.code, 0, `a renewal needs no kubeconfig write: ${renewed.stderr}`);
-    t.not(await readlink(join(node.kubeletCertDir, 'kubelet-client-current.pem')), before, 'the link moved to the new certificate');
-    t.equal((await whoami(join(etc, 'kubelet.conf'))).username, 'system:node:worker-23');
-  });
+      const fixed = await kubeboot(t, ['bootstrap', '--config', node.config]);
+      t.equal(fixed.code, 0, 'with the directory writable again, the same CSR is adopted');
+      t.equal((await csrsFor('system:node:worker-23')).length, 1, 'one CSR in all');
+      const before = await readlink(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
+      const renewed = await readOnly(['renew', '--config', node.config]);
+      t.equal(renewed.code, 0, `a renewal needs no kubeconfig write: ${renewed.stderr}`);
+      t.not(await readlink(join(node.kubeletCertDir, 'kubelet-client-current.pem')), before, 'the link moved to the new certificate');
+      t.equal((await whoami(join(etc, 'kubelet.conf'))).username, 'system:node:worker-23');
+    },
+  );
 
   t.test('check validates everything without changing anything', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-10');

@@ -85,11 +85,7 @@ if (cp) {
     const ca = new x509.X509Certificate(cp.caPem);
     t.ok(await cert.verify({ publicKey: ca.publicKey, signatureOnly: true }), 'signature chains to the cluster CA');
     t.equal(cert.issuer, ca.subject, 'issued by the cluster CA');
-    t.same(
-      Buffer.from(cert.publicKey.rawData),
-      Buffer.from(await crypto.subtle.exportKey('spki', keys.publicKey)),
-      'certifies our key',
-    );
+    t.same(Buffer.from(cert.publicKey.rawData), Buffer.from(await crypto.subtle.exportKey('spki', keys.publicKey)), 'certifies our key');
     t.match(cert.subject, /CN=system:node:e2e-node/, 'subject CN as requested');
     t.match(cert.subject, /O=system:nodes/, 'subject O as requested');
 
@@ -156,7 +152,14 @@ if (cp) {
 
   t.test('measurements', async (t) => {
     const rss = cp.peakRss();
-    t.comment(`peak RSS (VmHWM, MiB): ${Object.entries(rss).map(([n, k]) => `${n}=${Math.round((k ?? 0) / 1024)}`).join(' ')}`);
-    t.ok(Object.values(rss).every((k) => k !== undefined && k > 0), 'every component is alive');
+    t.comment(
+      `peak RSS (VmHWM, MiB): ${Object.entries(rss)
+        .map(([n, k]) => `${n}=${Math.round((k ?? 0) / 1024)}`)
+        .join(' ')}`,
+    );
+    t.ok(
+      Object.values(rss).every((k) => k !== undefined && k > 0),
+      'every component is alive',
+    );
   });
 }

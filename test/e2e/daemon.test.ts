@@ -22,12 +22,18 @@ const run = promisify(execFile);
 const plane = await controlPlaneOrSkip(t, { name: 'daemon' });
 if (plane) {
   const kubectl = plane.kubectlPath!;
-  const whoami = async (kubeconfig: string) => JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo.username as string;
+  const whoami = async (kubeconfig: string) =>
+    JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo
+      .username as string;
   const csrsBy = async (username: string) => (await plane.admin.listCsrs()).filter((c: KubeObject) => c.spec?.username === username);
   const currentTarget = (node: NodeLayout) => readlink(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
 
   /** Starts `kubeboot run`; `stop()` ends it and checks everything it printed for secrets. */
-  async function startDaemon(t: Test, node: NodeLayout, extra: string[] = []): Promise<{ daemon: Running; notify: NotifySocket; port: number; stop: () => Promise<void> }> {
+  async function startDaemon(
+    t: Test,
+    node: NodeLayout,
+    extra: string[] = [],
+  ): Promise<{ daemon: Running; notify: NotifySocket; port: number; stop: () => Promise<void> }> {
     const { notify, port, daemon } = await launchDaemon(node, extra);
     const end = async () => {
       if (daemon.child.exitCode === null && daemon.child.signalCode === null) daemon.child.kill('SIGTERM');
@@ -53,7 +59,9 @@ if (plane) {
       // Abstract socket: test dirs are longer than a unix socket path may be.
       const notify = await listenNotifySocket(node.dir, { abstract: true });
       const port = await freePort();
-      const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], { NOTIFY_SOCKET: notify.path });
+      const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], {
+        NOTIFY_SOCKET: notify.path,
+      });
       const listening = await Promise.race([
         daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(() => true),
         daemon.done.then(() => false),
@@ -121,7 +129,9 @@ if (plane) {
 
     // The first run's result (from before READY) is already there; wait for the renewal's.
     const status = await plane.admin.waitFor('status to show the hook run after the renewal', async () => {
-      const shown = JSON.parse((await run(process.execPath, ['dist/kubeboot.cjs', 'status', '--config', node.config, '--output', 'json'])).stdout);
+      const shown = JSON.parse(
+        (await run(process.execPath, ['dist/kubeboot.cjs', 'status', '--config', node.config, '--output', 'json'])).stdout,
+      );
       const at = shown.identities[0].daemon.lastHooks[0]?.at;
       return at && Date.parse(at) > readyAt ? shown : undefined;
     });
@@ -138,25 +148,42 @@ if (plane) {
 
     daemon.child.kill('SIGHUP');
     await plane.admin.waitFor('a CSR after SIGHUP', async () => (await csrsBy('system:node:daemon-2'))[0]);
-    const afterHup = await plane.admin.waitFor('the renewed link', async () => ((await currentTarget(node)) !== first ? currentTarget(node) : undefined));
+    const afterHup = await plane.admin.waitFor('the renewed link', async () =>
+      (await currentTarget(node)) !== first ? currentTarget(node) : undefined,
+    );
 
     // `kubeboot renew` asks the running daemon instead of renewing behind its back.
     const renew = await run(process.execPath, ['dist/kubeboot.cjs', 'renew', '--config', node.config, '--identity', 'kubelet']);
     t.match(renew.stderr, /asked the running daemon \(pid \d+\) to renew kubelet/);
-    const second = await plane.admin.waitFor('the link renewed on request', async () => ((await currentTarget(node)) !== afterHup ? currentTarget(node) : undefined));
+    const second = await plane.admin.waitFor('the link renewed on request', async () =>
+      (await currentTarget(node)) !== afterHup ? currentTarget(node) : undefined,
+    );
     t.equal((await csrsBy('system:node:daemon-2')).length, 2, 'one CSR for SIGHUP, one for kubeboot renew');
 
     // An operator deletes the credential files: the daemon still holds the last good credential and re-issues.
     const csrsBeforeDelete = (await csrsBy('system:node:daemon-2')).length;
     await rm(second);
     await rm(join(node.kubeletCertDir, 'kubelet-client-current.pem'));
-    await withOutput(daemon, plane.admin.waitFor('a re-issue CSR', async () => ((await csrsBy('system:node:daemon-2')).length > csrsBeforeDelete ? true : undefined)));
-    const third = await plane.admin.waitFor('a re-issued credential on disk', async () => currentTarget(node).then(async (p) => ((await stat(p).catch(() => null)) ? p : undefined)).catch(() => undefined));
+    await withOutput(
+      daemon,
+      plane.admin.waitFor('a re-issue CSR', async () =>
+        (await csrsBy('system:node:daemon-2')).length > csrsBeforeDelete ? true : undefined,
+      ),
+    );
+    const third = await plane.admin.waitFor('a re-issued credential on disk', async () =>
+      currentTarget(node)
+        .then(async (p) => ((await stat(p).catch(() => null)) ? p : undefined))
+        .catch(() => undefined),
+    );
     t.ok((await stat(third)).isFile(), 're-issued credential on disk');
     t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-2');
 
     // An operator installs another valid certificate: it is re-read and kept, not overwritten.
-    const minted = await plane.mintClientCert({ commonName: 'system:node:daemon-2', organizations: ['system:nodes'], notAfter: new Date(Date.now() + 2 * 3600_000) });
+    const minted = await plane.mintClientCert({
+      commonName: 'system:node:daemon-2',
+      organizations: ['system:nodes'],
+      notAfter: new Date(Date.now() + 2 * 3600_000),
+    });
     const manual = join(node.kubeletCertDir, 'kubelet-client-manual.pem');
     await writeFile(manual, minted.certPem + minted.keyPem, { mode: 0o600 });
     const csrsBefore = (await csrsBy('system:node:daemon-2')).length;
@@ -176,7 +203,9 @@ if (plane) {
     const ready = await notify.waitFor((m) => m.includes('READY=1'), 120_000);
     t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-6', 'kubelet.conf works when READY=1 arrives');
     const proxyCsr = await plane.admin.waitFor('the pending kube-proxy CSR', async () =>
-      (await csrsBy('system:node:daemon-6')).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions),
+      (await csrsBy('system:node:daemon-6')).find(
+        (c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions,
+      ),
     );
     t.notOk(existsSync(node.kubeProxyKubeconfig), 'READY=1 came while kube-proxy had no credential');
     t.match(ready, /kube-proxy/, 'the READY status names what is still pending');
@@ -192,7 +221,11 @@ if (plane) {
     const timedOut = await kubeboot(t, ['wait', '--config', node.config, '--identity', 'kube-proxy', '--timeout', '1s']);
     t.equal(timedOut.code, 4, 'kubeboot wait --timeout exits 4 while the CSR is pending');
     t.match(timedOut.stderr, new RegExp(`kubectl certificate approve ${proxyCsr.metadata.name}`), 'and says which CSR to approve');
-    t.equal((await kubeboot(t, ['wait', '--config', node.config, '--identity', 'kubelet', '--timeout', '1s'])).code, 0, 'the kubelet identity is already there');
+    t.equal(
+      (await kubeboot(t, ['wait', '--config', node.config, '--identity', 'kubelet', '--timeout', '1s'])).code,
+      0,
+      'the kubelet identity is already there',
+    );
 
     const waiting = startKubeboot(['wait', '--config', node.config, '--identity', 'kube-proxy']);
     await waiting.waitForOutput(/waiting for kube-proxy/);
@@ -201,7 +234,9 @@ if (plane) {
     const waited = await waiting.done;
     t.equal(waited.code, 0, 'kubeboot wait exits 0 once kube-proxy holds its credential');
     t.equal(await whoami(node.kubeProxyKubeconfig), 'system:kube-proxy', 'kube-proxy.conf works');
-    await plane.admin.waitFor('the bootstrap kubeconfig to be deleted', async () => (existsSync(node.bootstrapKubeconfig) ? undefined : true));
+    await plane.admin.waitFor('the bootstrap kubeconfig to be deleted', async () =>
+      existsSync(node.bootstrapKubeconfig) ? undefined : true,
+    );
     await plane.admin.waitFor('/readyz to turn 200', async () => ((await get(port, '/readyz')).status === 200 ? true : undefined));
     await stop();
   });
@@ -209,15 +244,33 @@ if (plane) {
   t.test('SIGTERM during a renewal leaves the old credential intact', async (t) => {
     const node = await bootstrappedNode(t, 'daemon-3', { kubeProxy: { enabled: true } });
     const { daemon, notify } = await startDaemon(t, node);
-    const proxyCsr = await plane.admin.waitFor('the kube-proxy CSR', async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && !c.status?.conditions && c.spec?.username === 'system:node:daemon-3'));
+    const proxyCsr = await plane.admin.waitFor('the kube-proxy CSR', async () =>
+      (await plane.admin.listCsrs()).find(
+        (c: KubeObject) =>
+          c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' &&
+          !c.status?.conditions &&
+          c.spec?.username === 'system:node:daemon-3',
+      ),
+    );
     await plane.admin.approveCsr(proxyCsr.metadata.name);
     await notify.waitFor((m) => m.includes('READY=1'), 120_000);
-    t.equal((await kubeboot(t, ['wait', '--config', node.config, '--identity', 'kube-proxy', '--timeout', '2m'])).code, 0, 'kube-proxy holds its credential');
+    t.equal(
+      (await kubeboot(t, ['wait', '--config', node.config, '--identity', 'kube-proxy', '--timeout', '2m'])).code,
+      0,
+      'kube-proxy holds its credential',
+    );
     const proxyLink = join(node.kubeProxyCertDir, 'kube-proxy-client-current.pem');
     const before = await readlink(proxyLink);
 
     daemon.child.kill('SIGHUP');
-    await plane.admin.waitFor('a pending kube-proxy renewal CSR', async () => (await plane.admin.listCsrs()).find((c: KubeObject) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' && c.spec?.username === 'system:node:daemon-3' && !c.status?.conditions));
+    await plane.admin.waitFor('a pending kube-proxy renewal CSR', async () =>
+      (await plane.admin.listCsrs()).find(
+        (c: KubeObject) =>
+          c.spec?.signerName === 'kubernetes.io/kube-apiserver-client' &&
+          c.spec?.username === 'system:node:daemon-3' &&
+          !c.status?.conditions,
+      ),
+    );
     daemon.child.kill('SIGTERM');
     const result = await daemon.done;
     assertNoSecrets(t, result.stdout + result.stderr, 'kubeboot run');
@@ -248,11 +301,20 @@ if (plane) {
     const staged = join(node.dir, 'staged.conf');
     await handToken(plane, node, 'data', staged);
     await rename(staged, node.bootstrapKubeconfig);
-    await withOutput(daemon, plane.admin.waitFor('a credential for the new name', async () => ((await currentTarget(node)) !== oldTarget ? true : undefined), 120_000));
+    await withOutput(
+      daemon,
+      plane.admin.waitFor(
+        'a credential for the new name',
+        async () => ((await currentTarget(node)) !== oldTarget ? true : undefined),
+        120_000,
+      ),
+    );
     t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-5b', 'the kubelet now authenticates under the new name');
     await plane.admin.waitFor('/readyz to recover', async () => ((await get(port, '/readyz')).status === 200 ? true : undefined));
     const deleted = await plane.admin
-      .waitFor('the bootstrap kubeconfig to be deleted', async () => ((await stat(node.bootstrapKubeconfig).catch(() => null)) ? undefined : true))
+      .waitFor('the bootstrap kubeconfig to be deleted', async () =>
+        (await stat(node.bootstrapKubeconfig).catch(() => null)) ? undefined : true,
+      )
       .catch(() => false);
     t.ok(deleted, 'the bootstrap kubeconfig is deleted after use');
     await stop();
@@ -264,7 +326,10 @@ if (plane) {
     const { daemon, notify, port, stop } = await startDaemon(t, node);
     await daemon.waitForOutput(/place a new bootstrap kubeconfig at/);
     t.equal((await get(port, '/readyz')).status, 503, '/readyz is 503 while the certificate is expired');
-    t.notOk(notify.messages().some((m) => m.includes('READY=1')), 'no READY=1 while expired');
+    t.notOk(
+      notify.messages().some((m) => m.includes('READY=1')),
+      'no READY=1 while expired',
+    );
 
     // Written beside it, then renamed into place, as a careful operator or cloud-init would.
     const staged = join(node.dir, 'staged.conf');
@@ -291,11 +356,20 @@ async function withOutput<T>(daemon: Running, waiting: Promise<T>): Promise<T> {
 
 /** A kubelet credential signed by the cluster CA that expired an hour ago. */
 async function plantExpiredKubelet(plane: ControlPlane, node: NodeLayout): Promise<void> {
-  const expired = await plane.mintClientCert({ commonName: `system:node:${node.name}`, organizations: ['system:nodes'], notBefore: new Date(Date.now() - 3 * 3600_000), notAfter: new Date(Date.now() - 3600_000) });
+  const expired = await plane.mintClientCert({
+    commonName: `system:node:${node.name}`,
+    organizations: ['system:nodes'],
+    notBefore: new Date(Date.now() - 3 * 3600_000),
+    notAfter: new Date(Date.now() - 3600_000),
+  });
   await mkdir(node.kubeletCertDir, { recursive: true, mode: 0o700 });
   const file = join(node.kubeletCertDir, 'kubelet-client-2020-01-01-00-00-00.pem');
   await writeFile(file, expired.certPem + expired.keyPem, { mode: 0o600 });
   const current = join(node.kubeletCertDir, 'kubelet-client-current.pem');
   await symlink(file, current);
-  await writeFile(node.kubeletKubeconfig, renderClientKubeconfig({ server: plane.server, caPem: plane.caPem, certFile: current, keyFile: current, userName: 'default-auth' }), { mode: 0o600 });
+  await writeFile(
+    node.kubeletKubeconfig,
+    renderClientKubeconfig({ server: plane.server, caPem: plane.caPem, certFile: current, keyFile: current, userName: 'default-auth' }),
+    { mode: 0o600 },
+  );
 }

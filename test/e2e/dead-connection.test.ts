@@ -29,7 +29,11 @@ async function csrWatches(plane: ControlPlane): Promise<number> {
   const res = await plane.admin.request<string>('GET', '/metrics');
   let open = 0;
   for (const line of String(res.body).split('\n')) {
-    if (line.startsWith('apiserver_longrunning_requests{') && line.includes('resource="certificatesigningrequests"') && line.includes('verb="WATCH"')) {
+    if (
+      line.startsWith('apiserver_longrunning_requests{') &&
+      line.includes('resource="certificatesigningrequests"') &&
+      line.includes('verb="WATCH"')
+    ) {
       open += Number(line.slice(line.lastIndexOf(' ') + 1));
     }
   }
@@ -44,7 +48,7 @@ function capturedLogger() {
     write(chunk: Buffer, _enc, done) {
       const line = { at: performance.now(), text: chunk.toString() };
       lines.push(line);
-      for (const w of [...waiters]) if (w.re.test(line.text)) (waiters.splice(waiters.indexOf(w), 1), w.resolve(line.at));
+      for (const w of [...waiters]) if (w.re.test(line.text)) waiters.splice(waiters.indexOf(w), 1), w.resolve(line.at);
       done();
     },
   });
@@ -72,19 +76,32 @@ if (plane) {
     const name = `dead-connection-${Date.now()}`;
     const csr = await createCsr(
       client,
-      { name, requestPem: await craftCsrPem({ cn: 'dead-connection-test' }), signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'client auth'], expirationSeconds: null },
+      {
+        name,
+        requestPem: await craftCsrPem({ cn: 'dead-connection-test' }),
+        signerName: 'kubernetes.io/kube-apiserver-client',
+        usages: ['digital signature', 'client auth'],
+        expirationSeconds: null,
+      },
       async () => null,
     );
     const log = capturedLogger();
     const watchesBefore = await csrWatches(plane);
     const waiting = waitForCertificate(client, csr, { logger: log.logger, timeoutMs: 180_000, pendingNoticeMs: 600_000 });
-    await plane.admin.waitFor('the node to watch its CSR', async () => ((await csrWatches(plane)) > watchesBefore ? true : undefined), 30_000);
+    await plane.admin.waitFor(
+      'the node to watch its CSR',
+      async () => ((await csrWatches(plane)) > watchesBefore ? true : undefined),
+      30_000,
+    );
 
     const silentAt = proxy.silence();
     const noticedAt = await log.next(new RegExp(`waiting for CSR ${name}: .*retrying`), GIVE_UP_MS);
     const ms = noticedAt === null ? null : noticedAt - silentAt;
     t.comment(`node CSR wait: dead connection noticed after ${ms === null ? `more than ${GIVE_UP_MS}` : Math.round(ms)} ms`);
-    t.ok(ms !== null && ms <= DETECT_WITHIN_MS, `noticed within ${DETECT_WITHIN_MS} ms (${ms === null ? 'not at all' : `${Math.round(ms)} ms`})`);
+    t.ok(
+      ms !== null && ms <= DETECT_WITHIN_MS,
+      `noticed within ${DETECT_WITHIN_MS} ms (${ms === null ? 'not at all' : `${Math.round(ms)} ms`})`,
+    );
 
     proxy.heal();
     await plane.admin.approveCsr(name);
@@ -111,12 +128,22 @@ if (plane) {
       await approver.done;
     });
     await approver.waitForOutput(/became the leader/, 60_000);
-    await plane.admin.waitFor('the approver to watch CSRs', async () => ((await csrWatches(plane)) > watchesBefore ? true : undefined), 30_000);
+    await plane.admin.waitFor(
+      'the approver to watch CSRs',
+      async () => ((await csrWatches(plane)) > watchesBefore ? true : undefined),
+      30_000,
+    );
 
     const silentAt = proxy.silence();
-    const noticed = await approver.waitForOutput(/CSR list\/watch failed; re-listing/, GIVE_UP_MS).then(() => performance.now(), () => null);
+    const noticed = await approver.waitForOutput(/CSR list\/watch failed; re-listing/, GIVE_UP_MS).then(
+      () => performance.now(),
+      () => null,
+    );
     const ms = noticed === null ? null : noticed - silentAt;
     t.comment(`approver CSR watch: dead connection noticed after ${ms === null ? `more than ${GIVE_UP_MS}` : Math.round(ms)} ms`);
-    t.ok(ms !== null && ms <= DETECT_WITHIN_MS, `noticed within ${DETECT_WITHIN_MS} ms (${ms === null ? 'not at all' : `${Math.round(ms)} ms`})`);
+    t.ok(
+      ms !== null && ms <= DETECT_WITHIN_MS,
+      `noticed within ${DETECT_WITHIN_MS} ms (${ms === null ? 'not at all' : `${Math.round(ms)} ms`})`,
+    );
   });
 }

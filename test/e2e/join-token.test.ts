@@ -19,15 +19,32 @@ if (plane) {
   const reviewAs = async (token: string) => {
     const client = kubeClient({ server: plane.server, caPem: plane.caPem, token });
     try {
-      const res = await client.request<{ status?: { userInfo?: { username: string; groups: string[] } } }>('POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', review);
+      const res = await client.request<{ status?: { userInfo?: { username: string; groups: string[] } } }>(
+        'POST',
+        '/apis/authentication.k8s.io/v1/selfsubjectreviews',
+        review,
+      );
       return { status: res.status, user: res.body?.status?.userInfo };
     } finally {
       await client.close();
     }
   };
-  const secretOf = async (id: string) => (await plane.admin.request<{ type: string; data: Record<string, string> }>('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`));
-  const tokenSecrets = async () => ((await plane.admin.request<{ items: unknown[] }>('GET', '/api/v1/namespaces/kube-system/secrets?fieldSelector=type%3Dbootstrap.kubernetes.io%2Ftoken')).body.items ?? []).length;
-  const decode = (data: Record<string, string>, key: string) => (data[key] === undefined ? undefined : Buffer.from(data[key], 'base64').toString('utf8'));
+  const secretOf = async (id: string) =>
+    await plane.admin.request<{ type: string; data: Record<string, string> }>(
+      'GET',
+      `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`,
+    );
+  const tokenSecrets = async () =>
+    (
+      (
+        await plane.admin.request<{ items: unknown[] }>(
+          'GET',
+          '/api/v1/namespaces/kube-system/secrets?fieldSelector=type%3Dbootstrap.kubernetes.io%2Ftoken',
+        )
+      ).body.items ?? []
+    ).length;
+  const decode = (data: Record<string, string>, key: string) =>
+    data[key] === undefined ? undefined : Buffer.from(data[key], 'base64').toString('utf8');
 
   const created = async (t: Test, args: string[]) => {
     const result = await kubeboot(t, ['token', 'create', ...admin, ...args]);
@@ -42,10 +59,14 @@ if (plane) {
   t.test('token create prints a token that authenticates as system:bootstrap:<id> with its groups', async (t) => {
     const before = Date.now();
     const { token, id } = await created(t, ['--groups', 'system:bootstrappers:pool-a', '--description', 'pool a', '--ttl', '30m']);
-    const who = await waitFor('the new token to authenticate', async () => {
-      const r = await reviewAs(token);
-      return r.status === 201 ? r.user : undefined;
-    }, 30_000);
+    const who = await waitFor(
+      'the new token to authenticate',
+      async () => {
+        const r = await reviewAs(token);
+        return r.status === 201 ? r.user : undefined;
+      },
+      30_000,
+    );
     t.equal(who?.username, `system:bootstrap:${id}`);
     t.same([...(who?.groups ?? [])].sort(), ['system:authenticated', 'system:bootstrappers', 'system:bootstrappers:pool-a'].sort());
 
@@ -74,10 +95,14 @@ if (plane) {
       const result = await kubeboot(t, ['token', 'delete', id, ...admin]);
       t.equal(result.code, 0, result.stderr);
       t.equal((await secretOf(id)).status, 404, 'the Secret is gone');
-      const status = await waitFor('the deleted token to be refused', async () => {
-        const r = await reviewAs(token);
-        return r.status === 401 ? r.status : undefined;
-      }, 30_000);
+      const status = await waitFor(
+        'the deleted token to be refused',
+        async () => {
+          const r = await reviewAs(token);
+          return r.status === 401 ? r.status : undefined;
+        },
+        30_000,
+      );
       t.equal(status, 401);
       const again = await kubeboot(t, ['token', 'delete', id, ...admin]);
       t.equal(again.code, 2, 'deleting it twice is bad input');
@@ -129,7 +154,10 @@ if (plane) {
     await writeKubeconfig(down, 'https://127.0.0.1:1', { pem: plane.caPem }, someone);
     const unreachable = await kubeboot(t, ['token', 'create', '--kubeconfig', down]);
     t.equal(unreachable.code, 1);
-    t.match(unreachable.stderr, /^kubeboot: cannot reach the cluster at https:\/\/127\.0\.0\.1:1 \(from .*down\.conf\) to create a bootstrap token Secret in kube-system: .*ECONNREFUSED.*\n$/);
+    t.match(
+      unreachable.stderr,
+      /^kubeboot: cannot reach the cluster at https:\/\/127\.0\.0\.1:1 \(from .*down\.conf\) to create a bootstrap token Secret in kube-system: .*ECONNREFUSED.*\n$/,
+    );
 
     const nobody = join(dir, 'nobody.conf');
     const cred = await plane.mintClientCert({ commonName: 'nobody' });
@@ -137,13 +165,20 @@ if (plane) {
     await writeKubeconfig(nobody, plane.server, { pem: plane.caPem }, cred);
     const forbidden = await kubeboot(t, ['token', 'list', '--kubeconfig', nobody]);
     t.equal(forbidden.code, 1);
-    t.match(forbidden.stderr, /^kubeboot: forbidden to list bootstrap tokens in kube-system at https:\/\/127\.0\.0\.1:\d+ \(from .*nobody\.conf\): .*"nobody" cannot list resource "secrets".*\n$/);
+    t.match(
+      forbidden.stderr,
+      /^kubeboot: forbidden to list bootstrap tokens in kube-system at https:\/\/127\.0\.0\.1:\d+ \(from .*nobody\.conf\): .*"nobody" cannot list resource "secrets".*\n$/,
+    );
     t.equal(forbidden.stderr.split('\n').length, 2, 'one line');
   });
 
   t.test('an expired token is removed by the tokencleaner', async (t) => {
     const { id } = await created(t, ['--ttl', '2s']);
-    const gone = await waitFor('the tokencleaner to delete the expired token', async () => ((await secretOf(id)).status === 404 ? true : undefined), 90_000);
+    const gone = await waitFor(
+      'the tokencleaner to delete the expired token',
+      async () => ((await secretOf(id)).status === 404 ? true : undefined),
+      90_000,
+    );
     t.equal(gone, true);
   });
 }

@@ -26,8 +26,13 @@ const plane = await controlPlaneOrSkip(t, { name: 'join' });
 if (plane) {
   const kubectl = plane.kubectlPath!;
   const pin = caCertHash(plane.caPem);
-  const whoami = async (kubeconfig: string) => JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo as { username: string; groups: string[] };
-  const csrsBy = async (tokenId: string) => (await plane.admin.listCsrs()).filter((c) => c.spec?.username === `system:bootstrap:${tokenId}`);
+  const whoami = async (kubeconfig: string) =>
+    JSON.parse((await run(kubectl, ['--kubeconfig', kubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout).status.userInfo as {
+      username: string;
+      groups: string[];
+    };
+  const csrsBy = async (tokenId: string) =>
+    (await plane.admin.listCsrs()).filter((c) => c.spec?.username === `system:bootstrap:${tokenId}`);
   const newToken = async () => {
     const token = await plane.admin.createBootstrapToken();
     forbid(token.secret);
@@ -37,7 +42,17 @@ if (plane) {
   t.test('bootstrap --server --token --ca-cert-hash on an empty node dir ends with a working kubelet.conf', async (t) => {
     const node = await nodeLayout(t.testdir(), 'join-flags');
     const token = await newToken();
-    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--token', token.token, '--ca-cert-hash', pin]);
+    const result = await kubeboot(t, [
+      'bootstrap',
+      '--config',
+      node.config,
+      '--server',
+      plane.server,
+      '--token',
+      token.token,
+      '--ca-cert-hash',
+      pin,
+    ]);
     t.equal(result.code, 0, `exit 0; output:\n${result.stderr}`);
     t.match(result.stderr, /join: wrote .*bootstrap-kubelet\.conf for token/);
     const user = await whoami(node.kubeletKubeconfig);
@@ -47,7 +62,17 @@ if (plane) {
     t.equal((await csrsBy(token.id)).length, 1, 'one CSR, made with the token');
 
     t.test('a second run with the same flags keeps the credential and writes nothing', async (t) => {
-      const again = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--token', token.token, '--ca-cert-hash', pin]);
+      const again = await kubeboot(t, [
+        'bootstrap',
+        '--config',
+        node.config,
+        '--server',
+        plane.server,
+        '--token',
+        token.token,
+        '--ca-cert-hash',
+        pin,
+      ]);
       t.equal(again.code, 0, again.stderr);
       t.match(again.stderr, /keeping it/);
       t.notMatch(again.stderr, /join: /, 'no discovery, no bootstrap kubeconfig');
@@ -58,25 +83,42 @@ if (plane) {
   t.test('check with --server --token --ca-cert-hash discovers the CA and authenticates, writing nothing', async (t) => {
     const node = await nodeLayout(t.testdir(), 'join-check');
     const token = await newToken();
-    const result = await kubeboot(t, ['check', '--config', node.config, '--server', plane.server, '--ca-cert-hash', pin], { KUBEBOOT_TOKEN: token.token });
+    const result = await kubeboot(t, ['check', '--config', node.config, '--server', plane.server, '--ca-cert-hash', pin], {
+      KUBEBOOT_TOKEN: token.token,
+    });
     t.equal(result.code, 0, `exit 0; output:\n${result.stdout}${result.stderr}`);
-    t.match(result.stdout, /^ok {3}bootstrap kubeconfig: join settings \(--server, --token\/--token-file\): server https:\/\/127\.0\.0\.1:\d+, bootstrap-token, CA to be discovered$/m);
+    t.match(
+      result.stdout,
+      /^ok {3}bootstrap kubeconfig: join settings \(--server, --token\/--token-file\): server https:\/\/127\.0\.0\.1:\d+, bootstrap-token, CA to be discovered$/m,
+    );
     t.match(result.stdout, `ok   cluster CA: discovered from kube-public/cluster-info and pinned (${pin})`);
     t.match(result.stdout, `authenticated as system:bootstrap:${token.id}`);
     await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'no bootstrap kubeconfig written');
     t.same(await csrsBy(token.id), [], 'no CSR');
-    const wrong = await kubeboot(t, ['check', '--config', node.config, '--server', plane.server, '--ca-cert-hash', `sha256:${'1'.repeat(64)}`], { KUBEBOOT_TOKEN: token.token });
+    const wrong = await kubeboot(
+      t,
+      ['check', '--config', node.config, '--server', plane.server, '--ca-cert-hash', `sha256:${'1'.repeat(64)}`],
+      { KUBEBOOT_TOKEN: token.token },
+    );
     t.equal(wrong.code, 1);
-    t.match(wrong.stdout, /^FAIL bootstrap kubeconfig: kube-public\/cluster-info at .*: the cluster CA matches none of the --ca-cert-hash pins; refusing it$/m);
+    t.match(
+      wrong.stdout,
+      /^FAIL bootstrap kubeconfig: kube-public\/cluster-info at .*: the cluster CA matches none of the --ca-cert-hash pins; refusing it$/m,
+    );
   });
 
   t.test('a wrong pin is refused before any CSR exists, and nothing is written', async (t) => {
     const node = await nodeLayout(t.testdir(), 'join-wrong-pin');
     const token = await newToken();
     const wrong = `sha256:${'0'.repeat(64)}`;
-    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--ca-cert-hash', wrong], { KUBEBOOT_TOKEN: token.token });
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--ca-cert-hash', wrong], {
+      KUBEBOOT_TOKEN: token.token,
+    });
     t.equal(result.code, 1);
-    t.match(result.stderr, /kubeboot: kube-public\/cluster-info at https:\/\/127\.0\.0\.1:\d+: the cluster CA matches none of the --ca-cert-hash pins; refusing it\n$/);
+    t.match(
+      result.stderr,
+      /kubeboot: kube-public\/cluster-info at https:\/\/127\.0\.0\.1:\d+: the cluster CA matches none of the --ca-cert-hash pins; refusing it\n$/,
+    );
     t.same(await csrsBy(token.id), [], 'no CSR');
     await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'no bootstrap kubeconfig');
     await t.rejects(stat(node.kubeletKubeconfig), { code: 'ENOENT' }, 'no kubelet kubeconfig');
@@ -96,25 +138,48 @@ if (plane) {
     const token = await newToken();
     const tokenFile = join(node.dir, 'token');
     await writeFile(tokenFile, `${token.token}\n`, { mode: 0o600 });
-    const { config } = await loadConfig({ argv: ['bootstrap', '--config', node.config, '--server', plane.server, '--token-file', tokenFile, '--ca-cert-hash', pin], env: {}, hostname: 'x', readFile: readOptional });
+    const { config } = await loadConfig({
+      argv: ['bootstrap', '--config', node.config, '--server', plane.server, '--token-file', tokenFile, '--ca-cert-hash', pin],
+      env: {},
+      hostname: 'x',
+      readFile: readOptional,
+    });
     t.equal(await prepareJoin(config, { logger: silentLogger(), now: () => new Date() }), 'written');
     t.equal((await stat(node.bootstrapKubeconfig)).mode & 0o777, 0o600);
-    const written = await parseBootstrapKubeconfig(node.bootstrapKubeconfig, (await readFile(node.bootstrapKubeconfig, 'utf8')), readOptional);
+    const written = await parseBootstrapKubeconfig(
+      node.bootstrapKubeconfig,
+      await readFile(node.bootstrapKubeconfig, 'utf8'),
+      readOptional,
+    );
     t.equal(written.server, plane.server);
     t.equal(written.caPem?.trim(), plane.caPem.trim(), 'the CA is the cluster CA');
     t.equal(written.tokenFile, tokenFile, 'the token stays in its file (deleted with the kubeconfig)');
     t.notMatch(await readFile(node.bootstrapKubeconfig, 'utf8'), token.secret);
-    t.equal(await prepareJoin(config, { logger: silentLogger(), now: () => new Date() }), 'bootstrap-kubeconfig-exists', 'never overwritten');
+    t.equal(
+      await prepareJoin(config, { logger: silentLogger(), now: () => new Date() }),
+      'bootstrap-kubeconfig-exists',
+      'never overwritten',
+    );
   });
 
   t.test('an existing bootstrap kubeconfig wins over --server/--token', async (t) => {
     const node = await nodeLayout(t.testdir(), 'join-existing');
     const token = await handToken(plane, node, 'data');
     // A well-formed token the cluster has never seen: it must not be used.
-    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--token', 'zzzzzz.zzzzzzzzzzzzzzzz', '--ca-cert-hash', pin]);
+    const result = await kubeboot(t, [
+      'bootstrap',
+      '--config',
+      node.config,
+      '--server',
+      plane.server,
+      '--token',
+      'zzzzzz.zzzzzzzzzzzzzzzz',
+      '--ca-cert-hash',
+      pin,
+    ]);
     t.equal(result.code, 0, result.stderr);
     t.match(result.stderr, /exists; using it instead of --server\/--token/);
-    t.equal((await csrsBy(token.id)).length, 1, 'the CSR came from the existing kubeconfig\'s token');
+    t.equal((await csrsBy(token.id)).length, 1, "the CSR came from the existing kubeconfig's token");
   });
 
   t.test('run --token-file joins, then deletes the bootstrap kubeconfig and the token file', async (t) => {
@@ -122,7 +187,17 @@ if (plane) {
     const token = await newToken();
     const tokenFile = join(node.dir, 'token');
     await writeFile(tokenFile, `${token.token}\n`, { mode: 0o600 });
-    const daemon = startKubeboot(['run', '--config', node.config, '--server', plane.server, '--token-file', tokenFile, '--ca-cert-hash', pin]);
+    const daemon = startKubeboot([
+      'run',
+      '--config',
+      node.config,
+      '--server',
+      plane.server,
+      '--token-file',
+      tokenFile,
+      '--ca-cert-hash',
+      pin,
+    ]);
     t.teardown(() => void daemon.child.kill('SIGTERM'));
     await daemon.waitForOutput(/deleted the bootstrap token file/);
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:join-run');
@@ -136,16 +211,29 @@ if (plane) {
 
   t.test('the line join-command prints joins a node', async (t) => {
     const node = await nodeLayout(t.testdir(), 'join-command');
-    const printed = await kubeboot(t, ['join-command', '--kubeconfig', plane.adminKubeconfig, '--create-token', '--ttl', '10m', '--description', 'e2e join-command']);
+    const printed = await kubeboot(t, [
+      'join-command',
+      '--kubeconfig',
+      plane.adminKubeconfig,
+      '--create-token',
+      '--ttl',
+      '10m',
+      '--description',
+      'e2e join-command',
+    ]);
     t.equal(printed.code, 0, printed.stderr);
     const line = printed.stdout.trim();
     const m = /^kubeboot bootstrap --server (\S+) --token ([a-z0-9]{6})\.([a-z0-9]{16}) --ca-cert-hash (sha256:[0-9a-f]{64})$/.exec(line);
     t.ok(m, `one join line, got ${JSON.stringify(line.replace(/\.[a-z0-9]{16}/, '.<secret>'))}`);
     forbid(m![3]!);
     t.equal(m![1], plane.server, 'server from the admin kubeconfig');
-    t.equal(m![4], pin, 'pin of the admin kubeconfig\'s CA');
+    t.equal(m![4], pin, "pin of the admin kubeconfig's CA");
     // The token may not authenticate yet (the apiserver's informer trails the POST); discovery waits for its signature anyway.
-    await waitFor('the new token to be known to the apiserver', async () => ((await plane.admin.request('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${m![2]}`)).status === 200 ? true : undefined));
+    await waitFor('the new token to be known to the apiserver', async () =>
+      (await plane.admin.request('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${m![2]}`)).status === 200
+        ? true
+        : undefined,
+    );
     const result = await kubeboot(t, [...line.split(' ').slice(1), '--config', node.config]);
     t.equal(result.code, 0, result.stderr);
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:join-command');
@@ -195,8 +283,15 @@ if (plane) {
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:join-user-data');
     await t.rejects(stat(tokenFile), { code: 'ENOENT' }, 'the token file from user-data is deleted after the join');
     t.equal((await csrsBy(secret![1]!)).length, 1, 'the CSR was made with the token user-data created');
-    const made = await plane.admin.request<{ data: Record<string, string> }>('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${secret![1]}`);
-    t.equal(Buffer.from(made.body.data.description ?? '', 'base64').toString(), 'kubeboot user-data', 'token list says what the token was made for');
+    const made = await plane.admin.request<{ data: Record<string, string> }>(
+      'GET',
+      `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${secret![1]}`,
+    );
+    t.equal(
+      Buffer.from(made.body.data.description ?? '', 'base64').toString(),
+      'kubeboot user-data',
+      'token list says what the token was made for',
+    );
   });
 
   // Last: it changes cluster-info for the whole plane. Whoever holds a token can
@@ -208,14 +303,24 @@ if (plane) {
     const original = (await plane.admin.request<ClusterInfo>('GET', path)).body;
     const token = await newToken();
     const signedFor = async (kubeconfig: string) =>
-      waitFor('the bootstrapsigner to sign cluster-info for the token', async () => {
+      waitFor(
+        'the bootstrapsigner to sign cluster-info for the token',
+        async () => {
+          const now = (await plane.admin.request<ClusterInfo>('GET', path)).body;
+          return now.data.kubeconfig === kubeconfig && now.data[`jws-kubeconfig-${token.id}`] !== current[`jws-kubeconfig-${token.id}`]
+            ? true
+            : undefined;
+        },
+        60_000,
+      );
+    let current = (await waitFor(
+      'cluster-info signed for the new token',
+      async () => {
         const now = (await plane.admin.request<ClusterInfo>('GET', path)).body;
-        return now.data.kubeconfig === kubeconfig && now.data[`jws-kubeconfig-${token.id}`] !== current[`jws-kubeconfig-${token.id}`] ? true : undefined;
-      }, 60_000);
-    let current = (await waitFor('cluster-info signed for the new token', async () => {
-      const now = (await plane.admin.request<ClusterInfo>('GET', path)).body;
-      return now.data[`jws-kubeconfig-${token.id}`] ? now.data : undefined;
-    }, 60_000))!;
+        return now.data[`jws-kubeconfig-${token.id}`] ? now.data : undefined;
+      },
+      60_000,
+    ))!;
     const rogue = (await plane.mintClientCert({ commonName: 'rogue' })).certPem; // any certificate not the cluster CA
     const tampered = clusterInfoKubeconfig(plane.server, plane.caPem + rogue);
     const put = async (kubeconfig: string) => {
@@ -231,11 +336,22 @@ if (plane) {
     current = (await plane.admin.request<ClusterInfo>('GET', path)).body.data;
 
     const node = await nodeLayout(t.testdir(), 'join-appended-ca');
-    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--ca-cert-hash', pin], { KUBEBOOT_TOKEN: token.token });
+    const result = await kubeboot(t, ['bootstrap', '--config', node.config, '--server', plane.server, '--ca-cert-hash', pin], {
+      KUBEBOOT_TOKEN: token.token,
+    });
     t.equal(result.code, 0, result.stderr);
-    t.match(result.stdout + result.stderr, /cluster-info carries 1 CA block\(s\) matching no --ca-cert-hash pin; only the 1 pinned certificate\(s\) are trusted/);
-    const kubelet = parse(await readFile(node.kubeletKubeconfig, 'utf8')) as { clusters: { cluster: { 'certificate-authority-data': string } }[] };
-    t.equal(Buffer.from(kubelet.clusters[0]!.cluster['certificate-authority-data'], 'base64').toString().trim(), plane.caPem.trim(), 'kubelet.conf trusts the pinned cluster CA and nothing else');
+    t.match(
+      result.stdout + result.stderr,
+      /cluster-info carries 1 CA block\(s\) matching no --ca-cert-hash pin; only the 1 pinned certificate\(s\) are trusted/,
+    );
+    const kubelet = parse(await readFile(node.kubeletKubeconfig, 'utf8')) as {
+      clusters: { cluster: { 'certificate-authority-data': string } }[];
+    };
+    t.equal(
+      Buffer.from(kubelet.clusters[0]!.cluster['certificate-authority-data'], 'base64').toString().trim(),
+      plane.caPem.trim(),
+      'kubelet.conf trusts the pinned cluster CA and nothing else',
+    );
     t.equal((await whoami(node.kubeletKubeconfig)).username, 'system:node:join-appended-ca');
   });
 }

@@ -16,7 +16,15 @@ import { join } from 'node:path';
 import t from 'tap';
 import { request } from 'undici';
 import { CONSUMER_RELOAD_MS } from '../../agent/renewal/deadline.js';
-import { auditEventsFrom, credentialId, joinRealNode, realNodeOrSkip, requestSpans, waitForIdentity, type AuditEvent } from '../support/node-join.js';
+import {
+  auditEventsFrom,
+  credentialId,
+  joinRealNode,
+  realNodeOrSkip,
+  requestSpans,
+  waitForIdentity,
+  type AuditEvent,
+} from '../support/node-join.js';
 
 const NAME = 'realnode-renew';
 // Certificate lifetimes, not CPU, set its length (~14 min): room past .taprc's 20 minutes for a loaded CI machine.
@@ -34,7 +42,11 @@ interface Seen {
 /** X509SHA256=<hex>, as the apiserver's x509 authenticator names a client certificate in user.extra. */
 function current(file: string): Omit<Seen, 'onDisk'> {
   const cert = new X509Certificate(readFileSync(file));
-  return { id: `X509SHA256=${createHash('sha256').update(cert.raw).digest('hex')}`, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime() };
+  return {
+    id: `X509SHA256=${createHash('sha256').update(cert.raw).digest('hex')}`,
+    notBefore: cert.validFromDate.getTime(),
+    notAfter: cert.validToDate.getTime(),
+  };
 }
 
 const at = (e: AuditEvent) => Date.parse(e.requestReceivedTimestamp);
@@ -44,13 +56,21 @@ if (await realNodeOrSkip(t)) {
   t.test(`the real kubelet and kube-proxy follow ${RENEWALS} renewals of 10-minute certificates without a 401`, async (t) => {
     const joined = await joinRealNode(t, NAME, { plane: { signingDuration: '10m' } });
     const { plane, net, node, layout } = joined;
-    await plane.admin.waitFor('the Node to turn Ready', async () => {
-      const cond = ((await plane.admin.getNode(NAME))?.status?.conditions ?? []).find((c: { type: string }) => c.type === 'Ready');
-      return cond?.status === 'True' ? true : undefined;
-    }, 180_000);
+    await plane.admin.waitFor(
+      'the Node to turn Ready',
+      async () => {
+        const cond = ((await plane.admin.getNode(NAME))?.status?.conditions ?? []).find((c: { type: string }) => c.type === 'Ready');
+        return cond?.status === 'True' ? true : undefined;
+      },
+      180_000,
+    );
     await waitForIdentity(t, layout, 'kube-proxy');
     const proxy = await node.startKubeProxy();
-    await plane.admin.waitFor('kube-proxy healthy', async () => ((await request(`http://${net.nodeIp}:10256/healthz`)).statusCode === 200 ? true : undefined), 120_000);
+    await plane.admin.waitFor(
+      'kube-proxy healthy',
+      async () => ((await request(`http://${net.nodeIp}:10256/healthz`)).statusCode === 200 ? true : undefined),
+      120_000,
+    );
 
     const files = {
       kubelet: join(layout.kubeletCertDir, 'kubelet-client-current.pem'),
@@ -65,23 +85,37 @@ if (await realNodeOrSkip(t)) {
     };
     look();
     const firstExpiry = Math.max(seen.kubelet[0]!.notAfter, seen['kube-proxy'][0]!.notAfter);
-    t.ok(seen.kubelet[0]!.notAfter - seen.kubelet[0]!.notBefore <= 16 * 60_000, 'the kubelet certificate is a 10-minute one (notBefore backdated 5)');
+    t.ok(
+      seen.kubelet[0]!.notAfter - seen.kubelet[0]!.notBefore <= 16 * 60_000,
+      'the kubelet certificate is a 10-minute one (notBefore backdated 5)',
+    );
     // Polled by waitFor every 250 ms; ends at once if a program exits.
-    const ended = await plane.admin.waitFor(`${RENEWALS} renewals of each identity, past the first certificates' notAfter`, async () => {
-      const exited = [node.kubelet, proxy, node.fakecri].find((c) => c.exited !== undefined);
-      if (exited) return `${exited.name} exited (${exited.exited}); see ${exited.logFile}`;
-      look();
-      // Also long enough for both consumers to have moved off the second certificate.
-      const settled = (list: Seen[]) => list.length > RENEWALS && Date.now() > list[2]!.onDisk + CONSUMER_RELOAD_MS + 30_000;
-      return settled(seen.kubelet) && settled(seen['kube-proxy']) && Date.now() > firstExpiry + 30_000 ? 'done' : undefined;
-    }, 17 * 60_000);
+    const ended = await plane.admin.waitFor(
+      `${RENEWALS} renewals of each identity, past the first certificates' notAfter`,
+      async () => {
+        const exited = [node.kubelet, proxy, node.fakecri].find((c) => c.exited !== undefined);
+        if (exited) return `${exited.name} exited (${exited.exited}); see ${exited.logFile}`;
+        look();
+        // Also long enough for both consumers to have moved off the second certificate.
+        const settled = (list: Seen[]) => list.length > RENEWALS && Date.now() > list[2]!.onDisk + CONSUMER_RELOAD_MS + 30_000;
+        return settled(seen.kubelet) && settled(seen['kube-proxy']) && Date.now() > firstExpiry + 30_000 ? 'done' : undefined;
+      },
+      17 * 60_000,
+    );
     if (ended !== 'done') throw new Error(ended);
 
     const now = Date.now();
-    for (const [agent, identity, who] of [['kubelet/', 'kubelet', 'the kubelet'], ['kube-proxy/', 'kube-proxy', 'kube-proxy']] as const) {
+    for (const [agent, identity, who] of [
+      ['kubelet/', 'kubelet', 'the kubelet'],
+      ['kube-proxy/', 'kube-proxy', 'kube-proxy'],
+    ] as const) {
       const requests = requestSpans(auditEventsFrom(plane, net.nodeIp, agent));
       const unauthorized = requests.filter((r) => r.event.responseStatus?.code === 401);
-      t.same(unauthorized.map((r) => `${r.event.requestReceivedTimestamp} ${r.event.verb} ${r.event.requestURI}`), [], `no request of ${who} was answered 401 (${requests.length} requests)`);
+      t.same(
+        unauthorized.map((r) => `${r.event.requestReceivedTimestamp} ${r.event.verb} ${r.event.requestURI}`),
+        [],
+        `no request of ${who} was answered 401 (${requests.length} requests)`,
+      );
       const certs = seen[identity];
       for (const [i, cert] of certs.entries()) {
         const uses = requests.filter((r) => credentialId(r.event) === cert.id);
@@ -90,13 +124,21 @@ if (await realNodeOrSkip(t)) {
         const next = certs[i + 1];
         if (next) {
           t.ok(uses.length > 0, `${who} used certificate ${i + 1} of ${certs.length}`);
-          t.comment(`${who}: certificate ${i + 1} on disk ${iso(cert.onDisk)}${i === 0 ? ' (bootstrap)' : ''}, first used ${iso(Math.min(...uses.map((r) => r.start)))}, last used ${iso(last)}, ${Math.round((cert.notAfter - last) / 1000)} s before its notAfter ${iso(cert.notAfter)}`);
+          t.comment(
+            `${who}: certificate ${i + 1} on disk ${iso(cert.onDisk)}${i === 0 ? ' (bootstrap)' : ''}, first used ${iso(Math.min(...uses.map((r) => r.start)))}, last used ${iso(last)}, ${Math.round((cert.notAfter - last) / 1000)} s before its notAfter ${iso(cert.notAfter)}`,
+          );
           // Its successor has been on disk longer than the consumers' reload period: they must have moved on.
           if (now > next.onDisk + CONSUMER_RELOAD_MS + 15_000) {
-            t.ok(last < cert.notAfter && last < now, `${who} had moved off certificate ${i + 1} (last used ${iso(last)}) before it expired (${iso(cert.notAfter)})`);
+            t.ok(
+              last < cert.notAfter && last < now,
+              `${who} had moved off certificate ${i + 1} (last used ${iso(last)}) before it expired (${iso(cert.notAfter)})`,
+            );
           }
           const lead = cert.notAfter - next.onDisk;
-          t.ok(lead >= CONSUMER_RELOAD_MS, `certificate ${i + 2} was on disk ${Math.round(lead / 1000)} s before certificate ${i + 1} expired: more than the consumers' 5-minute reload`);
+          t.ok(
+            lead >= CONSUMER_RELOAD_MS,
+            `certificate ${i + 2} was on disk ${Math.round(lead / 1000)} s before certificate ${i + 1} expired: more than the consumers' 5-minute reload`,
+          );
         }
         if (cert.notAfter < now) t.ok(last < cert.notAfter, `${who} used certificate ${i + 1} only while it was valid`);
       }
@@ -106,7 +148,9 @@ if (await realNodeOrSkip(t)) {
     // matches the kubelet's defaults: nodeLeaseDurationSeconds 40, renewed every 10 s.
     const leaseUpdates = requestSpans(auditEventsFrom(plane, net.nodeIp, 'kubelet/'))
       .map((r) => r.event)
-      .filter((e) => e.objectRef?.resource === 'leases' && e.objectRef.name === NAME && e.verb === 'update' && e.responseStatus?.code === 200)
+      .filter(
+        (e) => e.objectRef?.resource === 'leases' && e.objectRef.name === NAME && e.verb === 'update' && e.responseStatus?.code === 200,
+      )
       .map(at)
       .sort((a, b) => a - b);
     const gaps = leaseUpdates.slice(1).map((v, i) => v - leaseUpdates[i]!);

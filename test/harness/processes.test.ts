@@ -20,11 +20,15 @@ t.test('a child started by the harness dies with a test process killed by SIGKIL
   // prints its pid, then waits to be killed.
   const testProcess = spawn(
     process.execPath,
-    ['--input-type=module', '-e', `
+    [
+      '--input-type=module',
+      '-e',
+      `
       import { spawnTiedToTest } from ${JSON.stringify(processes)};
       const child = spawnTiedToTest('sleep', ['600'], { stdio: 'ignore' });
       console.log(child.pid);
-      setInterval(() => {}, 60_000);`],
+      setInterval(() => {}, 60_000);`,
+    ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
   const [line] = (await once(createInterface({ input: testProcess.stdout }), 'line')) as [string];

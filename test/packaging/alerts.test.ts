@@ -28,10 +28,21 @@ if (toolsOrSkip(t, ['apt-get', 'dpkg-deb'], false)) {
     const check = run(promtool, ['check', 'rules', rulesFile]);
     t.equal(check.status, 0, `promtool check rules\n${check.stdout}${check.stderr}`);
     t.match(check.stdout, `SUCCESS: ${alerts.length} rules found`);
-    t.same(alerts.sort(), [
-      'KubebootApproverDown', 'KubebootApproverNoLeader', 'KubebootApproverSlowApprovals', 'KubebootApproverViolations',
-      'KubebootCertificateExpiringWithoutRenewal', 'KubebootCsrPendingTooLong', 'KubebootDaemonDown', 'KubebootNoValidCertificate', 'KubebootRenewalFailing',
-    ], 'the node-side and approver alerts');
+    t.same(
+      alerts.sort(),
+      [
+        'KubebootApproverDown',
+        'KubebootApproverNoLeader',
+        'KubebootApproverSlowApprovals',
+        'KubebootApproverViolations',
+        'KubebootCertificateExpiringWithoutRenewal',
+        'KubebootCsrPendingTooLong',
+        'KubebootDaemonDown',
+        'KubebootNoValidCertificate',
+        'KubebootRenewalFailing',
+      ],
+      'the node-side and approver alerts',
+    );
   });
 
   t.test('promtool test rules: every alert fires on its series and stays silent on the others', async (t) => {
@@ -40,8 +51,14 @@ if (toolsOrSkip(t, ['apt-get', 'dpkg-deb'], false)) {
     t.equal(result.status, 0, `promtool test rules (${Date.now() - began} ms)\n${result.stdout}${result.stderr}`);
     const cases = (parse(readFileSync(testFile, 'utf8')).tests as { alert_rule_test: AlertTest[] }[]).flatMap((g) => g.alert_rule_test);
     for (const alert of alerts) {
-      t.ok(cases.some((c) => c.alertname === alert && (c.exp_alerts?.length ?? 0) > 0), `${alert}: a case where it fires`);
-      t.ok(cases.some((c) => c.alertname === alert && (c.exp_alerts?.length ?? 0) === 0), `${alert}: a case where it does not`);
+      t.ok(
+        cases.some((c) => c.alertname === alert && (c.exp_alerts?.length ?? 0) > 0),
+        `${alert}: a case where it fires`,
+      );
+      t.ok(
+        cases.some((c) => c.alertname === alert && (c.exp_alerts?.length ?? 0) === 0),
+        `${alert}: a case where it does not`,
+      );
     }
   });
 
@@ -59,7 +76,11 @@ if (toolsOrSkip(t, ['apt-get', 'dpkg-deb'], false)) {
 
   t.test('the PrometheusRule is the rules file, regenerated', async (t) => {
     const committed = readFileSync(join(repoRoot, 'packaging/monitoring/prometheusrule.yaml'), 'utf8');
-    t.equal(committed, output(process.execPath, ['packaging/monitoring/prometheusrule.mjs']), 'up to date with kubeboot.rules.yaml (run packaging/monitoring/prometheusrule.mjs)');
+    t.equal(
+      committed,
+      output(process.execPath, ['packaging/monitoring/prometheusrule.mjs']),
+      'up to date with kubeboot.rules.yaml (run packaging/monitoring/prometheusrule.mjs)',
+    );
     const manifest = parse(committed);
     t.equal(manifest.kind, 'PrometheusRule');
     t.same(manifest.spec.groups, rules.groups, 'the same groups');
@@ -68,4 +89,3 @@ if (toolsOrSkip(t, ['apt-get', 'dpkg-deb'], false)) {
     t.equal(run(promtool, ['check', 'rules', extracted]).status, 0, 'promtool accepts its groups');
   });
 }
-

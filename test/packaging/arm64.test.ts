@@ -9,7 +9,20 @@ import t, { type Test } from 'tap';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
 import { assertNoSecrets, handToken, launcherNodeFlags, nodeLayout } from '../support/kubeboot.js';
 import { spawnTiedToTest } from '../support/processes.js';
-import { buildPackages, buildTools, cachedArm64Sysroot, cleanEnv, elfMachine, extractDeb, nodeVersion, output, packages, run, toolsOrSkip, version } from './fixtures/packages.js';
+import {
+  buildPackages,
+  buildTools,
+  cachedArm64Sysroot,
+  cleanEnv,
+  elfMachine,
+  extractDeb,
+  nodeVersion,
+  output,
+  packages,
+  run,
+  toolsOrSkip,
+  version,
+} from './fixtures/packages.js';
 
 const QEMU = 'qemu-aarch64-static';
 
@@ -35,7 +48,10 @@ function packagedKubeboot(tree: string, sysroot: string): (args: string[]) => Pr
       const began = Date.now();
       const argv = words.flatMap((w) => (w === '$heap' ? launcherNodeFlags(args[0], wrapper) : [w]));
       // env: only what a unit would give it; tap's NODE_OPTIONS names an amd64 host file.
-      const child = spawnTiedToTest(QEMU, ['-L', sysroot, ...argv, ...args], { env: { ...cleanEnv, KUBEBOOT_LOG_FORMAT: 'text' }, stdio: ['ignore', 'pipe', 'pipe'] });
+      const child = spawnTiedToTest(QEMU, ['-L', sysroot, ...argv, ...args], {
+        env: { ...cleanEnv, KUBEBOOT_LOG_FORMAT: 'text' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let out = '';
       child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
       child.stderr!.on('data', (d: Buffer) => (out += d.toString()));

@@ -22,16 +22,33 @@ if (toolsOrSkip(t, imageTools, true)) {
   const layout = new Layout(join(imageDir, 'oci'));
   const platforms = layout.platforms();
   const epoch = Number(process.env.SOURCE_DATE_EPOCH ?? output('git', ['log', '-1', '--format=%ct']).trim());
-  const lock = JSON.parse(readFileSync(join(repoRoot, 'package-lock.json'), 'utf8')) as { packages: Record<string, { version: string; dev?: boolean }> };
+  const lock = JSON.parse(readFileSync(join(repoRoot, 'package-lock.json'), 'utf8')) as {
+    packages: Record<string, { version: string; dev?: boolean }>;
+  };
 
   t.test('one image index for linux/amd64 and linux/arm64, tagged with the version', async (t) => {
     t.equal(layout.top.manifests.length, 1, 'index.json names one image');
     t.equal(layout.top.manifests[0]?.mediaType, 'application/vnd.oci.image.index.v1+json', 'an image index');
     t.equal(layout.top.manifests[0]?.annotations?.['org.opencontainers.image.ref.name'], version);
-    t.same(platforms.map((p) => p.platform), [{ architecture: 'amd64', os: 'linux' }, { architecture: 'arm64', os: 'linux', variant: 'v8' }]);
-    t.equal(readFileSync(join(imageDir, 'digest'), 'utf8').trim(), layout.top.manifests[0]?.digest, 'dist/image/digest is the index digest');
-    for (const p of platforms) t.equal(p.config.architecture, p.platform.architecture, `${p.platform.architecture}: the config says so too`);
-    t.equal(platforms[0]!.manifest.layers.at(-1)?.digest, platforms[1]!.manifest.layers.at(-1)?.digest, 'the bundle layer is one blob shared by both');
+    t.same(
+      platforms.map((p) => p.platform),
+      [
+        { architecture: 'amd64', os: 'linux' },
+        { architecture: 'arm64', os: 'linux', variant: 'v8' },
+      ],
+    );
+    t.equal(
+      readFileSync(join(imageDir, 'digest'), 'utf8').trim(),
+      layout.top.manifests[0]?.digest,
+      'dist/image/digest is the index digest',
+    );
+    for (const p of platforms)
+      t.equal(p.config.architecture, p.platform.architecture, `${p.platform.architecture}: the config says so too`);
+    t.equal(
+      platforms[0]!.manifest.layers.at(-1)?.digest,
+      platforms[1]!.manifest.layers.at(-1)?.digest,
+      'the bundle layer is one blob shared by both',
+    );
     // Every blob is what its descriptor says.
     for (const p of platforms) {
       for (const d of [p.manifest.config, ...p.manifest.layers]) {
@@ -39,7 +56,11 @@ if (toolsOrSkip(t, imageTools, true)) {
         t.equal(sha256(bytes), d.digest, `${p.platform.architecture}: blob ${d.digest.slice(7, 19)} matches its digest`);
         t.equal(bytes.length, d.size);
       }
-      t.same(p.manifest.layers.map((l) => sha256(gunzipSync(layout.blob(l.digest)))), p.config.rootfs.diff_ids, `${p.platform.architecture}: diff_ids are the uncompressed layers`);
+      t.same(
+        p.manifest.layers.map((l) => sha256(gunzipSync(layout.blob(l.digest)))),
+        p.config.rootfs.diff_ids,
+        `${p.platform.architecture}: diff_ids are the uncompressed layers`,
+      );
     }
   });
 
@@ -48,15 +69,23 @@ if (toolsOrSkip(t, imageTools, true)) {
     for (const p of platforms) {
       const c = p.config.config;
       t.equal(c.User, '65532:65532', 'non-root user 65532');
-      t.same(c.Entrypoint, ['/usr/lib/kubeboot/node', '--disable-sigusr1', '--max-semi-space-size=1', '/usr/lib/kubeboot/kubeboot.cjs'], 'the entrypoint is Node and the bundle, no shell');
+      t.same(
+        c.Entrypoint,
+        ['/usr/lib/kubeboot/node', '--disable-sigusr1', '--max-semi-space-size=1', '/usr/lib/kubeboot/kubeboot.cjs'],
+        'the entrypoint is Node and the bundle, no shell',
+      );
       t.same(c.Cmd, ['approver']);
-      t.match(c.Labels, {
-        'org.opencontainers.image.version': version,
-        'org.opencontainers.image.revision': revision,
-        'org.opencontainers.image.licenses': 'Apache-2.0',
-        'org.opencontainers.image.source': /^https:\/\//,
-        'org.opencontainers.image.created': new Date(epoch * 1000).toISOString().replace('.000Z', 'Z'),
-      }, `${p.platform.architecture}: labels`);
+      t.match(
+        c.Labels,
+        {
+          'org.opencontainers.image.version': version,
+          'org.opencontainers.image.revision': revision,
+          'org.opencontainers.image.licenses': 'Apache-2.0',
+          'org.opencontainers.image.source': /^https:\/\//,
+          'org.opencontainers.image.created': new Date(epoch * 1000).toISOString().replace('.000Z', 'Z'),
+        },
+        `${p.platform.architecture}: labels`,
+      );
       t.same(p.manifest.annotations, c.Labels, 'the same as manifest annotations');
     }
   });
@@ -65,17 +94,37 @@ if (toolsOrSkip(t, imageTools, true)) {
     for (const p of platforms) {
       const names: string[] = [];
       for (const l of p.manifest.layers) {
-        const listing = output('tar', ['-tvzf', layout.blobPath(l.digest), '--numeric-owner', '--full-time']).trim().split('\n');
+        const listing = output('tar', ['-tvzf', layout.blobPath(l.digest), '--numeric-owner', '--full-time'])
+          .trim()
+          .split('\n');
         const entries = listing.map((line) => /^(\S+) (\d+)\/(\d+)\s+\d+ (\S+ \S+) (.*)$/.exec(line)!);
-        t.ok(entries.every((e) => e?.[2] === '0' && e[3] === '0'), `${p.platform.architecture}: every entry 0:0`);
+        t.ok(
+          entries.every((e) => e?.[2] === '0' && e[3] === '0'),
+          `${p.platform.architecture}: every entry 0:0`,
+        );
         const stamp = new Date(epoch * 1000).toISOString().replace('T', ' ').slice(0, 19);
-        t.ok(entries.every((e) => e?.[4] === stamp), `${p.platform.architecture}: every mtime ${stamp}`);
+        t.ok(
+          entries.every((e) => e?.[4] === stamp),
+          `${p.platform.architecture}: every mtime ${stamp}`,
+        );
         const layerNames = entries.map((e) => e![5]!.replace(/ -> .*$/, ''));
-        t.same(layerNames, [...layerNames].sort((a, b) => (Buffer.from(a) < Buffer.from(b) ? -1 : 1)), 'entries in byte order');
+        t.same(
+          layerNames,
+          [...layerNames].sort((a, b) => (Buffer.from(a) < Buffer.from(b) ? -1 : 1)),
+          'entries in byte order',
+        );
         names.push(...layerNames);
       }
       const files = new Set(names);
-      for (const must of ['usr/lib/kubeboot/node', 'usr/lib/kubeboot/kubeboot.cjs', 'etc/passwd', 'usr/share/doc/kubeboot/sbom.spdx.json', 'usr/share/doc/kubeboot/THIRD-PARTY-NOTICES', 'usr/share/doc/node/LICENSE', 'usr/share/doc/libc6/copyright']) {
+      for (const must of [
+        'usr/lib/kubeboot/node',
+        'usr/lib/kubeboot/kubeboot.cjs',
+        'etc/passwd',
+        'usr/share/doc/kubeboot/sbom.spdx.json',
+        'usr/share/doc/kubeboot/THIRD-PARTY-NOTICES',
+        'usr/share/doc/node/LICENSE',
+        'usr/share/doc/libc6/copyright',
+      ]) {
         t.ok(files.has(must), `${p.platform.architecture}: has ${must}`);
       }
       const forbidden = names.filter((n) => /(^|\/)(s?bin\/|sh$|bash$|busybox$|dpkg|apt|rpm\b|yum|dnf)/.test(n));
@@ -83,10 +132,14 @@ if (toolsOrSkip(t, imageTools, true)) {
     }
   });
 
-  t.test('the arm64 root filesystem runs kubeboot (qemu-user, the image\'s own loader and libraries)', async (t) => {
+  t.test("the arm64 root filesystem runs kubeboot (qemu-user, the image's own loader and libraries)", async (t) => {
     for (const p of platforms) {
       const rootfs = unpackRootfs(t, layout, p);
-      t.equal(elfMachine(join(rootfs, 'usr/lib/kubeboot/node')), ELF[p.platform.architecture], `${p.platform.architecture}: Node for that machine`);
+      t.equal(
+        elfMachine(join(rootfs, 'usr/lib/kubeboot/node')),
+        ELF[p.platform.architecture],
+        `${p.platform.architecture}: Node for that machine`,
+      );
       t.match(readFileSync(join(rootfs, 'etc/passwd'), 'utf8'), /^nonroot:x:65532:65532:/m, 'user 65532 exists');
       if (p.platform.architecture !== 'arm64') continue;
       const argv = [...p.config.config.Entrypoint.map((a) => (a.startsWith('/') ? join(rootfs, a) : a)), '--version'];
@@ -100,18 +153,34 @@ if (toolsOrSkip(t, imageTools, true)) {
       const arch = p.platform.architecture;
       const sbom = JSON.parse(readFileSync(join(imageDir, `kubeboot-${version}-${arch}.spdx.json`), 'utf8'));
       const rootfs = unpackRootfs(t, layout, p);
-      t.same(JSON.parse(readFileSync(join(rootfs, 'usr/share/doc/kubeboot/sbom.spdx.json'), 'utf8')), sbom, `${arch}: the image carries the same SBOM`);
+      t.same(
+        JSON.parse(readFileSync(join(rootfs, 'usr/share/doc/kubeboot/sbom.spdx.json'), 'utf8')),
+        sbom,
+        `${arch}: the image carries the same SBOM`,
+      );
       t.equal(sbom.spdxVersion, 'SPDX-2.3');
-      const by = (name: string) => (sbom.packages as { name: string; versionInfo: string; externalRefs?: { referenceLocator: string }[] }[]).filter((x) => x.name === name);
+      const by = (name: string) =>
+        (sbom.packages as { name: string; versionInfo: string; externalRefs?: { referenceLocator: string }[] }[]).filter(
+          (x) => x.name === name,
+        );
       const production = Object.entries(lock.packages).filter(([path, m]) => path !== '' && !m.dev);
       for (const [path, m] of production) {
         const name = path.replace(/^.*node_modules\//, '');
-        t.ok(by(name).some((x) => x.versionInfo === m.version), `${arch}: ${name}@${m.version}`);
+        t.ok(
+          by(name).some((x) => x.versionInfo === m.version),
+          `${arch}: ${name}@${m.version}`,
+        );
       }
       t.notOk(by('tap').length || by('typescript').length || by('esbuild').length, 'no dev dependency');
       t.equal(by('node')[0]?.versionInfo, nodeVersion, `${arch}: Node ${nodeVersion}`);
-      t.match(by('libc6')[0]?.externalRefs?.[0]?.referenceLocator, new RegExp(`^pkg:deb/debian/libc6@.*arch=${arch}`), `${arch}: glibc from Debian, this architecture`);
-      const described = (sbom.relationships as { relationshipType: string; relatedSpdxElement: string }[]).filter((r) => r.relationshipType === 'CONTAINS');
+      t.match(
+        by('libc6')[0]?.externalRefs?.[0]?.referenceLocator,
+        new RegExp(`^pkg:deb/debian/libc6@.*arch=${arch}`),
+        `${arch}: glibc from Debian, this architecture`,
+      );
+      const described = (sbom.relationships as { relationshipType: string; relatedSpdxElement: string }[]).filter(
+        (r) => r.relationshipType === 'CONTAINS',
+      );
       t.equal(described.length, sbom.packages.length - 1, 'kubeboot CONTAINS every other package');
     }
   });

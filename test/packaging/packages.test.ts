@@ -49,9 +49,13 @@ const commonFiles = [
   ...readdirSync(join(repoRoot, 'packaging/manifests/approver'))
     .filter((f) => f.endsWith('.yaml') || f === 'Kustomization')
     .map((f) => `usr/share/kubeboot/manifests/approver/${f}`),
-  ...readdirSync(join(repoRoot, 'packaging/manifests/approver/deployment')).map((f) => `usr/share/kubeboot/manifests/approver/deployment/${f}`),
+  ...readdirSync(join(repoRoot, 'packaging/manifests/approver/deployment')).map(
+    (f) => `usr/share/kubeboot/manifests/approver/deployment/${f}`,
+  ),
   'usr/share/kubeboot/manifests/approver-kubelet-serving/kustomization.yaml',
-  ...readdirSync(join(repoRoot, 'packaging/manifests/approver-metrics-auth')).map((f) => `usr/share/kubeboot/manifests/approver-metrics-auth/${f}`),
+  ...readdirSync(join(repoRoot, 'packaging/manifests/approver-metrics-auth')).map(
+    (f) => `usr/share/kubeboot/manifests/approver-metrics-auth/${f}`,
+  ),
   ...readdirSync(join(repoRoot, 'packaging/monitoring'))
     .filter((f) => f.endsWith('.yaml'))
     .map((f) => `usr/share/kubeboot/monitoring/${f}`),
@@ -82,7 +86,9 @@ const sha256 = (file: string) => createHash('sha256').update(readFileSync(file))
 
 /** `rpm -qp --dump` digest of one file in a package. */
 function rpmDigest(rpm: string, path: string): string | undefined {
-  const line = output('rpm', ['-qp', '--dump', rpm]).split('\n').find((l) => l.startsWith(`${path} `));
+  const line = output('rpm', ['-qp', '--dump', rpm])
+    .split('\n')
+    .find((l) => l.startsWith(`${path} `));
   return line?.split(' ')[3];
 }
 
@@ -94,13 +100,21 @@ if (toolsOrSkip(t, tools, true)) {
       [packages.debAmd64, 'amd64'],
       [packages.debArm64, 'arm64'],
     ] as const) {
-      tt.equal(output('dpkg-deb', ['-f', deb, 'Package', 'Version', 'Architecture']), `Package: kubeboot\nVersion: ${version}\nArchitecture: ${arch}\n`, basename(deb));
+      tt.equal(
+        output('dpkg-deb', ['-f', deb, 'Package', 'Version', 'Architecture']),
+        `Package: kubeboot\nVersion: ${version}\nArchitecture: ${arch}\n`,
+        basename(deb),
+      );
     }
     for (const [rpm, arch] of [
       [packages.rpmX86_64, 'x86_64'],
       [packages.rpmAarch64, 'aarch64'],
     ] as const) {
-      tt.equal(output('rpm', ['-qp', '--qf', '%{NAME} %{VERSION} %{RELEASE} %{ARCH}', rpm]), `kubeboot ${version} 1 ${arch}`, basename(rpm));
+      tt.equal(
+        output('rpm', ['-qp', '--qf', '%{NAME} %{VERSION} %{RELEASE} %{ARCH}', rpm]),
+        `kubeboot ${version} 1 ${arch}`,
+        basename(rpm),
+      );
     }
   });
 
@@ -118,36 +132,76 @@ if (toolsOrSkip(t, tools, true)) {
 
   t.test('the .deb lays out the wrapper, bundle, units, config and docs', async (tt) => {
     const tree = extractDeb(tt, packages.debAmd64);
-    for (const file of [...commonFiles, 'etc/default/kubeboot', 'usr/share/doc/kubeboot/copyright', 'usr/share/doc/kubeboot/changelog.gz']) {
+    for (const file of [
+      ...commonFiles,
+      'etc/default/kubeboot',
+      'usr/share/doc/kubeboot/copyright',
+      'usr/share/doc/kubeboot/changelog.gz',
+    ]) {
       tt.ok(existsSync(join(tree, file)), file);
     }
     const wrapper = join(tree, 'usr/bin/kubeboot');
     tt.equal(statSync(wrapper).mode & 0o777, 0o755, 'wrapper is executable');
     const script = readFileSync(wrapper, 'utf8');
-    tt.match(script, /^#!\/bin\/sh\n[\s\S]*\nexec \/usr\/lib\/kubeboot\/node --disable-sigusr1 \$heap \/usr\/lib\/kubeboot\/kubeboot\.cjs "\$@"\n$/, 'wrapper execs the shipped node, with SIGUSR1 unable to open an inspector');
+    tt.match(
+      script,
+      /^#!\/bin\/sh\n[\s\S]*\nexec \/usr\/lib\/kubeboot\/node --disable-sigusr1 \$heap \/usr\/lib\/kubeboot\/kubeboot\.cjs "\$@"\n$/,
+      'wrapper execs the shipped node, with SIGUSR1 unable to open an inspector',
+    );
     tt.match(script, /\n {2}run \| approver\) heap=--max-semi-space-size=1 ;;\n/, 'the long-running commands get a small young generation');
-    tt.match(script, /if \[ -z "\$\{NODE_COMPILE_CACHE\+x\}" \] && \[ "\$\(id -u\)" = 0 \]; then\n\s+NODE_COMPILE_CACHE=\/var\/cache\/kubeboot\n/, 'the compile cache is root-only, in /var/cache/kubeboot');
+    tt.match(
+      script,
+      /if \[ -z "\$\{NODE_COMPILE_CACHE\+x\}" \] && \[ "\$\(id -u\)" = 0 \]; then\n\s+NODE_COMPILE_CACHE=\/var\/cache\/kubeboot\n/,
+      'the compile cache is root-only, in /var/cache/kubeboot',
+    );
     const build = readFileSync(join(tree, 'usr/lib/kubeboot/kubeboot.cjs'), 'utf8').match(/'lib', "([0-9a-f]{12})", 'main\.mjs'/)?.[1];
-    tt.ok(build && statSync(join(tree, 'usr/lib/kubeboot/lib', build, 'main.mjs')).isFile(), 'the loader names a chunk directory the package ships');
-    tt.equal(output('dpkg-deb', ['-I', packages.debAmd64, 'conffiles']), '/etc/default/kubeboot\n/etc/kubeboot/config.yaml\n', 'config files are conffiles');
-    tt.match(readFileSync(join(tree, 'usr/share/doc/kubeboot/kubeboot.txt'), 'utf8'), /Usage: kubeboot/, 'help text generated from the bundle');
-    tt.match(readFileSync(join(tree, 'usr/share/doc/kubeboot/copyright'), 'utf8'), /^Format: https:\/\/www\.debian\.org\/doc\/packaging-manuals\/copyright-format\/1\.0\//, 'machine-readable copyright');
+    tt.ok(
+      build && statSync(join(tree, 'usr/lib/kubeboot/lib', build, 'main.mjs')).isFile(),
+      'the loader names a chunk directory the package ships',
+    );
+    tt.equal(
+      output('dpkg-deb', ['-I', packages.debAmd64, 'conffiles']),
+      '/etc/default/kubeboot\n/etc/kubeboot/config.yaml\n',
+      'config files are conffiles',
+    );
+    tt.match(
+      readFileSync(join(tree, 'usr/share/doc/kubeboot/kubeboot.txt'), 'utf8'),
+      /Usage: kubeboot/,
+      'help text generated from the bundle',
+    );
+    tt.match(
+      readFileSync(join(tree, 'usr/share/doc/kubeboot/copyright'), 'utf8'),
+      /^Format: https:\/\/www\.debian\.org\/doc\/packaging-manuals\/copyright-format\/1\.0\//,
+      'machine-readable copyright',
+    );
     tt.match(output('dpkg-deb', ['-f', packages.debAmd64, 'Depends']), /libc6 \(>= 2\.28\)/, 'declares the glibc baseline of Node 24');
 
     const config = readFileSync(join(tree, 'etc/kubeboot/config.yaml'), 'utf8');
     tt.equal(parseYaml(config), null, 'default config sets nothing: every key is commented out');
     // The environment file may hold KUBEBOOT_TOKEN, as the --token help suggests.
     tt.equal(statSync(join(tree, 'etc/default/kubeboot')).mode & 0o777, 0o600, 'etc/default/kubeboot is 0600');
-    for (const key of ['#bootstrapKubeconfig:', '#nodeName:', '#keyAlgorithm:', '#kubeProxy:', '#  enabled:']) tt.match(config, key, `documents ${key}`);
+    for (const key of ['#bootstrapKubeconfig:', '#nodeName:', '#keyAlgorithm:', '#kubeProxy:', '#  enabled:'])
+      tt.match(config, key, `documents ${key}`);
   });
 
   t.test('the .rpm marks its config files noreplace and carries the licence', async (tt) => {
     const listing = output('rpm', ['-qp', '--qf', '[%{FILEFLAGS:fflags} %{FILENAMES}\n]', packages.rpmX86_64]);
-    const files = new Map(listing.trim().split('\n').map((l) => [l.slice(l.indexOf(' ') + 1), l.slice(0, l.indexOf(' '))]));
-    for (const file of [...commonFiles, 'etc/sysconfig/kubeboot', 'usr/share/licenses/kubeboot/LICENSE']) tt.ok(files.has(`/${file}`), file);
+    const files = new Map(
+      listing
+        .trim()
+        .split('\n')
+        .map((l) => [l.slice(l.indexOf(' ') + 1), l.slice(0, l.indexOf(' '))]),
+    );
+    for (const file of [...commonFiles, 'etc/sysconfig/kubeboot', 'usr/share/licenses/kubeboot/LICENSE'])
+      tt.ok(files.has(`/${file}`), file);
     tt.equal(files.get('/etc/kubeboot/config.yaml'), 'cn', 'config.yaml is %config(noreplace)');
     tt.equal(files.get('/etc/sysconfig/kubeboot'), 'cn', 'sysconfig is %config(noreplace)');
-    const modes = new Map(output('rpm', ['-qp', '--qf', '[%{FILEMODES:octal} %{FILENAMES}\n]', packages.rpmX86_64]).trim().split('\n').map((l) => [l.slice(l.indexOf(' ') + 1), l.slice(0, l.indexOf(' '))]));
+    const modes = new Map(
+      output('rpm', ['-qp', '--qf', '[%{FILEMODES:octal} %{FILENAMES}\n]', packages.rpmX86_64])
+        .trim()
+        .split('\n')
+        .map((l) => [l.slice(l.indexOf(' ') + 1), l.slice(0, l.indexOf(' '))]),
+    );
     tt.equal(modes.get('/etc/sysconfig/kubeboot')?.slice(-4), '0600', '/etc/sysconfig/kubeboot is 0600');
     tt.equal(files.get('/usr/share/licenses/kubeboot/LICENSE'), 'l', 'LICENSE is %license');
     tt.notOk(files.has('/etc/default/kubeboot'), 'no Debian-style environment file');
@@ -161,7 +215,14 @@ if (toolsOrSkip(t, tools, true)) {
   });
 
   t.test('rpmlint reports no errors for the .rpms', async (tt) => {
-    const r = run('rpmlint', ['-r', 'packaging/rpm/rpmlintrc', '-c', 'packaging/rpm/rpmlint.toml', packages.rpmX86_64, packages.rpmAarch64]);
+    const r = run('rpmlint', [
+      '-r',
+      'packaging/rpm/rpmlintrc',
+      '-c',
+      'packaging/rpm/rpmlint.toml',
+      packages.rpmX86_64,
+      packages.rpmAarch64,
+    ]);
     tt.match(r.stdout, / 0 errors, /, '0 errors', { output: r.stdout });
     tt.equal(r.status, 0, 'rpmlint exit status', { output: r.stderr });
   });
@@ -237,7 +298,15 @@ if (toolsOrSkip(t, tools, true)) {
       writeFileSync(join(root, 'etc/systemd/system', unit), '[Service]\nExecStart=/bin/true\n');
     }
     // --man=no: minbase has no man-db to resolve Documentation=man:kubeboot(1).
-    const verify = run('systemd-analyze', ['verify', '--man=no', `--root=${root}`, 'kubeboot.service', 'kubeboot-approver.service', 'kubelet.service', 'kube-proxy.service']);
+    const verify = run('systemd-analyze', [
+      'verify',
+      '--man=no',
+      `--root=${root}`,
+      'kubeboot.service',
+      'kubeboot-approver.service',
+      'kubelet.service',
+      'kube-proxy.service',
+    ]);
     tt.equal(`${verify.stdout}${verify.stderr}`, '', 'systemd-analyze verify prints nothing');
     tt.equal(verify.status, 0, 'systemd-analyze verify');
     for (const unit of ['kubeboot.service', 'kubeboot-approver.service']) {
@@ -248,7 +317,10 @@ if (toolsOrSkip(t, tools, true)) {
       tt.ok(Number(exposure?.[1]) <= 2.0, `${unit}: exposure ${exposure?.[1]} <= 2.0`);
       tt.equal(exposure?.[2], 'OK', `${unit}: OK`);
     }
-    tt.notOk(existsSync(join(root, 'etc/systemd/system/multi-user.target.wants/kubeboot-approver.service')), 'the approver unit is not enabled on install');
+    tt.notOk(
+      existsSync(join(root, 'etc/systemd/system/multi-user.target.wants/kubeboot-approver.service')),
+      'the approver unit is not enabled on install',
+    );
 
     const again = chroot(root, ['dpkg', '-i', '/tmp/kubeboot.deb']);
     tt.equal(again.status, 0, 'reinstall (upgrade path)', { output: again.stderr });

@@ -93,10 +93,14 @@ export function adminApi(client: KubeClient, asToken: (token: string) => KubeCli
     const asNode = asToken(token);
     const review = { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' };
     try {
-      await waitFor(`bootstrap token ${id} to authenticate`, async () => {
-        const res = await asNode.request('POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', review);
-        return res.status === 201 ? true : undefined;
-      }, 30_000);
+      await waitFor(
+        `bootstrap token ${id} to authenticate`,
+        async () => {
+          const res = await asNode.request('POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', review);
+          return res.status === 201 ? true : undefined;
+        },
+        30_000,
+      );
     } finally {
       await asNode.close();
     }
@@ -120,7 +124,11 @@ export function adminApi(client: KubeClient, asToken: (token: string) => KubeCli
         type: 'bootstrap.kubernetes.io/token',
         stringData,
       };
-      expectStatus(await client.request('POST', '/api/v1/namespaces/kube-system/secrets', secretObject), `create bootstrap token ${id}`, 201);
+      expectStatus(
+        await client.request('POST', '/api/v1/namespaces/kube-system/secrets', secretObject),
+        `create bootstrap token ${id}`,
+        201,
+      );
       const token = `${id}.${secret}`;
       const expired = opts.expiration !== undefined && opts.expiration.getTime() <= Date.now();
       if (usages.includes('authentication') && !expired) await untilAuthenticates(token, id);

@@ -21,7 +21,11 @@ export const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
  * user those manifests bind and a config file naming it; returns the config file.
  */
 export async function installApprover(plane: ControlPlane, dir: string): Promise<string> {
-  const admin = kubeClient({ server: plane.server, caPem: plane.caPem, ...(await plane.mintClientCert({ commonName: 'kubeboot-test-admin', organizations: ['system:masters'] })) });
+  const admin = kubeClient({
+    server: plane.server,
+    caPem: plane.caPem,
+    ...(await plane.mintClientCert({ commonName: 'kubeboot-test-admin', organizations: ['system:masters'] })),
+  });
   await applyManifests(admin, approverManifests);
   await admin.close();
   const file = join(dir, 'approver.conf');
@@ -39,7 +43,12 @@ export function startApprover(config: string, extra: string[] = [], env: NodeJS.
 }
 
 export async function createNode(plane: ControlPlane, name: string, addresses: { type: string; address: string }[] = []): Promise<void> {
-  expectStatus(await plane.admin.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name } }), `create node ${name}`, 201, 409);
+  expectStatus(
+    await plane.admin.request('POST', '/api/v1/nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name } }),
+    `create node ${name}`,
+    201,
+    409,
+  );
   if (addresses.length === 0) return;
   const node = (await plane.admin.request<KubeObject>('GET', `/api/v1/nodes/${name}`)).body;
   node.status = { ...(node.status ?? {}), addresses };
@@ -48,7 +57,11 @@ export async function createNode(plane: ControlPlane, name: string, addresses: {
 
 /** An API client authenticated as `system:node:<name>` in `system:nodes`, as a kubelet is. */
 export async function nodeClient(plane: ControlPlane, name: string): Promise<KubeClient> {
-  return kubeClient({ server: plane.server, caPem: plane.caPem, ...(await plane.mintClientCert({ commonName: `system:node:${name}`, organizations: ['system:nodes'] })) });
+  return kubeClient({
+    server: plane.server,
+    caPem: plane.caPem,
+    ...(await plane.mintClientCert({ commonName: `system:node:${name}`, organizations: ['system:nodes'] })),
+  });
 }
 
 export interface CraftSpec {
@@ -89,7 +102,10 @@ export async function craftCsrPem(spec: CraftSpec): Promise<string> {
  * server accepts it.
  */
 export async function ambiguousCsrPems(): Promise<{ what: string; pem: string; why: RegExp }[]> {
-  const keys = (await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+  const keys = (await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, [
+    'sign',
+    'verify',
+  ])) as webcrypto.CryptoKeyPair;
   const signingAlgorithm = { name: 'ECDSA', hash: 'SHA-256' };
   const make = async (name: x509.JsonName, more: Partial<x509.Pkcs10CertificateRequestCreateParams> = {}) =>
     (await x509.Pkcs10CertificateRequestGenerator.create({ name, keys, signingAlgorithm, ...more })).toString('pem') + '\n';
@@ -97,16 +113,33 @@ export async function ambiguousCsrPems(): Promise<{ what: string; pem: string; w
   const controller = await make([{ CN: ['system:kube-controller-manager'] }]);
   const uriSan = new x509.SubjectAlternativeNameExtension([{ type: 'url', value: 'spiffe://cluster/admin' }]);
   const keyId = await x509.SubjectKeyIdentifierExtension.create(keys.publicKey);
-  const extensionRequest = (e: x509.Extension) => new x509.Attribute('1.2.840.113549.1.9.14', [new Uint8Array([0x30, e.rawData.byteLength, ...new Uint8Array(e.rawData)])]);
+  const extensionRequest = (e: x509.Extension) =>
+    new x509.Attribute('1.2.840.113549.1.9.14', [new Uint8Array([0x30, e.rawData.byteLength, ...new Uint8Array(e.rawData)])]);
   return [
     // Go takes the last of several CNs; a library may take the first.
-    { what: 'two CNs, kube-proxy first', pem: await make([{ CN: ['system:kube-proxy'] }, { CN: ['system:kube-controller-manager'] }]), why: /2 CNs in its subject/ },
+    {
+      what: 'two CNs, kube-proxy first',
+      pem: await make([{ CN: ['system:kube-proxy'] }, { CN: ['system:kube-controller-manager'] }]),
+      why: /2 CNs in its subject/,
+    },
     // Go's pem.Decode skips a block whose END line has trailing text and reads the next.
-    { what: 'a kube-proxy block Go skips, glued to a controller-manager block', pem: proxy.replace(/-----END CERTIFICATE REQUEST-----\n$/, '-----END CERTIFICATE REQUEST-----x\n') + controller, why: /not exactly one PEM/ },
+    {
+      what: 'a kube-proxy block Go skips, glued to a controller-manager block',
+      pem: proxy.replace(/-----END CERTIFICATE REQUEST-----\n$/, '-----END CERTIFICATE REQUEST-----x\n') + controller,
+      why: /not exactly one PEM/,
+    },
     { what: 'two whole PEM blocks', pem: proxy + controller, why: /not exactly one PEM/ },
     // Go merges every extensionRequest attribute; a library may read the first.
-    { what: 'a second extensionRequest carrying a URI SAN', pem: await make([{ CN: ['system:kube-proxy'] }], { extensions: [keyId], attributes: [extensionRequest(uriSan)] }), why: /2 extensionRequest attributes/ },
-    { what: 'an OU in the subject', pem: await make([{ CN: ['system:kube-proxy'] }, { OU: ['ops'] }]), why: /subject attribute 2\.5\.4\.11/ },
+    {
+      what: 'a second extensionRequest carrying a URI SAN',
+      pem: await make([{ CN: ['system:kube-proxy'] }], { extensions: [keyId], attributes: [extensionRequest(uriSan)] }),
+      why: /2 extensionRequest attributes/,
+    },
+    {
+      what: 'an OU in the subject',
+      pem: await make([{ CN: ['system:kube-proxy'] }, { OU: ['ops'] }]),
+      why: /subject attribute 2\.5\.4\.11/,
+    },
     { what: 'a multi-valued RDN', pem: await make([{ CN: ['system:kube-proxy'], O: ['kubeadm:cluster-admins'] }]), why: /multi-valued/ },
   ];
 }
@@ -123,7 +156,11 @@ export interface SubmitSpec extends CraftSpec {
   pem?: string;
 }
 
-export const KUBE_PROXY = { cn: 'system:kube-proxy', signer: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'client auth'] } as const;
+export const KUBE_PROXY = {
+  cn: 'system:kube-proxy',
+  signer: 'kubernetes.io/kube-apiserver-client',
+  usages: ['digital signature', 'client auth'],
+} as const;
 
 /** Submits a CSR as `client`; returns its name. */
 export async function submitCsr(client: Pick<KubeClient, 'request'>, spec: SubmitSpec): Promise<string> {

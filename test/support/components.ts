@@ -62,9 +62,19 @@ export function etcdArgs(dataDir: string, clientPort: number, peerPort: number):
   ];
 }
 
-export function apiserverArgs(o: { etcdUrl: string; address: string; port: number; files: PkiFiles; certDir: string; audit?: { policy: string; log: string }; extra?: string[] }): string[] {
+export function apiserverArgs(o: {
+  etcdUrl: string;
+  address: string;
+  port: number;
+  files: PkiFiles;
+  certDir: string;
+  audit?: { policy: string; log: string };
+  extra?: string[];
+}): string[] {
   return [
-    ...(o.audit ? [`--audit-policy-file=${o.audit.policy}`, `--audit-log-path=${o.audit.log}`, '--audit-log-format=json', '--audit-log-mode=blocking'] : []),
+    ...(o.audit
+      ? [`--audit-policy-file=${o.audit.policy}`, `--audit-log-path=${o.audit.log}`, '--audit-log-format=json', '--audit-log-mode=blocking']
+      : []),
     ...(o.extra ?? []),
     `--etcd-servers=${o.etcdUrl}`,
     `--bind-address=${o.address}`,

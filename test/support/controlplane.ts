@@ -58,7 +58,12 @@ export interface ControlPlane {
   startupMs: number;
   writeBootstrapKubeconfig(file: string, token: string, opts?: { ca?: 'file' | 'data' | 'none'; server?: string }): Promise<void>;
   /** A client cert signed by the cluster CA (ECDSA P-256), e.g. expired or for another identity. */
-  mintClientCert(opts: { commonName: string; organizations?: string[]; notBefore?: Date; notAfter?: Date }): Promise<{ certPem: string; keyPem: string }>;
+  mintClientCert(opts: {
+    commonName: string;
+    organizations?: string[];
+    notBefore?: Date;
+    notAfter?: Date;
+  }): Promise<{ certPem: string; keyPem: string }>;
   /** Peak resident set size (VmHWM, KiB) of each component so far. */
   peakRss(): Record<string, number | undefined>;
   /** Sends a signal to one component: SIGSTOP and SIGCONT pause and resume it (e.g. the signer, in kube-controller-manager). */
@@ -111,10 +116,15 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
         return start('etcd', bin.etcd, etcdArgs(etcdData, clientPort, peerPort));
       },
       (c, [clientPort]) =>
-        waitReady(c, 'etcd /health', async () => {
-          const res = await request(`http://127.0.0.1:${clientPort}/health`);
-          return res.statusCode === 200 && ((await res.body.json()) as { health?: string }).health === 'true';
-        }, startTimeoutMs),
+        waitReady(
+          c,
+          'etcd /health',
+          async () => {
+            const res = await request(`http://127.0.0.1:${clientPort}/health`);
+            return res.statusCode === 200 && ((await res.body.json()) as { health?: string }).health === 'true';
+          },
+          startTimeoutMs,
+        ),
     );
 
     let server = '';
@@ -125,8 +135,16 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
         server = `https://${address}:${port}`;
         const etcdUrl = `http://127.0.0.1:${etcdPort}`;
         const audit = opts.audit ? { policy: join(dir, 'audit-policy.yaml'), log: join(dir, 'audit.log') } : undefined;
-        if (audit) writeFileSync(audit.policy, 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n');
-        return start('kube-apiserver', bin.kubeApiserver, apiserverArgs({ etcdUrl, address, port, files, certDir: join(dir, 'apiserver-certs'), audit, extra: opts.apiserverFlags }));
+        if (audit)
+          writeFileSync(
+            audit.policy,
+            'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n',
+          );
+        return start(
+          'kube-apiserver',
+          bin.kubeApiserver,
+          apiserverArgs({ etcdUrl, address, port, files, certDir: join(dir, 'apiserver-certs'), audit, extra: opts.apiserverFlags }),
+        );
       },
       async (c) => {
         const a = client({ server, caPem: pki.ca.certPem, certPem: pki.admin.certPem, keyPem: pki.admin.keyPem });
@@ -159,17 +177,26 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
     await startOnFreePorts(
       1,
       ([port = 0]) =>
-        start('kube-controller-manager', bin.kubeControllerManager, controllerManagerArgs({
-          kubeconfig: kcmKubeconfig,
-          port,
-          files,
-          certDir: join(dir, 'controller-manager-certs'),
-          signingDuration: opts.signingDuration ?? '1h',
-          csrSigning: opts.csrSigning ?? true,
-        })),
+        start(
+          'kube-controller-manager',
+          bin.kubeControllerManager,
+          controllerManagerArgs({
+            kubeconfig: kcmKubeconfig,
+            port,
+            files,
+            certDir: join(dir, 'controller-manager-certs'),
+            signingDuration: opts.signingDuration ?? '1h',
+            csrSigning: opts.csrSigning ?? true,
+          }),
+        ),
       async (c, [port]) => {
         const health = client({ server: `https://127.0.0.1:${port}`, caPem: pki.ca.certPem });
-        await waitReady(c, 'kube-controller-manager /healthz', async () => (await health.request('GET', '/healthz')).status === 200, startTimeoutMs);
+        await waitReady(
+          c,
+          'kube-controller-manager /healthz',
+          async () => (await health.request('GET', '/healthz')).status === 200,
+          startTimeoutMs,
+        );
       },
     );
 
@@ -216,7 +243,9 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
         for (const c of components) if (c.exited === undefined) c.child.kill('SIGCONT');
         await stopAll();
         if (o.keep || process.env.KUBEBOOT_KEEP_CONTROLPLANE === '1') {
-          const list = Object.values(logs).map((l) => `    ${l}`).join('\n');
+          const list = Object.values(logs)
+            .map((l) => `    ${l}`)
+            .join('\n');
           process.stderr.write(`\n*** control plane kept in ${dir}; component logs:\n${list}\n`);
         } else {
           rmSync(dir, { recursive: true, force: true });
@@ -247,7 +276,8 @@ export async function controlPlaneOrSkip(t: Test, opts?: StartOptions): Promise<
     await controlPlaneBinaries();
   } catch (err) {
     if (onPath('go') || process.env.CI === 'true') throw err;
-    const reason = 'SKIPPED: no Go toolchain on PATH and no control-plane binaries built (run test/controlplane/build.sh); the real-cluster tests did NOT run';
+    const reason =
+      'SKIPPED: no Go toolchain on PATH and no control-plane binaries built (run test/controlplane/build.sh); the real-cluster tests did NOT run';
     process.stderr.write(`\n${'!'.repeat(100)}\n!!! ${reason}\n${'!'.repeat(100)}\n\n`);
     t.plan(0, reason);
     return undefined;

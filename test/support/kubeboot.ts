@@ -101,7 +101,12 @@ export interface Running {
 }
 
 export function startKubeboot(args: string[], env: NodeJS.ProcessEnv = {}): Running {
-  return startWatched(process.execPath, [...launcherNodeFlags(args[0]), bundle, ...args], { PATH: process.env.PATH, HOME: process.env.HOME, KUBEBOOT_LOG_FORMAT: 'json', ...env });
+  return startWatched(process.execPath, [...launcherNodeFlags(args[0]), bundle, ...args], {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    KUBEBOOT_LOG_FORMAT: 'json',
+    ...env,
+  });
 }
 
 /** Any command (kubeboot in a container, say), its output collected and watched as startKubeboot's. */
@@ -154,7 +159,12 @@ export async function kubeboot(t: Test, args: string[], env: NodeJS.ProcessEnv =
  * Puts a fresh bootstrap token into the node's bootstrap kubeconfig (or
  * `file`) and forbids its secret in everything kubeboot prints.
  */
-export async function handToken(plane: ControlPlane, node: NodeLayout, ca: 'file' | 'data' | 'none' = 'data', file = node.bootstrapKubeconfig): Promise<BootstrapToken> {
+export async function handToken(
+  plane: ControlPlane,
+  node: NodeLayout,
+  ca: 'file' | 'data' | 'none' = 'data',
+  file = node.bootstrapKubeconfig,
+): Promise<BootstrapToken> {
   const token = await plane.admin.createBootstrapToken();
   forbid(token.secret);
   await plane.writeBootstrapKubeconfig(file, token.token, { ca });

@@ -29,13 +29,7 @@ export function kubeconfigObject(server: string, ca: CaSource, credentials: Cred
 }
 
 /** Written 0600: every kubeconfig here holds a credential. */
-export async function writeKubeconfig(
-  file: string,
-  server: string,
-  ca: CaSource,
-  credentials: Credentials,
-  user?: string,
-): Promise<void> {
+export async function writeKubeconfig(file: string, server: string, ca: CaSource, credentials: Credentials, user?: string): Promise<void> {
   await writeFile(file, stringify(kubeconfigObject(server, ca, credentials, user)), { mode: 0o600 });
 }
 

@@ -45,7 +45,9 @@ export function collectionPath(m: Manifest): string {
 /** Creates every object in every `*.yaml` of the directory; an existing object (409) is left as it is. */
 export async function applyManifests(client: Pick<KubeClient, 'request'>, dir = manifestsDir): Promise<string[]> {
   const applied: string[] = [];
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.yaml')).sort()) {
+  for (const file of readdirSync(dir)
+    .filter((f) => f.endsWith('.yaml'))
+    .sort()) {
     for (const m of readManifests(join(dir, file))) {
       const what = `${m.kind}/${m.metadata.name}`;
       expectStatus(await client.request('POST', collectionPath(m), m), `apply ${file}: ${what}`, 201, 409);

@@ -112,7 +112,14 @@ export const WATCHED_SYSCTLS = [
 ];
 
 /** The /var paths the kubelet and kube-proxy create whatever their flags say. */
-export const WATCHED_VAR_PATHS = ['/var/lib/kubelet', '/var/log/containers', '/var/log/pods', '/var/lib/kube-proxy', '/var/lib/cni', '/run/kubernetes'];
+export const WATCHED_VAR_PATHS = [
+  '/var/lib/kubelet',
+  '/var/log/containers',
+  '/var/log/pods',
+  '/var/lib/kube-proxy',
+  '/var/lib/cni',
+  '/run/kubernetes',
+];
 
 export interface HostSnapshot {
   sysctls: Record<string, string>;
@@ -128,7 +135,8 @@ export async function snapshotHost(): Promise<HostSnapshot> {
     sysctls[s] = existsSync(file) ? readFileSync(file, 'utf8').trim() : '(absent)';
   }
   let netfilter = (await run('nft', ['list', 'ruleset'], { maxBuffer: 16 << 20 })).stdout;
-  if (onPath('iptables-legacy-save')) netfilter += (await run('iptables-legacy-save', [], { maxBuffer: 16 << 20 })).stdout.replace(/^#.*\n/gm, '');
+  if (onPath('iptables-legacy-save'))
+    netfilter += (await run('iptables-legacy-save', [], { maxBuffer: 16 << 20 })).stdout.replace(/^#.*\n/gm, '');
   const varPaths = Object.fromEntries(WATCHED_VAR_PATHS.map((p) => [p, existsSync(p)]));
   return { sysctls, netfilter, varPaths };
 }

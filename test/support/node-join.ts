@@ -94,7 +94,10 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
   });
 
   const approverConfig = await installApprover(plane, dir);
-  const approver = startApprover(approverConfig, o.servingBootstrap ? ['--approve-kubelet-serving', '--serving-ip-cidr', `${net.nodeIp}/32`] : []);
+  const approver = startApprover(
+    approverConfig,
+    o.servingBootstrap ? ['--approve-kubelet-serving', '--serving-ip-cidr', `${net.nodeIp}/32`] : [],
+  );
   stops.push(async () => {
     approver.child.kill('SIGTERM');
     await approver.done;

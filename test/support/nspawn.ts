@@ -132,7 +132,22 @@ export async function bootContainer(t: Test, opts: BootOptions = {}): Promise<Co
   // tty needed. Host networking is nspawn's default.
   const child = spawnTiedToTest(
     'unshare',
-    ['--pid', '--fork', '--kill-child=SIGKILL', '--mount-proc', '--', NSPAWN, '-q', '-D', root, `--machine=${name}`, '--boot', '--register=no', '--keep-unit', '--console=pipe'],
+    [
+      '--pid',
+      '--fork',
+      '--kill-child=SIGKILL',
+      '--mount-proc',
+      '--',
+      NSPAWN,
+      '-q',
+      '-D',
+      root,
+      `--machine=${name}`,
+      '--boot',
+      '--register=no',
+      '--keep-unit',
+      '--console=pipe',
+    ],
     { stdio: ['ignore', fd, fd], env: cleanEnv },
   );
   closeSync(fd);

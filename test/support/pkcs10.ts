@@ -15,9 +15,13 @@ export interface KeyPair {
 
 export function generateKey(kind: KeyKind): KeyPair {
   const pair =
-    kind === 'ed25519' ? generateKeyPairSync('ed25519')
-    : kind.startsWith('rsa-') ? generateKeyPairSync('rsa', { modulusLength: Number(kind.slice(4)) })
-    : generateKeyPairSync('ec', { namedCurve: { 'ecdsa-p256': 'prime256v1', 'ecdsa-p384': 'secp384r1', 'ecdsa-p224': 'secp224r1' }[kind as 'ecdsa-p256'] });
+    kind === 'ed25519'
+      ? generateKeyPairSync('ed25519')
+      : kind.startsWith('rsa-')
+        ? generateKeyPairSync('rsa', { modulusLength: Number(kind.slice(4)) })
+        : generateKeyPairSync('ec', {
+            namedCurve: { 'ecdsa-p256': 'prime256v1', 'ecdsa-p384': 'secp384r1', 'ecdsa-p224': 'secp224r1' }[kind as 'ecdsa-p256'],
+          });
   return { kind, ...pair };
 }
 
@@ -58,7 +62,16 @@ export function asn1String(type: StringType, value: string): Buffer {
   const tag = STRING_TAGS[type];
   if (type === 'utf8') return tlv(tag, Buffer.from(value, 'utf8'));
   if (type === 'bmp') return tlv(tag, Buffer.from(value, 'utf16le').swap16());
-  if (type === 'universal') return tlv(tag, Buffer.from([...value].flatMap((c) => { const p = c.codePointAt(0)!; return [p >>> 24, (p >>> 16) & 0xff, (p >>> 8) & 0xff, p & 0xff]; })));
+  if (type === 'universal')
+    return tlv(
+      tag,
+      Buffer.from(
+        [...value].flatMap((c) => {
+          const p = c.codePointAt(0)!;
+          return [p >>> 24, (p >>> 16) & 0xff, (p >>> 8) & 0xff, p & 0xff];
+        }),
+      ),
+    );
   return tlv(tag, Buffer.from(value, 'latin1'));
 }
 

@@ -69,10 +69,7 @@ export async function createCa(commonName: string): Promise<CertAndKey> {
     signingAlgorithm,
     extensions: [
       new x509.BasicConstraintsExtension(true, undefined, true),
-      new x509.KeyUsagesExtension(
-        x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature,
-        true,
-      ),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature, true),
       await x509.SubjectKeyIdentifierExtension.create(pair.keys.publicKey),
     ],
   });
@@ -137,13 +134,21 @@ export async function createClusterPki(apiserverIps: string[] = []): Promise<Clu
     admin: await issueLeaf(ca, { commonName: 'kubeboot-admin', organizations: ['system:masters'], usage: 'client' }),
     // The identity kubeadm gives the controller manager; its ClusterRole is bootstrapped by the apiserver.
     controllerManagerClient: await issueLeaf(ca, { commonName: 'system:kube-controller-manager', usage: 'client' }),
-    apiserverKubeletClient: await issueLeaf(ca, { commonName: 'kube-apiserver-kubelet-client', organizations: ['system:masters'], usage: 'client' }),
+    apiserverKubeletClient: await issueLeaf(ca, {
+      commonName: 'kube-apiserver-kubelet-client',
+      organizations: ['system:masters'],
+      usage: 'client',
+    }),
     serviceAccount: { ...serviceAccount, publicKeyPem: publicKeyPem(serviceAccount.keys.publicKey) },
   };
 }
 
 /** What a signer would issue for a PKCS#10 request: its key and subject, signed by `ca`. */
-export async function signRequest(ca: CertAndKey, requestPem: string, opts: { usage: 'server' | 'client'; notAfter?: Date }): Promise<string> {
+export async function signRequest(
+  ca: CertAndKey,
+  requestPem: string,
+  opts: { usage: 'server' | 'client'; notAfter?: Date },
+): Promise<string> {
   const request = new x509.Pkcs10CertificateRequest(requestPem);
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: serialNumber(),
@@ -157,7 +162,10 @@ export async function signRequest(ca: CertAndKey, requestPem: string, opts: { us
     extensions: [
       new x509.BasicConstraintsExtension(false, undefined, true),
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
-      new x509.ExtendedKeyUsageExtension([opts.usage === 'server' ? x509.ExtendedKeyUsage.serverAuth : x509.ExtendedKeyUsage.clientAuth], false),
+      new x509.ExtendedKeyUsageExtension(
+        [opts.usage === 'server' ? x509.ExtendedKeyUsage.serverAuth : x509.ExtendedKeyUsage.clientAuth],
+        false,
+      ),
       await x509.AuthorityKeyIdentifierExtension.create(ca.cert),
     ],
   });

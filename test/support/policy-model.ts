@@ -76,7 +76,10 @@ export async function buildCertview(dir: string): Promise<string> {
 }
 
 /** Go's reading of each request and issued certificate (base64 PEM, as a CSR holds them), by id. */
-export async function goViews(certview: string, items: { id: string; request: string; certificate: string }[]): Promise<Map<string, { request?: GoView; certificate?: GoView }>> {
+export async function goViews(
+  certview: string,
+  items: { id: string; request: string; certificate: string }[],
+): Promise<Map<string, { request?: GoView; certificate?: GoView }>> {
   const child = spawn(certview, [], { stdio: ['pipe', 'pipe', 'inherit'] });
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -103,10 +106,16 @@ function inCidr(ip: string, cidr: string): boolean {
   return Math.floor(value(ip) / size) === Math.floor(value(net) / size);
 }
 
-const sameSet = (a: readonly string[], b: readonly string[]) => a.length === b.length && [...a].sort().join('\n') === [...b].sort().join('\n');
+const sameSet = (a: readonly string[], b: readonly string[]) =>
+  a.length === b.length && [...a].sort().join('\n') === [...b].sort().join('\n');
 
 /** Why the policy table would not approve this CSR; empty when it would. */
-export function policyProblems(csr: KubeObject, go: { request?: GoView; certificate?: GoView }, world: World, policy: ModelPolicy): string[] {
+export function policyProblems(
+  csr: KubeObject,
+  go: { request?: GoView; certificate?: GoView },
+  world: World,
+  policy: ModelPolicy,
+): string[] {
   const problems: string[] = [];
   const say = (p: string) => problems.push(p);
   const username: string = csr.spec.username ?? '';
@@ -114,7 +123,8 @@ export function policyProblems(csr: KubeObject, go: { request?: GoView; certific
   const usages: string[] = csr.spec.usages ?? [];
   const node = username.startsWith('system:node:') ? username.slice('system:node:'.length) : null;
   if (node === null || !groups.includes('system:nodes')) say(`requester ${JSON.stringify(username)} is not a node in system:nodes`);
-  if (node !== null && !isDnsSubdomain(node)) say(`node name ${JSON.stringify(node)} is not a DNS subdomain, so no Node of that name can exist`);
+  if (node !== null && !isDnsSubdomain(node))
+    say(`node name ${JSON.stringify(node)} is not a DNS subdomain, so no Node of that name can exist`);
   if (node !== null && !world.nodes.has(node)) say(`no Node ${JSON.stringify(node)} exists`);
   const req = go.request;
   if (!req || req.error) return [...problems, `Go cannot read spec.request: ${req?.error}`];
@@ -130,10 +140,12 @@ export function policyProblems(csr: KubeObject, go: { request?: GoView; certific
   }
   const keyName = identity.keyType === 'rsa' ? `rsa/${identity.keyBits}` : `${identity.keyType}/${identity.curve}`;
   if (!ALLOWED_KEYS.has(keyName)) say(`key ${keyName} is not allowed`);
-  if (csr.spec.expirationSeconds !== undefined && csr.spec.expirationSeconds > policy.maxExpirationSeconds) say(`expirationSeconds ${csr.spec.expirationSeconds} > ${policy.maxExpirationSeconds}`);
+  if (csr.spec.expirationSeconds !== undefined && csr.spec.expirationSeconds > policy.maxExpirationSeconds)
+    say(`expirationSeconds ${csr.spec.expirationSeconds} > ${policy.maxExpirationSeconds}`);
   if (go.certificate && !go.certificate.error) {
     if (go.certificate.isCA) say('the issued certificate is a CA');
-    if (go.certificate.lifetimeSeconds > policy.maxExpirationSeconds + 3600) say(`the issued certificate lives ${go.certificate.lifetimeSeconds} s`);
+    if (go.certificate.lifetimeSeconds > policy.maxExpirationSeconds + 3600)
+      say(`the issued certificate lives ${go.certificate.lifetimeSeconds} s`);
   }
   const o = identity.organization ?? [];
   const sanKinds = views.flatMap((v) => v.sanTags ?? []);
@@ -141,11 +153,14 @@ export function policyProblems(csr: KubeObject, go: { request?: GoView; certific
   if (new Set(usages).size !== usages.length) say(`usages repeat: ${usages.join(', ')}`);
   switch (csr.spec.signerName) {
     case KUBE_APISERVER_CLIENT: {
-      if (identity.commonName !== policy.kubeProxyCommonName) say(`CN ${JSON.stringify(identity.commonName)} is not ${policy.kubeProxyCommonName}`);
+      if (identity.commonName !== policy.kubeProxyCommonName)
+        say(`CN ${JSON.stringify(identity.commonName)} is not ${policy.kubeProxyCommonName}`);
       if (o.length > 0) say(`O ${JSON.stringify(o)} is not empty`);
-      if (sanKinds.length > 0 || views.some((v) => (v.extensions ?? []).includes(OIDS.subjectAltName))) say(`SANs on a client certificate (kinds ${sanKinds.join(',')})`);
+      if (sanKinds.length > 0 || views.some((v) => (v.extensions ?? []).includes(OIDS.subjectAltName)))
+        say(`SANs on a client certificate (kinds ${sanKinds.join(',')})`);
       if (!(sameSet(usages, [DS, CA]) || (rsa && sameSet(usages, [DS, KE, CA])))) say(`usages ${usages.join(', ')}`);
-      if (go.certificate && !go.certificate.error && !sameSet((go.certificate.extKeyUsage ?? []).map(String), ['2'])) say(`issued EKU ${go.certificate.extKeyUsage}`);
+      if (go.certificate && !go.certificate.error && !sameSet((go.certificate.extKeyUsage ?? []).map(String), ['2']))
+        say(`issued EKU ${go.certificate.extKeyUsage}`);
       break;
     }
     case KUBELET_SERVING: {
@@ -158,7 +173,8 @@ export function policyProblems(csr: KubeObject, go: { request?: GoView; certific
       const allowedDns = new Set([node, `${node}.${policy.dnsSuffix}`].map((n) => String(n).toLowerCase()));
       for (const d of dns) if (!allowedDns.has(d.toLowerCase())) say(`DNS SAN ${d} is not the node's`);
       const nodeIps = world.nodes.get(node ?? '') ?? [];
-      for (const ip of ips) if (!nodeIps.includes(ip) || !inCidr(ip, policy.ipv4Cidr)) say(`IP SAN ${ip} is not the node's in ${policy.ipv4Cidr}`);
+      for (const ip of ips)
+        if (!nodeIps.includes(ip) || !inCidr(ip, policy.ipv4Cidr)) say(`IP SAN ${ip} is not the node's in ${policy.ipv4Cidr}`);
       const ok = usages.includes(DS) && usages.includes(SA) && usages.every((u) => [DS, SA, KE].includes(u));
       if (!ok) say(`usages ${usages.join(', ')}`);
       break;
@@ -168,4 +184,3 @@ export function policyProblems(csr: KubeObject, go: { request?: GoView; certific
   }
   return problems;
 }
-

@@ -34,7 +34,14 @@ export function nodeBinaries(): Promise<NodeBinaries> {
 }
 
 /** The sysctls the kubelet sets (container_manager_linux.go setupKernelTunables); each gets a private file. */
-const KUBELET_SYSCTLS = ['vm/overcommit_memory', 'vm/panic_on_oom', 'kernel/panic', 'kernel/panic_on_oops', 'kernel/keys/root_maxkeys', 'kernel/keys/root_maxbytes'];
+const KUBELET_SYSCTLS = [
+  'vm/overcommit_memory',
+  'vm/panic_on_oom',
+  'kernel/panic',
+  'kernel/panic_on_oops',
+  'kernel/keys/root_maxkeys',
+  'kernel/keys/root_maxbytes',
+];
 
 /**
  * Runs in a fresh mount namespace (unshare --mount, private propagation):
@@ -108,44 +115,62 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
     await waitReady(fakecri, 'fakecri socket', async () => readdirSync(join(o.dir, 'run')).includes('cri.sock'), 30_000);
 
     const kubeletConfig = join(o.dir, 'kubelet-config.yaml');
-    writeFileSync(kubeletConfig, stringify({
-      apiVersion: 'kubelet.config.k8s.io/v1beta1',
-      kind: 'KubeletConfiguration',
-      containerRuntimeEndpoint: `unix://${socket}`,
-      imageServiceEndpoint: `unix://${socket}`,
-      address: o.net.nodeIp,
-      port: 10250,
-      readOnlyPort: 0,
-      healthzBindAddress: '127.0.0.1',
-      healthzPort: 10248,
-      authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, x509: { clientCAFile: o.caFile } },
-      authorization: { mode: 'Webhook' },
-      // kubeboot renews the client certificate; the kubelet only re-reads the files (client-go's reload).
-      rotateCertificates: false,
-      ...(o.kubeletServing ? { tlsCertFile: o.kubeletServing.certFile, tlsPrivateKeyFile: o.kubeletServing.keyFile } : {}),
-      // No QoS cgroups, no node-allocatable enforcement, no iptables chains: nothing on the host to set up.
-      cgroupsPerQOS: false,
-      enforceNodeAllocatable: [],
-      cgroupDriver: 'cgroupfs',
-      makeIPTablesUtilChains: false,
-      failSwapOn: false,
-      // A busy shared disk must not evict the test's pod.
-      evictionHard: { 'memory.available': '0%', 'nodefs.available': '0%', 'imagefs.available': '0%' },
-      imageGCHighThresholdPercent: 100,
-      ...o.kubeletConfig,
-    }));
-    const kubelet = startComponent('kubelet', 'unshare', [
-      '--mount', '--propagation', 'private', '--', 'sh', '-c', CONTAIN, 'contain',
-      d('sysctl'), d('var-upper'), d('var-work'), o.net.path,
-      bin.kubelet,
-      `--config=${kubeletConfig}`,
-      `--kubeconfig=${o.kubeletKubeconfig}`,
-      `--root-dir=${d('kubelet-root')}`,
-      `--cert-dir=${d('kubelet-serving')}`,
-      `--hostname-override=${o.name}`,
-      `--node-ip=${o.net.nodeIp}`,
-      '--v=2',
-    ], join(o.dir, 'kubelet.log'));
+    writeFileSync(
+      kubeletConfig,
+      stringify({
+        apiVersion: 'kubelet.config.k8s.io/v1beta1',
+        kind: 'KubeletConfiguration',
+        containerRuntimeEndpoint: `unix://${socket}`,
+        imageServiceEndpoint: `unix://${socket}`,
+        address: o.net.nodeIp,
+        port: 10250,
+        readOnlyPort: 0,
+        healthzBindAddress: '127.0.0.1',
+        healthzPort: 10248,
+        authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, x509: { clientCAFile: o.caFile } },
+        authorization: { mode: 'Webhook' },
+        // kubeboot renews the client certificate; the kubelet only re-reads the files (client-go's reload).
+        rotateCertificates: false,
+        ...(o.kubeletServing ? { tlsCertFile: o.kubeletServing.certFile, tlsPrivateKeyFile: o.kubeletServing.keyFile } : {}),
+        // No QoS cgroups, no node-allocatable enforcement, no iptables chains: nothing on the host to set up.
+        cgroupsPerQOS: false,
+        enforceNodeAllocatable: [],
+        cgroupDriver: 'cgroupfs',
+        makeIPTablesUtilChains: false,
+        failSwapOn: false,
+        // A busy shared disk must not evict the test's pod.
+        evictionHard: { 'memory.available': '0%', 'nodefs.available': '0%', 'imagefs.available': '0%' },
+        imageGCHighThresholdPercent: 100,
+        ...o.kubeletConfig,
+      }),
+    );
+    const kubelet = startComponent(
+      'kubelet',
+      'unshare',
+      [
+        '--mount',
+        '--propagation',
+        'private',
+        '--',
+        'sh',
+        '-c',
+        CONTAIN,
+        'contain',
+        d('sysctl'),
+        d('var-upper'),
+        d('var-work'),
+        o.net.path,
+        bin.kubelet,
+        `--config=${kubeletConfig}`,
+        `--kubeconfig=${o.kubeletKubeconfig}`,
+        `--root-dir=${d('kubelet-root')}`,
+        `--cert-dir=${d('kubelet-serving')}`,
+        `--hostname-override=${o.name}`,
+        `--node-ip=${o.net.nodeIp}`,
+        '--v=2',
+      ],
+      join(o.dir, 'kubelet.log'),
+    );
     components.push(kubelet);
 
     const node: RealNode = {
@@ -153,22 +178,38 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
       kubelet,
       kubeProxy: undefined,
       varWrites: () => walk(join(o.dir, 'var-upper')),
-      privateSysctls: () => Object.fromEntries(KUBELET_SYSCTLS.map((k) => [k, readFileSync(join(o.dir, 'sysctl', k.replaceAll('/', '.')), 'utf8').trim()])),
+      privateSysctls: () =>
+        Object.fromEntries(KUBELET_SYSCTLS.map((k) => [k, readFileSync(join(o.dir, 'sysctl', k.replaceAll('/', '.')), 'utf8').trim()])),
       async startKubeProxy() {
         const config = join(o.dir, 'kube-proxy-config.yaml');
-        writeFileSync(config, stringify({
-          apiVersion: 'kubeproxy.config.k8s.io/v1alpha1',
-          kind: 'KubeProxyConfiguration',
-          clientConnection: { kubeconfig: o.kubeProxyKubeconfig },
-          hostnameOverride: o.name,
-          mode: 'nftables',
-          bindAddress: o.net.nodeIp,
-          healthzBindAddress: `${o.net.nodeIp}:10256`,
-          metricsBindAddress: '127.0.0.1:10249',
-          // 0 leaves each kernel setting as it is; the conntrack limit is global to the host.
-          conntrack: { maxPerCore: 0, min: 0, tcpEstablishedTimeout: '0s', tcpCloseWaitTimeout: '0s', udpTimeout: '0s', udpStreamTimeout: '0s' },
-        }));
-        const proxy = startComponent('kube-proxy', 'nsenter', [`--net=${o.net.path}`, '--', bin.kubeProxy, `--config=${config}`, '--v=2'], join(o.dir, 'kube-proxy.log'));
+        writeFileSync(
+          config,
+          stringify({
+            apiVersion: 'kubeproxy.config.k8s.io/v1alpha1',
+            kind: 'KubeProxyConfiguration',
+            clientConnection: { kubeconfig: o.kubeProxyKubeconfig },
+            hostnameOverride: o.name,
+            mode: 'nftables',
+            bindAddress: o.net.nodeIp,
+            healthzBindAddress: `${o.net.nodeIp}:10256`,
+            metricsBindAddress: '127.0.0.1:10249',
+            // 0 leaves each kernel setting as it is; the conntrack limit is global to the host.
+            conntrack: {
+              maxPerCore: 0,
+              min: 0,
+              tcpEstablishedTimeout: '0s',
+              tcpCloseWaitTimeout: '0s',
+              udpTimeout: '0s',
+              udpStreamTimeout: '0s',
+            },
+          }),
+        );
+        const proxy = startComponent(
+          'kube-proxy',
+          'nsenter',
+          [`--net=${o.net.path}`, '--', bin.kubeProxy, `--config=${config}`, '--v=2'],
+          join(o.dir, 'kube-proxy.log'),
+        );
         components.push(proxy);
         node.kubeProxy = proxy;
         return proxy;

@@ -77,19 +77,37 @@ if (toolsOrSkip(t, tools, true)) {
   if (plane) {
     // Everything in subtests: an assertion on the root between awaits would let it end early.
     const root = t;
-    await t.test("the cluster side as the README's \"Cluster side\" tells it: manifests, approver-kubeconfig, the approver leading", async (t) => {
-      const approver = startApprover(await installApproverFromDocs(t, plane, dir));
-      // On the root: the approver serves every later subtest.
-      root.teardown(async () => {
-        approver.child.kill('SIGTERM');
-        await approver.done;
-      });
-      await approver.waitForOutput(/became the leader/, 60_000);
-      t.pass('the approver leads with the kubeconfig kubeboot made');
-    });
+    await t.test(
+      'the cluster side as the README\'s "Cluster side" tells it: manifests, approver-kubeconfig, the approver leading',
+      async (t) => {
+        const approver = startApprover(await installApproverFromDocs(t, plane, dir));
+        // On the root: the approver serves every later subtest.
+        root.teardown(async () => {
+          approver.child.kill('SIGTERM');
+          await approver.done;
+        });
+        await approver.waitForOutput(/became the leader/, 60_000);
+        t.pass('the approver leads with the kubeconfig kubeboot made');
+      },
+    );
 
     const userData = async (t: Test, served: Served, format: 'cloud-config' | 'script') => {
-      const out = await kubeboot(t, ['user-data', '--kubeconfig', plane.adminKubeconfig, '--create-token', '--ttl', '15m', '--repo-url', `${served.base}/apt`, '--repo-key', repo.key, '--format', format, '--set', 'listen=off']);
+      const out = await kubeboot(t, [
+        'user-data',
+        '--kubeconfig',
+        plane.adminKubeconfig,
+        '--create-token',
+        '--ttl',
+        '15m',
+        '--repo-url',
+        `${served.base}/apt`,
+        '--repo-key',
+        repo.key,
+        '--format',
+        format,
+        '--set',
+        'listen=off',
+      ]);
       t.equal(out.code, 0, out.stderr);
       const token = /\b([a-z0-9]{6})\.([a-z0-9]{16})\b/.exec(out.stdout);
       t.ok(token, 'the user-data holds a token');
@@ -117,7 +135,11 @@ if (toolsOrSkip(t, tools, true)) {
     for (const format of ['cloud-config', 'script'] as const) {
       await t.test(`${format}: a stock Debian 12 image with cloud-init joins unattended from the signed repository`, async (t) => {
         const ud = await userData(t, good, format);
-        t.match(ud.stderr, `kubeboot token delete ${ud.tokenId}`, 'user-data reminds the admin to delete the token once the pool has booted');
+        t.match(
+          ud.stderr,
+          `kubeboot token delete ${ud.tokenId}`,
+          'user-data reminds the admin to delete the token once the pool has booted',
+        );
         const before = good.served.length;
         const node = await boot(t, ud.text);
 
@@ -134,22 +156,35 @@ if (toolsOrSkip(t, tools, true)) {
         t.equal((await node.exec(['test', '-s', `/var/lib/apt/lists/${listName}`])).code, 0, 'apt kept the InRelease it verified');
         const fetched = good.served.slice(before);
         t.ok(fetched.includes('/apt/dists/stable/InRelease'), 'apt fetched the signed InRelease');
-        t.ok(fetched.some((p) => p.startsWith('/apt/pool/main/kubeboot_') && p.endsWith('_amd64.deb')), 'and the package');
+        t.ok(
+          fetched.some((p) => p.startsWith('/apt/pool/main/kubeboot_') && p.endsWith('_amd64.deb')),
+          'and the package',
+        );
         t.equal((await node.run(['cat', '/etc/apt/sources.list'])).trim(), '', 'no other source was added (nothing left loopback)');
 
         t.equal(await node.unitProperty('kubeboot.service', 'ActiveState'), 'active', 'kubeboot started');
         const kubeletConf = statSync(join(node.root, 'etc/kubernetes/kubelet.conf'));
-        t.comment(`${format}: container start to kubelet.conf: ${((kubeletConf.mtimeMs - node.startedAt) / 1000).toFixed(1)} s; boot finished after ${(node.bootMs / 1000).toFixed(1)} s`);
+        t.comment(
+          `${format}: container start to kubelet.conf: ${((kubeletConf.mtimeMs - node.startedAt) / 1000).toFixed(1)} s; boot finished after ${(node.bootMs / 1000).toFixed(1)} s`,
+        );
         t.equal(await whoami(node, '/etc/kubernetes/kubelet.conf'), `system:node:${node.name}`, 'kubelet.conf works as the node');
-        const proxy = await plane.admin.waitFor('kube-proxy.conf to work', async () => {
-          const who = await whoami(node, '/etc/kubernetes/kube-proxy.conf');
-          return who.startsWith('kubectl exited') ? undefined : who;
-        }, 120_000);
+        const proxy = await plane.admin.waitFor(
+          'kube-proxy.conf to work',
+          async () => {
+            const who = await whoami(node, '/etc/kubernetes/kube-proxy.conf');
+            return who.startsWith('kubectl exited') ? undefined : who;
+          },
+          120_000,
+        );
         t.equal(proxy, 'system:kube-proxy', 'kube-proxy.conf works');
-        await plane.admin.waitFor('the token file and the bootstrap kubeconfig to be gone', async () => {
-          const left = await node.exec(['ls', '/etc/kubernetes/bootstrap-token', '/etc/kubernetes/bootstrap-kubelet.conf']);
-          return left.stdout.trim() === '' ? true : undefined;
-        }, 120_000);
+        await plane.admin.waitFor(
+          'the token file and the bootstrap kubeconfig to be gone',
+          async () => {
+            const left = await node.exec(['ls', '/etc/kubernetes/bootstrap-token', '/etc/kubernetes/bootstrap-kubelet.conf']);
+            return left.stdout.trim() === '' ? true : undefined;
+          },
+          120_000,
+        );
         t.pass('the bootstrap token files are gone');
 
         // cloud-init's own copies of the user-data: kubeboot names each one it finds.
@@ -189,7 +224,11 @@ async function whoami(node: Container, kubeconfig: string): Promise<string> {
  * file naming it. Returns that config file.
  */
 async function installApproverFromDocs(t: Test, plane: ControlPlane, dir: string): Promise<string> {
-  const admin = kubeClient({ server: plane.server, caPem: plane.caPem, ...(await plane.mintClientCert({ commonName: 'kubeboot-test-admin', organizations: ['system:masters'] })) });
+  const admin = kubeClient({
+    server: plane.server,
+    caPem: plane.caPem,
+    ...(await plane.mintClientCert({ commonName: 'kubeboot-test-admin', organizations: ['system:masters'] })),
+  });
   await applyManifests(admin, approverManifests);
   await admin.close();
   const file = join(dir, 'approver.conf');

@@ -43,55 +43,79 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
   const node: Node = await bootNode(t, plane, config());
   forbid(node.token.secret, node.token.token);
   t.comment(`container ${node.name} booted in ${node.bootMs} ms`);
-  const csrsOf = async (signer?: string) => (await plane.admin.listCsrs()).filter((c: KubeObject) => signer === undefined || c.spec?.signerName === signer);
+  const csrsOf = async (signer?: string) =>
+    (await plane.admin.listCsrs()).filter((c: KubeObject) => signer === undefined || c.spec?.signerName === signer);
   const active = (unit: string) => node.unitProperty(unit, 'ActiveState');
-  const waitActive = (unit: string, what = `${unit} active`) => plane.admin.waitFor(what, async () => ((await active(unit)) === 'active' ? true : undefined), 90_000);
-  const kubeletCredentialTarget = async () => (await node.run(['readlink', '-f', '/var/lib/kubelet/pki/kubelet-client-current.pem'])).trim();
+  const waitActive = (unit: string, what = `${unit} active`) =>
+    plane.admin.waitFor(what, async () => ((await active(unit)) === 'active' ? true : undefined), 90_000);
+  const kubeletCredentialTarget = async () =>
+    (await node.run(['readlink', '-f', '/var/lib/kubelet/pki/kubelet-client-current.pem'])).trim();
 
-  await t.test('boot to credentials: kubeboot goes active only after READY, and the kubelet starts after it with a working kubelet.conf', async (t) => {
-    // cloud-init caches user-data with the token; kubeboot must warn about it.
-    await node.run(['mkdir', '-p', '/var/lib/cloud/instance']);
-    node.writeFile('/var/lib/cloud/instance/user-data.txt', `#cloud-config\nwrite_files:\n  - path: /etc/kubernetes/bootstrap-kubelet.conf\n    content: |\n      token: ${node.token.token}\n`, 0o600);
-    const began = Date.now();
-    t.match(await installPackage(node), /Setting up kubeboot/);
-    await node.run(['systemctl', 'start', '--no-block', 'kubelet.service', 'kube-proxy.service']);
-    // kube-proxy's CSR needs an approver; the test is that approver.
-    const pending = await plane.admin.waitFor(
-      'kube-proxy CSR',
-      async () => (await csrsOf(clientSigner)).find((c) => !c.status?.conditions),
-      90_000,
-    );
-    await plane.admin.approveCsr(pending.metadata.name);
-    await waitActive('kubeboot.service');
-    await waitActive('kubelet.service');
-    await waitActive('kube-proxy.service');
-    t.comment(`package install to kubeboot READY: ${Date.now() - began} ms`);
-    const started = await node.numberProperty('kubeboot.service', 'ExecMainStartTimestampMonotonic');
-    const readyAt = await node.numberProperty('kubeboot.service', 'ActiveEnterTimestampMonotonic');
-    t.comment(`kubeboot process start to READY (kubelet credential issued and proven): ${Math.round((readyAt - started) / 1000)} ms`);
+  await t.test(
+    'boot to credentials: kubeboot goes active only after READY, and the kubelet starts after it with a working kubelet.conf',
+    async (t) => {
+      // cloud-init caches user-data with the token; kubeboot must warn about it.
+      await node.run(['mkdir', '-p', '/var/lib/cloud/instance']);
+      node.writeFile(
+        '/var/lib/cloud/instance/user-data.txt',
+        `#cloud-config\nwrite_files:\n  - path: /etc/kubernetes/bootstrap-kubelet.conf\n    content: |\n      token: ${node.token.token}\n`,
+        0o600,
+      );
+      const began = Date.now();
+      t.match(await installPackage(node), /Setting up kubeboot/);
+      await node.run(['systemctl', 'start', '--no-block', 'kubelet.service', 'kube-proxy.service']);
+      // kube-proxy's CSR needs an approver; the test is that approver.
+      const pending = await plane.admin.waitFor(
+        'kube-proxy CSR',
+        async () => (await csrsOf(clientSigner)).find((c) => !c.status?.conditions),
+        90_000,
+      );
+      await plane.admin.approveCsr(pending.metadata.name);
+      await waitActive('kubeboot.service');
+      await waitActive('kubelet.service');
+      await waitActive('kube-proxy.service');
+      t.comment(`package install to kubeboot READY: ${Date.now() - began} ms`);
+      const started = await node.numberProperty('kubeboot.service', 'ExecMainStartTimestampMonotonic');
+      const readyAt = await node.numberProperty('kubeboot.service', 'ActiveEnterTimestampMonotonic');
+      t.comment(`kubeboot process start to READY (kubelet credential issued and proven): ${Math.round((readyAt - started) / 1000)} ms`);
 
-    const kubeletStart = await node.numberProperty('kubelet.service', 'ExecMainStartTimestampMonotonic');
-    const proxyStart = await node.numberProperty('kube-proxy.service', 'ExecMainStartTimestampMonotonic');
-    t.ok(readyAt > 0 && kubeletStart >= readyAt, `the kubelet started (${kubeletStart} µs) after kubeboot went active (${readyAt} µs)`);
-    t.ok(proxyStart >= readyAt, 'kube-proxy started after kubeboot went active');
-    // Type=notify: active means READY=1 arrived. It must not come before the credential exists.
-    const activeSince = Number(await node.sh('date -d "$(systemctl show -p ActiveEnterTimestamp --value kubeboot.service)" +%s'));
-    const written = Math.floor(statSync(join(node.root, kubeletConf)).mtimeMs / 1000);
-    t.ok(activeSince >= written, `kubeboot went active (${activeSince}) no earlier than kubelet.conf was written (${written})`);
-    t.equal(await node.unitProperty('kubeboot.service', 'Type'), 'notify');
-    const daemonPid = await node.numberProperty('kubeboot.service', 'MainPID');
-    const argv = (await node.run(['cat', `/proc/${daemonPid}/cmdline`])).split('\0');
-    t.same(argv.slice(0, 4), ['/usr/lib/kubeboot/node', '--disable-sigusr1', '--max-semi-space-size=1', '/usr/lib/kubeboot/kubeboot.cjs'], 'the daemon runs on the shipped node with the launcher\'s flags');
+      const kubeletStart = await node.numberProperty('kubelet.service', 'ExecMainStartTimestampMonotonic');
+      const proxyStart = await node.numberProperty('kube-proxy.service', 'ExecMainStartTimestampMonotonic');
+      t.ok(readyAt > 0 && kubeletStart >= readyAt, `the kubelet started (${kubeletStart} µs) after kubeboot went active (${readyAt} µs)`);
+      t.ok(proxyStart >= readyAt, 'kube-proxy started after kubeboot went active');
+      // Type=notify: active means READY=1 arrived. It must not come before the credential exists.
+      const activeSince = Number(await node.sh('date -d "$(systemctl show -p ActiveEnterTimestamp --value kubeboot.service)" +%s'));
+      const written = Math.floor(statSync(join(node.root, kubeletConf)).mtimeMs / 1000);
+      t.ok(activeSince >= written, `kubeboot went active (${activeSince}) no earlier than kubelet.conf was written (${written})`);
+      t.equal(await node.unitProperty('kubeboot.service', 'Type'), 'notify');
+      const daemonPid = await node.numberProperty('kubeboot.service', 'MainPID');
+      const argv = (await node.run(['cat', `/proc/${daemonPid}/cmdline`])).split('\0');
+      t.same(
+        argv.slice(0, 4),
+        ['/usr/lib/kubeboot/node', '--disable-sigusr1', '--max-semi-space-size=1', '/usr/lib/kubeboot/kubeboot.cjs'],
+        "the daemon runs on the shipped node with the launcher's flags",
+      );
 
-    t.same(await node.standInRecorded('kubelet', 1), [`system:node:${node.name}`], 'the kubelet found a working kubelet.conf at its first start');
-    t.same(await node.standInRecorded('kube-proxy', 1), ['system:kube-proxy'], 'kube-proxy found a working kube-proxy.conf at its first start');
-    // Deleted once every identity is proven: kube-proxy's proof may finish just after its start.
-    await plane.admin.waitFor('the bootstrap kubeconfig deleted', async () => ((await node.exec(['test', '-e', '/etc/kubernetes/bootstrap-kubelet.conf'])).code === 1 ? true : undefined));
-    t.pass('the bootstrap kubeconfig is gone');
-    const mode = statSync(join(node.root, '/var/lib/kubeboot')).mode & 0o777;
-    t.equal(mode, 0o700, 'tmpfiles.d made /var/lib/kubeboot 0700');
-    t.equal((await node.run(['systemctl', 'is-enabled', 'kubeboot.service'])).trim(), 'enabled', 'the postinst enabled the unit');
-  });
+      t.same(
+        await node.standInRecorded('kubelet', 1),
+        [`system:node:${node.name}`],
+        'the kubelet found a working kubelet.conf at its first start',
+      );
+      t.same(
+        await node.standInRecorded('kube-proxy', 1),
+        ['system:kube-proxy'],
+        'kube-proxy found a working kube-proxy.conf at its first start',
+      );
+      // Deleted once every identity is proven: kube-proxy's proof may finish just after its start.
+      await plane.admin.waitFor('the bootstrap kubeconfig deleted', async () =>
+        (await node.exec(['test', '-e', '/etc/kubernetes/bootstrap-kubelet.conf'])).code === 1 ? true : undefined,
+      );
+      t.pass('the bootstrap kubeconfig is gone');
+      const mode = statSync(join(node.root, '/var/lib/kubeboot')).mode & 0o777;
+      t.equal(mode, 0o700, 'tmpfiles.d made /var/lib/kubeboot 0700');
+      t.equal((await node.run(['systemctl', 'is-enabled', 'kubeboot.service'])).trim(), 'enabled', 'the postinst enabled the unit');
+    },
+  );
 
   await t.test('the journal holds one readable line per message with its priority, so -p warning shows exactly the warnings', async (t) => {
     const entries = (await node.run(['journalctl', '--no-pager', '-o', 'json', '-u', 'kubeboot.service', '_TRANSPORT=stdout']))
@@ -104,9 +128,20 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
       [],
       'readable lines: no JSON, no priority prefix left in the text',
     );
-    t.ok(entries.some((e) => e.PRIORITY === '6'), 'info lines at priority 6');
-    const warnings = (await node.run(['journalctl', '--no-pager', '-o', 'cat', '-u', 'kubeboot.service', '_TRANSPORT=stdout', '-p', 'warning'])).split('\n').filter(Boolean);
-    t.match(warnings.join('\n'), /bootstrap token is still present in \/var\/lib\/cloud\/instance\/user-data\.txt/, 'the cloud-init warning is a warning');
+    t.ok(
+      entries.some((e) => e.PRIORITY === '6'),
+      'info lines at priority 6',
+    );
+    const warnings = (
+      await node.run(['journalctl', '--no-pager', '-o', 'cat', '-u', 'kubeboot.service', '_TRANSPORT=stdout', '-p', 'warning'])
+    )
+      .split('\n')
+      .filter(Boolean);
+    t.match(
+      warnings.join('\n'),
+      /bootstrap token is still present in \/var\/lib\/cloud\/instance\/user-data\.txt/,
+      'the cloud-init warning is a warning',
+    );
     t.same(
       warnings,
       entries.filter((e) => Number(e.PRIORITY) <= 4).map((e) => e.MESSAGE),
@@ -116,71 +151,98 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
     assertNoSecrets(t, await node.journal([]), 'the whole journal');
   });
 
-  await t.test('the sandbox suffices: /metrics, a timer renewal with its post-renewal hook, reload renews, live exposure as offline', async (t) => {
-    const metrics = await fetch(`http://127.0.0.1:${port}/metrics`);
-    t.equal(metrics.status, 200);
-    t.match(await metrics.text(), /kubeboot_certificate_expiration_timestamp_seconds/, '/metrics served from inside the sandbox');
+  await t.test(
+    'the sandbox suffices: /metrics, a timer renewal with its post-renewal hook, reload renews, live exposure as offline',
+    async (t) => {
+      const metrics = await fetch(`http://127.0.0.1:${port}/metrics`);
+      t.equal(metrics.status, 200);
+      t.match(await metrics.text(), /kubeboot_certificate_expiration_timestamp_seconds/, '/metrics served from inside the sandbox');
 
-    const before = await kubeletCredentialTarget();
-    const kubeletCsrs = async () => (await csrsOf('kubernetes.io/kube-apiserver-client-kubelet')).length;
-    const csrsBefore = await kubeletCsrs();
-    // A margin 10 s short of the 10-minute lifetime: the renewal timer fires
-    // soon after each issue (held 30 s apart, 5 % of the lifetime, by the
-    // daemon's guard). Config changes take effect on reload.
-    node.writeFile('/etc/kubeboot/config.yaml', config('590s'));
-    await node.run(['systemctl', 'reload', 'kubeboot.service']);
-    await plane.admin.waitFor('a renewal by reload, then one by the timer', async () => ((await kubeletCsrs()) >= csrsBefore + 2 ? true : undefined), 120_000);
-    node.writeFile('/etc/kubeboot/config.yaml', config());
-    await node.run(['systemctl', 'reload', 'kubeboot.service']);
-    const after = await plane.admin.waitFor('the kubelet credential of the last renewal', async () => {
-      const target = await kubeletCredentialTarget();
-      return target !== before ? target : undefined;
-    });
-    t.not(after, before, 'a new dated kubelet credential file');
-    const starts = await node.standInRecorded('kubelet', 2);
-    t.same(new Set(starts), new Set([`system:node:${node.name}`]), `the hook restarted the kubelet (${starts.length} starts), each time with a working kubelet.conf`);
-    t.equal(await active('kubeboot.service'), 'active');
+      const before = await kubeletCredentialTarget();
+      const kubeletCsrs = async () => (await csrsOf('kubernetes.io/kube-apiserver-client-kubelet')).length;
+      const csrsBefore = await kubeletCsrs();
+      // A margin 10 s short of the 10-minute lifetime: the renewal timer fires
+      // soon after each issue (held 30 s apart, 5 % of the lifetime, by the
+      // daemon's guard). Config changes take effect on reload.
+      node.writeFile('/etc/kubeboot/config.yaml', config('590s'));
+      await node.run(['systemctl', 'reload', 'kubeboot.service']);
+      await plane.admin.waitFor(
+        'a renewal by reload, then one by the timer',
+        async () => ((await kubeletCsrs()) >= csrsBefore + 2 ? true : undefined),
+        120_000,
+      );
+      node.writeFile('/etc/kubeboot/config.yaml', config());
+      await node.run(['systemctl', 'reload', 'kubeboot.service']);
+      const after = await plane.admin.waitFor('the kubelet credential of the last renewal', async () => {
+        const target = await kubeletCredentialTarget();
+        return target !== before ? target : undefined;
+      });
+      t.not(after, before, 'a new dated kubelet credential file');
+      const starts = await node.standInRecorded('kubelet', 2);
+      t.same(
+        new Set(starts),
+        new Set([`system:node:${node.name}`]),
+        `the hook restarted the kubelet (${starts.length} starts), each time with a working kubelet.conf`,
+      );
+      t.equal(await active('kubeboot.service'), 'active');
 
-    const live = await node.run(['systemd-analyze', 'security', 'kubeboot.service']);
-    const offline = await node.run(['systemd-analyze', 'security', '--offline=true', '/usr/lib/systemd/system/kubeboot.service']);
-    const exposure = (text: string) => /Overall exposure level for kubeboot\.service: ([\d.]+ \S+)/.exec(text)?.[1];
-    t.ok(exposure(live), 'live exposure reported');
-    t.comment(`systemd-analyze security, live: ${exposure(live)}, offline: ${exposure(offline)}`);
-    t.equal(exposure(live), exposure(offline), 'the running unit is exactly as exposed as the shipped file says');
-  });
+      const live = await node.run(['systemd-analyze', 'security', 'kubeboot.service']);
+      const offline = await node.run(['systemd-analyze', 'security', '--offline=true', '/usr/lib/systemd/system/kubeboot.service']);
+      const exposure = (text: string) => /Overall exposure level for kubeboot\.service: ([\d.]+ \S+)/.exec(text)?.[1];
+      t.ok(exposure(live), 'live exposure reported');
+      t.comment(`systemd-analyze security, live: ${exposure(live)}, offline: ${exposure(offline)}`);
+      t.equal(exposure(live), exposure(offline), 'the running unit is exactly as exposed as the shipped file says');
+    },
+  );
 
-  await t.test('watchdog: a stopped daemon is killed and restarted after WatchdogSec, and comes back READY with its credentials', async (t) => {
-    await node.run(['mkdir', '-p', '/etc/systemd/system/kubeboot.service.d']);
-    node.writeFile('/etc/systemd/system/kubeboot.service.d/50-test.conf', fastDropIn);
-    await node.run(['systemctl', 'daemon-reload']);
-    await node.run(['systemctl', 'restart', 'kubeboot.service']);
-    t.equal(await node.unitProperty('kubeboot.service', 'WatchdogUSec'), '10s');
-    const credential = await kubeletCredentialTarget();
-    const csrs = (await csrsOf()).length;
-    const restarts = await node.numberProperty('kubeboot.service', 'NRestarts');
-    const pid = await node.numberProperty('kubeboot.service', 'MainPID');
-    const stoppedAt = Date.now();
-    await node.run(['kill', '-STOP', String(pid)]);
-    await plane.admin.waitFor('a restart after the watchdog', async () => ((await node.numberProperty('kubeboot.service', 'NRestarts')) > restarts ? true : undefined), 60_000);
-    await waitActive('kubeboot.service', 'kubeboot READY again');
-    const took = Date.now() - stoppedAt;
-    t.comment(`kill -STOP to READY again: ${took} ms`);
-    const journal = await node.journal(['-u', 'kubeboot.service', '--since', '-2min']);
-    t.match(journal, /Watchdog timeout/, 'systemd saw the watchdog timeout');
-    t.comment(`systemd said:\n${journal.split('\n').filter((l) => /Watchdog|signal|Main process exited|Failed with result|Scheduled restart/.test(l)).join('\n')}`);
-    t.equal(await node.numberProperty('kubeboot.service', 'NRestarts'), restarts + 1, 'exactly one restart: no false alarm while it ran');
-    t.ok(took >= 10_000, 'not before WatchdogSec');
-    t.not(await node.numberProperty('kubeboot.service', 'MainPID'), pid, 'a new main process');
-    t.equal(await kubeletCredentialTarget(), credential, 'the credential survived');
-    t.equal((await csrsOf()).length, csrs, 'no new CSR: the restarted daemon trusted what was on disk');
-    t.equal(await node.whoami(kubeletConf), `system:node:${node.name}`);
-  });
+  await t.test(
+    'watchdog: a stopped daemon is killed and restarted after WatchdogSec, and comes back READY with its credentials',
+    async (t) => {
+      await node.run(['mkdir', '-p', '/etc/systemd/system/kubeboot.service.d']);
+      node.writeFile('/etc/systemd/system/kubeboot.service.d/50-test.conf', fastDropIn);
+      await node.run(['systemctl', 'daemon-reload']);
+      await node.run(['systemctl', 'restart', 'kubeboot.service']);
+      t.equal(await node.unitProperty('kubeboot.service', 'WatchdogUSec'), '10s');
+      const credential = await kubeletCredentialTarget();
+      const csrs = (await csrsOf()).length;
+      const restarts = await node.numberProperty('kubeboot.service', 'NRestarts');
+      const pid = await node.numberProperty('kubeboot.service', 'MainPID');
+      const stoppedAt = Date.now();
+      await node.run(['kill', '-STOP', String(pid)]);
+      await plane.admin.waitFor(
+        'a restart after the watchdog',
+        async () => ((await node.numberProperty('kubeboot.service', 'NRestarts')) > restarts ? true : undefined),
+        60_000,
+      );
+      await waitActive('kubeboot.service', 'kubeboot READY again');
+      const took = Date.now() - stoppedAt;
+      t.comment(`kill -STOP to READY again: ${took} ms`);
+      const journal = await node.journal(['-u', 'kubeboot.service', '--since', '-2min']);
+      t.match(journal, /Watchdog timeout/, 'systemd saw the watchdog timeout');
+      t.comment(
+        `systemd said:\n${journal
+          .split('\n')
+          .filter((l) => /Watchdog|signal|Main process exited|Failed with result|Scheduled restart/.test(l))
+          .join('\n')}`,
+      );
+      t.equal(await node.numberProperty('kubeboot.service', 'NRestarts'), restarts + 1, 'exactly one restart: no false alarm while it ran');
+      t.ok(took >= 10_000, 'not before WatchdogSec');
+      t.not(await node.numberProperty('kubeboot.service', 'MainPID'), pid, 'a new main process');
+      t.equal(await kubeletCredentialTarget(), credential, 'the credential survived');
+      t.equal((await csrsOf()).length, csrs, 'no new CSR: the restarted daemon trusted what was on disk');
+      t.equal(await node.whoami(kubeletConf), `system:node:${node.name}`);
+    },
+  );
 
   await t.test('Restart=on-failure brings the daemon back after kill -9; stop is quick and clean', async (t) => {
     const restarts = await node.numberProperty('kubeboot.service', 'NRestarts');
     const pid = await node.numberProperty('kubeboot.service', 'MainPID');
     await node.run(['kill', '-KILL', String(pid)]);
-    await plane.admin.waitFor('a restart after kill -9', async () => ((await node.numberProperty('kubeboot.service', 'NRestarts')) > restarts ? true : undefined), 60_000);
+    await plane.admin.waitFor(
+      'a restart after kill -9',
+      async () => ((await node.numberProperty('kubeboot.service', 'NRestarts')) > restarts ? true : undefined),
+      60_000,
+    );
     await waitActive('kubeboot.service');
     t.not(await node.numberProperty('kubeboot.service', 'MainPID'), pid);
 
@@ -216,7 +278,14 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
     await installPackage(node, '/var/tmp/upgrade.deb');
     // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own format, not a template
     t.equal((await node.run(['dpkg-query', '-W', '-f=${Version}', 'kubeboot'])).trim(), `${version}+upgrade1`);
-    await plane.admin.waitFor('the upgraded daemon running', async () => ((await node.numberProperty('kubeboot.service', 'MainPID')) !== pid && (await active('kubeboot.service')) === 'active' ? true : undefined), 90_000);
+    await plane.admin.waitFor(
+      'the upgraded daemon running',
+      async () =>
+        (await node.numberProperty('kubeboot.service', 'MainPID')) !== pid && (await active('kubeboot.service')) === 'active'
+          ? true
+          : undefined,
+      90_000,
+    );
     t.pass('the daemon was restarted and is READY');
     t.equal((await csrsOf()).length, csrs, 'no new CSR');
   });
@@ -238,25 +307,31 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
     t.equal(await node.whoami(kubeProxyConf), 'system:kube-proxy');
   });
 
-  await t.test('after systemctl disable --now kubeboot kubelet.conf works; masked, the kubelet and kube-proxy restart on their credentials alone', async (t) => {
-    // A node that had it purged installs it again (its credentials exist: postinst starts it).
-    await installPackage(node);
-    await waitActive('kubeboot.service');
-    await node.run(['systemctl', 'disable', '--now', 'kubeboot.service']);
-    t.equal((await node.exec(['systemctl', 'is-enabled', 'kubeboot.service'])).stdout.trim(), 'disabled');
-    t.not(await active('kubeboot.service'), 'active');
-    t.equal(await node.whoami(kubeletConf), `system:node:${node.name}`, 'kubelet.conf works');
-    // What the README says: disabled is not off, the drop-ins' Wants= start it with the kubelet.
-    await node.run(['systemctl', 'restart', 'kubelet.service']);
-    t.equal(await active('kubeboot.service'), 'active', "a disabled kubeboot is started again by the kubelet's Wants=");
-    // Masked, it stays off, and the restarts prove the kubelet's and
-    // kube-proxy's (ExecStartPre=kubeboot wait) independence.
-    await node.run(['systemctl', 'mask', '--now', 'kubeboot.service']);
-    for (const [unit, who] of [['kubelet', `system:node:${node.name}`], ['kube-proxy', 'system:kube-proxy']] as const) {
-      const starts = (await node.standInStarts(unit)).length;
-      await node.run(['systemctl', 'restart', `${unit}.service`]);
-      t.equal((await node.standInRecorded(unit, starts + 1)).at(-1), who, `${unit} restarts and runs on its credentials`);
-    }
-    t.equal(await active('kubeboot.service'), 'inactive', 'without kubeboot running');
-  });
+  await t.test(
+    'after systemctl disable --now kubeboot kubelet.conf works; masked, the kubelet and kube-proxy restart on their credentials alone',
+    async (t) => {
+      // A node that had it purged installs it again (its credentials exist: postinst starts it).
+      await installPackage(node);
+      await waitActive('kubeboot.service');
+      await node.run(['systemctl', 'disable', '--now', 'kubeboot.service']);
+      t.equal((await node.exec(['systemctl', 'is-enabled', 'kubeboot.service'])).stdout.trim(), 'disabled');
+      t.not(await active('kubeboot.service'), 'active');
+      t.equal(await node.whoami(kubeletConf), `system:node:${node.name}`, 'kubelet.conf works');
+      // What the README says: disabled is not off, the drop-ins' Wants= start it with the kubelet.
+      await node.run(['systemctl', 'restart', 'kubelet.service']);
+      t.equal(await active('kubeboot.service'), 'active', "a disabled kubeboot is started again by the kubelet's Wants=");
+      // Masked, it stays off, and the restarts prove the kubelet's and
+      // kube-proxy's (ExecStartPre=kubeboot wait) independence.
+      await node.run(['systemctl', 'mask', '--now', 'kubeboot.service']);
+      for (const [unit, who] of [
+        ['kubelet', `system:node:${node.name}`],
+        ['kube-proxy', 'system:kube-proxy'],
+      ] as const) {
+        const starts = (await node.standInStarts(unit)).length;
+        await node.run(['systemctl', 'restart', `${unit}.service`]);
+        t.equal((await node.standInRecorded(unit, starts + 1)).at(-1), who, `${unit} restarts and runs on its credentials`);
+      }
+      t.equal(await active('kubeboot.service'), 'inactive', 'without kubeboot running');
+    },
+  );
 }

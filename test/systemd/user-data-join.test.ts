@@ -16,7 +16,18 @@ if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], 
   const plane = await controlPlaneOrSkip(t, { name: 'user-data-join' });
   if (plane) {
     await t.test('a node booted with kubeboot user-data starts kubeboot from the package, joins, and keeps no token', async (t) => {
-      const out = await kubeboot(t, ['user-data', '--kubeconfig', plane.adminKubeconfig, '--create-token', '--ttl', '15m', '--set', 'listen=off', '--set', 'kubeProxy.enabled=false']);
+      const out = await kubeboot(t, [
+        'user-data',
+        '--kubeconfig',
+        plane.adminKubeconfig,
+        '--create-token',
+        '--ttl',
+        '15m',
+        '--set',
+        'listen=off',
+        '--set',
+        'kubeProxy.enabled=false',
+      ]);
       t.equal(out.code, 0, out.stderr);
       const doc = parse(out.stdout) as { write_files: { path: string; permissions: string; content: string }[] };
       const token = doc.write_files.find((f) => f.path === '/etc/kubernetes/bootstrap-token');
@@ -26,12 +37,20 @@ if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], 
       const node = await bootNode(t, plane, 'listen: off\n', { bootstrapKubeconfig: false });
       for (const f of doc.write_files) node.writeFile(f.path, f.content, Number.parseInt(f.permissions, 8));
       await installPackage(node);
-      await plane.admin.waitFor('kubeboot.service active (READY)', async () => ((await node.unitProperty('kubeboot.service', 'ActiveState')) === 'active' ? true : undefined), 120_000);
+      await plane.admin.waitFor(
+        'kubeboot.service active (READY)',
+        async () => ((await node.unitProperty('kubeboot.service', 'ActiveState')) === 'active' ? true : undefined),
+        120_000,
+      );
       t.equal(await node.whoami('/etc/kubernetes/kubelet.conf'), `system:node:${node.name}`, 'kubelet.conf works');
-      await plane.admin.waitFor('the token file and the written bootstrap kubeconfig to be gone', async () => {
-        const left = await node.exec(['ls', '/etc/kubernetes/bootstrap-token', '/etc/kubernetes/bootstrap-kubelet.conf']);
-        return left.stdout.trim() === '' ? true : undefined;
-      }, 120_000);
+      await plane.admin.waitFor(
+        'the token file and the written bootstrap kubeconfig to be gone',
+        async () => {
+          const left = await node.exec(['ls', '/etc/kubernetes/bootstrap-token', '/etc/kubernetes/bootstrap-kubelet.conf']);
+          return left.stdout.trim() === '' ? true : undefined;
+        },
+        120_000,
+      );
       t.pass('no token left on the node');
     });
   }

@@ -8,7 +8,9 @@ const root = new URL('../../', import.meta.url).pathname;
 
 async function sources(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { withFileTypes: true });
-  const nested = await Promise.all(entries.map((e) => (e.isDirectory() ? sources(join(dir, e.name)) : Promise.resolve(e.name.endsWith('.ts') ? [join(dir, e.name)] : []))));
+  const nested = await Promise.all(
+    entries.map((e) => (e.isDirectory() ? sources(join(dir, e.name)) : Promise.resolve(e.name.endsWith('.ts') ? [join(dir, e.name)] : []))),
+  );
   return nested.flat();
 }
 
@@ -19,11 +21,16 @@ const named = (text: string) => new Set([...text.matchAll(/`([a-z-]+(?:\/[a-z-]+
 t.test('the modules that import node:fs are the ones docs/architecture.md names', async (t) => {
   const files = await sources(join(root, 'agent'));
   const importers: string[] = [];
-  for (const file of files) if (/from 'node:fs(?:\/promises)?'/.test(await readFile(file, 'utf8'))) importers.push(relative(join(root, 'agent'), file));
+  for (const file of files)
+    if (/from 'node:fs(?:\/promises)?'/.test(await readFile(file, 'utf8'))) importers.push(relative(join(root, 'agent'), file));
   const listed = named(section.split('The process environment')[0] ?? '');
   const allowed = (f: string) => listed.has(f) || f.startsWith('store/') || f === 'read-optional.ts';
   t.same(importers.filter((f) => !allowed(f)).sort(), [], 'every importer is named (or is store/ or read-optional.ts)');
-  t.same([...listed].filter((f) => !importers.includes(f) && !f.startsWith('store/') && f !== 'read-optional.ts').sort(), [], 'and every named one still imports it');
+  t.same(
+    [...listed].filter((f) => !importers.includes(f) && !f.startsWith('store/') && f !== 'read-optional.ts').sort(),
+    [],
+    'and every named one still imports it',
+  );
 });
 
 t.test('the modules that read process.env are the ones docs/architecture.md names', async (t) => {

@@ -12,7 +12,8 @@ const approverDoc = await readFile(new URL('../../docs/approver.md', import.meta
 t.test("docs/approver.md's rule tables are generated from the rules themselves", async (t) => {
   const section = approverDoc.split('<!-- rules:begin')[1]?.split('<!-- rules:end -->')[0] ?? '';
   t.equal(section.slice(section.indexOf('\n') + 1), renderRuleTables(), 'regenerate them from agent/approver/policy.ts (npm run docs)');
-  for (const spec of Object.values(POLICIES)) for (const rule of spec.rules) t.match(section, `| \`${rule.name}\` |`, `${spec.name}: ${rule.name} is in the table`);
+  for (const spec of Object.values(POLICIES))
+    for (const rule of spec.rules) t.match(section, `| \`${rule.name}\` |`, `${spec.name}: ${rule.name} is in the table`);
 });
 
 t.test('the configuration reference in docs/reference.md is the generated options table', async (t) => {
@@ -22,7 +23,8 @@ t.test('the configuration reference in docs/reference.md is the generated option
 
 t.test('--help lists every flag and every exit code the docs document; the README names every command', async (t) => {
   const help = helpText();
-  for (const spec of OPTIONS.filter((o) => o.flag !== null)) t.match(help, `--${spec.type === 'bool' ? '[no-]' : ''}${spec.flag}`, `--help shows --${spec.flag}`);
+  for (const spec of OPTIONS.filter((o) => o.flag !== null))
+    t.match(help, `--${spec.type === 'bool' ? '[no-]' : ''}${spec.flag}`, `--help shows --${spec.flag}`);
   for (const code of ['0', '1', '2', '3', '4']) {
     t.match(reference, new RegExp(`\\n\\| ${code} \\|`), `docs/reference.md documents exit code ${code}`);
     t.match(readme, new RegExp(`\\b${code}\\s+\\(`), `the README names exit code ${code}`);
@@ -41,7 +43,7 @@ t.test('the unit, the package scripts and packaging/README.md name the same path
   const script = /kubeboot_has_credentials\(\) \{[^}]*\}/s.exec(await read('packaging/maintscript.sh'))?.[0] ?? '';
   const scripted = [...script.matchAll(/\[ -e (\S+) \]/g)].map((m) => m[1]!).sort();
   t.ok(unit.length >= 3, `the unit has its conditions: ${unit.join(', ')}`);
-  t.same(scripted, unit, 'postinst starts the unit on exactly the unit\'s conditions');
+  t.same(scripted, unit, "postinst starts the unit on exactly the unit's conditions");
   const doc = (await read('packaging/README.md')).replace(/\s+/g, ' ');
   const install = /- install: (.*?)- upgrade:/.exec(doc)?.[1] ?? '';
   t.same([...install.matchAll(/`(\/etc\/kubernetes\/[^`]+)`/g)].map((m) => m[1]!).sort(), unit, 'packaging/README.md lists the same paths');
@@ -51,7 +53,10 @@ t.test('the unit, the package scripts and packaging/README.md name the same path
 
 /** The flags a help text lists, one per option entry (`--[no-]x` counts as `--x`). */
 function listedFlags(help: string): string[] {
-  return [...help.matchAll(/^ {2}--(?:\[no-\])?(?:no-)?([a-z0-9-]+)/gm)].map((m) => m[1]!).filter((f) => f !== 'help').sort();
+  return [...help.matchAll(/^ {2}--(?:\[no-\])?(?:no-)?([a-z0-9-]+)/gm)]
+    .map((m) => m[1]!)
+    .filter((f) => f !== 'help')
+    .sort();
 }
 
 t.test("each command's --help lists exactly the options it takes, from the options table", async (t) => {
@@ -61,9 +66,14 @@ t.test("each command's --help lists exactly the options it takes, from the optio
     t.match(help, new RegExp(`^Usage: kubeboot ${command}[ \\n]`), `${command}: its own usage line`);
     const own = COMMAND_FLAGS.filter((c) => c.commands.includes(command)).map((c) => c.flag);
     const options = [...COMMAND_HELP[command].options];
-    for (const flag of options) t.ok(OPTIONS.some((o) => o.flag === flag), `${command}: --${flag} is in the options table`);
+    for (const flag of options)
+      t.ok(
+        OPTIONS.some((o) => o.flag === flag),
+        `${command}: --${flag} is in the options table`,
+      );
     t.same(listedFlags(help), [...own, ...options].sort(), `${command}: its command flags and the table options it reads, nothing else`);
-    for (const flag of Object.keys(COMMAND_HELP[command].meanings ?? {})) t.ok([...own, ...options].includes(flag), `${command}: a meaning for --${flag}, which it takes`);
+    for (const flag of Object.keys(COMMAND_HELP[command].meanings ?? {}))
+      t.ok([...own, ...options].includes(flag), `${command}: a meaning for --${flag}, which it takes`);
     for (const f of options) read.add(f);
   }
   const unread = OPTIONS.filter((o) => o.flag !== null && !read.has(o.flag)).map((o) => o.flag);

@@ -3,7 +3,8 @@ import t from 'tap';
 import { createLogger, isJournalStream, journalLine, resolveLogFormat, scrub } from '../../agent/log.js';
 
 const token = 'abcdef.0123456789abcdef';
-const key = '-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg4LVWM9nuwNSk3yiTO4Ow5Dz4pUBIY9uxgDMyrvoGoAoGCCqGSM49\n-----END EC PRIVATE KEY-----\n';
+const key =
+  '-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBkg4LVWM9nuwNSk3yiTO4Ow5Dz4pUBIY9uxgDMyrvoGoAoGCCqGSM49\n-----END EC PRIVATE KEY-----\n';
 
 t.test('scrub removes bootstrap token secrets, bearer tokens and PEM private keys from text', async (t) => {
   const out = scrub(`token ${token} header Bearer eyJhbGciOi.abc.def key ${key}`);
@@ -14,11 +15,16 @@ t.test('scrub removes bootstrap token secrets, bearer tokens and PEM private key
 });
 
 t.test('scrub removes the values of kubeconfig secret fields, whatever they look like (a hook may print a kubeconfig)', async (t) => {
-  const out = scrub('users:\n- user:\n    token: s3cr3t-static-token\n    client-key-data: LS0tLS1CRUdJTiBFQw==\n{"password": "hunter2"} token=abc');
+  const out = scrub(
+    'users:\n- user:\n    token: s3cr3t-static-token\n    client-key-data: LS0tLS1CRUdJTiBFQw==\n{"password": "hunter2"} token=abc',
+  );
   for (const secret of ['s3cr3t-static-token', 'LS0tLS1CRUdJTiBFQw', 'hunter2', 'token=abc']) t.notMatch(out, secret);
   t.match(out, 'client-key-data: [redacted]');
-  for (const prose of ['kubelet: certificate renewed; token file /etc/kubernetes/bootstrap-token deleted', '/etc/kubeboot/config.yaml: token: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}; the value is not shown)']) {
-    t.equal(scrub(prose), prose, 'kubeboot\'s own words about tokens are left alone');
+  for (const prose of [
+    'kubelet: certificate renewed; token file /etc/kubernetes/bootstrap-token deleted',
+    '/etc/kubeboot/config.yaml: token: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}; the value is not shown)',
+  ]) {
+    t.equal(scrub(prose), prose, "kubeboot's own words about tokens are left alone");
   }
 });
 
@@ -28,7 +34,13 @@ t.test('the logger redacts secret-named fields and secrets inside messages, in J
     let written = '';
     stream.on('data', (d: Buffer) => (written += d.toString()));
     const logger = createLogger({ format, stream });
-    logger.info(`using ${token}`, { token, authorization: `Bearer ${token}`, key, csr: 'node-csr-x', hook: { argv: ['curl', '-H', `Authorization: Bearer ${token}`] } });
+    logger.info(`using ${token}`, {
+      token,
+      authorization: `Bearer ${token}`,
+      key,
+      csr: 'node-csr-x',
+      hook: { argv: ['curl', '-H', `Authorization: Bearer ${token}`] },
+    });
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());
     t.notMatch(written, '0123456789abcdef', `${format}: no token secret`);
     t.notMatch(written, 'MHcCAQEEIBkg', `${format}: no key material`);
@@ -58,13 +70,25 @@ t.test('journal lines carry the sd-daemon priority of their level, so journalctl
 
 t.test('a journal line is the message and its fields as key=value, one line, no timestamp', async (t) => {
   const out = await logged('journal', (l) =>
-    l.warn('renewal failed\nretrying', { identity: 'kubelet', attempt: 3, error: 'connect ECONNREFUSED 127.0.0.1:6443', hook: { argv: ['systemctl', 'restart'] }, ok: false }),
+    l.warn('renewal failed\nretrying', {
+      identity: 'kubelet',
+      attempt: 3,
+      error: 'connect ECONNREFUSED 127.0.0.1:6443',
+      hook: { argv: ['systemctl', 'restart'] },
+      ok: false,
+    }),
   );
-  t.equal(out, '<4>renewal failed\\nretrying identity=kubelet attempt=3 error="connect ECONNREFUSED 127.0.0.1:6443" hook={"argv":["systemctl","restart"]} ok=false\n');
+  t.equal(
+    out,
+    '<4>renewal failed\\nretrying identity=kubelet attempt=3 error="connect ECONNREFUSED 127.0.0.1:6443" hook={"argv":["systemctl","restart"]} ok=false\n',
+  );
 });
 
 t.test('journalLine quotes values that would not read back as one word', async (t) => {
-  t.equal(journalLine({ level: 'info', message: 'm', a: '', b: 'x=y', c: 'say "hi"', d: 'plain/path-1.pem' }), '<6>m a="" b="x=y" c="say \\"hi\\"" d=plain/path-1.pem');
+  t.equal(
+    journalLine({ level: 'info', message: 'm', a: '', b: 'x=y', c: 'say "hi"', d: 'plain/path-1.pem' }),
+    '<6>m a="" b="x=y" c="say \\"hi\\"" d=plain/path-1.pem',
+  );
   t.equal(journalLine({ level: 'info', message: 'm', gone: undefined }), '<6>m', 'undefined fields are left out');
 });
 

@@ -30,18 +30,40 @@ t.test('everything kubeboot writes or deletes by default is writable under the u
   const writable = paths('ReadWritePaths');
   const takenBack = [...paths('ReadOnlyPaths'), ...paths('InaccessiblePaths')];
   for (const target of targets) {
-    t.ok(writable.some((dir) => under(target, dir)), `${target} is under ReadWritePaths`);
-    t.notOk(takenBack.some((dir) => under(target, dir)), `${target} is not read-only or hidden`);
+    t.ok(
+      writable.some((dir) => under(target, dir)),
+      `${target} is under ReadWritePaths`,
+    );
+    t.notOk(
+      takenBack.some((dir) => under(target, dir)),
+      `${target} is not read-only or hidden`,
+    );
   }
 });
 
 t.test('what kubeboot never writes under /etc/kubernetes is read-only or hidden', async (t) => {
   t.same(paths('ReadOnlyPaths').sort(), ['/etc/kubernetes/manifests', '/etc/kubernetes/pki']);
-  t.same(paths('InaccessiblePaths').sort(), ['/etc/kubernetes/admin.conf', '/etc/kubernetes/controller-manager.conf', '/etc/kubernetes/scheduler.conf', '/etc/kubernetes/super-admin.conf']);
+  t.same(paths('InaccessiblePaths').sort(), [
+    '/etc/kubernetes/admin.conf',
+    '/etc/kubernetes/controller-manager.conf',
+    '/etc/kubernetes/scheduler.conf',
+    '/etc/kubernetes/super-admin.conf',
+  ]);
   for (const line of unit.split('\n').filter((l) => /^(ReadOnlyPaths|InaccessiblePaths)=/.test(l))) {
-    t.ok(line.split('=')[1]!.trim().split(/\s+/).every((p) => p.startsWith('-/')), `${line.split('=')[0]}: every path may be absent (worker nodes have none of them)`);
+    t.ok(
+      line
+        .split('=')[1]!
+        .trim()
+        .split(/\s+/)
+        .every((p) => p.startsWith('-/')),
+      `${line.split('=')[0]}: every path may be absent (worker nodes have none of them)`,
+    );
   }
-  t.equal(path.dirname(defaultConfig('x').kubelet.kubeconfig), '/etc/kubernetes', 'the directory stays writable for the kubeconfig renames');
+  t.equal(
+    path.dirname(defaultConfig('x').kubelet.kubeconfig),
+    '/etc/kubernetes',
+    'the directory stays writable for the kubeconfig renames',
+  );
 });
 
 t.test('memory and tasks are capped', async (t) => {

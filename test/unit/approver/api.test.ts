@@ -17,11 +17,17 @@ function setup(t: Test) {
   return { pool: mock.get(server), client: new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock) };
 }
 
-const csr: ApproverCsr = { kind: 'CertificateSigningRequest', metadata: { name: 'c1', resourceVersion: '5' }, spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client' } };
+const csr: ApproverCsr = {
+  kind: 'CertificateSigningRequest',
+  metadata: { name: 'c1', resourceVersion: '5' },
+  spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client' },
+};
 
 t.test('getNode: the Node asked for, null when there is none, an error for anything else', async (t) => {
   const { pool, client } = setup(t);
-  pool.intercept({ path: '/api/v1/nodes/n1', method: 'GET' }).reply(200, { kind: 'Node', metadata: { name: 'n1' }, status: { addresses: [{ type: 'InternalIP', address: '10.0.0.1' }] } });
+  pool
+    .intercept({ path: '/api/v1/nodes/n1', method: 'GET' })
+    .reply(200, { kind: 'Node', metadata: { name: 'n1' }, status: { addresses: [{ type: 'InternalIP', address: '10.0.0.1' }] } });
   t.same(await getNode(client, 'n1'), { name: 'n1', addresses: [{ type: 'InternalIP', address: '10.0.0.1' }] });
   pool.intercept({ path: '/api/v1/nodes/gone', method: 'GET' }).reply(404, { kind: 'Status', reason: 'NotFound' });
   t.equal(await getNode(client, 'gone'), null);

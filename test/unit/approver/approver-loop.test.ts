@@ -12,7 +12,12 @@ import { silentLogger } from '../../../agent/log.js';
 import { craftCsrPem } from '../../support/approver.js';
 
 const server = 'https://api.test';
-const policy: ApproverPolicy = { keyAlgorithms: ['ecdsa-p256'], maxExpirationSeconds: 86_400, kubeProxy: { commonName: 'system:kube-proxy', organizations: [] }, serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] } };
+const policy: ApproverPolicy = {
+  keyAlgorithms: ['ecdsa-p256'],
+  maxExpirationSeconds: 86_400,
+  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
+  serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
+};
 const RESYNC_MS = 100;
 const PERIODS = 12;
 
@@ -21,24 +26,68 @@ async function run(t: Test, node: 'missing' | 'present', approval: number): Prom
   const csr = {
     kind: 'CertificateSigningRequest',
     metadata: { name: 'stuck', uid: 'u1', resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
-    spec: { request, signerName: 'kubernetes.io/kube-apiserver-client', username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'], usages: ['digital signature', 'client auth'] },
+    spec: {
+      request,
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      username: 'system:node:n1',
+      groups: ['system:nodes', 'system:authenticated'],
+      usages: ['digital signature', 'client auth'],
+    },
     status: {},
   };
   const mock = new MockAgent();
   mock.disableNetConnect();
   const pool = mock.get(server);
   const count = { nodeGets: 0, approvalPuts: 0 };
-  pool.intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' }).reply(200, { kind: 'CertificateSigningRequestList', metadata: { resourceVersion: '10' }, items: [csr] }).persist();
-  pool.intercept({ path: (p) => p.includes('watch=true'), method: 'GET' }).reply(200, '').delay(60_000).persist();
-  pool.intercept({ path: '/api/v1/nodes/n1', method: 'GET' }).reply<object>(() => (count.nodeGets++, node === 'present' ? { statusCode: 200, data: { kind: 'Node', metadata: { name: 'n1' } } } : { statusCode: 404, data: { kind: 'Status', code: 404 } })).persist();
-  pool.intercept({ path: '/apis/authorization.k8s.io/v1/subjectaccessreviews', method: 'POST' }).reply(201, { status: { allowed: true } }).persist();
-  pool.intercept({ path: `${CSR_PATH}/stuck/approval`, method: 'PUT' }).reply<object>(() => (count.approvalPuts++, { statusCode: approval, data: { kind: 'Status', code: approval } })).persist();
-  pool.intercept({ path: (p) => p.includes('/leases/'), method: 'GET' }).reply(404, { kind: 'Status', code: 404 }).persist();
-  pool.intercept({ path: (p) => p.endsWith('/leases'), method: 'POST' }).reply(201, {}).persist();
-  pool.intercept({ path: (p) => p.includes('/events'), method: 'POST' }).reply(201, {}).persist();
+  pool
+    .intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' })
+    .reply(200, { kind: 'CertificateSigningRequestList', metadata: { resourceVersion: '10' }, items: [csr] })
+    .persist();
+  pool
+    .intercept({ path: (p) => p.includes('watch=true'), method: 'GET' })
+    .reply(200, '')
+    .delay(60_000)
+    .persist();
+  pool
+    .intercept({ path: '/api/v1/nodes/n1', method: 'GET' })
+    .reply<object>(
+      () => (
+        count.nodeGets++,
+        node === 'present'
+          ? { statusCode: 200, data: { kind: 'Node', metadata: { name: 'n1' } } }
+          : { statusCode: 404, data: { kind: 'Status', code: 404 } }
+      ),
+    )
+    .persist();
+  pool
+    .intercept({ path: '/apis/authorization.k8s.io/v1/subjectaccessreviews', method: 'POST' })
+    .reply(201, { status: { allowed: true } })
+    .persist();
+  pool
+    .intercept({ path: `${CSR_PATH}/stuck/approval`, method: 'PUT' })
+    .reply<object>(() => (count.approvalPuts++, { statusCode: approval, data: { kind: 'Status', code: approval } }))
+    .persist();
+  pool
+    .intercept({ path: (p) => p.includes('/leases/'), method: 'GET' })
+    .reply(404, { kind: 'Status', code: 404 })
+    .persist();
+  pool
+    .intercept({ path: (p) => p.endsWith('/leases'), method: 'POST' })
+    .reply(201, {})
+    .persist();
+  pool
+    .intercept({ path: (p) => p.includes('/events'), method: 'POST' })
+    .reply(201, {})
+    .persist();
   const approver = new Approver(
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
-    { policy, denyViolations: false, resyncMs: RESYNC_MS, retryMs: 20, lease: { namespace: 'kube-system', name: 'l', identity: 'me', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 20 } },
+    {
+      policy,
+      denyViolations: false,
+      resyncMs: RESYNC_MS,
+      retryMs: 20,
+      lease: { namespace: 'kube-system', name: 'l', identity: 'me', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 20 },
+    },
     silentLogger(),
     createApproverMetrics(),
   );
@@ -49,7 +98,9 @@ async function run(t: Test, node: 'missing' | 'present', approval: number): Prom
   stop.abort();
   await running;
   await mock.close();
-  t.comment(`${node} Node, /approval ${approval}: ${count.nodeGets} Node GETs, ${count.approvalPuts} approval PUTs in ${PERIODS} resync periods`);
+  t.comment(
+    `${node} Node, /approval ${approval}: ${count.nodeGets} Node GETs, ${count.approvalPuts} approval PUTs in ${PERIODS} resync periods`,
+  );
   return count;
 }
 

@@ -4,7 +4,13 @@ import t from 'tap';
 import { CsrCache, isNewer } from '../../../agent/approver/cache.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 
-const csr = (name: string, username: string, rv: string, signerName = 'kubernetes.io/kube-apiserver-client', uid = `uid-${name}`): ApproverCsr => ({
+const csr = (
+  name: string,
+  username: string,
+  rv: string,
+  signerName = 'kubernetes.io/kube-apiserver-client',
+  uid = `uid-${name}`,
+): ApproverCsr => ({
   metadata: { name, uid, resourceVersion: rv },
   spec: { request: '', signerName, username },
 });
@@ -15,7 +21,11 @@ t.test('sameRequester finds exactly the CSRs of one requester and signer, throug
   cache.set(csr('b', 'system:node:n1', '2'));
   cache.set(csr('c', 'system:node:n2', '3'));
   cache.set(csr('d', 'system:node:n1', '4', 'kubernetes.io/kubelet-serving'));
-  const names = (of: ApproverCsr) => cache.sameRequester(of).map((c) => c.metadata.name).sort();
+  const names = (of: ApproverCsr) =>
+    cache
+      .sameRequester(of)
+      .map((c) => c.metadata.name)
+      .sort();
   t.same(names(csr('x', 'system:node:n1', '0')), ['a', 'b']);
   cache.delete('a');
   t.same(names(csr('x', 'system:node:n1', '0')), ['b']);

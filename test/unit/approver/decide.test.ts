@@ -14,7 +14,12 @@ const policy: ApproverPolicy = {
   serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
 };
 
-async function csr(name: string, spec: CraftSpec, over: Partial<ApproverCsr['spec']> = {}, created = '2026-01-01T00:00:00Z'): Promise<ApproverCsr> {
+async function csr(
+  name: string,
+  spec: CraftSpec,
+  over: Partial<ApproverCsr['spec']> = {},
+  created = '2026-01-01T00:00:00Z',
+): Promise<ApproverCsr> {
   return {
     metadata: { name, uid: `uid-${name}`, creationTimestamp: created },
     spec: {
@@ -39,7 +44,11 @@ function lookups(opts: { allowed?: boolean; all?: ApproverCsr[] } = {}): Lookups
 }
 
 t.test('request facts: SANs of every kind and the key size are read', async (t) => {
-  const facts = await requestFacts(Buffer.from(await craftCsrPem({ cn: 'x', o: ['a', 'b'], dns: ['d'], ips: ['10.0.0.1'], emails: ['e@x'], uris: ['spiffe://x'], key: 'rsa-1024' })).toString('base64'));
+  const facts = await requestFacts(
+    Buffer.from(
+      await craftCsrPem({ cn: 'x', o: ['a', 'b'], dns: ['d'], ips: ['10.0.0.1'], emails: ['e@x'], uris: ['spiffe://x'], key: 'rsa-1024' }),
+    ).toString('base64'),
+  );
   t.same(facts.subject, { commonName: 'x', organizations: ['a', 'b'] });
   t.same([facts.dnsNames, facts.ipAddresses, facts.emailAddresses, facts.uris], [['d'], ['10.0.0.1'], ['e@x'], ['spiffe://x']]);
   t.equal(keyAlgorithmName(facts.key), 'rsa-1024');
@@ -63,7 +72,10 @@ t.test('a SubjectAccessReview that denies is the violation "authorized"', async 
 t.test('a rule violation skips the SubjectAccessReview', async (t) => {
   const l = lookups();
   const d = await decide(await csr('cn', { cn: 'root' }), policy, l);
-  t.same(d.kind === 'violation' ? [d.rule, d.message] : d.kind, ['subject', 'kube-proxy-client rule subject: CN root is not system:kube-proxy']);
+  t.same(d.kind === 'violation' ? [d.rule, d.message] : d.kind, [
+    'subject',
+    'kube-proxy-client rule subject: CN root is not system:kube-proxy',
+  ]);
   t.same(l.reviews, []);
 });
 
@@ -71,7 +83,10 @@ t.test('settled CSRs and CSRs of other signers are ignored', async (t) => {
   const approved = await csr('done', { cn: 'system:kube-proxy' });
   approved.status = { conditions: [{ type: 'Approved', status: 'True' }] };
   t.same(await decide(approved, policy, lookups()), { kind: 'ignore', why: 'settled' });
-  t.same(await decide(await csr('other', { cn: 'system:kube-proxy' }, { signerName: 'example.com/x' }), policy, lookups()), { kind: 'ignore', why: 'not-ours' });
+  t.same(await decide(await csr('other', { cn: 'system:kube-proxy' }, { signerName: 'example.com/x' }), policy, lookups()), {
+    kind: 'ignore',
+    why: 'not-ours',
+  });
 });
 
 t.test('only the oldest unissued kube-proxy CSR of a node is approved', async (t) => {
@@ -94,10 +109,18 @@ t.test('an approved but unissued CSR blocks every other of the node, whatever it
   first!.status = { conditions: [{ type: 'Approved', status: 'True' }] };
   for (const later of rest) {
     const d = await decide(later, policy, lookups({ all }));
-    t.same(d.kind === 'violation' ? d.rule : d.kind, 'one-unissued-per-node', `${later.metadata.name} waits for the approved ${first!.metadata.name}`);
+    t.same(
+      d.kind === 'violation' ? d.rule : d.kind,
+      'one-unissued-per-node',
+      `${later.metadata.name} waits for the approved ${first!.metadata.name}`,
+    );
   }
   first!.status = { certificate: 'Y2VydA==', conditions: [{ type: 'Approved', status: 'True' }] };
-  t.equal((await decide(all.at(-1)!, policy, lookups({ all }))).kind, 'approve', 'once it is issued, the oldest pending one (by name inside the second) goes next');
+  t.equal(
+    (await decide(all.at(-1)!, policy, lookups({ all }))).kind,
+    'approve',
+    'once it is issued, the oldest pending one (by name inside the second) goes next',
+  );
   t.same((await decide(all[1]!, policy, lookups({ all }))).kind, 'violation', 'and only that one');
 });
 

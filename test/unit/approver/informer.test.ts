@@ -8,8 +8,16 @@ import { createLogger, silentLogger } from '../../../agent/log.js';
 import { PassThrough } from 'node:stream';
 
 const server = 'https://api.test';
-const csr = (name: string, rv: string) => ({ kind: 'CertificateSigningRequest', metadata: { name, resourceVersion: rv }, spec: { request: '', signerName: 'x' } });
-const list = (rv: string, items: unknown[], more?: string) => ({ kind: 'CertificateSigningRequestList', metadata: { resourceVersion: rv, ...(more ? { continue: more } : {}) }, items });
+const csr = (name: string, rv: string) => ({
+  kind: 'CertificateSigningRequest',
+  metadata: { name, resourceVersion: rv },
+  spec: { request: '', signerName: 'x' },
+});
+const list = (rv: string, items: unknown[], more?: string) => ({
+  kind: 'CertificateSigningRequestList',
+  metadata: { resourceVersion: rv, ...(more ? { continue: more } : {}) },
+  items,
+});
 const lines = (...events: unknown[]) => events.map((e) => JSON.stringify(e) + '\n').join('');
 
 t.test('lists, watches from the list resourceVersion, re-lists on 410 and resumes', async (t) => {
@@ -20,11 +28,19 @@ t.test('lists, watches from the list resourceVersion, re-lists on 410 and resume
   const seen: string[] = [];
   const deleted: string[] = [];
   const isList = () => (path: string) => path === `${CSR_PATH}?limit=500`;
-  const isWatch = (rv: string) => (path: string) => path.startsWith(`${CSR_PATH}?`) && path.includes('watch=true') && path.includes(`resourceVersion=${rv}&`);
+  const isWatch = (rv: string) => (path: string) =>
+    path.startsWith(`${CSR_PATH}?`) && path.includes('watch=true') && path.includes(`resourceVersion=${rv}&`);
   pool.intercept({ path: isList(), method: 'GET' }).reply(200, list('10', [csr('a', '5'), csr('b', '6')]));
-  pool.intercept({ path: isWatch('10'), method: 'GET' }).reply(200, lines({ type: 'ADDED', object: csr('c', '11') }, { type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired' } }));
+  pool
+    .intercept({ path: isWatch('10'), method: 'GET' })
+    .reply(
+      200,
+      lines({ type: 'ADDED', object: csr('c', '11') }, { type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired' } }),
+    );
   pool.intercept({ path: isList(), method: 'GET' }).reply(200, list('20', [csr('a', '5'), csr('c', '11')]));
-  pool.intercept({ path: isWatch('20'), method: 'GET' }).reply(200, lines({ type: 'BOOKMARK', object: { kind: 'CertificateSigningRequest', metadata: { resourceVersion: '25' } } }));
+  pool
+    .intercept({ path: isWatch('20'), method: 'GET' })
+    .reply(200, lines({ type: 'BOOKMARK', object: { kind: 'CertificateSigningRequest', metadata: { resourceVersion: '25' } } }));
   pool.intercept({ path: isWatch('25'), method: 'GET' }).reply(200, lines({ type: 'MODIFIED', object: csr('a', '26') }));
   const stop = new AbortController();
   const informer = new CsrInformer(
@@ -42,7 +58,11 @@ t.test('lists, watches from the list resourceVersion, re-lists on 410 and resume
   t.notOk(informer.synced, 'not synced before the first list');
   await informer.run(stop.signal);
   t.ok(informer.synced);
-  t.same(seen, ['a@5', 'b@6', 'c@11', 'a@5', 'c@11', 'a@26'], 'first list, the watch, the re-list after 410, the resumed watch after a bookmark');
+  t.same(
+    seen,
+    ['a@5', 'b@6', 'c@11', 'a@5', 'c@11', 'a@26'],
+    'first list, the watch, the re-list after 410, the resumed watch after a bookmark',
+  );
   t.same([...informer.cache.keys()].sort(), ['a', 'c'], 'b, gone while the watch was expired, is dropped');
   t.same(deleted, ['b'], 'and reported as deleted');
 });
@@ -55,12 +75,17 @@ t.test('lists in pages, and asks for smaller pages when one is too large, so big
   const big = (name: string) => ({ ...csr(name, '7'), spec: { request: 'x'.repeat(3 << 20), signerName: 'example.com/foreign' } });
   // Three 3 MiB CSRs are over LIST_PAGE_BYTES in one page: the same page is asked for with
   // 500/8 = 62, then 7, then 1 CSR; the pages after grow again (2, 4).
-  for (const limit of [500, 62, 7]) pool.intercept({ path: `${CSR_PATH}?limit=${limit}`, method: 'GET' }).reply(200, list('30', [big('a'), big('b'), big('c')], 'p2'));
+  for (const limit of [500, 62, 7])
+    pool.intercept({ path: `${CSR_PATH}?limit=${limit}`, method: 'GET' }).reply(200, list('30', [big('a'), big('b'), big('c')], 'p2'));
   pool.intercept({ path: `${CSR_PATH}?limit=1`, method: 'GET' }).reply(200, list('30', [big('a')], 'p2'));
   pool.intercept({ path: `${CSR_PATH}?limit=2&continue=p2`, method: 'GET' }).reply(200, list('30', [big('b'), csr('small', '8')], 'p3'));
   pool.intercept({ path: `${CSR_PATH}?limit=4&continue=p3`, method: 'GET' }).reply(200, list('30', [big('c')]));
   const stop = new AbortController();
-  const informer = new CsrInformer(new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock), { resyncMs: 3_600_000, onChange: () => undefined }, silentLogger());
+  const informer = new CsrInformer(
+    new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
+    { resyncMs: 3_600_000, onChange: () => undefined },
+    silentLogger(),
+  );
   void informer.whenSynced.then(() => stop.abort());
   await informer.run(stop.signal);
   t.same([...informer.cache.keys()].sort(), ['a', 'b', 'c', 'small'], 'every CSR is in the cache');
@@ -73,8 +98,12 @@ t.test('a list it cannot read leaves it unsynced, saying why (so it takes no lea
   mock.disableNetConnect();
   t.teardown(() => mock.close());
   const pool = mock.get(server);
-  pool.intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' }).reply(403, { kind: 'Status', reason: 'Forbidden', message: 'cannot list' });
-  pool.intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' }).reply(200, { kind: 'NodeList', metadata: { resourceVersion: '1' }, items: [] });
+  pool
+    .intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' })
+    .reply(403, { kind: 'Status', reason: 'Forbidden', message: 'cannot list' });
+  pool
+    .intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' })
+    .reply(200, { kind: 'NodeList', metadata: { resourceVersion: '1' }, items: [] });
   const stop = new AbortController();
   const reasons: (string | null)[] = [];
   // Each failed list is logged once; what /readyz would say is read at that moment.
@@ -85,7 +114,11 @@ t.test('a list it cannot read leaves it unsynced, saying why (so it takes no lea
     reasons.push(informer!.notSyncedBecause);
     if (reasons.length === 2) stop.abort();
   });
-  informer = new CsrInformer(new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock), { resyncMs: 3_600_000, onChange: () => undefined }, createLogger({ format: 'json', stream: lines }));
+  informer = new CsrInformer(
+    new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
+    { resyncMs: 3_600_000, onChange: () => undefined },
+    createLogger({ format: 'json', stream: lines }),
+  );
   await informer.run(stop.signal);
   t.match(reasons[0], /403 Forbidden/, 'a 403 is the reason');
   t.match(reasons[1], /expected a CertificateSigningRequestList, the API server answered a NodeList/, 'so is a list of another kind');
@@ -101,7 +134,11 @@ t.test('one CSR larger than a page still fits: a page of one may take what one o
   const huge = { ...csr('huge', '7'), metadata: { name: 'huge', resourceVersion: '7', ownerReferences: [{ name: 'x'.repeat(9 << 20) }] } };
   for (const limit of [500, 62, 7, 1]) pool.intercept({ path: `${CSR_PATH}?limit=${limit}`, method: 'GET' }).reply(200, list('30', [huge]));
   const stop = new AbortController();
-  const informer = new CsrInformer(new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock), { resyncMs: 3_600_000, onChange: () => undefined }, silentLogger());
+  const informer = new CsrInformer(
+    new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
+    { resyncMs: 3_600_000, onChange: () => undefined },
+    silentLogger(),
+  );
   void informer.whenSynced.then(() => stop.abort());
   await informer.run(stop.signal);
   t.ok(informer.synced, 'synced');

@@ -22,7 +22,17 @@ function setup(t: Test, mayLead?: () => boolean) {
   const sent: unknown[] = [];
   const elector = new LeaderElector(
     client,
-    { namespace: 'kube-system', name: 'kubeboot-approver', identity: 'me', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 2_000, now: () => clock.now, onChange: (l) => changes.push(l), ...(mayLead ? { mayLead } : {}) },
+    {
+      namespace: 'kube-system',
+      name: 'kubeboot-approver',
+      identity: 'me',
+      leaseDurationMs: 15_000,
+      renewDeadlineMs: 10_000,
+      retryPeriodMs: 2_000,
+      now: () => clock.now,
+      onChange: (l) => changes.push(l),
+      ...(mayLead ? { mayLead } : {}),
+    },
     silentLogger(),
   );
   return { pool, elector, clock, changes, sent, signal: new AbortController().signal };

@@ -1,7 +1,17 @@
 // Every approval rule as a table: a valid CSR passes, and each single defect
 // is reported under exactly the rule that names it.
 import t from 'tap';
-import { evaluate, KUBE_PROXY_RULES, KUBELET_SERVING_RULES, recognize, allowedDnsNames, type ApproverPolicy, type CsrFacts, type RuleInput, type World } from '../../../agent/approver/policy.js';
+import {
+  evaluate,
+  KUBE_PROXY_RULES,
+  KUBELET_SERVING_RULES,
+  recognize,
+  allowedDnsNames,
+  type ApproverPolicy,
+  type CsrFacts,
+  type RuleInput,
+  type World,
+} from '../../../agent/approver/policy.js';
 import type { RequestFacts } from '../../../agent/approver/request.js';
 
 const policy: ApproverPolicy = {
@@ -24,14 +34,32 @@ const request = (over: Partial<RequestFacts> = {}): RequestFacts => ({
 });
 
 const world = (over: Partial<World> = {}): World => ({
-  node: { name: 'n1', addresses: [{ type: 'InternalIP', address: '10.0.0.5' }, { type: 'InternalIP', address: 'fd00::5' }, { type: 'Hostname', address: 'n1-host' }, { type: 'ExternalIP', address: '203.0.113.9' }] },
+  node: {
+    name: 'n1',
+    addresses: [
+      { type: 'InternalIP', address: '10.0.0.5' },
+      { type: 'InternalIP', address: 'fd00::5' },
+      { type: 'Hostname', address: 'n1-host' },
+      { type: 'ExternalIP', address: '203.0.113.9' },
+    ],
+  },
   blocking: [],
   ...over,
 });
 
 function proxyInput(csr: Partial<CsrFacts> = {}, req: Partial<RequestFacts> = {}, w: Partial<World> = {}): RuleInput {
   return {
-    csr: { name: 'x', signerName: 'kubernetes.io/kube-apiserver-client', username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'], usages: ['digital signature', 'client auth'], expirationSeconds: undefined, request: request(req), requestProblem: null, ...csr },
+    csr: {
+      name: 'x',
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      username: 'system:node:n1',
+      groups: ['system:nodes', 'system:authenticated'],
+      usages: ['digital signature', 'client auth'],
+      expirationSeconds: undefined,
+      request: request(req),
+      requestProblem: null,
+      ...csr,
+    },
     nodeName: (csr.username ?? 'system:node:n1').startsWith('system:node:') ? (csr.username ?? 'system:node:n1').slice(12) : null,
     world: world(w),
     policy,
@@ -39,7 +67,11 @@ function proxyInput(csr: Partial<CsrFacts> = {}, req: Partial<RequestFacts> = {}
 }
 
 function servingInput(csr: Partial<CsrFacts> = {}, req: Partial<RequestFacts> = {}, w: Partial<World> = {}): RuleInput {
-  const base = proxyInput({ signerName: 'kubernetes.io/kubelet-serving', usages: ['digital signature', 'server auth'], ...csr }, { subject: { commonName: 'system:node:n1', organizations: ['system:nodes'] }, dnsNames: ['n1'], ...req }, w);
+  const base = proxyInput(
+    { signerName: 'kubernetes.io/kubelet-serving', usages: ['digital signature', 'server auth'], ...csr },
+    { subject: { commonName: 'system:node:n1', organizations: ['system:nodes'] }, dnsNames: ['n1'], ...req },
+    w,
+  );
   return base;
 }
 
@@ -47,14 +79,33 @@ const rsa = (bits: number) => ({ key: { kind: 'rsa' as const, bits } });
 
 t.test('kube-proxy client rules', async (t) => {
   t.same(evaluate(KUBE_PROXY_RULES, proxyInput()), { ok: true }, 'a valid kube-proxy CSR passes');
-  t.same(evaluate(KUBE_PROXY_RULES, proxyInput({ usages: ['digital signature', 'key encipherment', 'client auth'] }, rsa(2048))), { ok: true }, 'RSA 2048 with key encipherment passes');
+  t.same(
+    evaluate(KUBE_PROXY_RULES, proxyInput({ usages: ['digital signature', 'key encipherment', 'client auth'] }, rsa(2048))),
+    { ok: true },
+    'RSA 2048 with key encipherment passes',
+  );
   t.same(evaluate(KUBE_PROXY_RULES, proxyInput({ expirationSeconds: 86_400 })), { ok: true }, 'expiration at the cap passes');
   const cases: [string, RuleInput, string][] = [
-    ['requester a bootstrap token', proxyInput({ username: 'system:bootstrap:abcdef', groups: ['system:bootstrappers'] }), 'requester-is-node'],
+    [
+      'requester a bootstrap token',
+      proxyInput({ username: 'system:bootstrap:abcdef', groups: ['system:bootstrappers'] }),
+      'requester-is-node',
+    ],
     ['requester named like a node but outside system:nodes', proxyInput({ groups: ['system:authenticated'] }), 'requester-is-node'],
-    ['a service account', proxyInput({ username: 'system:serviceaccount:kube-system:x', groups: ['system:serviceaccounts'] }), 'requester-is-node'],
+    [
+      'a service account',
+      proxyInput({ username: 'system:serviceaccount:kube-system:x', groups: ['system:serviceaccounts'] }),
+      'requester-is-node',
+    ],
     ['unparsable request', { ...proxyInput(), csr: { ...proxyInput().csr, request: null } }, 'request-signature'],
-    ['a request readable two ways', { ...proxyInput(), csr: { ...proxyInput().csr, request: null, requestProblem: 'spec.request has 2 CNs in its subject; exactly one is accepted' } }, 'request-signature'],
+    [
+      'a request readable two ways',
+      {
+        ...proxyInput(),
+        csr: { ...proxyInput().csr, request: null, requestProblem: 'spec.request has 2 CNs in its subject; exactly one is accepted' },
+      },
+      'request-signature',
+    ],
     ['bad self-signature', proxyInput({}, { signatureValid: false }), 'request-signature'],
     ['no Node object', proxyInput({}, {}, { node: null }), 'node-exists'],
     ['wrong CN', proxyInput({}, { subject: { commonName: 'system:kube-proxyx', organizations: [] } }), 'subject'],
@@ -87,13 +138,26 @@ t.test('kube-proxy RSA below 2048 is refused even when listed', async (t) => {
 
 t.test('the configured kube-proxy subject is required exactly', async (t) => {
   const custom = { ...policy, kubeProxy: { commonName: 'kube-proxy', organizations: ['proxies'] } };
-  t.same(evaluate(KUBE_PROXY_RULES, { ...proxyInput({}, { subject: { commonName: 'kube-proxy', organizations: ['proxies'] } }), policy: custom }), { ok: true });
-  const verdict = evaluate(KUBE_PROXY_RULES, { ...proxyInput({}, { subject: { commonName: 'kube-proxy', organizations: [] } }), policy: custom });
+  t.same(
+    evaluate(KUBE_PROXY_RULES, {
+      ...proxyInput({}, { subject: { commonName: 'kube-proxy', organizations: ['proxies'] } }),
+      policy: custom,
+    }),
+    { ok: true },
+  );
+  const verdict = evaluate(KUBE_PROXY_RULES, {
+    ...proxyInput({}, { subject: { commonName: 'kube-proxy', organizations: [] } }),
+    policy: custom,
+  });
   t.equal(verdict.ok ? null : verdict.rule, 'subject', 'a missing configured O fails');
 });
 
 t.test('kubelet serving rules', async (t) => {
-  t.same(evaluate(KUBELET_SERVING_RULES, servingInput({}, { dnsNames: ['n1', 'N1.nodes.example'], ipAddresses: ['10.0.0.5', 'fd00::5'] })), { ok: true }, 'node name, suffixed node name and node IPs pass');
+  t.same(
+    evaluate(KUBELET_SERVING_RULES, servingInput({}, { dnsNames: ['n1', 'N1.nodes.example'], ipAddresses: ['10.0.0.5', 'fd00::5'] })),
+    { ok: true },
+    'node name, suffixed node name and node IPs pass',
+  );
   const cases: [string, RuleInput, string][] = [
     ['requester not a node', servingInput({ username: 'alice', groups: [] }), 'requester-is-node'],
     ['no Node object', servingInput({}, {}, { node: null }), 'node-exists'],
@@ -103,11 +167,19 @@ t.test('kubelet serving rules', async (t) => {
     ["another node's name", servingInput({}, { dnsNames: ['n2'] }), 'dns-sans'],
     ['a name under a foreign domain', servingInput({}, { dnsNames: ['n1.evil.example'] }), 'dns-sans'],
     // status.addresses is written by the node itself: a hostname there proves nothing.
-    ["a hostname the Node reports about itself", servingInput({}, { dnsNames: ['n1', 'n1-host'] }), 'dns-sans'],
-    ['the API server\'s service name, listed by the node as its InternalDNS', servingInput({}, { dnsNames: ['kubernetes.default.svc'] }, { node: { name: 'n1', addresses: [{ type: 'InternalDNS', address: 'kubernetes.default.svc' }] } }), 'dns-sans'],
+    ['a hostname the Node reports about itself', servingInput({}, { dnsNames: ['n1', 'n1-host'] }), 'dns-sans'],
+    [
+      "the API server's service name, listed by the node as its InternalDNS",
+      servingInput(
+        {},
+        { dnsNames: ['kubernetes.default.svc'] },
+        { node: { name: 'n1', addresses: [{ type: 'InternalDNS', address: 'kubernetes.default.svc' }] } },
+      ),
+      'dns-sans',
+    ],
     ['a wildcard under the node suffix', servingInput({}, { dnsNames: ['*.nodes.example'] }), 'dns-sans'],
     ["an IP not among the Node's addresses", servingInput({}, { ipAddresses: ['10.0.0.6'] }), 'ip-sans'],
-    ["a Node IP outside the configured CIDRs", servingInput({}, { ipAddresses: ['203.0.113.9'] }), 'ip-sans'],
+    ['a Node IP outside the configured CIDRs', servingInput({}, { ipAddresses: ['203.0.113.9'] }), 'ip-sans'],
     ['an email SAN', servingInput({}, { emailAddresses: ['root@n1'] }), 'no-email-uri-sans'],
     ['a URI SAN', servingInput({}, { uris: ['https://n1'] }), 'no-email-uri-sans'],
     ['client auth', servingInput({ usages: ['digital signature', 'client auth'] }), 'usages'],
@@ -118,8 +190,19 @@ t.test('kubelet serving rules', async (t) => {
     const verdict = evaluate(KUBELET_SERVING_RULES, input);
     t.equal(verdict.ok ? 'passed' : verdict.rule, rule, `${what}: fails ${rule}`);
   }
-  t.same(evaluate(KUBELET_SERVING_RULES, servingInput({ usages: ['digital signature', 'key encipherment', 'server auth'] })), { ok: true }, 'key encipherment with an ECDSA key passes for serving, as ValidateKubeletServingCSR upstream accepts');
-  t.same(evaluate(KUBELET_SERVING_RULES, { ...servingInput({}, { ipAddresses: ['203.0.113.9'] }), policy: { ...policy, serving: { ...policy.serving, ipCidrs: [] } } }), { ok: true }, 'without CIDRs every Node IP is allowed');
+  t.same(
+    evaluate(KUBELET_SERVING_RULES, servingInput({ usages: ['digital signature', 'key encipherment', 'server auth'] })),
+    { ok: true },
+    'key encipherment with an ECDSA key passes for serving, as ValidateKubeletServingCSR upstream accepts',
+  );
+  t.same(
+    evaluate(KUBELET_SERVING_RULES, {
+      ...servingInput({}, { ipAddresses: ['203.0.113.9'] }),
+      policy: { ...policy, serving: { ...policy.serving, ipCidrs: [] } },
+    }),
+    { ok: true },
+    'without CIDRs every Node IP is allowed',
+  );
 });
 
 t.test('allowed DNS names: the node name, and it under every suffix', async (t) => {
@@ -127,12 +210,36 @@ t.test('allowed DNS names: the node name, and it under every suffix', async (t) 
 });
 
 t.test('recognition: only our signers, and only node requesters or our kube-proxy subject', async (t) => {
-  const r = (signerName: string, username: string, groups: string[], cn: string, p = policy) => recognize({ signerName, username, groups, request: request({ subject: { commonName: cn, organizations: [] } }) }, p);
-  t.equal(r('kubernetes.io/kube-apiserver-client', 'system:node:n1', ['system:nodes'], 'anything'), 'kube-proxy-client', 'a node asking that signer');
-  t.equal(r('kubernetes.io/kube-apiserver-client', 'system:bootstrap:abcdef', ['system:bootstrappers'], 'system:kube-proxy'), 'kube-proxy-client', 'anyone asking for the kube-proxy subject');
+  const r = (signerName: string, username: string, groups: string[], cn: string, p = policy) =>
+    recognize({ signerName, username, groups, request: request({ subject: { commonName: cn, organizations: [] } }) }, p);
+  t.equal(
+    r('kubernetes.io/kube-apiserver-client', 'system:node:n1', ['system:nodes'], 'anything'),
+    'kube-proxy-client',
+    'a node asking that signer',
+  );
+  t.equal(
+    r('kubernetes.io/kube-apiserver-client', 'system:bootstrap:abcdef', ['system:bootstrappers'], 'system:kube-proxy'),
+    'kube-proxy-client',
+    'anyone asking for the kube-proxy subject',
+  );
   t.equal(r('kubernetes.io/kube-apiserver-client', 'alice', [], 'alice'), null, "a user's own client CSR is not ours");
-  t.equal(r('kubernetes.io/kube-apiserver-client-kubelet', 'system:node:n1', ['system:nodes'], 'system:node:n1'), null, "kube-controller-manager's signer is not ours");
+  t.equal(
+    r('kubernetes.io/kube-apiserver-client-kubelet', 'system:node:n1', ['system:nodes'], 'system:node:n1'),
+    null,
+    "kube-controller-manager's signer is not ours",
+  );
   t.equal(r('example.com/custom', 'system:node:n1', ['system:nodes'], 'system:kube-proxy'), null, 'a custom signer is not ours');
-  t.equal(r('kubernetes.io/kubelet-serving', 'system:node:n1', ['system:nodes'], 'system:node:n1'), 'kubelet-serving', 'serving when opted in');
-  t.equal(r('kubernetes.io/kubelet-serving', 'system:node:n1', ['system:nodes'], 'system:node:n1', { ...policy, serving: { ...policy.serving, enabled: false } }), null, 'serving left alone unless opted in');
+  t.equal(
+    r('kubernetes.io/kubelet-serving', 'system:node:n1', ['system:nodes'], 'system:node:n1'),
+    'kubelet-serving',
+    'serving when opted in',
+  );
+  t.equal(
+    r('kubernetes.io/kubelet-serving', 'system:node:n1', ['system:nodes'], 'system:node:n1', {
+      ...policy,
+      serving: { ...policy.serving, enabled: false },
+    }),
+    null,
+    'serving left alone unless opted in',
+  );
 });

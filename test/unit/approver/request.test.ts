@@ -14,8 +14,13 @@ t.test('a kube-proxy request as the kubelet and kubeboot write it is read', asyn
   const facts = await requestFacts(base64(await craftCsrPem({ cn: 'system:kube-proxy' })));
   t.same(facts.subject, { commonName: 'system:kube-proxy', organizations: [] });
   t.ok(facts.signatureValid);
-  const serving = await requestFacts(base64(await craftCsrPem({ cn: 'system:node:n1', o: ['system:nodes'], dns: ['n1'], ips: ['10.0.0.5'] })));
-  t.same([serving.subject, serving.dnsNames, serving.ipAddresses], [{ commonName: 'system:node:n1', organizations: ['system:nodes'] }, ['n1'], ['10.0.0.5']]);
+  const serving = await requestFacts(
+    base64(await craftCsrPem({ cn: 'system:node:n1', o: ['system:nodes'], dns: ['n1'], ips: ['10.0.0.5'] })),
+  );
+  t.same(
+    [serving.subject, serving.dnsNames, serving.ipAddresses],
+    [{ commonName: 'system:node:n1', organizations: ['system:nodes'] }, ['n1'], ['10.0.0.5']],
+  );
 });
 
 t.test('every request two parsers could read differently is refused, saying why', async (t) => {
@@ -37,12 +42,23 @@ t.test('framing: only one canonical PEM block, nothing after the DER', async (t)
 });
 
 t.test('decide reports a refused request as a request-signature violation naming why', async (t) => {
-  const policy: ApproverPolicy = { kubeProxy: { commonName: 'system:kube-proxy', organizations: [] }, maxExpirationSeconds: 86_400, keyAlgorithms: ['ecdsa-p256'], serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] } };
+  const policy: ApproverPolicy = {
+    kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
+    maxExpirationSeconds: 86_400,
+    keyAlgorithms: ['ecdsa-p256'],
+    serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
+  };
   const lookups = { node: async (name: string) => ({ name, addresses: [] }), allowed: async () => true, sameRequester: () => [] };
   const [twoCns] = await ambiguousCsrPems();
   const csr = {
     metadata: { name: 'two-cns', uid: 'u1', creationTimestamp: '2026-12-01T00:00:00Z' },
-    spec: { request: base64(twoCns!.pem), signerName: 'kubernetes.io/kube-apiserver-client', usages: ['digital signature', 'client auth'], username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'] },
+    spec: {
+      request: base64(twoCns!.pem),
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      usages: ['digital signature', 'client auth'],
+      username: 'system:node:n1',
+      groups: ['system:nodes', 'system:authenticated'],
+    },
   };
   const decision = await decide(csr, policy, lookups);
   t.match(decision, { kind: 'violation', rule: 'request-signature', message: /2 CNs in its subject/ });

@@ -10,17 +10,26 @@ import { Writable } from 'node:stream';
 
 function capture(): { logger: ReturnType<typeof createLogger>; lines: string[] } {
   const lines: string[] = [];
-  const logger = createLogger({ level: 'info', format: 'json', stream: new Writable({ write: (c, _e, done) => (lines.push(String(c)), done()) }) });
+  const logger = createLogger({
+    level: 'info',
+    format: 'json',
+    stream: new Writable({ write: (c, _e, done) => (lines.push(String(c)), done()) }),
+  });
   return { logger, lines };
 }
-const bootstrapAt = (file: string, tokenFile: string | null = null) => ({ file, tokenFile, auth: { kind: 'client-certificate', certPem: '', keyPem: '' } }) as unknown as BootstrapKubeconfig;
-const exists = (p: string) => lstat(p).then(() => true, () => false);
+const bootstrapAt = (file: string, tokenFile: string | null = null) =>
+  ({ file, tokenFile, auth: { kind: 'client-certificate', certPem: '', keyPem: '' } }) as unknown as BootstrapKubeconfig;
+const exists = (p: string) =>
+  lstat(p).then(
+    () => true,
+    () => false,
+  );
 
 t.test('a link into a directory others can write: only the link goes, and the log says why', async (t) => {
   const dir = t.testdir({ etc: {}, shared: {} });
   const shared = join(dir, 'shared');
   await chmod(shared, 0o777);
-  await writeFile(join(shared, 'victim'), 'not kubeboot\'s');
+  await writeFile(join(shared, 'victim'), "not kubeboot's");
   await symlink(join(shared, 'victim'), join(dir, 'etc', 'bootstrap-kubelet.conf'));
   const { logger, lines } = capture();
   await removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf')), [], logger);
@@ -59,6 +68,9 @@ t.test('the token file goes before the kubeconfig: a failure leaves the kubeconf
   // A token "file" that is a non-empty directory cannot be unlinked: the kubeconfig must survive to name it next time.
   await mkdir(join(dir, 'tok2', 'token'), { recursive: true });
   await writeFile(join(dir, 'tok2', 'token', 'inside'), 'x');
-  await t.rejects(removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf'), join(dir, 'tok2', 'token')), [], logger), /cannot delete .*token/);
+  await t.rejects(
+    removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf'), join(dir, 'tok2', 'token')), [], logger),
+    /cannot delete .*token/,
+  );
   t.ok(await exists(join(dir, 'etc', 'bootstrap-kubelet.conf')), 'the kubeconfig that names the token file is still there');
 });

@@ -4,7 +4,13 @@ import { fatalText } from '../../../agent/cli/fatal.js';
 import { ApiError } from '../../../agent/errors.js';
 
 t.test("a server's message with a newline, a journal priority and ESC stays on one escaped line", async (t) => {
-  const err = new ApiError({ method: 'GET', path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', status: 403, reason: 'Forbidden', message: 'nope\n<0>kubeboot: FORGED emergency entry\u001b[31m' });
+  const err = new ApiError({
+    method: 'GET',
+    path: '/api/v1/namespaces/kube-public/configmaps/cluster-info',
+    status: 403,
+    reason: 'Forbidden',
+    message: 'nope\n<0>kubeboot: FORGED emergency entry\u001b[31m',
+  });
   const text = fatalText(err, false);
   t.equal(text.split('\n').length, 2, 'one line and its newline');
   t.notMatch(text.slice(0, -1), /[\u0000-\u001f\u007f-\u009f]/, 'no raw control character');

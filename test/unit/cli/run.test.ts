@@ -23,9 +23,15 @@ t.test('kubeboot run warns when the status listener is not on loopback', async (
   stop.abort();
   config.listen = '0.0.0.0:0';
   await runDaemonCommand(config, logger, stop.signal, async () => config);
-  t.ok(lines.some((l) => /listen 0\.0\.0\.0:0 is not a loopback address/.test(l)), 'warned');
+  t.ok(
+    lines.some((l) => /listen 0\.0\.0\.0:0 is not a loopback address/.test(l)),
+    'warned',
+  );
   lines.length = 0;
   config.listen = '127.0.0.1:0';
   await runDaemonCommand(config, logger, stop.signal, async () => config);
-  t.notOk(lines.some((l) => /not a loopback address/.test(l)), 'no warning on loopback');
+  t.notOk(
+    lines.some((l) => /not a loopback address/.test(l)),
+    'no warning on loopback',
+  );
 });

@@ -40,7 +40,11 @@ t.test('resolves relative paths against the config file directory or the working
   const file = '/srv/kb/kubeboot.yaml';
   const files = { [file]: 'stateDir: state\nkubelet:\n  certDir: ../pki\ncloudInitPaths: [ci/a, /abs/b]\n' };
   const { config } = await loadConfig(
-    input({ files, env: { KUBEBOOT_CONFIG: file }, argv: ['bootstrap', '--bootstrap-kubeconfig', 'boot.conf', '--kube-proxy-cert-dir=./kp'] }),
+    input({
+      files,
+      env: { KUBEBOOT_CONFIG: file },
+      argv: ['bootstrap', '--bootstrap-kubeconfig', 'boot.conf', '--kube-proxy-cert-dir=./kp'],
+    }),
   );
   t.equal(config.configFile, file);
   t.equal(config.stateDir, '/srv/kb/state');
@@ -95,7 +99,10 @@ t.test('boolean flags take --x, --no-x and --x=false; repeatable flags replace t
   const pinA = 'sha256:' + 'a'.repeat(64);
   const pinB = 'sha256:' + 'b'.repeat(64);
   const { config } = await loadConfig(
-    input({ files, argv: ['bootstrap', '--no-kube-proxy', '--kubelet-serving=true', '--reuse-key', '--ca-cert-hash', pinA, '--ca-cert-hash', pinB] }),
+    input({
+      files,
+      argv: ['bootstrap', '--no-kube-proxy', '--kubelet-serving=true', '--reuse-key', '--ca-cert-hash', pinA, '--ca-cert-hash', pinB],
+    }),
   );
   t.equal(config.kubeProxy.enabled, false);
   t.equal(config.kubeletServing.enabled, true);
@@ -146,53 +153,180 @@ interface Bad {
 }
 
 const bad: Bad[] = [
-  { name: 'YAML syntax error names the line', file: 'stateDir: /a\nkubelet: [unclosed\nlisten: off\n', message: `${CONFIG}: line 3: invalid YAML: bad indentation, or an unclosed [ or { at column 1` },
-  { name: 'duplicate key', file: 'stateDir: /a\nstateDir: /b\n', message: `${CONFIG}: line 2: invalid YAML: duplicate key (keys must be unique) at column 1` },
+  {
+    name: 'YAML syntax error names the line',
+    file: 'stateDir: /a\nkubelet: [unclosed\nlisten: off\n',
+    message: `${CONFIG}: line 3: invalid YAML: bad indentation, or an unclosed [ or { at column 1`,
+  },
+  {
+    name: 'duplicate key',
+    file: 'stateDir: /a\nstateDir: /b\n',
+    message: `${CONFIG}: line 2: invalid YAML: duplicate key (keys must be unique) at column 1`,
+  },
   { name: 'top level is not a mapping', file: '- a\n- b\n', message: `${CONFIG}: (document): expected a mapping of settings, got a list` },
-  { name: 'unknown key with a suggestion', file: 'kubeProxy:\n  enable: true\n', message: `${CONFIG}: kubeProxy.enable: unknown key (did you mean kubeProxy.enabled?)` },
-  { name: 'kebab-case key in the file', file: 'bootstrap-kubeconfig: /x\n', message: `${CONFIG}: bootstrap-kubeconfig: unknown key (did you mean bootstrapKubeconfig?)` },
+  {
+    name: 'unknown key with a suggestion',
+    file: 'kubeProxy:\n  enable: true\n',
+    message: `${CONFIG}: kubeProxy.enable: unknown key (did you mean kubeProxy.enabled?)`,
+  },
+  {
+    name: 'kebab-case key in the file',
+    file: 'bootstrap-kubeconfig: /x\n',
+    message: `${CONFIG}: bootstrap-kubeconfig: unknown key (did you mean bootstrapKubeconfig?)`,
+  },
   { name: 'unknown key without a near match', file: 'frobnicate: 1\n', message: `${CONFIG}: frobnicate: unknown key` },
   { name: '--config is not a file key', file: 'configFile: /x\n', message: `${CONFIG}: configFile: unknown key` },
-  { name: 'boolean given as text', file: 'kubeProxy:\n  enabled: yes please\n', message: `${CONFIG}: kubeProxy.enabled: expected true or false, got "yes please"` },
+  {
+    name: 'boolean given as text',
+    file: 'kubeProxy:\n  enabled: yes please\n',
+    message: `${CONFIG}: kubeProxy.enabled: expected true or false, got "yes please"`,
+  },
   { name: 'group is not a mapping', file: 'kubeProxy: true\n', message: `${CONFIG}: kubeProxy: expected a mapping, got a boolean` },
   { name: 'string given a list', file: 'stateDir: [a, b]\n', message: `${CONFIG}: stateDir: expected a string, got ["a","b"]` },
-  { name: 'list given a string', file: 'cloudInitPaths: /var/lib/cloud\n', message: `${CONFIG}: cloudInitPaths: expected a list, got a string` },
+  {
+    name: 'list given a string',
+    file: 'cloudInitPaths: /var/lib/cloud\n',
+    message: `${CONFIG}: cloudInitPaths: expected a list, got a string`,
+  },
   { name: 'key without a value', file: 'stateDir:\n', message: `${CONFIG}: stateDir: has no value (remove the key to use the default)` },
-  { name: 'bad duration in the file', file: 'waitTimeout: 5 minutes\n', message: `${CONFIG}: waitTimeout: expected seconds or a duration like 90s, 15m, 2h30m, got "5 minutes"` },
+  {
+    name: 'bad duration in the file',
+    file: 'waitTimeout: 5 minutes\n',
+    message: `${CONFIG}: waitTimeout: expected seconds or a duration like 90s, 15m, 2h30m, got "5 minutes"`,
+  },
   { name: 'fractional duration', file: 'renewal:\n  margin: 1.5\n', message: `${CONFIG}: renewal.margin: expected whole seconds, got 1.5` },
   { name: 'zero wait timeout', argv: ['run', '--wait-timeout', '0s'], message: 'command line: --wait-timeout: must be at least 1, got 0s' },
-  { name: 'expirationSeconds below the API minimum', env: { KUBEBOOT_EXPIRATION_SECONDS: '300' }, message: 'environment: KUBEBOOT_EXPIRATION_SECONDS: must be at least 600 (the API rejects shorter), got 300' },
-  { name: 'expirationSeconds below the minimum in the file', file: 'expirationSeconds: 5m\n', message: `${CONFIG}: expirationSeconds: must be at least 600 (the API rejects shorter), got 5m` },
-  { name: 'node name with upper case', argv: ['bootstrap', '--node-name', 'Worker_1'], message: 'command line: --node-name: "Worker_1" is not a DNS-1123 subdomain (lowercase letters, digits, \'-\' and \'.\', starting and ending with a letter or digit)' },
-  { name: 'node name too long', env: { KUBEBOOT_NODE_NAME: 'a'.repeat(254) }, message: 'environment: KUBEBOOT_NODE_NAME: must be at most 253 characters, got 254' },
-  { name: 'hostname unusable as a node name', hostname: 'my_host', message: `hostname: node name: "my_host" is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit); set --node-name` },
-  { name: 'bad pin on the command line', argv: ['bootstrap', '--ca-cert-hash', 'sha256:abc'], message: 'command line: --ca-cert-hash: expected sha256:<64 hex digits>, got "sha256:abc"' },
-  { name: 'bad pin in the file names the item', file: `caCertHashes:\n  - sha256:${'a'.repeat(64)}\n  - md5:00\n`, message: `${CONFIG}: caCertHashes[1]: expected sha256:<64 hex digits>, got "md5:00"` },
-  { name: 'listen without a port', argv: ['run', '--listen', 'localhost'], message: `command line: --listen: expected host:port (e.g. ${DEFAULT_LISTEN}) or off, got "localhost"` },
-  { name: 'listen port out of range', env: { KUBEBOOT_LISTEN: '127.0.0.1:70000' }, message: `environment: KUBEBOOT_LISTEN: expected host:port (e.g. ${DEFAULT_LISTEN}) or off, got "127.0.0.1:70000"` },
-  { name: 'unknown flag', argv: ['bootstrap', '--bootstrap-kubeconfg', '/x'], message: 'command line: --bootstrap-kubeconfg: unknown option' },
+  {
+    name: 'expirationSeconds below the API minimum',
+    env: { KUBEBOOT_EXPIRATION_SECONDS: '300' },
+    message: 'environment: KUBEBOOT_EXPIRATION_SECONDS: must be at least 600 (the API rejects shorter), got 300',
+  },
+  {
+    name: 'expirationSeconds below the minimum in the file',
+    file: 'expirationSeconds: 5m\n',
+    message: `${CONFIG}: expirationSeconds: must be at least 600 (the API rejects shorter), got 5m`,
+  },
+  {
+    name: 'node name with upper case',
+    argv: ['bootstrap', '--node-name', 'Worker_1'],
+    message:
+      "command line: --node-name: \"Worker_1\" is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)",
+  },
+  {
+    name: 'node name too long',
+    env: { KUBEBOOT_NODE_NAME: 'a'.repeat(254) },
+    message: 'environment: KUBEBOOT_NODE_NAME: must be at most 253 characters, got 254',
+  },
+  {
+    name: 'hostname unusable as a node name',
+    hostname: 'my_host',
+    message: `hostname: node name: "my_host" is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit); set --node-name`,
+  },
+  {
+    name: 'bad pin on the command line',
+    argv: ['bootstrap', '--ca-cert-hash', 'sha256:abc'],
+    message: 'command line: --ca-cert-hash: expected sha256:<64 hex digits>, got "sha256:abc"',
+  },
+  {
+    name: 'bad pin in the file names the item',
+    file: `caCertHashes:\n  - sha256:${'a'.repeat(64)}\n  - md5:00\n`,
+    message: `${CONFIG}: caCertHashes[1]: expected sha256:<64 hex digits>, got "md5:00"`,
+  },
+  {
+    name: 'listen without a port',
+    argv: ['run', '--listen', 'localhost'],
+    message: `command line: --listen: expected host:port (e.g. ${DEFAULT_LISTEN}) or off, got "localhost"`,
+  },
+  {
+    name: 'listen port out of range',
+    env: { KUBEBOOT_LISTEN: '127.0.0.1:70000' },
+    message: `environment: KUBEBOOT_LISTEN: expected host:port (e.g. ${DEFAULT_LISTEN}) or off, got "127.0.0.1:70000"`,
+  },
+  {
+    name: 'unknown flag',
+    argv: ['bootstrap', '--bootstrap-kubeconfg', '/x'],
+    message: 'command line: --bootstrap-kubeconfg: unknown option',
+  },
   { name: 'unknown short flag', argv: ['bootstrap', '-x'], message: 'command line: -x: unknown option' },
   { name: 'flag missing its value', argv: ['bootstrap', '--state-dir'], message: 'command line: --state-dir: expects a value' },
-  { name: 'boolean flag with a bad value', argv: ['bootstrap', '--kube-proxy=maybe'], message: 'command line: --kube-proxy: expected true or false, got "maybe"' },
-  { name: 'unknown key algorithm', argv: ['bootstrap', '--key-algorithm', 'ed25519'], message: 'command line: --key-algorithm: expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096, got "ed25519"' },
-  { name: 'unknown log level in the environment', env: { KUBEBOOT_LOG_LEVEL: 'verbose' }, message: 'environment: KUBEBOOT_LOG_LEVEL: expected one of error, warn, info, debug, got "verbose"' },
-  { name: 'unknown command', argv: ['bootstarp'], message: `command line: command: unknown command "bootstarp" (want ${COMMANDS.join(', ')})` },
-  { name: 'approver renew deadline not below the lease duration', argv: ['approver', '--lease-duration', '10s', '--renew-deadline', '10s'], message: 'command line: --renew-deadline: must be less than approver.leaseDuration (10 >= 10)' },
-  { name: 'approver serving CIDR that is not one', argv: ['approver', '--serving-ip-cidr', '10.0.0.0/33'], message: 'command line: --serving-ip-cidr: expected a CIDR like 10.0.0.0/8 or fd00::/64, got "10.0.0.0/33"' },
-  { name: 'approver key algorithm not known', argv: ['approver', '--allowed-key-algorithm', 'rsa-1024'], message: 'command line: --allowed-key-algorithm: expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096, got rsa-1024' },
-  { name: 'command flag with the wrong command', argv: ['run', '--output', 'json'], message: 'command line: --output: only valid with: kubeboot status, kubeboot token' },
-  { name: 'command flag with a bad value', argv: ['renew', '--identity', 'kubelet-client'], message: 'command line: --identity: expected one of kubelet, kube-proxy, kubelet-serving, got "kubelet-client"' },
-  { name: 'hook given as a shell string', file: 'kubelet:\n  hooks: ["systemctl restart kubelet"]\n', message: `${CONFIG}: kubelet.hooks[0]: expected an argv list like [systemctl, restart, kubelet] (run without a shell), got "systemctl restart kubelet"` },
-  { name: 'serving IP that is not an address', file: 'kubeletServing:\n  ipAddresses: [10.0.0.300]\n', message: `${CONFIG}: kubeletServing.ipAddresses[0]: expected an IPv4 or IPv6 address, got "10.0.0.300"` },
-  { name: 'signer name without a domain', argv: ['bootstrap', '--kube-proxy-signer', 'kube-proxy'], message: 'command line: --kube-proxy-signer: expected a signer name like example.com/signer, got "kube-proxy"' },
-  { name: 'kubelet kubeconfig over the bootstrap kubeconfig', argv: ['bootstrap', '--kubelet-kubeconfig', '/etc/kubernetes/bootstrap-kubelet.conf'], message: 'command line: --kubelet-kubeconfig: must differ from bootstrapKubeconfig (both are /etc/kubernetes/bootstrap-kubelet.conf)' },
-  { name: 'kube-proxy kubeconfig over the kubelet one', file: 'kubeProxy:\n  kubeconfig: /etc/kubernetes/kubelet.conf\n', message: `${CONFIG}: kubeProxy.kubeconfig: must differ from kubelet.kubeconfig (both are /etc/kubernetes/kubelet.conf)` },
+  {
+    name: 'boolean flag with a bad value',
+    argv: ['bootstrap', '--kube-proxy=maybe'],
+    message: 'command line: --kube-proxy: expected true or false, got "maybe"',
+  },
+  {
+    name: 'unknown key algorithm',
+    argv: ['bootstrap', '--key-algorithm', 'ed25519'],
+    message: 'command line: --key-algorithm: expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096, got "ed25519"',
+  },
+  {
+    name: 'unknown log level in the environment',
+    env: { KUBEBOOT_LOG_LEVEL: 'verbose' },
+    message: 'environment: KUBEBOOT_LOG_LEVEL: expected one of error, warn, info, debug, got "verbose"',
+  },
+  {
+    name: 'unknown command',
+    argv: ['bootstarp'],
+    message: `command line: command: unknown command "bootstarp" (want ${COMMANDS.join(', ')})`,
+  },
+  {
+    name: 'approver renew deadline not below the lease duration',
+    argv: ['approver', '--lease-duration', '10s', '--renew-deadline', '10s'],
+    message: 'command line: --renew-deadline: must be less than approver.leaseDuration (10 >= 10)',
+  },
+  {
+    name: 'approver serving CIDR that is not one',
+    argv: ['approver', '--serving-ip-cidr', '10.0.0.0/33'],
+    message: 'command line: --serving-ip-cidr: expected a CIDR like 10.0.0.0/8 or fd00::/64, got "10.0.0.0/33"',
+  },
+  {
+    name: 'approver key algorithm not known',
+    argv: ['approver', '--allowed-key-algorithm', 'rsa-1024'],
+    message: 'command line: --allowed-key-algorithm: expected one of ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096, got rsa-1024',
+  },
+  {
+    name: 'command flag with the wrong command',
+    argv: ['run', '--output', 'json'],
+    message: 'command line: --output: only valid with: kubeboot status, kubeboot token',
+  },
+  {
+    name: 'command flag with a bad value',
+    argv: ['renew', '--identity', 'kubelet-client'],
+    message: 'command line: --identity: expected one of kubelet, kube-proxy, kubelet-serving, got "kubelet-client"',
+  },
+  {
+    name: 'hook given as a shell string',
+    file: 'kubelet:\n  hooks: ["systemctl restart kubelet"]\n',
+    message: `${CONFIG}: kubelet.hooks[0]: expected an argv list like [systemctl, restart, kubelet] (run without a shell), got "systemctl restart kubelet"`,
+  },
+  {
+    name: 'serving IP that is not an address',
+    file: 'kubeletServing:\n  ipAddresses: [10.0.0.300]\n',
+    message: `${CONFIG}: kubeletServing.ipAddresses[0]: expected an IPv4 or IPv6 address, got "10.0.0.300"`,
+  },
+  {
+    name: 'signer name without a domain',
+    argv: ['bootstrap', '--kube-proxy-signer', 'kube-proxy'],
+    message: 'command line: --kube-proxy-signer: expected a signer name like example.com/signer, got "kube-proxy"',
+  },
+  {
+    name: 'kubelet kubeconfig over the bootstrap kubeconfig',
+    argv: ['bootstrap', '--kubelet-kubeconfig', '/etc/kubernetes/bootstrap-kubelet.conf'],
+    message: 'command line: --kubelet-kubeconfig: must differ from bootstrapKubeconfig (both are /etc/kubernetes/bootstrap-kubelet.conf)',
+  },
+  {
+    name: 'kube-proxy kubeconfig over the kubelet one',
+    file: 'kubeProxy:\n  kubeconfig: /etc/kubernetes/kubelet.conf\n',
+    message: `${CONFIG}: kubeProxy.kubeconfig: must differ from kubelet.kubeconfig (both are /etc/kubernetes/kubelet.conf)`,
+  },
 ];
 
 for (const c of bad) {
   t.test(`rejects: ${c.name}`, async (t) => {
     const files: Record<string, string> = c.file !== undefined ? { [CONFIG]: c.file } : {};
-    const err = await loadConfig(input({ argv: c.argv ?? ['bootstrap'], env: c.env ?? {}, files, hostname: c.hostname ?? 'worker-1' })).then(
+    const err = await loadConfig(
+      input({ argv: c.argv ?? ['bootstrap'], env: c.env ?? {}, files, hostname: c.hostname ?? 'worker-1' }),
+    ).then(
       () => null,
       (e: unknown) => e,
     );
@@ -233,5 +367,9 @@ t.test('the approver, like the admin commands, needs no node name: a hostname th
   const loaded = await loadConfig(input({ argv: ['approver', '--kubeconfig', 'a.conf'], hostname: 'Not_A_DNS_Name' }));
   t.equal(loaded.command, 'approver');
   t.equal(loaded.extraFlags.given['kubeconfig'], 'a.conf', '--kubeconfig reaches the approver');
-  await t.rejects(loadConfig(input({ argv: ['run'], hostname: 'Not_A_DNS_Name' })), { message: /^hostname: node name: .*set --node-name$/ }, 'a node still does');
+  await t.rejects(
+    loadConfig(input({ argv: ['run'], hostname: 'Not_A_DNS_Name' })),
+    { message: /^hostname: node name: .*set --node-name$/ },
+    'a node still does',
+  );
 });

@@ -1,5 +1,12 @@
 import t from 'tap';
-import { OPTIONS, COMMAND_FLAGS, commandFlagUsage, readKey, renderOptionsHelp, renderOptionsReference } from '../../../agent/config/options.js';
+import {
+  OPTIONS,
+  COMMAND_FLAGS,
+  commandFlagUsage,
+  readKey,
+  renderOptionsHelp,
+  renderOptionsReference,
+} from '../../../agent/config/options.js';
 import { defaultConfig, DEFAULT_LISTEN } from '../../../agent/config/defaults.js';
 
 /** Dotted paths of every leaf in a Config value. */
@@ -23,12 +30,38 @@ t.test('flags and environment variables are unique and derived from each other',
   }
 });
 
-t.test('the brief\'s flags all exist', async (t) => {
-  const wanted = ['config', 'bootstrap-kubeconfig', 'state-dir', 'node-name', 'key-algorithm', 'expiration-seconds', 'ca-cert-hash',
-    'unsafe-skip-ca-verification', 'unsafe-allow-insecure-bootstrap', 'kubelet-kubeconfig', 'kubelet-cert-dir', 'kube-proxy',
-    'kube-proxy-kubeconfig', 'kube-proxy-cert-dir', 'kube-proxy-common-name', 'kube-proxy-organization', 'kube-proxy-signer',
-    'kubelet-serving', 'kubelet-serving-dns-name', 'kubelet-serving-ip-address', 'wait-timeout', 'pending-notice-interval',
-    'renew-margin', 'reuse-key', 'hook-timeout', 'listen', 'log-level', 'log-format', 'cloud-init-path'];
+t.test("the brief's flags all exist", async (t) => {
+  const wanted = [
+    'config',
+    'bootstrap-kubeconfig',
+    'state-dir',
+    'node-name',
+    'key-algorithm',
+    'expiration-seconds',
+    'ca-cert-hash',
+    'unsafe-skip-ca-verification',
+    'unsafe-allow-insecure-bootstrap',
+    'kubelet-kubeconfig',
+    'kubelet-cert-dir',
+    'kube-proxy',
+    'kube-proxy-kubeconfig',
+    'kube-proxy-cert-dir',
+    'kube-proxy-common-name',
+    'kube-proxy-organization',
+    'kube-proxy-signer',
+    'kubelet-serving',
+    'kubelet-serving-dns-name',
+    'kubelet-serving-ip-address',
+    'wait-timeout',
+    'pending-notice-interval',
+    'renew-margin',
+    'reuse-key',
+    'hook-timeout',
+    'listen',
+    'log-level',
+    'log-format',
+    'cloud-init-path',
+  ];
   const flags = new Set(OPTIONS.map((o) => o.flag));
   for (const f of wanted) t.ok(flags.has(f), `--${f}`);
 });
@@ -41,7 +74,10 @@ t.test('help text lists every flag, environment variable, file key and command f
     if (o.inFile) t.match(help, o.key);
   }
   for (const c of COMMAND_FLAGS) t.match(help, commandFlagUsage(c));
-  t.match(help, '--wait-timeout DURATION\n      How long to wait for a CSR to be approved and signed: bootstrap then exits 4, run retries with the same CSR.\n      env KUBEBOOT_WAIT_TIMEOUT, file waitTimeout; default 15m\n');
+  t.match(
+    help,
+    '--wait-timeout DURATION\n      How long to wait for a CSR to be approved and signed: bootstrap then exits 4, run retries with the same CSR.\n      env KUBEBOOT_WAIT_TIMEOUT, file waitTimeout; default 15m\n',
+  );
   t.match(help, 'default lower-cased hostname');
 });
 

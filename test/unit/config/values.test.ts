@@ -2,7 +2,16 @@ import t from 'tap';
 import { formatDuration, parseDuration, parseListen, parsePin, dns1123SubdomainProblem } from '../../../agent/config/values.js';
 
 t.test('durations are whole seconds or Go-like h/m/s', async (t) => {
-  const cases: [unknown, number][] = [[90, 90], ['90', 90], ['90s', 90], ['15m', 900], ['1h', 3600], ['2h30m', 9000], ['1h0m5s', 3605], [' 10m ', 600]];
+  const cases: [unknown, number][] = [
+    [90, 90],
+    ['90', 90],
+    ['90s', 90],
+    ['15m', 900],
+    ['1h', 3600],
+    ['2h30m', 9000],
+    ['1h0m5s', 3605],
+    [' 10m ', 600],
+  ];
   for (const [raw, want] of cases) t.same(parseDuration(raw), { ok: true, value: want }, String(raw));
   for (const raw of ['', '1.5h', '300ms', '30m1h', '-5', '1d', 'h', -1, 1.5, true]) t.equal(parseDuration(raw).ok, false, String(raw));
 });

@@ -8,11 +8,18 @@ import { parseYaml } from '../../../agent/config/yaml.js';
 const keys = (n: number) => Array.from({ length: n }, (_, i) => `k${i}: v`).join('\n');
 
 t.test('a key repeated in one mapping is refused with its line, in block and flow style, nested or not', async (t) => {
-  t.throws(() => parseYaml('f.yaml', 'a: 1\nb: 2\na: 3\n'), /f\.yaml: line 3: invalid YAML: duplicate key \(keys must be unique\) at column 1/);
+  t.throws(
+    () => parseYaml('f.yaml', 'a: 1\nb: 2\na: 3\n'),
+    /f\.yaml: line 3: invalid YAML: duplicate key \(keys must be unique\) at column 1/,
+  );
   t.throws(() => parseYaml('f.yaml', 'x:\n  a: 1\n  a: 2\n'), /line 3: invalid YAML: duplicate key/);
   t.throws(() => parseYaml('f.yaml', '{a: 1, b: 2, a: 3}'), /duplicate key/);
   t.throws(() => parseYaml('f.yaml', 'l:\n- a: 1\n  a: 1\n'), /line 3: invalid YAML: duplicate key/);
-  t.same(parseYaml('f.yaml', 'a: 1\nx: {a: 2}\nl: [{a: 3}, {a: 4}]\n'), { a: 1, x: { a: 2 }, l: [{ a: 3 }, { a: 4 }] }, 'the same key in different mappings is fine');
+  t.same(
+    parseYaml('f.yaml', 'a: 1\nx: {a: 2}\nl: [{a: 3}, {a: 4}]\n'),
+    { a: 1, x: { a: 2 }, l: [{ a: 3 }, { a: 4 }] },
+    'the same key in different mappings is fine',
+  );
   t.same(parseYaml('f.yaml', '1: a\n"1": b\n'), { 1: 'b' }, 'the number 1 and the string "1" are different keys, as the library has it');
 });
 

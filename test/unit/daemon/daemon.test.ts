@@ -34,21 +34,51 @@ interface Node {
 async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv }): Promise<Node> {
   const dir = t.testdir();
   const config = defaultConfig('n1');
-  Object.assign(config, { bootstrapKubeconfig: join(dir, 'bootstrap-kubelet.conf'), stateDir: join(dir, 'state'), listen: null, waitTimeout: 60 });
+  Object.assign(config, {
+    bootstrapKubeconfig: join(dir, 'bootstrap-kubelet.conf'),
+    stateDir: join(dir, 'state'),
+    listen: null,
+    waitTimeout: 60,
+  });
   config.kubelet = { ...config.kubelet, kubeconfig: join(dir, 'kubelet.conf'), certDir: join(dir, 'kubelet-pki') };
-  config.kubeProxy = { ...config.kubeProxy, enabled: o.kubeProxy, kubeconfig: join(dir, 'kube-proxy.conf'), certDir: join(dir, 'proxy-pki') };
+  config.kubeProxy = {
+    ...config.kubeProxy,
+    enabled: o.kubeProxy,
+    kubeconfig: join(dir, 'kube-proxy.conf'),
+    certDir: join(dir, 'proxy-pki'),
+  };
   const ca = await createCa('unit-ca');
   const leaf = await issueLeaf(ca, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
   const kubelet = identitiesFor(config)[0]!;
   await mkdir(kubelet.certDir, { recursive: true });
   const stored = await storeCredential(kubelet, leaf.certPem, leaf.keyPem, new Date());
-  await writeFileAtomic(config.kubelet.kubeconfig, renderClientKubeconfig({ server: SERVER, caPem: ca.certPem, certFile: stored.currentPath, keyFile: stored.currentPath, userName: 'default-auth', tlsServerName: null }), { mode: 0o600 });
+  await writeFileAtomic(
+    config.kubelet.kubeconfig,
+    renderClientKubeconfig({
+      server: SERVER,
+      caPem: ca.certPem,
+      certFile: stored.currentPath,
+      keyFile: stored.currentPath,
+      userName: 'default-auth',
+      tlsServerName: null,
+    }),
+    { mode: 0o600 },
+  );
 
   const agent = new MockAgent();
   agent.disableNetConnect();
   const clock = new FakeClock(new Date());
   const stopper = new AbortController();
-  const daemon = new Daemon({ config, logger, signal: stopper.signal, reload: async () => config, env: o.env ?? {}, clock, random: () => 0.5, dispatcher: agent });
+  const daemon = new Daemon({
+    config,
+    logger,
+    signal: stopper.signal,
+    reload: async () => config,
+    env: o.env ?? {},
+    clock,
+    random: () => 0.5,
+    dispatcher: agent,
+  });
   let running: Promise<void> | null = null;
   const stop = async () => {
     stopper.abort();
@@ -83,10 +113,21 @@ t.test('READY waits only for the kubelet: kube-proxy pending does not hold the n
   const n = await node(t, { kubeProxy: true, env: { NOTIFY_SOCKET: notify.path, PATH: process.env.PATH } });
   let csrPosted = false;
   // The kube-proxy CSR goes out and is never answered: no approver.
-  n.agent.get(SERVER).intercept({ path: CSRS, method: 'POST' }).reply(() => {
-    csrPosted = true;
-    return { statusCode: 201, data: { kind: 'CertificateSigningRequest', metadata: { name: 'node-csr-x', uid: 'u1' }, spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client' } } };
-  }).delay(NEVER_IN_THIS_TEST_MS);
+  n.agent
+    .get(SERVER)
+    .intercept({ path: CSRS, method: 'POST' })
+    .reply(() => {
+      csrPosted = true;
+      return {
+        statusCode: 201,
+        data: {
+          kind: 'CertificateSigningRequest',
+          metadata: { name: 'node-csr-x', uid: 'u1' },
+          spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client' },
+        },
+      };
+    })
+    .delay(NEVER_IN_THIS_TEST_MS);
   const ready = await notify.waitFor((m) => m.includes('READY=1'), 30_000);
   t.match(ready, /STATUS=kubelet ready; pending: kube-proxy: /, 'systemd hears READY=1 with kube-proxy named as pending');
   await until('the kube-proxy CSR request', () => csrPosted);
@@ -98,10 +139,14 @@ t.test('READY waits only for the kubelet: kube-proxy pending does not hold the n
 t.test('a loop stuck in one pass fails the liveness check; sleeping loops never do', async (t) => {
   const n = await node(t, { kubeProxy: true });
   let csrPosted = false;
-  n.agent.get(SERVER).intercept({ path: CSRS, method: 'POST' }).reply(() => {
-    csrPosted = true;
-    return { statusCode: 201, data: {} };
-  }).delay(NEVER_IN_THIS_TEST_MS);
+  n.agent
+    .get(SERVER)
+    .intercept({ path: CSRS, method: 'POST' })
+    .reply(() => {
+      csrPosted = true;
+      return { statusCode: 201, data: {} };
+    })
+    .delay(NEVER_IN_THIS_TEST_MS);
   await until('the kube-proxy CSR request', () => csrPosted);
   t.ok(n.daemon.healthy(), 'healthy while the pass is young');
   // waitTimeout 60 s: a pass is bounded by 4 × 60 s + 5 min, plus 30 s of grace.
@@ -130,13 +175,26 @@ t.test('kubelet files deleted behind its back: renewed with the credential still
   });
   pool.intercept({ path: (p) => p.startsWith(`${CSRS}?`), method: 'GET' }).reply(() => ({
     statusCode: 200,
-    data: { metadata: { resourceVersion: '2' }, items: [{ metadata: { name: 'any', uid: 'u1' }, spec: { request: '', signerName: '' }, status: { conditions: [{ type: 'Approved', status: 'True' }], certificate: Buffer.from(issued).toString('base64') } }] },
+    data: {
+      metadata: { resourceVersion: '2' },
+      items: [
+        {
+          metadata: { name: 'any', uid: 'u1' },
+          spec: { request: '', signerName: '' },
+          status: { conditions: [{ type: 'Approved', status: 'True' }], certificate: Buffer.from(issued).toString('base64') },
+        },
+      ],
+    },
   }));
-  pool.intercept({ path: '/apis/authentication.k8s.io/v1/selfsubjectreviews', method: 'POST' }).reply(200, { status: { userInfo: { username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'] } } });
+  pool
+    .intercept({ path: '/apis/authentication.k8s.io/v1/selfsubjectreviews', method: 'POST' })
+    .reply(200, { status: { userInfo: { username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'] } } });
 
   await rm(n.config.kubelet.kubeconfig);
   n.daemon.nudge(['kubelet'], false);
-  await until('kubelet.conf to be written again', async () => (await readFile(n.config.kubelet.kubeconfig, 'utf8').catch(() => '')).includes('client-certificate'));
+  await until('kubelet.conf to be written again', async () =>
+    (await readFile(n.config.kubelet.kubeconfig, 'utf8').catch(() => '')).includes('client-certificate'),
+  );
   t.ok(issued, 'a CSR was signed: the renewal was authenticated with the in-memory credential, not a bootstrap token');
   t.same(n.agent.pendingInterceptors(), [], 'create, list and the SelfSubjectReview proof all happened');
   await until('the daemon to record the new credential', () => n.daemon.nodeReady());

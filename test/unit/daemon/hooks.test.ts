@@ -9,7 +9,10 @@ import { kubeletIdentity } from '../../support/identity.js';
 
 t.test('a hook that exits 0 is ok', async (t) => {
   const r = await runHook(['/bin/true']);
-  t.same({ ok: r.ok, exitCode: r.exitCode, signal: r.signal, timedOut: r.timedOut }, { ok: true, exitCode: 0, signal: null, timedOut: false });
+  t.same(
+    { ok: r.ok, exitCode: r.exitCode, signal: r.signal, timedOut: r.timedOut },
+    { ok: true, exitCode: 0, signal: null, timedOut: false },
+  );
   t.type(r.durationMs, 'number');
 });
 
@@ -71,10 +74,7 @@ t.test('identity hooks run in order with the identity in their environment, fail
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'env');
   const identity = kubeletIdentity({
-    hooks: [
-      ['/bin/sh', '-c', 'echo "$KUBEBOOT_IDENTITY $KUBEBOOT_CERT_FILE $KUBEBOOT_KUBECONFIG" > "$0"', out],
-      ['/bin/false'],
-    ],
+    hooks: [['/bin/sh', '-c', 'echo "$KUBEBOOT_IDENTITY $KUBEBOOT_CERT_FILE $KUBEBOOT_KUBECONFIG" > "$0"', out], ['/bin/false']],
   });
   const lines: string[] = [];
   const logger = winston.createLogger({
@@ -82,7 +82,10 @@ t.test('identity hooks run in order with the identity in their environment, fail
     transports: [new winston.transports.Stream({ stream: new Writable({ write: (c, _e, cb) => (lines.push(String(c)), cb()) }) })],
   });
   const results = await runIdentityHooks(identity, logger, { timeoutMs: 10_000 });
-  t.same(results.map((r) => r.ok), [true, false]);
+  t.same(
+    results.map((r) => r.ok),
+    [true, false],
+  );
   t.equal(await readFile(out, 'utf8'), 'kubelet /var/lib/kubelet/pki/kubelet-client-current.pem /etc/kubernetes/kubelet.conf\n');
   t.equal(lines.length, 1);
   t.match(JSON.parse(lines[0] ?? '{}'), { message: 'hook failed', identity: 'kubelet', exitCode: 1 });
@@ -103,11 +106,25 @@ t.test('identity hooks get a clean environment: no systemd notify socket, watchd
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const out = path.join(dir, 'env');
   const identity = kubeletIdentity({ hooks: [['/bin/sh', '-c', 'env > "$0"', out]] });
-  const env = { PATH: '/usr/bin:/bin', LANG: 'C.UTF-8', NOTIFY_SOCKET: '/run/systemd/notify', WATCHDOG_USEC: '30000000', WATCHDOG_PID: '1', KUBEBOOT_NODE_NAME: 'x', SECRET_THING: 'y' };
+  const env = {
+    PATH: '/usr/bin:/bin',
+    LANG: 'C.UTF-8',
+    NOTIFY_SOCKET: '/run/systemd/notify',
+    WATCHDOG_USEC: '30000000',
+    WATCHDOG_PID: '1',
+    KUBEBOOT_NODE_NAME: 'x',
+    SECRET_THING: 'y',
+  };
   const results = await runIdentityHooks(identity, winston.createLogger({ silent: true }), { timeoutMs: 10_000, env });
   t.ok(results[0]?.ok);
-  const seen = Object.fromEntries((await readFile(out, 'utf8')).trim().split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
-  for (const name of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID', 'KUBEBOOT_NODE_NAME', 'SECRET_THING']) t.notOk(name in seen, `${name} is not passed`);
+  const seen = Object.fromEntries(
+    (await readFile(out, 'utf8'))
+      .trim()
+      .split('\n')
+      .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+  );
+  for (const name of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID', 'KUBEBOOT_NODE_NAME', 'SECRET_THING'])
+    t.notOk(name in seen, `${name} is not passed`);
   t.equal(seen.PATH, '/usr/bin:/bin');
   t.equal(seen.LANG, 'C.UTF-8');
   t.equal(seen.KUBEBOOT_IDENTITY, 'kubelet');

@@ -60,7 +60,9 @@ t.test('healthz follows the daemon loop and readyz follows the certificates', as
 });
 
 t.test('metrics serves the given registry in Prometheus text format', async (t) => {
-  const { address: { port } } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
+  const {
+    address: { port },
+  } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
   const res = await get(port, '/metrics');
   t.equal(res.status, 200);
   t.match(res.type, /^text\/plain; version=0\.0\.4/);
@@ -68,7 +70,9 @@ t.test('metrics serves the given registry in Prometheus text format', async (t) 
 });
 
 t.test('unknown paths are 404 and other methods 405', async (t) => {
-  const { address: { port } } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
+  const {
+    address: { port },
+  } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
   t.equal((await get(port, '/')).status, 404);
   t.equal((await get(port, '/healthz', 'POST')).status, 405);
   const head = await get(port, '/healthz', 'HEAD');
@@ -135,33 +139,45 @@ t.test('a malformed request URL gets 400 and the server keeps answering', async 
 });
 
 t.test('the unauthenticated readyz body is scrubbed of tokens', async (t) => {
-  const { address } = await start(t, { healthy: true, readiness: { ready: false, detail: ['kubelet: token abcdef.0123456789abcdef was refused'] } });
+  const { address } = await start(t, {
+    healthy: true,
+    readiness: { ready: false, detail: ['kubelet: token abcdef.0123456789abcdef was refused'] },
+  });
   const got = await get(address.port, '/readyz');
   t.equal(got.body, 'kubelet: token abcdef.[redacted] was refused\n');
 });
 
 t.test('only loopback listen addresses count as local', async (t) => {
-  for (const listen of ['127.0.0.1:10271', '127.1.2.3:1', 'localhost:10271', '[::1]:10271', '[::ffff:127.0.0.1]:80']) t.ok(isLoopbackListen(listen), listen);
-  for (const listen of ['0.0.0.0:10271', '[::]:10271', '10.0.0.7:10271', ':10271', 'example.com:80', '128.0.0.1:1']) t.notOk(isLoopbackListen(listen), listen);
+  for (const listen of ['127.0.0.1:10271', '127.1.2.3:1', 'localhost:10271', '[::1]:10271', '[::ffff:127.0.0.1]:80'])
+    t.ok(isLoopbackListen(listen), listen);
+  for (const listen of ['0.0.0.0:10271', '[::]:10271', '10.0.0.7:10271', ':10271', 'example.com:80', '128.0.0.1:1'])
+    t.notOk(isLoopbackListen(listen), listen);
 });
 
-t.test('idle connections are capped: one past MAX_CONNECTIONS is closed on arrival, and the listener serves again once they go', async (t) => {
-  const { address } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
-  const connect = () =>
-    new Promise<net.Socket>((resolve, reject) => {
-      const s = net.connect(address.port, '127.0.0.1', () => resolve(s));
-      s.on('error', reject);
+t.test(
+  'idle connections are capped: one past MAX_CONNECTIONS is closed on arrival, and the listener serves again once they go',
+  async (t) => {
+    const { address } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
+    const connect = () =>
+      new Promise<net.Socket>((resolve, reject) => {
+        const s = net.connect(address.port, '127.0.0.1', () => resolve(s));
+        s.on('error', reject);
+      });
+    const idle: net.Socket[] = [];
+    t.teardown(() => {
+      for (const s of idle) s.destroy();
     });
-  const idle: net.Socket[] = [];
-  t.teardown(() => {
-    for (const s of idle) s.destroy();
-  });
-  for (let i = 0; i < MAX_CONNECTIONS; i++) idle.push(await connect());
-  const extra = await connect();
-  await new Promise<void>((resolve) => extra.once('close', () => resolve()));
-  t.pass(`connection ${MAX_CONNECTIONS + 1} was closed by the listener`);
-  await Promise.all(idle.map((s) => new Promise<void>((resolve) => (s.once('close', () => resolve()), s.destroy()))));
-  let status = 0;
-  for (let attempt = 0; attempt < 50 && status !== 200; attempt++) status = await get(address.port, '/healthz').then((r) => r.status, () => 0);
-  t.equal(status, 200, 'served again once the idle connections closed');
-});
+    for (let i = 0; i < MAX_CONNECTIONS; i++) idle.push(await connect());
+    const extra = await connect();
+    await new Promise<void>((resolve) => extra.once('close', () => resolve()));
+    t.pass(`connection ${MAX_CONNECTIONS + 1} was closed by the listener`);
+    await Promise.all(idle.map((s) => new Promise<void>((resolve) => (s.once('close', () => resolve()), s.destroy()))));
+    let status = 0;
+    for (let attempt = 0; attempt < 50 && status !== 200; attempt++)
+      status = await get(address.port, '/healthz').then(
+        (r) => r.status,
+        () => 0,
+      );
+    t.equal(status, 200, 'served again once the idle connections closed');
+  },
+);

@@ -95,7 +95,11 @@ t.test("kubeboot's own announced writes are not reported", async (t) => {
   // A later external change is the marker: anything about our own write would arrive first.
   await writeFile(s.bootstrap, 'bootstrap');
   await s.next((c) => c.file === 'bootstrap-kubeconfig');
-  t.same(s.seen.map((c) => c.file), ['bootstrap-kubeconfig'], JSON.stringify(s.seen));
+  t.same(
+    s.seen.map((c) => c.file),
+    ['bootstrap-kubeconfig'],
+    JSON.stringify(s.seen),
+  );
 });
 
 t.test('a deleted kubeconfig is reported as removed', async (t) => {
@@ -119,7 +123,11 @@ t.test('unrelated files and temp names in the watched directories are ignored', 
   await writeFile(path.join(s.root, 'pki', 'kubelet.crt'), 'serving cert of another tool');
   await writeFile(s.bootstrap, 'marker');
   await s.next((c) => c.file === 'bootstrap-kubeconfig');
-  t.same(s.seen.map((c) => c.file), ['bootstrap-kubeconfig'], JSON.stringify(s.seen));
+  t.same(
+    s.seen.map((c) => c.file),
+    ['bootstrap-kubeconfig'],
+    JSON.stringify(s.seen),
+  );
 });
 
 t.test('a burst of writes to one file is reported once', async (t) => {
@@ -137,7 +145,11 @@ t.test('classify names certificate files by the client-go store pattern only', a
   const bootstrap = '/r/etc/bootstrap-kubelet.conf';
   t.same(classify('/r/pki/kubelet-client-current.pem', [identity], bootstrap), { identity: 'kubelet', file: 'certificate' });
   t.same(classify('/r/pki/kubelet-client-2025-01-01-00-00-00.pem', [identity], bootstrap), { identity: 'kubelet', file: 'certificate' });
-  t.same(classify('/r/pki/kubelet-client-2025-01-01-00-00-00-1.pem', [identity], bootstrap), { identity: 'kubelet', file: 'certificate' }, 'the -N suffix the store adds for a second file in one second');
+  t.same(
+    classify('/r/pki/kubelet-client-2025-01-01-00-00-00-1.pem', [identity], bootstrap),
+    { identity: 'kubelet', file: 'certificate' },
+    'the -N suffix the store adds for a second file in one second',
+  );
   t.same(classify('/r/etc/kubelet.conf', [identity], bootstrap), { identity: 'kubelet', file: 'kubeconfig' });
   t.same(classify('/r/etc/../etc/bootstrap-kubelet.conf', [identity], bootstrap), { identity: null, file: 'bootstrap-kubeconfig' });
   t.equal(classify('/r/pki/kubelet-client-x.pem', [identity], bootstrap), null);

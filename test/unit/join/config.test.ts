@@ -26,7 +26,10 @@ t.test('a malformed token is refused without echoing it', async (t) => {
     [['bootstrap', '--token', secretish], {}, 'command line: --token'],
     [['bootstrap'], { KUBEBOOT_TOKEN: secretish }, 'environment: KUBEBOOT_TOKEN'],
   ] as const) {
-    const err = await load([...argv], { ...env }).then(() => null, (e: Error & { code: number }) => e);
+    const err = await load([...argv], { ...env }).then(
+      () => null,
+      (e: Error & { code: number }) => e,
+    );
     t.equal(err?.message, `${where}: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}; the value is not shown)`);
     t.equal(err?.code, ExitCode.badInput);
     t.notMatch(err?.message ?? '', '0123456789', 'no part of the secret');
@@ -34,8 +37,12 @@ t.test('a malformed token is refused without echoing it', async (t) => {
 });
 
 t.test('a server must be https://host[:port]', async (t) => {
-  await t.rejects(load(['bootstrap', '--server', 'http://api:6443']), { message: 'command line: --server: must be an https:// URL, got scheme http' });
-  await t.rejects(load(['bootstrap', '--server', 'https://api:6443/k8s']), { message: 'command line: --server: must be https://host[:port] without a path, query or fragment' });
+  await t.rejects(load(['bootstrap', '--server', 'http://api:6443']), {
+    message: 'command line: --server: must be an https:// URL, got scheme http',
+  });
+  await t.rejects(load(['bootstrap', '--server', 'https://api:6443/k8s']), {
+    message: 'command line: --server: must be https://host[:port] without a path, query or fragment',
+  });
   await t.rejects(load(['bootstrap', '--server', 'https://u:p@api']), { message: 'command line: --server: must not contain credentials' });
 });
 
@@ -43,12 +50,28 @@ t.test('admin commands need no valid node name, node commands still do', async (
   const admin = await loadConfig({ argv: ['token', 'list'], env: {}, hostname: 'Admin_Laptop', readFile: async () => null });
   t.equal(admin.command, 'token');
   t.same(admin.positionals, ['list']);
-  await t.rejects(loadConfig({ argv: ['bootstrap'], env: {}, hostname: 'Admin_Laptop', readFile: async () => null }), { code: ExitCode.badInput });
+  await t.rejects(loadConfig({ argv: ['bootstrap'], env: {}, hostname: 'Admin_Laptop', readFile: async () => null }), {
+    code: ExitCode.badInput,
+  });
 });
 
 t.test('command flags: --no-expiry, repeatable comma lists, and --set kept whole', async (t) => {
-  const l = await load(['token', 'create', '--no-expiry', '--groups', 'system:bootstrappers:a,system:bootstrappers:b', '--groups', 'system:bootstrappers:c', '--output', 'json']);
-  t.same(l.extraFlags.given, { expiry: false, groups: ['system:bootstrappers:a', 'system:bootstrappers:b', 'system:bootstrappers:c'], output: 'json' });
+  const l = await load([
+    'token',
+    'create',
+    '--no-expiry',
+    '--groups',
+    'system:bootstrappers:a,system:bootstrappers:b',
+    '--groups',
+    'system:bootstrappers:c',
+    '--output',
+    'json',
+  ]);
+  t.same(l.extraFlags.given, {
+    expiry: false,
+    groups: ['system:bootstrappers:a', 'system:bootstrappers:b', 'system:bootstrappers:c'],
+    output: 'json',
+  });
   const u = await load(['user-data', '--set', 'kubeProxy.organizations=[a,b]', '--set', 'waitTimeout=5m']);
   t.same(u.extraFlags.given.set, ['kubeProxy.organizations=[a,b]', 'waitTimeout=5m']);
   await t.rejects(load(['bootstrap', '--set', 'x=y']), { message: 'command line: --set: only valid with: kubeboot user-data' });

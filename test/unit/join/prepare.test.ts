@@ -34,9 +34,18 @@ t.test('incomplete or contradictory join settings are bad input naming the setti
   const dir = t.testdir();
   const cases: [Partial<Config>, string][] = [
     [{ token: TOKEN }, 'configuration: server (--server, KUBEBOOT_SERVER): missing: a join token needs the API server URL'],
-    [{ server: SERVER }, `configuration: token (--token, --token-file, KUBEBOOT_TOKEN): missing: joining ${SERVER} needs a bootstrap token`],
-    [{ server: SERVER, token: TOKEN, tokenFile: join(dir, 'token') }, 'configuration: tokenFile (--token-file): cannot be combined with token; give one'],
-    [{ server: SERVER, token: TOKEN }, `joining ${SERVER} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`],
+    [
+      { server: SERVER },
+      `configuration: token (--token, --token-file, KUBEBOOT_TOKEN): missing: joining ${SERVER} needs a bootstrap token`,
+    ],
+    [
+      { server: SERVER, token: TOKEN, tokenFile: join(dir, 'token') },
+      'configuration: tokenFile (--token-file): cannot be combined with token; give one',
+    ],
+    [
+      { server: SERVER, token: TOKEN },
+      `joining ${SERVER} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`,
+    ],
   ];
   for (const [over, message] of cases) await t.rejects(prepareJoin(nodeConfig(dir, over), deps), { message, code: ExitCode.badInput });
 });
@@ -58,8 +67,21 @@ t.test('a token file already deleted after an earlier join is reported, not fata
 t.test('the rendered bootstrap kubeconfig reads back with its CA and credential', async (t) => {
   const ca = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
   const file = join(t.testdir(), 'b.conf');
-  const withFile = await parseBootstrapKubeconfig(file, renderBootstrapKubeconfig({ server: 'https://api:6443/', caPem: ca, credential: { tokenFile: '/etc/kubernetes/bootstrap-token' } }), async (p) => (p === '/etc/kubernetes/bootstrap-token' ? TOKEN : null));
-  t.match(withFile, { server: 'https://api:6443', caPem: ca, tokenFile: '/etc/kubernetes/bootstrap-token', auth: { kind: 'bootstrap-token', tokenId: 'abcdef' } });
-  const inline = await parseBootstrapKubeconfig(file, renderBootstrapKubeconfig({ server: 'https://api:6443', caPem: ca, credential: { token: TOKEN } }), readOptional);
+  const withFile = await parseBootstrapKubeconfig(
+    file,
+    renderBootstrapKubeconfig({ server: 'https://api:6443/', caPem: ca, credential: { tokenFile: '/etc/kubernetes/bootstrap-token' } }),
+    async (p) => (p === '/etc/kubernetes/bootstrap-token' ? TOKEN : null),
+  );
+  t.match(withFile, {
+    server: 'https://api:6443',
+    caPem: ca,
+    tokenFile: '/etc/kubernetes/bootstrap-token',
+    auth: { kind: 'bootstrap-token', tokenId: 'abcdef' },
+  });
+  const inline = await parseBootstrapKubeconfig(
+    file,
+    renderBootstrapKubeconfig({ server: 'https://api:6443', caPem: ca, credential: { token: TOKEN } }),
+    readOptional,
+  );
   t.match(inline, { tokenFile: null, auth: { kind: 'bootstrap-token', token: TOKEN } });
 });

@@ -16,7 +16,16 @@ t.test('a token is [a-z0-9]{6}.[a-z0-9]{16} drawn uniformly from the 36-letter a
 
 t.test('the Secret has the shape kube-apiserver reads', async (t) => {
   const now = new Date('2026-01-02T03:04:05.678Z');
-  const secret = tokenSecret({ id: 'abcdef', secret: '0123456789abcdef', token: 'abcdef.0123456789abcdef' }, { ttlSeconds: 3600, usages: ['authentication', 'signing'], groups: ['system:bootstrappers:a', 'system:bootstrappers:b'], description: 'pool' }, now);
+  const secret = tokenSecret(
+    { id: 'abcdef', secret: '0123456789abcdef', token: 'abcdef.0123456789abcdef' },
+    {
+      ttlSeconds: 3600,
+      usages: ['authentication', 'signing'],
+      groups: ['system:bootstrappers:a', 'system:bootstrappers:b'],
+      description: 'pool',
+    },
+    now,
+  );
   t.same(secret, {
     apiVersion: 'v1',
     kind: 'Secret',
@@ -32,20 +41,35 @@ t.test('the Secret has the shape kube-apiserver reads', async (t) => {
       description: 'pool',
     },
   });
-  const forever = tokenSecret({ id: 'abcdef', secret: '0123456789abcdef', token: '' }, { ttlSeconds: null, usages: ['signing'], groups: [], description: null }, now) as { stringData: Record<string, string> };
+  const forever = tokenSecret(
+    { id: 'abcdef', secret: '0123456789abcdef', token: '' },
+    { ttlSeconds: null, usages: ['signing'], groups: [], description: null },
+    now,
+  ) as { stringData: Record<string, string> };
   t.same(Object.keys(forever.stringData).sort(), ['token-id', 'token-secret', 'usage-bootstrap-signing']);
 });
 
 t.test('a listed token never carries its secret', async (t) => {
   const b64 = (s: string) => Buffer.from(s).toString('base64');
-  const summary = summarize({ data: { 'token-id': b64('abcdef'), 'token-secret': b64('0123456789abcdef'), 'usage-bootstrap-signing': b64('true'), 'auth-extra-groups': b64('system:bootstrappers:x') } });
+  const summary = summarize({
+    data: {
+      'token-id': b64('abcdef'),
+      'token-secret': b64('0123456789abcdef'),
+      'usage-bootstrap-signing': b64('true'),
+      'auth-extra-groups': b64('system:bootstrappers:x'),
+    },
+  });
   t.same(summary, { id: 'abcdef', expires: null, usages: ['signing'], groups: ['system:bootstrappers:x'], description: null });
   t.notMatch(JSON.stringify(summary), /0123456789abcdef/);
   t.equal(summarize({ data: {} }), null, 'not a token without token-id');
 });
 
 t.test('flags become a token spec; bad ones name the flag', async (t) => {
-  t.same(tokenSpecFrom({}), { ttlSeconds: 3600, usages: ['authentication', 'signing'], groups: [], description: null }, 'default: 1h, both usages');
+  t.same(
+    tokenSpecFrom({}),
+    { ttlSeconds: 3600, usages: ['authentication', 'signing'], groups: [], description: null },
+    'default: 1h, both usages',
+  );
   t.equal(tokenSpecFrom({ ttl: '24h' }).ttlSeconds, 86400);
   t.equal(tokenSpecFrom({ expiry: false }).ttlSeconds, null, '--no-expiry');
   t.equal(tokenSpecFrom({ expiry: false, ttl: '0' }).ttlSeconds, null, '--ttl 0 --no-expiry');
@@ -55,8 +79,14 @@ t.test('flags become a token spec; bad ones name the flag', async (t) => {
     [{ ttl: 'soon' }, 'command line: --ttl: expected seconds or a duration like 90s, 15m, 2h30m, got "soon"'],
     [{ usages: ['auth'] }, 'command line: --usages: expected authentication or signing, got "auth"'],
     [{ usages: [] }, 'command line: --usages: must name at least one of authentication, signing'],
-    [{ groups: ['system:masters'] }, 'command line: --groups: "system:masters" must start with system:bootstrappers: followed by [a-z0-9:-] (the API server ignores other groups)'],
-    [{ groups: ['system:bootstrappers:'] }, 'command line: --groups: "system:bootstrappers:" must start with system:bootstrappers: followed by [a-z0-9:-] (the API server ignores other groups)'],
+    [
+      { groups: ['system:masters'] },
+      'command line: --groups: "system:masters" must start with system:bootstrappers: followed by [a-z0-9:-] (the API server ignores other groups)',
+    ],
+    [
+      { groups: ['system:bootstrappers:'] },
+      'command line: --groups: "system:bootstrappers:" must start with system:bootstrappers: followed by [a-z0-9:-] (the API server ignores other groups)',
+    ],
   ];
   for (const [flags, message] of bad) t.throws(() => tokenSpecFrom(flags), { name: 'InputError', message, code: ExitCode.badInput });
 });

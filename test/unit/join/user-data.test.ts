@@ -15,7 +15,14 @@ const run = promisify(execFile);
 const PIN = `sha256:${'ab'.repeat(32)}`;
 const TOKEN = 'abcdef.0123456789abcdef';
 const KEY = '-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEaw4IMBYJKwYBBAHaRw8BAQdAIl466ODHl\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----\n';
-const base: NodeJoin = { server: 'https://api.example:6443', token: TOKEN, pins: [PIN], settings: {}, tokenFile: '/etc/kubernetes/bootstrap-token', repo: null };
+const base: NodeJoin = {
+  server: 'https://api.example:6443',
+  token: TOKEN,
+  pins: [PIN],
+  settings: {},
+  tokenFile: '/etc/kubernetes/bootstrap-token',
+  repo: null,
+};
 
 async function schema(t: Test, text: string): Promise<{ ok: boolean; output: string }> {
   const file = join(t.testdir(), 'user-data.yaml');
@@ -46,36 +53,70 @@ t.test('cloud-init schema accepts the user-data with an apt source, a yum repo, 
   t.notOk(broken.ok, 'the checker does fail a wrong document (permissions must be a string)');
 });
 
-t.test('user-data writes the config and the token 0600, the apt key for signed-by, installs the package and enables kubeboot', async (t) => {
-  const doc = parse(renderCloudConfig({ ...base, settings: { kubeProxy: { enabled: false } }, repo: { type: 'apt', url: 'https://repo.example/kubeboot', keyText: KEY, suite: 'stable' } })) as Record<string, unknown>;
-  const files = doc.write_files as WriteFile[];
-  t.same(files.map((f) => [f.path, f.permissions, f.owner]), [
-    ['/etc/kubeboot/config.yaml', '0600', 'root:root'],
-    ['/etc/kubernetes/bootstrap-token', '0600', 'root:root'],
-    ['/etc/apt/keyrings/kubeboot.asc', '0644', 'root:root'],
-  ]);
-  t.equal(files[1]!.content, `${TOKEN}\n`);
-  t.equal(files[2]!.content, KEY, 'the armored key as given: apt >= 2.4 reads it in signed-by, no gpg needed');
-  t.notMatch(files[0]!.content, TOKEN, 'the token is only in its own file');
-  t.same(doc.packages, ['kubeboot']);
-  t.match(doc.runcmd, ['systemctl enable --now kubeboot']);
-  // No `key:` (cloud-init would run gpg --dearmor, which stock images lack) and no $KEY_FILE template.
-  t.same(doc.apt, { sources: { kubeboot: { source: 'deb [signed-by=/etc/apt/keyrings/kubeboot.asc] https://repo.example/kubeboot stable main' } } }, 'apt trusts only the given key for this source');
+t.test(
+  'user-data writes the config and the token 0600, the apt key for signed-by, installs the package and enables kubeboot',
+  async (t) => {
+    const doc = parse(
+      renderCloudConfig({
+        ...base,
+        settings: { kubeProxy: { enabled: false } },
+        repo: { type: 'apt', url: 'https://repo.example/kubeboot', keyText: KEY, suite: 'stable' },
+      }),
+    ) as Record<string, unknown>;
+    const files = doc.write_files as WriteFile[];
+    t.same(
+      files.map((f) => [f.path, f.permissions, f.owner]),
+      [
+        ['/etc/kubeboot/config.yaml', '0600', 'root:root'],
+        ['/etc/kubernetes/bootstrap-token', '0600', 'root:root'],
+        ['/etc/apt/keyrings/kubeboot.asc', '0644', 'root:root'],
+      ],
+    );
+    t.equal(files[1]!.content, `${TOKEN}\n`);
+    t.equal(files[2]!.content, KEY, 'the armored key as given: apt >= 2.4 reads it in signed-by, no gpg needed');
+    t.notMatch(files[0]!.content, TOKEN, 'the token is only in its own file');
+    t.same(doc.packages, ['kubeboot']);
+    t.match(doc.runcmd, ['systemctl enable --now kubeboot']);
+    // No `key:` (cloud-init would run gpg --dearmor, which stock images lack) and no $KEY_FILE template.
+    t.same(
+      doc.apt,
+      { sources: { kubeboot: { source: 'deb [signed-by=/etc/apt/keyrings/kubeboot.asc] https://repo.example/kubeboot stable main' } } },
+      'apt trusts only the given key for this source',
+    );
 
-  const loaded = await loadConfig({ argv: ['bootstrap'], env: {}, hostname: 'worker-9', readFile: async (p) => (p === '/etc/kubeboot/config.yaml' ? files[0]!.content : null) });
-  t.equal(loaded.config.server, 'https://api.example:6443', 'the node loader reads the server');
-  t.equal(loaded.config.tokenFile, '/etc/kubernetes/bootstrap-token');
-  t.same(loaded.config.caCertHashes, [PIN]);
-  t.equal(loaded.config.kubeProxy.enabled, false, '--set overrides arrive');
-});
+    const loaded = await loadConfig({
+      argv: ['bootstrap'],
+      env: {},
+      hostname: 'worker-9',
+      readFile: async (p) => (p === '/etc/kubeboot/config.yaml' ? files[0]!.content : null),
+    });
+    t.equal(loaded.config.server, 'https://api.example:6443', 'the node loader reads the server');
+    t.equal(loaded.config.tokenFile, '/etc/kubernetes/bootstrap-token');
+    t.same(loaded.config.caCertHashes, [PIN]);
+    t.equal(loaded.config.kubeProxy.enabled, false, '--set overrides arrive');
+  },
+);
 
 t.test('a yum node gets a repo entry checking package and metadata signatures, and the key as a file for rpm to import', async (t) => {
   const repo = { type: 'yum', url: 'https://repo.example/rpm', keyText: KEY, suite: 'stable' } as const;
   const doc = parse(renderCloudConfig({ ...base, repo })) as Record<string, unknown>;
-  t.same(doc.yum_repos, { kubeboot: { name: 'kubeboot', baseurl: 'https://repo.example/rpm', enabled: true, gpgcheck: true, repo_gpgcheck: true, gpgkey: 'file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot' } });
+  t.same(doc.yum_repos, {
+    kubeboot: {
+      name: 'kubeboot',
+      baseurl: 'https://repo.example/rpm',
+      enabled: true,
+      gpgcheck: true,
+      repo_gpgcheck: true,
+      gpgkey: 'file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot',
+    },
+  });
   t.match((doc.write_files as WriteFile[]).at(-1), { path: '/etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot', permissions: '0644', content: KEY });
   t.notOk(doc.apt, 'no apt section on a yum node');
-  t.match(renderScript({ ...base, repo }), '[kubeboot]\nname=kubeboot\nbaseurl=https://repo.example/rpm\nenabled=1\ngpgcheck=1\nrepo_gpgcheck=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot\n', 'the script writes the same .repo entry');
+  t.match(
+    renderScript({ ...base, repo }),
+    '[kubeboot]\nname=kubeboot\nbaseurl=https://repo.example/rpm\nenabled=1\ngpgcheck=1\nrepo_gpgcheck=1\ngpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-kubeboot\n',
+    'the script writes the same .repo entry',
+  );
 });
 
 t.test('--format script is a valid shell script doing the same steps', async (t) => {
@@ -85,10 +126,15 @@ t.test('--format script is a valid shell script doing the same steps', async (t)
   await t.resolves(run('sh', ['-n', file]), 'sh -n accepts it');
   t.match(script, /^#!\/bin\/sh\n/);
   t.match(script, /umask 077/);
-  t.match(script, /cat > \/etc\/kubernetes\/bootstrap-token <<'KUBEBOOT_EOF'\nabcdef\.0123456789abcdef\nKUBEBOOT_EOF\nchmod 0600 \/etc\/kubernetes\/bootstrap-token/);
+  t.match(
+    script,
+    /cat > \/etc\/kubernetes\/bootstrap-token <<'KUBEBOOT_EOF'\nabcdef\.0123456789abcdef\nKUBEBOOT_EOF\nchmod 0600 \/etc\/kubernetes\/bootstrap-token/,
+  );
   t.match(script, /deb \[signed-by=\/etc\/apt\/keyrings\/kubeboot\.asc\] https:\/\/repo\.example\/kubeboot stable main/);
   // Under umask 077, the keyring directory apt's _apt user reads through must still be made 0755.
-  const makeKeyrings = script.split('\n').find((l) => l.includes('/etc/apt/keyrings') && !l.startsWith('cat') && !l.startsWith('chmod') && !l.startsWith('deb'))!;
+  const makeKeyrings = script
+    .split('\n')
+    .find((l) => l.includes('/etc/apt/keyrings') && !l.startsWith('cat') && !l.startsWith('chmod') && !l.startsWith('deb'))!;
   t.equal(makeKeyrings, '[ -d /etc/apt/keyrings ] || install -d -m 0755 /etc/apt/keyrings');
   const keyrings = join(t.testdir(), 'etc-apt', 'keyrings');
   await run('sh', ['-c', `umask 077; ${makeKeyrings.replaceAll('/etc/apt/keyrings', keyrings)}`]);
@@ -122,8 +168,12 @@ t.test('--set takes any config-file key, checked as the node would check it', as
 t.test('token settings without --create-token are refused rather than ignored', async (t) => {
   const config = { ...defaultConfig('admin'), server: 'https://api.example:6443', token: TOKEN, caCertHashes: [PIN] };
   await t.rejects(runUserData('user-data', config, { ttl: '2h' }, {}), { message: 'command line: --ttl: only with --create-token' });
-  await t.rejects(runUserData('join-command', config, { expiry: false }, {}), { message: 'command line: --no-expiry: only with --create-token' });
-  await t.rejects(runUserData('join-command', config, { 'create-token': true }, {}), { message: 'command line: --create-token: cannot be combined with --token or --token-file' });
+  await t.rejects(runUserData('join-command', config, { expiry: false }, {}), {
+    message: 'command line: --no-expiry: only with --create-token',
+  });
+  await t.rejects(runUserData('join-command', config, { 'create-token': true }, {}), {
+    message: 'command line: --create-token: cannot be combined with --token or --token-file',
+  });
 });
 
 t.test('a token read from --token-file is checked as --token is, naming the file, never the value', async (t) => {
@@ -154,7 +204,10 @@ t.test("cloud-init's stages are the ones the user-data and docs/install.md rely 
   t.ok(stage('cloud_init_modules').includes('write_files'), 'init stage: write_files (config, token, key)');
   t.ok(stage('cloud_config_modules').includes('apt_configure'), 'config stage: apt_configure adds the source');
   const final = stage('cloud_final_modules');
-  t.ok(final.indexOf('package_update_upgrade_install') >= 0 && final.indexOf('package_update_upgrade_install') < final.indexOf('scripts_user'), 'final stage: packages, then the runcmd script');
+  t.ok(
+    final.indexOf('package_update_upgrade_install') >= 0 && final.indexOf('package_update_upgrade_install') < final.indexOf('scripts_user'),
+    'final stage: packages, then the runcmd script',
+  );
   const doc = (await readFile(new URL('../../../docs/install.md', import.meta.url), 'utf8')).replace(/\s+/g, ' ');
   t.match(doc, 'in its init stage (`write_files`), adds the repository in its config stage (`apt_configure`', 'docs/install.md says so');
   t.match(doc, 'installs the package in its final stage (`package_update_upgrade_install`');

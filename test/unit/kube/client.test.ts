@@ -34,7 +34,9 @@ t.test('a response body over the cap is refused while streaming, with a clear er
   const client = new KubeClient({ server, caPem: null }, { kind: 'anonymous' });
   t.teardown(() => client.close());
   const before = process.memoryUsage().rss;
-  await t.rejects(client.request('GET', '/api/v1/namespaces/default'), { message: `GET /api/v1/namespaces/default: response body exceeds ${MAX_BODY_BYTES} bytes; refusing it` });
+  await t.rejects(client.request('GET', '/api/v1/namespaces/default'), {
+    message: `GET /api/v1/namespaces/default: response body exceeds ${MAX_BODY_BYTES} bytes; refusing it`,
+  });
   t.ok(process.memoryUsage().rss - before < 48 << 20, 'not buffered whole');
 });
 
@@ -42,7 +44,9 @@ t.test('a declared content-length over the cap is refused before reading', async
   const server = await serve(t, (_req, res) => bigBody(res, 200 << 20, ' ', true));
   const client = new KubeClient({ server, caPem: null }, { kind: 'anonymous' });
   t.teardown(() => client.close());
-  await t.rejects(client.request('GET', '/x', { maxBodyBytes: 1024 }), { message: `GET /x: response body is ${200 << 20} bytes; at most 1024 are read` });
+  await t.rejects(client.request('GET', '/x', { maxBodyBytes: 1024 }), {
+    message: `GET /x: response body is ${200 << 20} bytes; at most 1024 are read`,
+  });
 });
 
 t.test('a watch line over the cap ends the watch with a clear error', async (t) => {
@@ -54,7 +58,9 @@ t.test('a watch line over the cap ends the watch with a clear error', async (t) 
     (async () => {
       for await (const _ of events) void _;
     })(),
-    { message: `WATCH /apis/certificates.k8s.io/v1/certificatesigningrequests: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it` },
+    {
+      message: `WATCH /apis/certificates.k8s.io/v1/certificatesigningrequests: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`,
+    },
   );
 });
 
@@ -74,7 +80,10 @@ t.test('CA discovery refuses an oversized cluster-info instead of buffering it',
     timeoutMs: 1_000,
     logger: silentLogger(),
   }).catch((e: unknown) => e)) as Error;
-  t.match(err.message, /cannot read kube-public\/cluster-info \(GET \/api\/v1\/namespaces\/kube-public\/configmaps\/cluster-info: response body exceeds 1048576 bytes; refusing it\)/);
+  t.match(
+    err.message,
+    /cannot read kube-public\/cluster-info \(GET \/api\/v1\/namespaces\/kube-public\/configmaps\/cluster-info: response body exceeds 1048576 bytes; refusing it\)/,
+  );
   t.equal(requests, 1);
 });
 

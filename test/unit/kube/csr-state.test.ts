@@ -22,16 +22,34 @@ t.test('approved with a certificate is issued, decoded from base64', async (t) =
 });
 
 t.test('any Denied condition is terminal and carries the reason, even next to Approved', async (t) => {
-  const state = csrState(csr({ conditions: [{ type: 'Approved', status: 'True' }, { type: 'Denied', status: 'True', reason: 'NotOnTheInventory', message: 'unknown host' }] }));
+  const state = csrState(
+    csr({
+      conditions: [
+        { type: 'Approved', status: 'True' },
+        { type: 'Denied', status: 'True', reason: 'NotOnTheInventory', message: 'unknown host' },
+      ],
+    }),
+  );
   t.same(state, { state: 'denied', reason: 'NotOnTheInventory', message: 'unknown host' });
 });
 
 t.test('Failed is terminal even when a certificate is present', async (t) => {
-  const state = csrState(csr({ conditions: [{ type: 'Approved' }, { type: 'Failed', reason: 'SignerValidationFailure' }], certificate: Buffer.from(pem).toString('base64') }));
+  const state = csrState(
+    csr({
+      conditions: [{ type: 'Approved' }, { type: 'Failed', reason: 'SignerValidationFailure' }],
+      certificate: Buffer.from(pem).toString('base64'),
+    }),
+  );
   t.equal(state.state, 'failed');
 });
 
 t.test('the pending notice names the exact approve command and why nothing approved it', async (t) => {
-  t.match(pendingNotice('node-csr-abc', 61.4, 'kubernetes.io/kube-apiserver-client-kubelet'), /pending approval for 61s; approve it with: kubectl certificate approve node-csr-abc .*bootstrap RBAC/);
-  t.match(pendingNotice('node-csr-abc', 5, 'kubernetes.io/kube-apiserver-client'), /nothing in a stock cluster approves kubernetes.io\/kube-apiserver-client CSRs/);
+  t.match(
+    pendingNotice('node-csr-abc', 61.4, 'kubernetes.io/kube-apiserver-client-kubelet'),
+    /pending approval for 61s; approve it with: kubectl certificate approve node-csr-abc .*bootstrap RBAC/,
+  );
+  t.match(
+    pendingNotice('node-csr-abc', 5, 'kubernetes.io/kube-apiserver-client'),
+    /nothing in a stock cluster approves kubernetes.io\/kube-apiserver-client CSRs/,
+  );
 });

@@ -14,7 +14,9 @@ const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const CERT = '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n';
 const logger = createLogger({ level: 'error', format: 'json' });
 
-function csr(o: { uid?: string; conditions?: { type: string; status: string; reason?: string; message?: string }[]; certificate?: string } = {}): CertificateSigningRequest {
+function csr(
+  o: { uid?: string; conditions?: { type: string; status: string; reason?: string; message?: string }[]; certificate?: string } = {},
+): CertificateSigningRequest {
   return {
     kind: 'CertificateSigningRequest',
     metadata: { name: 'node-csr-abc', uid: o.uid ?? 'uid-1', resourceVersion: '10' },
@@ -22,7 +24,8 @@ function csr(o: { uid?: string; conditions?: { type: string; status: string; rea
     status: { conditions: o.conditions, certificate: o.certificate ? Buffer.from(o.certificate).toString('base64') : undefined },
   };
 }
-const approved = (extra: { certificate?: string } = {}) => csr({ conditions: [{ type: 'Approved', status: 'True', reason: 'AutoApproved' }], ...extra });
+const approved = (extra: { certificate?: string } = {}) =>
+  csr({ conditions: [{ type: 'Approved', status: 'True', reason: 'AutoApproved' }], ...extra });
 const list = (...items: CertificateSigningRequest[]) => JSON.stringify({ metadata: { resourceVersion: '11' }, items });
 const events = (...evs: { type: string; object: unknown }[]) => evs.map((e) => JSON.stringify(e) + '\n').join('');
 
@@ -35,14 +38,17 @@ function setup(t: Test) {
   const pool = agent.get(SERVER);
   const client = new KubeClient({ server: SERVER, caPem: null }, { kind: 'anonymous' }, agent);
   t.teardown(() => agent.close());
-  const wait = (timeoutMs = 5_000) => waitForCertificate(client, csr(), { logger, timeoutMs, pendingNoticeMs: 60_000, pollIntervalMs: 1, random: () => 0 });
+  const wait = (timeoutMs = 5_000) =>
+    waitForCertificate(client, csr(), { logger, timeoutMs, pendingNoticeMs: 60_000, pollIntervalMs: 1, random: () => 0 });
   return { agent, pool, client, wait };
 }
 
 t.test('a certificate that arrives on the watch ends the wait', async (t) => {
   const { pool, wait } = setup(t);
   pool.intercept({ path: isList, method: 'GET' }).reply(200, list(csr()));
-  pool.intercept({ path: isWatch, method: 'GET' }).reply(200, events({ type: 'MODIFIED', object: approved() }, { type: 'MODIFIED', object: approved({ certificate: CERT }) }));
+  pool
+    .intercept({ path: isWatch, method: 'GET' })
+    .reply(200, events({ type: 'MODIFIED', object: approved() }, { type: 'MODIFIED', object: approved({ certificate: CERT }) }));
   t.equal(await wait(), CERT, 'approved without a certificate keeps waiting; with one, done');
 });
 
@@ -50,7 +56,9 @@ t.test('a refused watch (403 or 405) falls back to polling the list', async (t) 
   for (const status of [403, 405]) {
     const { pool, wait, agent } = setup(t);
     pool.intercept({ path: isList, method: 'GET' }).reply(200, list(csr()));
-    pool.intercept({ path: isWatch, method: 'GET' }).reply(status, JSON.stringify({ kind: 'Status', reason: 'Forbidden', message: 'no watch' }));
+    pool
+      .intercept({ path: isWatch, method: 'GET' })
+      .reply(status, JSON.stringify({ kind: 'Status', reason: 'Forbidden', message: 'no watch' }));
     pool.intercept({ path: isList, method: 'GET' }).reply(200, list(csr()));
     pool.intercept({ path: isList, method: 'GET' }).reply(200, list(approved({ certificate: CERT })));
     t.equal(await wait(), CERT, `watch ${status}: polled until issued`);
@@ -60,7 +68,9 @@ t.test('a refused watch (403 or 405) falls back to polling the list', async (t) 
 
 t.test('a 403 on the list itself is not mistaken for a refused watch', async (t) => {
   const { pool, wait } = setup(t);
-  pool.intercept({ path: isList, method: 'GET' }).reply(403, JSON.stringify({ kind: 'Status', reason: 'Forbidden', message: 'cannot list' }));
+  pool
+    .intercept({ path: isList, method: 'GET' })
+    .reply(403, JSON.stringify({ kind: 'Status', reason: 'Forbidden', message: 'cannot list' }));
   const err = await wait().catch((e: unknown) => e);
   t.type(err, ApiError);
   t.equal((err as ApiError).phase, 'request');
@@ -70,7 +80,9 @@ t.test('a 403 on the list itself is not mistaken for a refused watch', async (t)
 t.test('a watch ERROR event (410 Gone) re-lists and watches again', async (t) => {
   const { pool, wait, agent } = setup(t);
   pool.intercept({ path: isList, method: 'GET' }).reply(200, list(csr()));
-  pool.intercept({ path: isWatch, method: 'GET' }).reply(200, events({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired' } }));
+  pool
+    .intercept({ path: isWatch, method: 'GET' })
+    .reply(200, events({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired' } }));
   pool.intercept({ path: isList, method: 'GET' }).reply(200, list(approved({ certificate: CERT })));
   t.equal(await wait(), CERT);
   t.same(agent.pendingInterceptors(), [], 'the re-list happened');
@@ -79,18 +91,43 @@ t.test('a watch ERROR event (410 Gone) re-lists and watches again', async (t) =>
 t.test('a watch that the server ends re-lists', async (t) => {
   const { pool, wait } = setup(t);
   pool.intercept({ path: isList, method: 'GET' }).reply(200, list(csr()));
-  pool.intercept({ path: isWatch, method: 'GET' }).reply(200, events({ type: 'BOOKMARK', object: { metadata: { resourceVersion: '12' } } }));
+  pool
+    .intercept({ path: isWatch, method: 'GET' })
+    .reply(200, events({ type: 'BOOKMARK', object: { metadata: { resourceVersion: '12' } } }));
   pool.intercept({ path: isList, method: 'GET' }).reply(200, list(approved({ certificate: CERT })));
   t.equal(await wait(), CERT);
 });
 
 t.test('the wait ends with the right error', async (t) => {
-  const cases: { name: string; listed: CertificateSigningRequest[]; watched?: { type: string; object: unknown }; error: new (...a: never[]) => Error; match: RegExp }[] = [
+  const cases: {
+    name: string;
+    listed: CertificateSigningRequest[];
+    watched?: { type: string; object: unknown };
+    error: new (...a: never[]) => Error;
+    match: RegExp;
+  }[] = [
     { name: 'deleted before the list', listed: [], error: CsrUnusableError, match: /was deleted while waiting/ },
-    { name: 'deleted on the watch', listed: [csr()], watched: { type: 'DELETED', object: csr() }, error: CsrUnusableError, match: /was deleted while waiting/ },
+    {
+      name: 'deleted on the watch',
+      listed: [csr()],
+      watched: { type: 'DELETED', object: csr() },
+      error: CsrUnusableError,
+      match: /was deleted while waiting/,
+    },
     { name: 'replaced by another object (uid changed)', listed: [csr({ uid: 'uid-2' })], error: CsrUnusableError, match: /uid changed/ },
-    { name: 'denied', listed: [csr()], watched: { type: 'MODIFIED', object: csr({ conditions: [{ type: 'Denied', status: 'True', reason: 'PolicyX', message: 'no' }] }) }, error: CsrRejectedError, match: /was denied: PolicyX \(no\)/ },
-    { name: 'failed by the signer', listed: [csr({ conditions: [{ type: 'Failed', status: 'True', reason: 'SignerValidationFailure' }] })], error: CsrRejectedError, match: /failed: SignerValidationFailure/ },
+    {
+      name: 'denied',
+      listed: [csr()],
+      watched: { type: 'MODIFIED', object: csr({ conditions: [{ type: 'Denied', status: 'True', reason: 'PolicyX', message: 'no' }] }) },
+      error: CsrRejectedError,
+      match: /was denied: PolicyX \(no\)/,
+    },
+    {
+      name: 'failed by the signer',
+      listed: [csr({ conditions: [{ type: 'Failed', status: 'True', reason: 'SignerValidationFailure' }] })],
+      error: CsrRejectedError,
+      match: /failed: SignerValidationFailure/,
+    },
   ];
   for (const c of cases) {
     const { pool, wait } = setup(t);
@@ -103,7 +140,13 @@ t.test('the wait ends with the right error', async (t) => {
 });
 
 t.test('create adopts an existing CSR only when it is compatible', async (t) => {
-  const request = { name: 'node-csr-abc', requestPem: '-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n', signerName: 'kubernetes.io/kube-apiserver-client-kubelet', usages: ['client auth'], expirationSeconds: null };
+  const request = {
+    name: 'node-csr-abc',
+    requestPem: '-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n',
+    signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+    usages: ['client auth'],
+    expirationSeconds: null,
+  };
   {
     const { pool, client } = setup(t);
     pool.intercept({ path: CSRS, method: 'POST' }).reply(409, JSON.stringify({ kind: 'Status', reason: 'AlreadyExists' }));

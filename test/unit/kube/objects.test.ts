@@ -16,9 +16,16 @@ t.test('a name becomes a path segment only when the API server would read it as 
 t.test('an object read back must be the kind and name asked for', async (t) => {
   const node = { kind: 'Node', metadata: { name: 'n1' } };
   t.equal(expectObject(node, 'Node', 'n1'), node);
-  t.throws(() => expectObject({ kind: 'NodeList', metadata: {}, items: [] }, 'Node', 'n1'), /expected a Node, the API server answered a NodeList/);
+  t.throws(
+    () => expectObject({ kind: 'NodeList', metadata: {}, items: [] }, 'Node', 'n1'),
+    /expected a Node, the API server answered a NodeList/,
+  );
   t.throws(() => expectObject(node, 'Node', 'n2'), UnexpectedObjectError, 'another Node');
   t.throws(() => expectObject('text', 'Node', 'n1'), UnexpectedObjectError, 'not an object at all');
   t.throws(() => expectObject(null, 'Lease'), UnexpectedObjectError);
-  t.equal(expectObject({ kind: 'CertificateSigningRequestList', metadata: {} }, 'CertificateSigningRequestList').kind, 'CertificateSigningRequestList', 'a list: kind only');
+  t.equal(
+    expectObject({ kind: 'CertificateSigningRequestList', metadata: {} }, 'CertificateSigningRequestList').kind,
+    'CertificateSigningRequestList',
+    'a list: kind only',
+  );
 });

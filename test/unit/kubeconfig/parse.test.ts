@@ -91,14 +91,27 @@ t.test('a static token and a client certificate are other credentials', async (t
 });
 
 t.test('insecure-skip-tls-verify is reported for the caller to refuse', async (t) => {
-  const k = await parseBootstrapKubeconfig(FILE, kubeconfig({ cluster: ['server: https://h:6443', 'insecure-skip-tls-verify: true'] }), reader({}));
+  const k = await parseBootstrapKubeconfig(
+    FILE,
+    kubeconfig({ cluster: ['server: https://h:6443', 'insecure-skip-tls-verify: true'] }),
+    reader({}),
+  );
   t.equal(k.insecureSkipTlsVerify, true);
 });
 
 t.test('reads a client kubeconfig with certificate and key files', async (t) => {
   const pem = CERT + KEY;
-  const text = kubeconfig({ user: ['client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem', 'client-key: /var/lib/kubelet/pki/kubelet-client-current.pem'] });
-  const k = await parseClientKubeconfig('/etc/kubernetes/kubelet.conf', text, reader({ '/var/lib/kubelet/pki/kubelet-client-current.pem': pem }));
+  const text = kubeconfig({
+    user: [
+      'client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem',
+      'client-key: /var/lib/kubelet/pki/kubelet-client-current.pem',
+    ],
+  });
+  const k = await parseClientKubeconfig(
+    '/etc/kubernetes/kubelet.conf',
+    text,
+    reader({ '/var/lib/kubelet/pki/kubelet-client-current.pem': pem }),
+  );
   t.equal(k.certPem, pem);
   t.equal(k.keyPem, pem);
   t.equal(k.caPem, CA);
@@ -116,39 +129,164 @@ interface Bad {
 
 const bad: Bad[] = [
   { name: 'empty file', text: '\n  \n', message: `${FILE}: (document): file is empty` },
-  { name: 'YAML syntax error names the line but not its content', text: `users:\n- name: x\n  user: {token: ${TOKEN}\n`, message: `${FILE}: line 4: invalid YAML: bad indentation, or an unclosed [ or { at column 1` },
+  {
+    name: 'YAML syntax error names the line but not its content',
+    text: `users:\n- name: x\n  user: {token: ${TOKEN}\n`,
+    message: `${FILE}: line 4: invalid YAML: bad indentation, or an unclosed [ or { at column 1`,
+  },
   { name: 'not a mapping', text: 'just a string\n', message: `${FILE}: (document): expected a kubeconfig mapping, got a string` },
   { name: 'no clusters', text: `users:\n- name: u\n  user: {token: ${TOKEN}}\n`, message: `${FILE}: clusters: no cluster defined` },
   { name: 'clusters is not a list', text: 'clusters: {}\n', message: `${FILE}: clusters: expected a list, got a mapping` },
-  { name: 'missing server', text: kubeconfig({ cluster: [`certificate-authority-data: ${b64(CA)}`] }), message: `${FILE}: clusters[0].cluster.server: missing` },
-  { name: 'http server', text: kubeconfig({ cluster: ['server: http://10.0.0.1:6443'] }), message: `${FILE}: clusters[0].cluster.server: must be an https:// URL, got scheme http` },
-  { name: 'server with a path', text: kubeconfig({ cluster: ['server: https://10.0.0.1:6443/api'] }), message: `${FILE}: clusters[0].cluster.server: must not have a path, got "/api"` },
-  { name: 'server that is not a URL', text: kubeconfig({ cluster: ['server: 10.0.0.1:6443'] }), message: `${FILE}: clusters[0].cluster.server: not a URL (want https://host[:port])` },
-  { name: 'server with credentials', text: kubeconfig({ cluster: ['server: https://admin:hunter2@h:6443'] }), message: `${FILE}: clusters[0].cluster.server: must not contain credentials` },
-  { name: 'current-context pointing at a missing context', text: kubeconfig({ currentContext: 'prod' }), message: `${FILE}: current-context: context "prod" not found (have: "tls-bootstrap-token-user@kubernetes")` },
-  { name: 'context naming a missing user', text: `clusters:\n- name: c\n  cluster: {server: "https://h"}\ncontexts:\n- name: x\n  context: {cluster: c, user: nobody}\ncurrent-context: x\n`, message: `${FILE}: contexts[0].context.user: user "nobody" not found (have: none)` },
-  { name: 'no users and no context', text: 'clusters:\n- name: c\n  cluster: {server: "https://h"}\n', message: `${FILE}: users: no user defined` },
-  { name: 'ambiguous without current-context', text: `clusters:\n- name: a\n  cluster: {server: "https://a"}\n- name: b\n  cluster: {server: "https://b"}\nusers:\n- name: u\n  user: {token: ${TOKEN}}\n`, message: `${FILE}: current-context: not set, and there are 2 clusters and 1 users to choose from` },
-  { name: 'CA data not base64', text: kubeconfig({ cluster: ['certificate-authority-data: "not base64!"', 'server: https://h'] }), message: `${FILE}: clusters[0].cluster.certificate-authority-data: not valid base64` },
-  { name: 'CA data not a certificate', text: kubeconfig({ cluster: [`certificate-authority-data: ${b64('hello world')}`, 'server: https://h'] }), message: `${FILE}: clusters[0].cluster.certificate-authority-data: does not contain a PEM CERTIFICATE block` },
-  { name: 'CA file missing', text: kubeconfig({ cluster: ['certificate-authority: pki/ca.crt', 'server: https://h'] }), message: `${FILE}: clusters[0].cluster.certificate-authority: file not found: /etc/kubernetes/pki/ca.crt` },
-  { name: 'CA file and CA data', text: kubeconfig({ cluster: ['certificate-authority: /ca.crt', `certificate-authority-data: ${b64(CA)}`, 'server: https://h'] }), message: `${FILE}: clusters[0].cluster.certificate-authority: cannot be combined with certificate-authority-data; remove one` },
-  { name: 'both CA and insecure', text: kubeconfig({ cluster: [`certificate-authority-data: ${b64(CA)}`, 'server: https://h', 'insecure-skip-tls-verify: true'] }), message: `${FILE}: clusters[0].cluster.insecure-skip-tls-verify: cannot be combined with certificate-authority(-data); remove one` },
-  { name: 'no credentials at all', text: kubeconfig({ user: ['username: admin', 'password: pw'] }), message: `${FILE}: users[0].user: no usable credential (want token, tokenFile, or client-certificate and client-key; exec and auth-provider plugins are not supported)` },
-  { name: 'malformed bootstrap token (upper case)', text: kubeconfig({ user: [`token: ABCDEF.${SECRET}`] }), message: `${FILE}: users[0].user.token: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}): it has upper-case letters` },
-  { name: 'malformed bootstrap token (short secret)', text: kubeconfig({ user: [`token: abcdef.${SECRET.slice(1)}`] }), message: `${FILE}: users[0].user.token: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}): the secret has 15 characters` },
-  { name: 'malformed token in a token file', text: kubeconfig({ user: ['tokenFile: /t'] }), files: { '/t': `abcde.${SECRET}\n` }, message: `${FILE}: users[0].user.tokenFile: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}): the id has 5 characters` },
-  { name: 'tokenFile missing', text: kubeconfig({ user: ['tokenFile: bootstrap-token'] }), message: `${FILE}: users[0].user.tokenFile: file not found: /etc/kubernetes/bootstrap-token` },
-  { name: 'empty token file', text: kubeconfig({ user: ['tokenFile: /t'] }), files: { '/t': '\n' }, message: `${FILE}: users[0].user.tokenFile: empty token` },
-  { name: 'token and tokenFile', text: kubeconfig({ user: [`token: ${TOKEN}`, 'tokenFile: /t'] }), message: `${FILE}: users[0].user.tokenFile: cannot be combined with token; remove one` },
-  { name: 'client certificate without key', text: kubeconfig({ user: [`client-certificate-data: ${b64(CERT)}`] }), message: `${FILE}: users[0].user.client-key: missing (a client certificate needs its key: client-key or client-key-data)` },
-  { name: 'client key that is not a key', text: kubeconfig({ user: [`client-certificate-data: ${b64(CERT)}`, `client-key-data: ${b64(CERT)}`] }), message: `${FILE}: users[0].user.client-key-data: does not contain a PEM private key` },
-  { name: 'token and client certificate', text: kubeconfig({ user: [`token: ${TOKEN}`, `client-certificate-data: ${b64(CERT)}`, `client-key-data: ${b64(KEY)}`] }), message: `${FILE}: users[0].user: has both a token and a client certificate; a bootstrap kubeconfig needs exactly one credential` },
-  { name: 'several contexts and no current-context (clientcmd refuses it too)', text: kubeconfig({ currentContext: null }).replace('contexts:\n', 'contexts:\n- name: other\n  context: { cluster: kubernetes, user: tls-bootstrap-token-user }\n'), message: `${FILE}: current-context: not set, and there are 2 contexts to choose from ("other", "tls-bootstrap-token-user@kubernetes")` },
-  { name: 'token with non-ASCII characters', text: kubeconfig({ user: ['token: "tökén-ünïcode"'] }), message: `${FILE}: users[0].user.token: token has characters outside printable ASCII` },
-  { name: 'an alias named like a token is not echoed', text: kubeconfig({ user: [`token: *${TOKEN}`] }), message: `${FILE}: (document): invalid YAML: an alias names an anchor that is not defined before it` },
-  { name: 'deep nesting', text: `clusters: ${'['.repeat(5000)}\n`, message: `${FILE}: (document): invalid YAML: nested more than 64 levels deep` },
-  { name: 'an alias bomb', text: `a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n`, message: `${FILE}: (document): invalid YAML: aliases expand more than 100 times` },
+  {
+    name: 'missing server',
+    text: kubeconfig({ cluster: [`certificate-authority-data: ${b64(CA)}`] }),
+    message: `${FILE}: clusters[0].cluster.server: missing`,
+  },
+  {
+    name: 'http server',
+    text: kubeconfig({ cluster: ['server: http://10.0.0.1:6443'] }),
+    message: `${FILE}: clusters[0].cluster.server: must be an https:// URL, got scheme http`,
+  },
+  {
+    name: 'server with a path',
+    text: kubeconfig({ cluster: ['server: https://10.0.0.1:6443/api'] }),
+    message: `${FILE}: clusters[0].cluster.server: must not have a path, got "/api"`,
+  },
+  {
+    name: 'server that is not a URL',
+    text: kubeconfig({ cluster: ['server: 10.0.0.1:6443'] }),
+    message: `${FILE}: clusters[0].cluster.server: not a URL (want https://host[:port])`,
+  },
+  {
+    name: 'server with credentials',
+    text: kubeconfig({ cluster: ['server: https://admin:hunter2@h:6443'] }),
+    message: `${FILE}: clusters[0].cluster.server: must not contain credentials`,
+  },
+  {
+    name: 'current-context pointing at a missing context',
+    text: kubeconfig({ currentContext: 'prod' }),
+    message: `${FILE}: current-context: context "prod" not found (have: "tls-bootstrap-token-user@kubernetes")`,
+  },
+  {
+    name: 'context naming a missing user',
+    text: `clusters:\n- name: c\n  cluster: {server: "https://h"}\ncontexts:\n- name: x\n  context: {cluster: c, user: nobody}\ncurrent-context: x\n`,
+    message: `${FILE}: contexts[0].context.user: user "nobody" not found (have: none)`,
+  },
+  {
+    name: 'no users and no context',
+    text: 'clusters:\n- name: c\n  cluster: {server: "https://h"}\n',
+    message: `${FILE}: users: no user defined`,
+  },
+  {
+    name: 'ambiguous without current-context',
+    text: `clusters:\n- name: a\n  cluster: {server: "https://a"}\n- name: b\n  cluster: {server: "https://b"}\nusers:\n- name: u\n  user: {token: ${TOKEN}}\n`,
+    message: `${FILE}: current-context: not set, and there are 2 clusters and 1 users to choose from`,
+  },
+  {
+    name: 'CA data not base64',
+    text: kubeconfig({ cluster: ['certificate-authority-data: "not base64!"', 'server: https://h'] }),
+    message: `${FILE}: clusters[0].cluster.certificate-authority-data: not valid base64`,
+  },
+  {
+    name: 'CA data not a certificate',
+    text: kubeconfig({ cluster: [`certificate-authority-data: ${b64('hello world')}`, 'server: https://h'] }),
+    message: `${FILE}: clusters[0].cluster.certificate-authority-data: does not contain a PEM CERTIFICATE block`,
+  },
+  {
+    name: 'CA file missing',
+    text: kubeconfig({ cluster: ['certificate-authority: pki/ca.crt', 'server: https://h'] }),
+    message: `${FILE}: clusters[0].cluster.certificate-authority: file not found: /etc/kubernetes/pki/ca.crt`,
+  },
+  {
+    name: 'CA file and CA data',
+    text: kubeconfig({ cluster: ['certificate-authority: /ca.crt', `certificate-authority-data: ${b64(CA)}`, 'server: https://h'] }),
+    message: `${FILE}: clusters[0].cluster.certificate-authority: cannot be combined with certificate-authority-data; remove one`,
+  },
+  {
+    name: 'both CA and insecure',
+    text: kubeconfig({ cluster: [`certificate-authority-data: ${b64(CA)}`, 'server: https://h', 'insecure-skip-tls-verify: true'] }),
+    message: `${FILE}: clusters[0].cluster.insecure-skip-tls-verify: cannot be combined with certificate-authority(-data); remove one`,
+  },
+  {
+    name: 'no credentials at all',
+    text: kubeconfig({ user: ['username: admin', 'password: pw'] }),
+    message: `${FILE}: users[0].user: no usable credential (want token, tokenFile, or client-certificate and client-key; exec and auth-provider plugins are not supported)`,
+  },
+  {
+    name: 'malformed bootstrap token (upper case)',
+    text: kubeconfig({ user: [`token: ABCDEF.${SECRET}`] }),
+    message: `${FILE}: users[0].user.token: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}): it has upper-case letters`,
+  },
+  {
+    name: 'malformed bootstrap token (short secret)',
+    text: kubeconfig({ user: [`token: abcdef.${SECRET.slice(1)}`] }),
+    message: `${FILE}: users[0].user.token: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}): the secret has 15 characters`,
+  },
+  {
+    name: 'malformed token in a token file',
+    text: kubeconfig({ user: ['tokenFile: /t'] }),
+    files: { '/t': `abcde.${SECRET}\n` },
+    message: `${FILE}: users[0].user.tokenFile: not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}): the id has 5 characters`,
+  },
+  {
+    name: 'tokenFile missing',
+    text: kubeconfig({ user: ['tokenFile: bootstrap-token'] }),
+    message: `${FILE}: users[0].user.tokenFile: file not found: /etc/kubernetes/bootstrap-token`,
+  },
+  {
+    name: 'empty token file',
+    text: kubeconfig({ user: ['tokenFile: /t'] }),
+    files: { '/t': '\n' },
+    message: `${FILE}: users[0].user.tokenFile: empty token`,
+  },
+  {
+    name: 'token and tokenFile',
+    text: kubeconfig({ user: [`token: ${TOKEN}`, 'tokenFile: /t'] }),
+    message: `${FILE}: users[0].user.tokenFile: cannot be combined with token; remove one`,
+  },
+  {
+    name: 'client certificate without key',
+    text: kubeconfig({ user: [`client-certificate-data: ${b64(CERT)}`] }),
+    message: `${FILE}: users[0].user.client-key: missing (a client certificate needs its key: client-key or client-key-data)`,
+  },
+  {
+    name: 'client key that is not a key',
+    text: kubeconfig({ user: [`client-certificate-data: ${b64(CERT)}`, `client-key-data: ${b64(CERT)}`] }),
+    message: `${FILE}: users[0].user.client-key-data: does not contain a PEM private key`,
+  },
+  {
+    name: 'token and client certificate',
+    text: kubeconfig({ user: [`token: ${TOKEN}`, `client-certificate-data: ${b64(CERT)}`, `client-key-data: ${b64(KEY)}`] }),
+    message: `${FILE}: users[0].user: has both a token and a client certificate; a bootstrap kubeconfig needs exactly one credential`,
+  },
+  {
+    name: 'several contexts and no current-context (clientcmd refuses it too)',
+    text: kubeconfig({ currentContext: null }).replace(
+      'contexts:\n',
+      'contexts:\n- name: other\n  context: { cluster: kubernetes, user: tls-bootstrap-token-user }\n',
+    ),
+    message: `${FILE}: current-context: not set, and there are 2 contexts to choose from ("other", "tls-bootstrap-token-user@kubernetes")`,
+  },
+  {
+    name: 'token with non-ASCII characters',
+    text: kubeconfig({ user: ['token: "tökén-ünïcode"'] }),
+    message: `${FILE}: users[0].user.token: token has characters outside printable ASCII`,
+  },
+  {
+    name: 'an alias named like a token is not echoed',
+    text: kubeconfig({ user: [`token: *${TOKEN}`] }),
+    message: `${FILE}: (document): invalid YAML: an alias names an anchor that is not defined before it`,
+  },
+  {
+    name: 'deep nesting',
+    text: `clusters: ${'['.repeat(5000)}\n`,
+    message: `${FILE}: (document): invalid YAML: nested more than 64 levels deep`,
+  },
+  {
+    name: 'an alias bomb',
+    text: `a: &a [x,x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n`,
+    message: `${FILE}: (document): invalid YAML: aliases expand more than 100 times`,
+  },
 ];
 
 for (const c of bad) {

@@ -4,7 +4,8 @@ import { parseClientKubeconfig } from '../../../agent/kubeconfig/parse.js';
 
 const CA = '-----BEGIN CERTIFICATE-----\nMIIBfakeCA\n-----END CERTIFICATE-----\n';
 const CURRENT = '/var/lib/kubelet/pki/kubelet-client-current.pem';
-const PEM = '-----BEGIN CERTIFICATE-----\nMIIBleaf\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n';
+const PEM =
+  '-----BEGIN CERTIFICATE-----\nMIIBleaf\n-----END CERTIFICATE-----\n-----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n';
 const opts = { server: 'https://10.0.0.1:6443', caPem: CA, certFile: CURRENT, keyFile: CURRENT, userName: 'default-auth' };
 
 t.test('renders a kubeadm-shaped kubelet.conf pointing at the -current.pem link', async (t) => {
@@ -56,13 +57,21 @@ t.test('round-trips through parseClientKubeconfig, tls-server-name included', as
 });
 
 t.test('refuses relative credential paths, which clients would resolve against the kubeconfig directory', async (t) => {
-  t.throws(() => renderClientKubeconfig({ ...opts, keyFile: 'pki/key.pem' }), { message: 'kubeconfig credential path must be absolute, got pki/key.pem' });
+  t.throws(() => renderClientKubeconfig({ ...opts, keyFile: 'pki/key.pem' }), {
+    message: 'kubeconfig credential path must be absolute, got pki/key.pem',
+  });
 });
 
-t.test('an embedded kubeconfig (the approver\'s) carries the certificate and key as data, no paths', async (t) => {
+t.test("an embedded kubeconfig (the approver's) carries the certificate and key as data, no paths", async (t) => {
   const key = '-----BEGIN EC PRIVATE KEY-----\nMHcC\n-----END EC PRIVATE KEY-----\n';
   const cert = '-----BEGIN CERTIFICATE-----\nMIIBleaf\n-----END CERTIFICATE-----\n';
-  const text = renderEmbeddedKubeconfig({ server: 'https://10.0.0.1:6443', caPem: CA, userName: 'kubeboot:approver', certPem: cert, keyPem: key });
+  const text = renderEmbeddedKubeconfig({
+    server: 'https://10.0.0.1:6443',
+    caPem: CA,
+    userName: 'kubeboot:approver',
+    certPem: cert,
+    keyPem: key,
+  });
   t.match(text, `    client-certificate-data: ${Buffer.from(cert).toString('base64')}\n`);
   t.match(text, `    client-key-data: ${Buffer.from(key).toString('base64')}\n`);
   t.match(text, '- name: kubeboot:approver\n');

@@ -24,7 +24,11 @@ interface Ca {
 
 const serial = () => '01' + randomBytes(8).toString('hex');
 
-async function makeCa(cn: string, validity = { notBefore: new Date(now.getTime() - 365 * day), notAfter: new Date(now.getTime() + 365 * day) }, issuer?: Ca): Promise<Ca> {
+async function makeCa(
+  cn: string,
+  validity = { notBefore: new Date(now.getTime() - 365 * day), notAfter: new Date(now.getTime() + 365 * day) },
+  issuer?: Ca,
+): Promise<Ca> {
   const keys = (await crypto.subtle.generateKey(ecdsa, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
   const extensions = [
     new x509.BasicConstraintsExtension(true, undefined, true),
@@ -219,7 +223,9 @@ t.test('checkIssuedCertificate', async (t) => {
   });
 
   t.test('refuses a leaf that is a CA or may sign certificates or CRLs', async (t) => {
-    t.match(await checkIssuedCertificate({ ...request, certPem: await issue(ca, { key, ca: true }) }), [/^certificate is a CA \(basic constraints CA:TRUE\)$/]);
+    t.match(await checkIssuedCertificate({ ...request, certPem: await issue(ca, { key, ca: true }) }), [
+      /^certificate is a CA \(basic constraints CA:TRUE\)$/,
+    ]);
     const signer = await issue(ca, { key, ku: x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyCertSign });
     t.match(await checkIssuedCertificate({ ...request, certPem: signer }), [/^certificate allows cert sign$/]);
     const crl = await issue(ca, { key, ku: x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.cRLSign });
@@ -228,7 +234,9 @@ t.test('checkIssuedCertificate', async (t) => {
 
   t.test('refuses DNS or IP names on a client certificate', async (t) => {
     const named = await issue(ca, { key, dnsNames: ['evil.example'], ipAddresses: ['10.0.0.9'] });
-    t.same(await checkIssuedCertificate({ ...request, certPem: named }), ['client certificate carries DNS names or IP addresses it did not ask for']);
+    t.same(await checkIssuedCertificate({ ...request, certPem: named }), [
+      'client certificate carries DNS names or IP addresses it did not ask for',
+    ]);
   });
 
   t.test('refuses a chain longer than the cap without trying every order', async (t) => {
@@ -253,7 +261,9 @@ t.test('checkIssuedCertificate', async (t) => {
     const started = performance.now();
     t.match(await checkIssuedCertificate({ ...request, certPem: leaf + loops.slice(1, 9).join('') }), [/not signed by the cluster CA/]);
     t.ok(performance.now() - started < 2_000, 'eight self-issued intermediates are walked in bounded time');
-    t.match(await checkIssuedCertificate({ ...request, certPem: leaf + loops.slice(1).join('') }), [/chain has 12 certificates; at most 9 are accepted/]);
+    t.match(await checkIssuedCertificate({ ...request, certPem: leaf + loops.slice(1).join('') }), [
+      /chain has 12 certificates; at most 9 are accepted/,
+    ]);
   });
 
   t.test('follows intermediates sent in any order', async (t) => {
@@ -283,7 +293,11 @@ t.test('assessCredential', async (t) => {
 
   t.test('keeps a valid credential and reports when it expires', async (t) => {
     t.same(await assessCredential(base), { usable: true, notAfter: new Date(now.getTime() + 365 * day) });
-    t.same((await assessCredential({ ...base, certPem: certPem + key.pem, keyPem: certPem + key.pem })).usable, true, 'combined kubelet-client-current.pem');
+    t.same(
+      (await assessCredential({ ...base, certPem: certPem + key.pem, keyPem: certPem + key.pem })).usable,
+      true,
+      'combined kubelet-client-current.pem',
+    );
   });
 
   t.test('replaces a credential whose certificate or key does not parse', async (t) => {

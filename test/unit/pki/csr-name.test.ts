@@ -23,7 +23,12 @@ t.test('names the CSR exactly as the kubelet would for the same key, subject and
 t.test('agrees with a step-by-step recomputation of the digest', async (t) => {
   // Independent path: standard base64 made URL-safe by hand, one buffer, one digest.
   const b64url = (b: Buffer) => b.toString('base64').replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
-  const fields = [goSpki, Buffer.from(subject.commonName), ...subject.organizations.map((o) => Buffer.from(o)), ...usages.map((u) => Buffer.from(u))];
+  const fields = [
+    goSpki,
+    Buffer.from(subject.commonName),
+    ...subject.organizations.map((o) => Buffer.from(o)),
+    ...usages.map((u) => Buffer.from(u)),
+  ];
   const input = fields.map((f) => b64url(f) + '|').join('');
   const digest = createHash('sha512-256').update(Buffer.from(input, 'latin1')).digest();
   t.equal(csrName(goSpki, subject, usages), 'node-csr-' + b64url(digest));

@@ -3,13 +3,7 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync } from 'node:cry
 import { inspect } from 'node:util';
 import { KubebootError } from '../../../agent/errors.js';
 import { KEY_ALGORITHMS } from '../../../agent/identity.js';
-import {
-  generateKey,
-  keyMatchesCertificate,
-  parsePrivateKey,
-  publicKeyDerOfCertificate,
-  samePublicKey,
-} from '../../../agent/pki/keys.js';
+import { generateKey, keyMatchesCertificate, parsePrivateKey, publicKeyDerOfCertificate, samePublicKey } from '../../../agent/pki/keys.js';
 import { x509 } from '../../../agent/pki/x509.js';
 
 t.test('every algorithm round-trips generate → PEM → parse with the same public key', async (t) => {
@@ -52,10 +46,7 @@ t.test('rejects garbage, unsupported and encrypted keys without quoting the inpu
     ['not a pem at all', /no private key found/],
     [`-----BEGIN EC PRIVATE KEY-----\n${secretLooking}AAAAA\n-----END EC PRIVATE KEY-----\n`, /does not parse/],
     [`-----BEGIN EC PRIVATE KEY-----\n${secretLooking}*\n-----END EC PRIVATE KEY-----\n`, /not valid base64/],
-    [
-      generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
-      /unsupported private key type ed25519/,
-    ],
+    [generateKeyPairSync('ed25519').privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(), /unsupported private key type ed25519/],
     [
       generateKeyPairSync('ec', { namedCurve: 'secp256k1' }).privateKey.export({ type: 'sec1', format: 'pem' }).toString(),
       /unsupported EC curve secp256k1/,

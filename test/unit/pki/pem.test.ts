@@ -39,7 +39,10 @@ t.test('finds what the reference regex finds, on 3,000 generated texts', async (
   t.equal(mismatches, 0, 'same blocks, same order');
   t.ok(withBlocks > 100, `${withBlocks} texts held blocks`);
   const cert = toPem('CERTIFICATE', new Uint8Array([1, 2, 3]));
-  t.same(found(`junk\n${cert}between\n${toPem('EC PRIVATE KEY', new Uint8Array([4]))}`).map((b) => b.type), ['CERTIFICATE', 'EC PRIVATE KEY']);
+  t.same(
+    found(`junk\n${cert}between\n${toPem('EC PRIVATE KEY', new Uint8Array([4]))}`).map((b) => b.type),
+    ['CERTIFICATE', 'EC PRIVATE KEY'],
+  );
   t.throws(() => pemBlocks('-----BEGIN A-----\n!!!!\n-----END A-----'), /not valid base64/);
   t.same(intactPemBlocks(`${cert}-----BEGIN CERTIFICATE-----\nAAAA\n`), null, 'an unterminated block still makes the text torn');
 });
@@ -61,7 +64,10 @@ t.test('worst-case texts of 4 MiB (the client body cap) are scanned in linear ti
   let label = 0;
   const cases: Record<string, string> = {
     'BEGIN lines without an END': fill('-----BEGIN A-----\n'),
-    'BEGIN lines with distinct labels': Array.from({ length: size / 24 }, () => `-----BEGIN ${(label++).toString(36).toUpperCase()}-----\n`).join(''),
+    'BEGIN lines with distinct labels': Array.from(
+      { length: size / 24 },
+      () => `-----BEGIN ${(label++).toString(36).toUpperCase()}-----\n`,
+    ).join(''),
     'one BEGIN, then END lines of another label': `-----BEGIN A-----\n${fill('-----END B-----\n')}`,
     'END lines only': fill('-----END A-----\n'),
     'a long label run without dashes': `-----BEGIN ${'A'.repeat(size)}`,

@@ -54,19 +54,25 @@ t.test('isDue is true from the deadline on and false before it', async (t) => {
 
 // kube-controller-manager's signer backdates notBefore 5 minutes; a
 // certificate asked for 10 minutes (the API's minimum) spans 15.
-const kcmShort = (issuedAt: Date, minutes: number) => ({ notBefore: new Date(issuedAt.getTime() - 5 * MIN), notAfter: new Date(issuedAt.getTime() + minutes * MIN) });
-
-t.test('the shortest certificate a cluster issues is renewed 6 minutes before it expires, so client-go consumers switch in time', async (t) => {
-  const cert = kcmShort(issued, 10);
-  for (const r of [0, 0.5, 0.999999]) {
-    const d = renewalDeadline(cert, { margin: 0 }, () => r);
-    t.equal(d.getTime(), cert.notAfter.getTime() - CONSUMER_LEAD_MS, `random ${r}: notAfter − 6 min, whatever the jitter drew`);
-    // A consumer's 5-minute check that loaded the old file just before the
-    // renewal runs again while that file is still valid.
-    t.ok(cert.notAfter.getTime() - d.getTime() >= CONSUMER_RELOAD_MS + CONSUMER_SLACK_MS, 'leaves the reload period plus slack');
-  }
-  t.equal(CONSUMER_RELOAD_MS, 5 * MIN, 'client-go CertCallbackRefreshDuration');
+const kcmShort = (issuedAt: Date, minutes: number) => ({
+  notBefore: new Date(issuedAt.getTime() - 5 * MIN),
+  notAfter: new Date(issuedAt.getTime() + minutes * MIN),
 });
+
+t.test(
+  'the shortest certificate a cluster issues is renewed 6 minutes before it expires, so client-go consumers switch in time',
+  async (t) => {
+    const cert = kcmShort(issued, 10);
+    for (const r of [0, 0.5, 0.999999]) {
+      const d = renewalDeadline(cert, { margin: 0 }, () => r);
+      t.equal(d.getTime(), cert.notAfter.getTime() - CONSUMER_LEAD_MS, `random ${r}: notAfter − 6 min, whatever the jitter drew`);
+      // A consumer's 5-minute check that loaded the old file just before the
+      // renewal runs again while that file is still valid.
+      t.ok(cert.notAfter.getTime() - d.getTime() >= CONSUMER_RELOAD_MS + CONSUMER_SLACK_MS, 'leaves the reload period plus slack');
+    }
+    t.equal(CONSUMER_RELOAD_MS, 5 * MIN, 'client-go CertCallbackRefreshDuration');
+  },
+);
 
 t.test('without the consumer lead the jitter alone would leave a 10-minute certificate less than the reload period', async (t) => {
   const cert = kcmShort(issued, 10);

@@ -2,7 +2,15 @@ import t from 'tap';
 import { chmod, mkdir, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { KubebootError } from '../../../agent/errors.js';
-import { ensureDir, isTempName, realFs, removeFileDurably, tempPathFor, trustProblem, writeFileAtomic } from '../../../agent/store/atomic.js';
+import {
+  ensureDir,
+  isTempName,
+  realFs,
+  removeFileDurably,
+  tempPathFor,
+  trustProblem,
+  writeFileAtomic,
+} from '../../../agent/store/atomic.js';
 import type { FsOps } from '../../../agent/store/atomic.js';
 
 const modeOf = async (p: string) => (await stat(p)).mode & 0o777;
@@ -80,11 +88,26 @@ t.test('never writes into a file that already holds the temp name (opened exclus
 t.test('a failed write names the file kubeboot meant, not its temp name, and what went wrong', async (t) => {
   const dir = t.testdir();
   const file = path.join(dir, 'kubelet.conf');
-  const full: FsOps = { ...realFs, open: (async () => Promise.reject(Object.assign(new Error('ENOSPC: no space left on device, open'), { code: 'ENOSPC' }))) as FsOps['open'] };
-  await t.rejects(writeFileAtomic(file, 'x', { mode: 0o600, fs: full }), { message: `cannot write ${file}: ENOSPC: no space left on the device; free some and kubeboot retries` });
-  const readOnly: FsOps = { ...realFs, rename: (async () => Promise.reject(Object.assign(new Error('EROFS'), { code: 'EROFS' }))) as FsOps['rename'] };
-  await t.rejects(writeFileAtomic(file, 'x', { mode: 0o600, fs: readOnly }), { message: new RegExp(`^cannot write ${file}: EROFS: the file system is read-only`) });
-  t.same((await readdir(dir)).filter((n) => n.includes('.tmp-')), [], 'the temp file is removed');
+  const full: FsOps = {
+    ...realFs,
+    open: (async () =>
+      Promise.reject(Object.assign(new Error('ENOSPC: no space left on device, open'), { code: 'ENOSPC' }))) as FsOps['open'],
+  };
+  await t.rejects(writeFileAtomic(file, 'x', { mode: 0o600, fs: full }), {
+    message: `cannot write ${file}: ENOSPC: no space left on the device; free some and kubeboot retries`,
+  });
+  const readOnly: FsOps = {
+    ...realFs,
+    rename: (async () => Promise.reject(Object.assign(new Error('EROFS'), { code: 'EROFS' }))) as FsOps['rename'],
+  };
+  await t.rejects(writeFileAtomic(file, 'x', { mode: 0o600, fs: readOnly }), {
+    message: new RegExp(`^cannot write ${file}: EROFS: the file system is read-only`),
+  });
+  t.same(
+    (await readdir(dir)).filter((n) => n.includes('.tmp-')),
+    [],
+    'the temp file is removed',
+  );
 });
 
 t.test('ensureDir creates missing parents with the mode and reports them, leaving existing ones alone', async (t) => {
@@ -132,10 +155,16 @@ t.test('ensureDir refuses an existing directory that group or others can write, 
   const dir = path.join(t.testdir(), 'state');
   await mkdir(dir);
   await chmod(dir, 0o777);
-  await t.rejects(ensureDir(dir, 0o700), { code: 2, message: `${dir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)` });
+  await t.rejects(ensureDir(dir, 0o700), {
+    code: 2,
+    message: `${dir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)`,
+  });
   await chmod(dir, 0o755);
   t.same(await ensureDir(dir, 0o700), [], 'a 0755 directory (kubeadm’s /var/lib/kubelet/pki) is fine');
-  t.equal(trustProblem(dir, { uid: 4242, mode: 0o40700 }, 0), `${dir} is owned by uid 4242, not by uid 0 that kubeboot runs as; refusing to keep credentials there (chown 0 it)`);
+  t.equal(
+    trustProblem(dir, { uid: 4242, mode: 0o40700 }, 0),
+    `${dir} is owned by uid 4242, not by uid 0 that kubeboot runs as; refusing to keep credentials there (chown 0 it)`,
+  );
 });
 
 t.test('ensureDir never chmods through a link swapped in after mkdir, and refuses a directory others made meanwhile', async (t) => {
@@ -164,5 +193,8 @@ t.test('ensureDir never chmods through a link swapped in after mkdir, and refuse
     }) as FsOps['mkdir'],
   };
   const dir = path.join(root, 'pki');
-  await t.rejects(ensureDir(dir, 0o700, raced), { code: 2, message: `${dir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)` });
+  await t.rejects(ensureDir(dir, 0o700, raced), {
+    code: 2,
+    message: `${dir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)`,
+  });
 });

@@ -9,18 +9,10 @@ import { currentCertPath } from '../../../agent/identity.js';
 import { kubeletIdentity } from '../../support/identity.js';
 import { realFs } from '../../../agent/store/atomic.js';
 import type { FsOps } from '../../../agent/store/atomic.js';
-import {
-  listCredentialFiles,
-  loadCurrent,
-  pruneOld,
-  recoverStore,
-  storeCredential,
-  timestampOf,
-} from '../../../agent/store/cert-store.js';
+import { listCredentialFiles, loadCurrent, pruneOld, recoverStore, storeCredential, timestampOf } from '../../../agent/store/cert-store.js';
 
 // The store never parses X.509, so a well-formed PEM block stands in for a certificate.
-const certPem = (): string =>
-  `-----BEGIN CERTIFICATE-----\n${randomBytes(48).toString('base64')}\n-----END CERTIFICATE-----\n`;
+const certPem = (): string => `-----BEGIN CERTIFICATE-----\n${randomBytes(48).toString('base64')}\n-----END CERTIFICATE-----\n`;
 const keyPem = (): string =>
   generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
 
@@ -161,7 +153,7 @@ t.test('a crash while writing the new file leaves the old credential and no new 
   t.equal((await loadCurrent(id))?.file, old.file);
 });
 
-t.test('recovery removes temp files and temp links left by a crash, and only this identity\'s', async (t) => {
+t.test("recovery removes temp files and temp links left by a crash, and only this identity's", async (t) => {
   const id = identityIn(t.testdir());
   const { file } = await storeCredential(id, certPem(), keyPem(), t0);
   const dir = id.certDir;
@@ -176,12 +168,10 @@ t.test('recovery removes temp files and temp links left by a crash, and only thi
   t.equal(lines.length, 2);
   t.match(lines.join('\n'), tmpFile);
   t.match(lines.join('\n'), tmpLink);
-  t.same((await readdir(dir)).sort(), [
-    '.kubelet-server-2025-01-02-03-05-05.pem.tmp-0123456789ab',
-    path.basename(file),
-    'kubelet-client-current.pem',
-    'kubelet.crt',
-  ].sort());
+  t.same(
+    (await readdir(dir)).sort(),
+    ['.kubelet-server-2025-01-02-03-05-05.pem.tmp-0123456789ab', path.basename(file), 'kubelet-client-current.pem', 'kubelet.crt'].sort(),
+  );
   t.equal((await loadCurrent(id))?.file, file);
 });
 
@@ -209,7 +199,7 @@ t.test('recovery says so when no complete credential is left, and leaves the lin
   t.equal(await readlink(currentCertPath(id)), only.file);
 });
 
-t.test('recovery of a missing cert dir or an operator\'s regular file does nothing', async (t) => {
+t.test("recovery of a missing cert dir or an operator's regular file does nothing", async (t) => {
   const root = t.testdir();
   t.same(await recoverStore(identityIn(path.join(root, 'absent'))), []);
   const id = identityIn(root);

@@ -61,11 +61,17 @@ t.test('a pending key in a directory others can write, or not a regular file, is
   const stateDir = path.join(t.testdir(), 'state');
   await savePendingKey(stateDir, 'kubelet', keyPem());
   await chmod(stateDir, 0o777);
-  await t.rejects(loadPendingKey(stateDir, 'kubelet'), { code: 2, message: `${stateDir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)` });
+  await t.rejects(loadPendingKey(stateDir, 'kubelet'), {
+    code: 2,
+    message: `${stateDir} is writable by group or others (mode 0777); refusing to keep credentials there (chmod go-w it)`,
+  });
   await t.rejects(savePendingKey(stateDir, 'kubelet', keyPem()), { code: 2, message: /writable by group or others/ });
   await chmod(stateDir, 0o700);
   await chmod(pendingKeyPath(stateDir, 'kubelet'), 0o666);
-  await t.rejects(loadPendingKey(stateDir, 'kubelet'), { code: 2, message: /kubelet\.key\.pending is writable by group or others \(mode 0666\)/ });
+  await t.rejects(loadPendingKey(stateDir, 'kubelet'), {
+    code: 2,
+    message: /kubelet\.key\.pending is writable by group or others \(mode 0666\)/,
+  });
   const other = path.join(path.dirname(stateDir), 'planted.key');
   await writeFile(other, keyPem(), { mode: 0o600 });
   await unlink(pendingKeyPath(stateDir, 'kubelet'));

@@ -7,13 +7,22 @@ t.test('the default schedule doubles from 2 s and stays at 32 s, like client-go'
 });
 
 t.test('jitter lengthens a delay by at most its fraction, applied after the cap', async (t) => {
-  t.equal(nextDelay(0, DEFAULT_BACKOFF, () => 0.5), 2100);
-  t.equal(nextDelay(10, DEFAULT_BACKOFF, () => 1), 35200);
+  t.equal(
+    nextDelay(0, DEFAULT_BACKOFF, () => 0.5),
+    2100,
+  );
+  t.equal(
+    nextDelay(10, DEFAULT_BACKOFF, () => 1),
+    35200,
+  );
 });
 
 t.test('a huge attempt number neither overflows nor exceeds the cap', async (t) => {
   const opts = { initial: 1000, factor: 3, cap: 300_000, jitter: 0 };
-  t.equal(nextDelay(10_000, opts, () => 0), 300_000);
+  t.equal(
+    nextDelay(10_000, opts, () => 0),
+    300_000,
+  );
 });
 
 t.test('Retry-After in seconds is converted to milliseconds', async (t) => {

@@ -8,7 +8,10 @@ t.test('advance fires due timers in order and moves the wall clock with them', a
   clock.setTimeout(() => seen.push(['a', clock.now().getTime()]), 100);
   clock.setTimeout(() => seen.push(['c', clock.now().getTime()]), 300);
   clock.advance(250);
-  t.same(seen, [['a', 100], ['b', 200]]);
+  t.same(seen, [
+    ['a', 100],
+    ['b', 200],
+  ]);
   t.equal(clock.now().getTime(), 250);
   t.equal(clock.pending, 1);
   t.equal(clock.nextTimerIn(), 50);
