@@ -3,9 +3,9 @@
 // real node does), and the approver's idle RSS.
 import { mkdirSync, readFileSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { KubeClient } from '../agent/kube/client.js';
-import { createNode, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr, CSRS } from '../test/support/approver.js';
+import { createNode, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr } from '../test/support/approver.js';
 import type { ControlPlane } from '../test/support/controlplane.js';
+import { watchCsrTimeline } from '../test/support/csr-timeline.js';
 
 const NODES = 50;
 const PER_NODE = 4;
@@ -30,27 +30,7 @@ export async function benchApprover(plane: ControlPlane, dir: string): Promise<[
     const clients = await Promise.all(names.map((n) => nodeClient(plane, n)));
 
     // One watch sees every approval and issuance; times are taken on this process's clock.
-    const admin = await plane.mintClientCert({ commonName: 'bench-admin', organizations: ['system:masters'] });
-    const watcher = new KubeClient({ server: plane.server, caPem: plane.caPem }, { kind: 'client-certificate', ...admin });
-    const approvedAt = new Map<string, number>();
-    const waiters = new Map<string, () => void>();
-    const issued = new Set<string>();
-    const stop = new AbortController();
-    const list = await watcher.request<{ metadata: { resourceVersion: string } }>('GET', CSRS);
-    const watching = (async () => {
-      for await (const ev of watcher.watch<{
-        metadata: { name: string };
-        status?: { certificate?: string; conditions?: { type: string }[] };
-      }>(CSRS, { resourceVersion: list.body.metadata.resourceVersion }, stop.signal)) {
-        const { name } = ev.object.metadata;
-        if (!approvedAt.has(name) && ev.object.status?.conditions?.some((c) => c.type === 'Approved'))
-          approvedAt.set(name, performance.now());
-        if (ev.object.status?.certificate) {
-          issued.add(name);
-          waiters.get(name)?.();
-        }
-      }
-    })().catch(() => undefined);
+    const timeline = await watchCsrTimeline(plane);
 
     const latencies: number[] = [];
     const began = performance.now();
@@ -59,15 +39,13 @@ export async function benchApprover(plane: ControlPlane, dir: string): Promise<[
         for (let i = 0; i < PER_NODE; i++) {
           const t0 = performance.now();
           const name = await submitCsr(client, { cn: KUBE_PROXY.cn, name: 'bench' });
-          await new Promise<void>((resolve) => (issued.has(name) ? resolve() : waiters.set(name, resolve)));
-          latencies.push(approvedAt.get(name)! - t0);
+          await timeline.issued(name);
+          latencies.push(timeline.approvedAt.get(name)! - t0);
         }
       }),
     );
     const total = performance.now() - began;
-    stop.abort();
-    await watching;
-    await watcher.close();
+    await timeline.stop();
     await Promise.all(clients.map((c) => c.close()));
     latencies.sort((a, b) => a - b);
     return [

@@ -12,9 +12,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { KubeClient } from '../agent/kube/client.js';
-import { createNode, CSRS, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr } from '../test/support/approver.js';
+import { createNode, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr } from '../test/support/approver.js';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
+import { watchCsrTimeline } from '../test/support/csr-timeline.js';
 import type { KubeClient as NodeClient } from '../test/support/http.js';
 
 const NODES = Number(process.env.KUBEBOOT_BENCH_NODES ?? 250);
@@ -68,28 +68,9 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
     process.stderr.write(`storm: ${NODES} Nodes and clients ready\n`);
     const idleRss = sample(approver.child.pid!).rssKiB / 1024;
 
-    const admin = await plane.mintClientCert({ commonName: 'bench-admin', organizations: ['system:masters'] });
-    const watcher = new KubeClient({ server: plane.server, caPem: plane.caPem }, { kind: 'client-certificate', ...admin });
-    const approvedAt = new Map<string, number>();
-    const waiters = new Map<string, () => void>();
-    const issued = new Set<string>();
-    const stop = new AbortController();
-    const list = await watcher.request<{ metadata: { resourceVersion: string } }>('GET', CSRS);
-    const watching = (async () => {
-      for await (const ev of watcher.watch<{
-        metadata: { name: string };
-        status?: { certificate?: string; conditions?: { type: string }[] };
-      }>(CSRS, { resourceVersion: list.body.metadata.resourceVersion }, stop.signal)) {
-        const { name } = ev.object.metadata;
-        if (!approvedAt.has(name) && ev.object.status?.conditions?.some((c) => c.type === 'Approved'))
-          approvedAt.set(name, performance.now());
-        if (ev.object.status?.certificate) {
-          issued.add(name);
-          waiters.get(name)?.();
-        }
-      }
-    })().catch(() => undefined);
-    const issuedOf = (name: string) => new Promise<void>((resolve) => (issued.has(name) ? resolve() : waiters.set(name, resolve)));
+    const timeline = await watchCsrTimeline(plane);
+    const { approvedAt } = timeline;
+    const issuedOf = timeline.issued;
 
     const latency = { kcm: [] as number[], kubeboot: [] as number[] };
     const firstLast = { kcm: [Infinity, 0], kubeboot: [Infinity, 0] };
@@ -125,9 +106,7 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
     );
     clearInterval(progress);
     const total = (performance.now() - began) / 1000;
-    stop.abort();
-    await watching;
-    await watcher.close();
+    await timeline.stop();
     await Promise.all(clients.map((c) => c.close()));
 
     const row = (who: 'kcm' | 'kubeboot', label: string): [string, string] => {
