@@ -40,7 +40,15 @@ version=$(node -p 'require("./package.json").version')
 node_version=$(node -p 'require("./package.json").kubeboot.node')
 SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || stat -c %Y package.json)}
 revision=${KUBEBOOT_IMAGE_REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
-source_url=${KUBEBOOT_IMAGE_SOURCE:-$(git config --get remote.origin.url 2>/dev/null || echo https://a-seed-7d344b3e.example/kubeboot)}
+# The source label is a URL people can open: the origin remote only when it is
+# https (a clone from a local path or over ssh is not), with any user:password@
+# taken out so no credential ends up in an image label.
+remote=$(git config --get remote.origin.url 2>/dev/null || true)
+case "$remote" in
+  https://*) default_source=$(printf '%s' "$remote" | sed -E 's#^https://[^/@]*@#https://#') ;;
+  *) default_source=https://a-seed-7d344b3e.example/kubeboot ;;
+esac
+source_url=${KUBEBOOT_IMAGE_SOURCE:-$default_source}
 gzip_level=${KUBEBOOT_IMAGE_GZIP_LEVEL:-6}
 export SOURCE_DATE_EPOCH
 x64_bin=$(bash scripts/node.sh x64)
