@@ -27,6 +27,7 @@ import { applyManifests } from '../support/manifests.js';
 import { bootContainer, type Container } from '../support/nspawn.js';
 import { buildPackages, buildTools, cachedDebianRoot, toolsOrSkip, version } from '../packaging/fixtures/packages.js';
 import { buildSignedRepo, serveDirectory, type Served } from '../packaging/fixtures/repo.js';
+import { waitForBootstrapFilesGone } from './fixtures/node.js';
 
 const tools = ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools, 'apt-ftparchive', 'createrepo_c', 'rpmsign', 'rpm', 'gpg'];
 
@@ -177,14 +178,7 @@ if (toolsOrSkip(t, tools, true)) {
           120_000,
         );
         t.equal(proxy, 'system:kube-proxy', 'kube-proxy.conf works');
-        await plane.admin.waitFor(
-          'the token file and the bootstrap kubeconfig to be gone',
-          async () => {
-            const left = await node.exec(['ls', '/etc/kubernetes/bootstrap-token', '/etc/kubernetes/bootstrap-kubelet.conf']);
-            return left.stdout.trim() === '' ? true : undefined;
-          },
-          120_000,
-        );
+        await waitForBootstrapFilesGone(plane, node);
         t.pass('the bootstrap token files are gone');
 
         // cloud-init's own copies of the user-data: kubeboot names each one it finds.

@@ -9,7 +9,7 @@ import { parse } from 'yaml';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { forbid, kubeboot } from '../support/kubeboot.js';
 import { buildPackages, buildTools, toolsOrSkip } from '../packaging/fixtures/packages.js';
-import { bootNode, installPackage } from './fixtures/node.js';
+import { bootNode, installPackage, waitForBootstrapFilesGone } from './fixtures/node.js';
 
 if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], true)) {
   buildPackages();
@@ -43,14 +43,7 @@ if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], 
         120_000,
       );
       t.equal(await node.whoami('/etc/kubernetes/kubelet.conf'), `system:node:${node.name}`, 'kubelet.conf works');
-      await plane.admin.waitFor(
-        'the token file and the written bootstrap kubeconfig to be gone',
-        async () => {
-          const left = await node.exec(['ls', '/etc/kubernetes/bootstrap-token', '/etc/kubernetes/bootstrap-kubelet.conf']);
-          return left.stdout.trim() === '' ? true : undefined;
-        },
-        120_000,
-      );
+      await waitForBootstrapFilesGone(plane, node);
       t.pass('no token left on the node');
     });
   }
