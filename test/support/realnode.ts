@@ -48,9 +48,17 @@ const KUBELET_SYSCTLS = [
  * the files stand in for the sysctls, the overlay takes every write to /var,
  * then the program runs in the node's network namespace. nsenter --net, not
  * `ip netns exec`, which remounts /sys and hides the cgroup mounts.
+ *
+ * The kubelet's root directory is made a shared mount point here, as a
+ * systemd host's /var/lib/kubelet already is. Otherwise the kubelet
+ * bind-mounts it onto itself at start, racing its own pod-resources socket
+ * into that directory: the socket's rename then crosses the new mount
+ * (EXDEV) and the kubelet exits 1; that race failed a CI run.
  */
 const CONTAIN = `set -eu
-sysctls=$1 upper=$2 work=$3 netns=$4; shift 4
+sysctls=$1 upper=$2 work=$3 netns=$4 kubeletroot=$5; shift 5
+mount --bind "$kubeletroot" "$kubeletroot"
+mount --make-shared "$kubeletroot"
 for s in ${KUBELET_SYSCTLS.join(' ')}; do
   f="$sysctls/$(echo "$s" | tr / .)"
   cat "/proc/sys/$s" > "$f"
@@ -160,6 +168,7 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
         d('var-upper'),
         d('var-work'),
         o.net.path,
+        d('kubelet-root'),
         bin.kubelet,
         `--config=${kubeletConfig}`,
         `--kubeconfig=${o.kubeletKubeconfig}`,
