@@ -33,7 +33,8 @@ import { runIdentityHooks } from './hooks.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
 import { createNotifier, startWatchdog, type Notifier } from './notify.js';
-import { writeDaemonState, type IdentityState } from './state.js';
+import { nodeReadyOf, readinessOf, Reporter, type IdentityView, type Readiness } from './report.js';
+import type { IdentityState } from './state.js';
 import { createSelfWrites, watchCredentials, type CredentialWatcher } from './watch.js';
 
 /** Older timestamped credential files kept after a renewal; the kubelet never prunes them, so they pile up. */
@@ -94,8 +95,7 @@ export class Daemon {
   #cleaningUp = false;
   readonly metrics: KubebootMetrics;
   #notifier: Notifier;
-  #readySent = false;
-  #allValidLogged = false;
+  readonly #reporter: Reporter;
 
   constructor(options: DaemonOptions) {
     this.#config = options.config;
@@ -107,6 +107,12 @@ export class Daemon {
     this.#env = options.env ?? process.env;
     this.#dispatcher = options.dispatcher;
     this.#notifier = createNotifier({ env: this.#env, logger: this.#logger });
+    this.#reporter = new Reporter({
+      notifier: this.#notifier,
+      logger: this.#logger,
+      stateDir: () => this.#config.stateDir,
+      now: () => this.#clock.now(),
+    });
     for (const identity of identitiesFor(this.#config)) {
       this.#slots.set(identity.name, {
         state: { nextRenewal: null, lastSuccess: null, lastError: null, pendingCsr: null, lastHooks: [] },
@@ -130,15 +136,13 @@ export class Daemon {
   }
 
   /** /readyz: every identity holds a certificate that is valid right now (not merely at the last pass). */
-  readiness(): { ready: boolean; detail: string[] } {
-    const detail = [...this.#slots].map(([name, slot]) => `${name}: ${this.#describe(slot)}`);
-    return { ready: [...this.#slots.values()].every((s) => this.#validNow(s) !== null), detail };
+  readiness(): Readiness {
+    return readinessOf(this.#views());
   }
 
   /** READY=1: the kubelet's credential is valid; the other identities may still be pending. */
   nodeReady(): boolean {
-    const kubelet = this.#slots.get('kubelet');
-    return kubelet !== undefined && this.#validNow(kubelet) !== null;
+    return nodeReadyOf(this.#views());
   }
 
   /** /healthz and the watchdog: every loop showed progress within its bound. */
@@ -466,14 +470,13 @@ export class Daemon {
     return slot.seen?.state === 'usable' && slot.seen.notAfter > this.#clock.now() ? slot.seen : null;
   }
 
-  #describe(slot: Slot): string {
-    const valid = this.#validNow(slot);
-    if (valid) return `valid until ${valid.notAfter.toISOString()}`;
-    if (slot.state.pendingCsr)
-      return `waiting for CSR ${slot.state.pendingCsr} to be approved (kubectl certificate approve ${slot.state.pendingCsr})`;
-    return (
-      slot.state.lastError ?? (slot.seen?.state === 'usable' ? `expired at ${slot.seen.notAfter.toISOString()}` : 'no valid certificate')
-    );
+  #views(): IdentityView[] {
+    return [...this.#slots].map(([name, slot]) => ({
+      name,
+      validUntil: this.#validNow(slot)?.notAfter ?? null,
+      expiredAt: slot.seen?.state === 'usable' ? slot.seen.notAfter : null,
+      state: slot.state,
+    }));
   }
 
   #runDeps(): RunDeps {
@@ -494,32 +497,7 @@ export class Daemon {
   }
 
   async #publish(): Promise<void> {
-    const { ready, detail } = this.readiness();
-    const nodeReady = this.nodeReady();
-    const status = ready
-      ? `credentials valid: ${detail.join('; ')}`
-      : nodeReady
-        ? `kubelet ready; pending: ${detail.filter((l) => !l.startsWith('kubelet:')).join('; ')}`
-        : `not ready: ${detail.join('; ')}`;
-    if (nodeReady && !this.#readySent) {
-      this.#readySent = true;
-      await this.#notifier.ready(status);
-      this.#logger.info(
-        ready
-          ? 'all credentials valid; ready'
-          : `kubelet credential valid; ready (the kubelet may start); pending: ${detail.filter((l) => !l.startsWith('kubelet:')).join('; ')}`,
-      );
-      this.#allValidLogged = ready;
-    } else {
-      await this.#notifier.status(status);
-      if (ready && !this.#allValidLogged) this.#logger.info('all credentials valid');
-      this.#allValidLogged = ready;
-    }
-    const identities: Record<string, IdentityState> = {};
-    for (const [name, slot] of this.#slots) identities[name] = slot.state;
-    await writeDaemonState(this.#config.stateDir, { pid: process.pid, updated: this.#clock.now().toISOString(), identities }).catch(
-      (err: Error) => this.#logger.warn(`cannot write status file: ${err.message}`),
-    );
+    await this.#reporter.publish(this.#views());
   }
 }
 
