@@ -45,7 +45,7 @@ export interface BootstrapOptions {
 
 export async function bootstrapNode(config: Config, deps: RunDeps, options: BootstrapOptions = {}): Promise<BootstrapReport> {
   await recoverNode(config, deps);
-  const node = await assessNode(config, deps.now());
+  const node = await assessNode(config, deps.clock.now());
   for (const a of allOf(node)) {
     deps.logger.info(
       a.state === 'usable'
@@ -64,7 +64,7 @@ export async function bootstrapNode(config: Config, deps: RunDeps, options: Boot
     const first = await issueKubelet(config, kubelet, deps);
     usedBootstrap = first.bootstrap;
     outcomes.unshift(issuedOutcome(first.issued, kubelet));
-    kubelet = await assessIdentity(kubelet.identity, deps.now(), null);
+    kubelet = await assessIdentity(kubelet.identity, deps.clock.now(), null);
   }
   if (!isNodeCredential(kubelet))
     throw new KubebootError(

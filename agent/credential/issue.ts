@@ -27,6 +27,7 @@ import { retryTransient } from '../kube/retry.js';
 import { readOptional } from '../read-optional.js';
 import { storeCredential } from '../store/cert-store.js';
 import { clearPendingKey, loadPendingKey, savePendingKey } from '../store/pending-key.js';
+import type { Clock } from '../time/clock.js';
 import type { Cluster } from './assess.js';
 import type { Requester } from './requester.js';
 
@@ -38,7 +39,8 @@ import type { Requester } from './requester.js';
  */
 export interface RunDeps {
   logger: Logger;
-  now: () => Date;
+  /** Every clock read and timer of the run: the CSR wait, retries, discovery, timestamps. */
+  clock: Clock;
   signal?: AbortSignal;
   /** Told about kubeboot's own writes, so the file watcher ignores them. */
   observer?: WriteObserver;
@@ -95,7 +97,7 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
   const key = await keyFor(identity, ctx);
   const requestPem = await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses });
   const name = csrName(key.publicKeyDer, identity.subject, identity.usages);
-  const waitStart = Date.now();
+  const waitStart = ctx.clock.monotonic();
   let certPem: string;
   try {
     const csr = await retryTransient(
@@ -104,10 +106,10 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
         createCsr(
           ctx.requester,
           { name, requestPem, signerName: identity.signerName, usages: identity.usages, expirationSeconds: ctx.expirationSeconds },
-          (existing) => compatibility(existing, identity, key, ctx.now()),
+          (existing) => compatibility(existing, identity, key, ctx.clock.now()),
           ctx.signal,
         ),
-      { timeoutMs: ctx.waitTimeoutMs, logger: log, signal: ctx.signal },
+      { timeoutMs: ctx.waitTimeoutMs, logger: log, signal: ctx.signal, clock: ctx.clock },
     );
     ctx.onCsrSubmitted?.(identity, name);
     log.info(`CSR ${name} submitted for ${identity.subject.commonName} (signer ${identity.signerName})`, { csr: name });
@@ -116,6 +118,7 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
       timeoutMs: ctx.waitTimeoutMs,
       pendingNoticeMs: ctx.pendingNoticeMs,
       signal: ctx.signal,
+      clock: ctx.clock,
     });
   } catch (err) {
     // A CSR that was denied, failed, deleted or cannot be adopted will not
@@ -126,7 +129,7 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
     }
     throw err;
   }
-  const arrived = Date.now();
+  const arrived = ctx.clock.monotonic();
   const waitedSeconds = (arrived - waitStart) / 1000;
   ctx.onCsrWait?.(identity, waitedSeconds);
 
@@ -136,7 +139,7 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
     publicKeyDer: key.publicKeyDer,
     subject: identity.subject,
     usages: identity.usages,
-    now: checkTime(certPem, ctx.now(), log),
+    now: checkTime(certPem, ctx.clock.now(), log),
     dnsNames: identity.dnsNames,
     ipAddresses: identity.ipAddresses,
   });
@@ -161,10 +164,10 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
   // before the -current.pem link moves, not after.
   const kubeconfig = await kubeconfigToWrite(identity, ctx);
   if (kubeconfig) await assertWritable(kubeconfig.path);
-  const stored = await storeCredential(identity, certPem, key.pem, ctx.now(), optsOf(ctx));
+  const stored = await storeCredential(identity, certPem, key.pem, ctx.clock.now(), optsOf(ctx));
   if (kubeconfig) await writeFileAtomic(kubeconfig.path, kubeconfig.text, { mode: 0o600, ...optsOf(ctx) });
   await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
-  const storeMillis = Date.now() - arrived;
+  const storeMillis = ctx.clock.monotonic() - arrived;
   const notAfter = parseCertificateChain(certPem)[0]!.notAfter;
   log.info(`${identity.name} credential stored at ${stored.file}, valid until ${notAfter.toISOString()}`, { csr: name });
   return { csrName: name, certFile: stored.file, currentPath: stored.currentPath, notAfter, waitedSeconds, storeMillis };
@@ -239,6 +242,7 @@ async function proveIdentity(identity: Identity, ctx: IssueContext, certPem: str
       timeoutMs: ctx.waitTimeoutMs,
       logger: ctx.logger,
       signal: ctx.signal,
+      clock: ctx.clock,
     });
     const missing = identity.subject.organizations.filter((o) => !user.groups.includes(o));
     if (user.username !== identity.subject.commonName || missing.length > 0) {

@@ -13,6 +13,7 @@ import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { pinnedCertificates } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
+import type { Clock } from '../time/clock.js';
 import type { Cluster, NodeCredential } from './assess.js';
 
 export interface Requester {
@@ -39,7 +40,7 @@ export function nodeRequester(node: NodeCredential, dispatcher?: Dispatcher): Re
 export async function bootstrapRequester(
   config: Config,
   why: string,
-  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher },
+  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock },
 ): Promise<Requester> {
   const text = await readOptional(config.bootstrapKubeconfig);
   if (text === null) {
@@ -60,7 +61,7 @@ export async function bootstrapRequester(
 export async function clusterOf(
   bootstrap: BootstrapKubeconfig,
   config: Config,
-  deps: { logger: Logger; signal?: AbortSignal },
+  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock },
 ): Promise<Cluster> {
   const base = { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName };
   if (bootstrap.insecureSkipTlsVerify && !config.unsafeAllowInsecureBootstrap) {
@@ -101,6 +102,8 @@ export async function clusterOf(
     timeoutMs: config.waitTimeout * 1000,
     logger: deps.logger,
     signal: deps.signal,
+    clock: deps.clock,
+    dispatcher: deps.dispatcher,
   });
   return { ...base, caPem };
 }
