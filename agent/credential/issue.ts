@@ -13,13 +13,11 @@ import type { Identity, KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
 import { KubeClient } from '../kube/client.js';
 import { createCsr, waitForCertificate } from '../kube/csr-requests.js';
-import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { whoAmI } from '../kube/whoami.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
-import { createCsrPem, parseCsrPem } from '../pki/pkcs10.js';
+import { createCsrPem } from '../pki/pkcs10.js';
 import { csrName } from '../pki/csr-name.js';
-import { generateKey, parsePrivateKey, samePublicKey, type PrivateKey } from '../pki/keys.js';
-import { sameSubject } from '../pki/names.js';
+import { generateKey, parsePrivateKey, type PrivateKey } from '../pki/keys.js';
 import { renderClientKubeconfig } from '../kubeconfig/render.js';
 import { fileError, writeFileAtomic, type WriteObserver } from '../store/atomic.js';
 import { currentCertPath } from '../identity.js';
@@ -29,6 +27,7 @@ import { storeCredential } from '../store/cert-store.js';
 import { clearPendingKey, loadPendingKey, savePendingKey } from '../store/pending-key.js';
 import type { Clock } from '../time/clock.js';
 import type { Cluster } from './assess.js';
+import { compatibility } from './compatibility.js';
 import type { Requester } from './requester.js';
 
 /**
@@ -211,27 +210,6 @@ async function keyFor(identity: Identity, ctx: IssueContext): Promise<PrivateKey
   const key = ctx.reuseKeyPem ? await parsePrivateKey(ctx.reuseKeyPem) : await generateKey(ctx.keyAlgorithm);
   await savePendingKey(ctx.stateDir, identity.name, key.pem, optsOf(ctx));
   return key;
-}
-
-/** matches client-go ensureCompatible, plus: a CSR already issued with an expired certificate is not ours to reuse (kubernetes#65991). */
-async function compatibility(existing: CertificateSigningRequest, identity: Identity, key: PrivateKey, now: Date): Promise<string | null> {
-  if (existing.spec.signerName !== identity.signerName) return `signer is ${existing.spec.signerName}, want ${identity.signerName}`;
-  let request;
-  try {
-    request = await parseCsrPem(Buffer.from(existing.spec.request, 'base64').toString('utf8'));
-  } catch {
-    return 'its request cannot be parsed';
-  }
-  if (!request.signatureValid || !samePublicKey(request.publicKeyDer, key.publicKeyDer)) return 'it was made with another key';
-  if (!sameSubject(request.subject, identity.subject)) {
-    return `its subject is CN=${request.subject.commonName}, want CN=${identity.subject.commonName}`;
-  }
-  const issued = existing.status?.certificate;
-  if (issued) {
-    const leaf = parseCertificateChain(Buffer.from(issued, 'base64').toString('utf8'))[0];
-    if (leaf && leaf.notAfter <= now) return `its certificate expired at ${leaf.notAfter.toISOString()}`;
-  }
-  return null;
 }
 
 /** The new credential must authenticate as the requested subject before it replaces anything. */
