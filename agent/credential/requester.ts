@@ -13,6 +13,7 @@ import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { pinnedCertificates } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
+import type { Store } from '../store/store.js';
 import type { Clock } from '../time/clock.js';
 import type { Cluster, NodeCredential } from './assess.js';
 
@@ -40,15 +41,16 @@ export function nodeRequester(node: NodeCredential, dispatcher?: Dispatcher): Re
 export async function bootstrapRequester(
   config: Config,
   why: string,
-  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock },
+  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock; store?: Store },
 ): Promise<Requester> {
-  const text = await readOptional(config.bootstrapKubeconfig);
+  const read = deps.store?.read ?? readOptional;
+  const text = await read(config.bootstrapKubeconfig);
   if (text === null) {
     throw new BootstrapCredentialError(
       `${config.bootstrapKubeconfig}: not found, and the kubelet has no usable credential to request certificates with (${why}); place a bootstrap kubeconfig there`,
     );
   }
-  const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+  const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, read);
   const cluster = await clusterOf(bootstrap, config, deps);
   const credential =
     bootstrap.auth.kind === 'client-certificate'
