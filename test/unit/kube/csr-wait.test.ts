@@ -9,7 +9,7 @@ import { createCsr, waitForCertificate } from '../../../agent/kube/csr-requests.
 import type { CertificateSigningRequest } from '../../../agent/kube/csr-state.js';
 import { createLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../../agent/time/clock.js';
-import { capturingLogger, until } from '../../support/fake-time.js';
+import { capturingLogger, runOn } from '../../support/fake-time.js';
 
 const SERVER = 'https://api.test:6443';
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
@@ -169,24 +169,6 @@ t.test('create adopts an existing CSR only when it is compatible', async (t) => 
 // The same wait on a FakeClock: the bounds, the notices and the pauses are
 // the clock's, so minutes of waiting are proven without waiting.
 
-/** Moves the clock from one armed timer to the next, each time the wait is idle (`idle` timers armed), until it settles. */
-async function drive(clock: FakeClock, done: () => boolean, idle: number): Promise<void> {
-  for (;;) {
-    await until(() => done() || clock.pending >= idle, 'the wait to arm its next timer');
-    if (done()) return;
-    clock.advance(clock.nextTimerIn()!);
-  }
-}
-
-function settles<T>(p: Promise<T>): { done: () => boolean; result: Promise<T | unknown> } {
-  let settled = false;
-  const result = p.then(
-    (v) => ((settled = true), v),
-    (e: unknown) => ((settled = true), e),
-  );
-  return { done: () => settled, result };
-}
-
 t.test('on a fake clock: polls every interval and gives up at the wait timeout, naming the approve command', async (t) => {
   const { pool, client } = setup(t);
   const clock = new FakeClock();
@@ -197,18 +179,15 @@ t.test('on a fake clock: polls every interval and gives up at the wait timeout, 
     .reply(() => (listedAt.push(clock.monotonic()), { statusCode: 200, data: list(csr()) }))
     .persist();
   pool.intercept({ path: isWatch, method: 'GET' }).reply(403, JSON.stringify({ kind: 'Status', reason: 'Forbidden' }));
-  const wait = settles(
-    waitForCertificate(client, csr(), {
-      logger,
-      timeoutMs: 60_000,
-      pendingNoticeMs: 25_000,
-      pollIntervalMs: 5_000,
-      random: () => 0,
-      clock,
-    }),
-  );
-  await drive(clock, wait.done, 3); // the bound, the notice and a pause
-  const err = await wait.result;
+  const wait = waitForCertificate(client, csr(), {
+    logger,
+    timeoutMs: 60_000,
+    pendingNoticeMs: 25_000,
+    pollIntervalMs: 5_000,
+    random: () => 0,
+    clock,
+  });
+  const err = await runOn(clock, wait, 3); // idle: the bound, the notice and a pause armed
   t.type(err, TimedOutError);
   t.match((err as Error).message, /timed out after 60s waiting for CSR node-csr-abc .*kubectl certificate approve node-csr-abc/);
   t.equal(clock.monotonic(), 60_000, 'gave up exactly at the bound, on the fake clock');
@@ -255,11 +234,8 @@ t.test('on a fake clock: a failed list is retried after the back-off, or after R
     pool
       .intercept({ path: isList, method: 'GET' })
       .reply(() => (listedAt.push(clock.monotonic()), { statusCode: 200, data: list(approved({ certificate: CERT })) }));
-    const wait = settles(
-      waitForCertificate(client, csr(), { logger, timeoutMs: 300_000, pendingNoticeMs: 600_000, random: () => 0, clock }),
-    );
-    await drive(clock, wait.done, 3);
-    t.equal(await wait.result, CERT, `${c.name}: issued after the retries`);
+    const wait = waitForCertificate(client, csr(), { logger, timeoutMs: 300_000, pendingNoticeMs: 600_000, random: () => 0, clock });
+    t.equal(await runOn(clock, wait, 3), CERT, `${c.name}: issued after the retries`);
     t.same(listedAt.slice(1), c.retriedAt, `${c.name}: retried at ${c.retriedAt.join(', ')} ms`);
   }
 });

@@ -10,7 +10,7 @@ import { silentLogger } from '../../../agent/log.js';
 import { signDetachedJws } from '../../../agent/pki/jws.js';
 import { caCertHash } from '../../../agent/pki/pin.js';
 import { FakeClock } from '../../../agent/time/clock.js';
-import { until } from '../../support/fake-time.js';
+import { runOn } from '../../support/fake-time.js';
 import { createCa } from '../../support/pki.js';
 
 const SERVER = 'https://api.test:6443';
@@ -38,8 +38,7 @@ function setup(t: Test, replies: string[], input: Partial<DiscoveryInput> = {}) 
   const pool = agent.get(SERVER);
   for (const body of replies)
     pool.intercept({ path: CLUSTER_INFO, method: 'GET' }).reply(() => (fetchedAt.push(clock.monotonic()), { statusCode: 200, data: body }));
-  let done = false;
-  const result = discoverClusterCa({
+  const discovery = discoverClusterCa({
     server: SERVER,
     tlsServerName: null,
     ...TOKEN,
@@ -50,18 +49,8 @@ function setup(t: Test, replies: string[], input: Partial<DiscoveryInput> = {}) 
     clock,
     dispatcher: agent,
     ...input,
-  }).then(
-    (v) => ((done = true), v),
-    (e: unknown) => ((done = true), e),
-  );
-  const run = async () => {
-    for (;;) {
-      await until(() => done || clock.pending > 0, 'discovery to settle or pause');
-      if (done) return result;
-      clock.advance(clock.nextTimerIn()!);
-    }
-  };
-  return { run, fetchedAt, clock };
+  });
+  return { run: () => runOn(clock, discovery), fetchedAt, clock };
 }
 
 t.test('waits for the signature, asking again every 5 s on the clock, then trusts the pinned CA', async (t) => {

@@ -6,7 +6,7 @@ import { ApiError, KubebootError, TimedOutError, TransportError } from '../../..
 import { isTransient, retryTransient, transientWaitMs } from '../../../agent/kube/retry.js';
 import { silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../../agent/time/clock.js';
-import { until } from '../../support/fake-time.js';
+import { runOn, until } from '../../support/fake-time.js';
 
 const logger = silentLogger();
 const api = (status: number, retryAfter?: string) =>
@@ -23,20 +23,6 @@ function flaky(clock: FakeClock, failures: unknown[]) {
     return 'ok';
   };
   return { call, at };
-}
-
-/** Runs `p` to its end, moving the clock to each timer it arms. */
-async function drive<T>(clock: FakeClock, p: Promise<T>): Promise<T | unknown> {
-  let done = false;
-  const result = p.then(
-    (v) => ((done = true), v),
-    (e: unknown) => ((done = true), e),
-  );
-  for (;;) {
-    await until(() => done || clock.pending > 0, 'the retry to settle or arm its pause');
-    if (done) return result;
-    clock.advance(clock.nextTimerIn()!);
-  }
 }
 
 t.test('which failures are worth retrying', async (t) => {
@@ -78,7 +64,7 @@ t.test('the wait before a retry: back-off, or Retry-After within [1 s, 32 s]', a
 t.test('on a fake clock: retries after 2, 4, 8 s and returns the answer', async (t) => {
   const clock = new FakeClock();
   const { call, at } = flaky(clock, [refused(), api(503), api(500)]);
-  const result = await drive(clock, retryTransient('creating CSR x', call, { timeoutMs: 60_000, logger, random: () => 0, clock }));
+  const result = await runOn(clock, retryTransient('creating CSR x', call, { timeoutMs: 60_000, logger, random: () => 0, clock }));
   t.equal(result, 'ok');
   t.same(at, [0, 2_000, 6_000, 14_000]);
   t.equal(clock.pending, 0, 'no timer left behind');
@@ -87,14 +73,14 @@ t.test('on a fake clock: retries after 2, 4, 8 s and returns the answer', async 
 t.test("on a fake clock: Retry-After as an HTTP date is read against the clock's wall time", async (t) => {
   const clock = new FakeClock(new Date('2026-03-01T12:00:00Z'));
   const { call, at } = flaky(clock, [api(503, 'Sun, 01 Mar 2026 12:00:05 GMT')]);
-  t.equal(await drive(clock, retryTransient('x', call, { timeoutMs: 60_000, logger, random: () => 0, clock })), 'ok');
+  t.equal(await runOn(clock, retryTransient('x', call, { timeoutMs: 60_000, logger, random: () => 0, clock })), 'ok');
   t.same(at, [0, 5_000]);
 });
 
 t.test('on a fake clock: gives up when the next pause would pass the bound, with the last failure', async (t) => {
   const clock = new FakeClock();
   const { call, at } = flaky(clock, Array.from({ length: 20 }, refused));
-  const err = await drive(clock, retryTransient('creating CSR x', call, { timeoutMs: 20_000, logger, random: () => 0, clock }));
+  const err = await runOn(clock, retryTransient('creating CSR x', call, { timeoutMs: 20_000, logger, random: () => 0, clock }));
   t.type(err, TimedOutError);
   t.match((err as Error).message, /^creating CSR x: gave up after 20s of failures; last: .*ECONNREFUSED/);
   t.same(at, [0, 2_000, 6_000, 14_000], 'a 16 s pause at 14 s would pass 20 s: no fifth attempt');
