@@ -149,11 +149,6 @@ export class NeedsBootstrapError extends KubebootError {
   override readonly name = 'NeedsBootstrapError';
 }
 
-/** Another identity waits while the kubelet's credential is being obtained; not a failure. */
-export class WaitingForKubeletError extends KubebootError {
-  override readonly name = 'WaitingForKubeletError';
-}
-
 export function exitCodeOf(err: unknown): ExitCode {
   return err instanceof KubebootError ? err.code : ExitCode.other;
 }

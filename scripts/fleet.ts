@@ -18,6 +18,7 @@ import { assessNode, isNodeCredential } from '../agent/credential/assess.js';
 import { renewIdentity } from '../agent/credential/renew.js';
 import { createLogger } from '../agent/log.js';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
+import { systemClock } from '../agent/time/clock.js';
 
 const { values } = parseArgs({
   options: { nodes: { type: 'string', default: '1000' }, 'low-inflight': { type: 'string', default: '20' } },
@@ -105,7 +106,7 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
       nodes.map(async (n) => {
         const t0 = performance.now();
         try {
-          await bootstrapNode(n.config, { logger: capture(n.log), now: () => new Date() });
+          await bootstrapNode(n.config, { logger: capture(n.log), clock: systemClock });
           n.bootstrapMs = performance.now() - t0;
         } catch (err) {
           n.error = (err as Error).message;
@@ -124,7 +125,7 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
         if (!isNodeCredential(node)) return;
         const t0 = performance.now();
         try {
-          await renewIdentity(n.config, node, node, { logger: capture(n.log), now: () => new Date() });
+          await renewIdentity(n.config, node, node, { logger: capture(n.log), clock: systemClock });
           n.renewMs = performance.now() - t0;
         } catch (err) {
           n.error = `renewal: ${(err as Error).message}`;

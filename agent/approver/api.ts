@@ -83,9 +83,10 @@ export async function warnOnCsr(
   csr: ApproverCsr,
   reason: string,
   message: string,
+  at: Date,
   signal?: AbortSignal,
 ): Promise<void> {
-  const now = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const now = at.toISOString().replace(/\.\d{3}Z$/, 'Z');
   const body = {
     apiVersion: 'v1',
     kind: 'Event',

@@ -16,6 +16,7 @@ import { LeaderElector, type LeaderOptions } from './leader.js';
 import type { ApproverMetrics } from './metrics.js';
 import type { ApproverPolicy } from './policy.js';
 import { excerpt } from '../text.js';
+import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 
 /** A CSR's own words for a log line: its name, requester and signer are anyone's text, so each is bounded and escaped. */
 function logFields(csr: ApproverCsr): { csr: string; requester: string; signer: string } {
@@ -31,10 +32,12 @@ const WORKERS = 8;
 export interface ApproverOptions {
   policy: ApproverPolicy;
   denyViolations: boolean;
-  lease: Omit<LeaderOptions, 'onChange' | 'now'>;
+  lease: Omit<LeaderOptions, 'onChange' | 'clock'>;
   resyncMs: number;
   /** A CSR whose decision failed (API error) is retried after this long. */
   retryMs?: number;
+  /** The informer's resync, the lease and every re-check run on it. */
+  clock?: Clock;
 }
 
 export class Approver {
@@ -44,10 +47,11 @@ export class Approver {
   readonly #opts: ApproverOptions;
   readonly #logger: Logger;
   readonly #metrics: ApproverMetrics;
+  readonly #clock: Clock;
   /** CSR names waiting for a worker, by requester, in arrival order. */
   readonly #queue = new Map<string, Set<string>>();
   /** CSR uid → its pending re-check: at most one per CSR, however often it is looked at meanwhile. */
-  readonly #timers = new Map<string, NodeJS.Timeout>();
+  readonly #timers = new Map<string, TimerHandle>();
   /** CSR uid → the resourceVersion the API server answered 404 for on /approval: not decided again until it changes. */
   readonly #unroutable = new Map<string, string | undefined>();
   /** CSR uid → the violation last reported, so a resync does not repeat the Event. */
@@ -63,15 +67,22 @@ export class Approver {
     this.#opts = opts;
     this.#logger = logger;
     this.#metrics = metrics;
+    this.#clock = opts.clock ?? systemClock;
     this.informer = new CsrInformer(
       client,
-      { resyncMs: opts.resyncMs, onChange: (name) => this.#changed(name), onDelete: (csr) => this.#forget(csr) },
+      {
+        resyncMs: opts.resyncMs,
+        onChange: (name) => this.#changed(name),
+        onDelete: (csr) => this.#forget(csr),
+        clock: this.#clock,
+      },
       logger,
     );
     this.leader = new LeaderElector(
       client,
       {
         ...opts.lease,
+        clock: this.#clock,
         // A replica whose CSR cache is not in sync would hold the lease and approve nothing (a list it
         // cannot read, RBAC it lacks): it stands aside until it has synced, so a healthy one leads.
         mayLead: () => this.informer.synced,
@@ -87,7 +98,13 @@ export class Approver {
 
   async run(signal: AbortSignal): Promise<void> {
     this.#signal = signal;
-    await Promise.all([this.informer.run(signal), this.leader.run(signal)]);
+    try {
+      await Promise.all([this.informer.run(signal), this.leader.run(signal)]);
+    } finally {
+      // Pending re-checks must not hold a stopping process open (they were unref'd Node timers before the Clock).
+      for (const handle of this.#timers.values()) this.#clock.clearTimeout(handle);
+      this.#timers.clear();
+    }
   }
 
   #stopped(): boolean {
@@ -116,12 +133,11 @@ export class Approver {
   /** Looks at the CSR again after `ms`, unless a look is already due. */
   #later(csr: ApproverCsr, ms: number): void {
     const key = csr.metadata.uid ?? csr.metadata.name;
-    if (this.#timers.has(key)) return;
-    const timer = setTimeout(() => {
+    if (this.#timers.has(key) || this.#stopped()) return;
+    const timer = this.#clock.setTimeout(() => {
       this.#timers.delete(key);
       this.#enqueue(csr.metadata.name);
     }, ms);
-    timer.unref();
     this.#timers.set(key, timer);
   }
 
@@ -208,7 +224,8 @@ export class Approver {
     this.#reported.delete(key);
     this.#rechecks.delete(key);
     this.#unroutable.delete(key);
-    clearTimeout(this.#timers.get(key));
+    const timer = this.#timers.get(key);
+    if (timer) this.#clock.clearTimeout(timer);
     this.#timers.delete(key);
   }
 
@@ -231,7 +248,7 @@ export class Approver {
     if (!this.#written(csr, await decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined))) return;
     this.#metrics.decision(csr.spec.signerName, 'approved', decision.policy);
     const created = Date.parse(csr.metadata.creationTimestamp ?? '');
-    if (!Number.isNaN(created)) this.#metrics.approvalLatency((Date.now() - created) / 1000);
+    if (!Number.isNaN(created)) this.#metrics.approvalLatency((this.#clock.now().getTime() - created) / 1000);
     this.#logger.info('approved CSR', { ...logFields(csr), policy: decision.policy });
   }
 
@@ -261,6 +278,7 @@ export class Approver {
         csr,
         'PolicyViolation',
         `kubeboot approver left this CSR pending: ${decision.message}`,
+        this.#clock.now(),
         this.#signal ?? undefined,
       );
     } catch (err) {

@@ -12,6 +12,8 @@ import type { Logger } from '../log.js';
 import { CsrCache } from './cache.js';
 import type { ApproverCsr } from './csr-facts.js';
 import { sleep } from './leader.js';
+import { systemClock, type Clock } from '../time/clock.js';
+import { every } from '../time/timer.js';
 
 export const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 
@@ -22,6 +24,8 @@ export interface InformerOptions {
   onDelete?: (csr: ApproverCsr) => void;
   /** Server-side watch timeout; the watch is then resumed. */
   watchTimeoutSeconds?: number;
+  /** The resync period and the re-list back-off run on it. */
+  clock?: Clock;
 }
 
 interface CsrList {
@@ -81,8 +85,8 @@ export class CsrInformer {
   }
 
   async run(signal: AbortSignal): Promise<void> {
-    const resync = setInterval(() => this.#resync(), this.#opts.resyncMs);
-    resync.unref();
+    const clock = this.#opts.clock ?? systemClock;
+    const resync = every(this.#opts.resyncMs, clock, () => this.#resync());
     let failures = 0;
     try {
       while (!signal.aborted) {
@@ -99,11 +103,11 @@ export class CsrInformer {
           failures++;
           this.#logger.warn('CSR list/watch failed; re-listing', { error: (err as Error).message, attempt: failures });
           // 1 s, 2 s, 4 s ... up to 30 s, like the reflector's backoff.
-          await sleep(Math.min(30_000, 1000 * 2 ** Math.min(failures - 1, 5)), signal);
+          await sleep(Math.min(30_000, 1000 * 2 ** Math.min(failures - 1, 5)), signal, clock);
         }
       }
     } finally {
-      clearInterval(resync);
+      resync.cancel();
     }
   }
 

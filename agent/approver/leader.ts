@@ -11,6 +11,7 @@ import { ApiError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
 import { expectObject } from '../kube/objects.js';
 import type { Logger } from '../log.js';
+import { systemClock, type Clock } from '../time/clock.js';
 
 export interface LeaderOptions {
   namespace: string;
@@ -19,8 +20,8 @@ export interface LeaderOptions {
   leaseDurationMs: number;
   renewDeadlineMs: number;
   retryPeriodMs: number;
-  /** Monotonic milliseconds. */
-  now?: () => number;
+  /** Lease timing on its monotonic clock, Lease times from its wall clock, the retry period on its timers. */
+  clock?: Clock;
   onChange?: (leading: boolean) => void;
   /**
    * Whether this process can do a leader's work now; while it cannot, it
@@ -54,7 +55,7 @@ export class LeaderElector {
   readonly #client: KubeClient;
   readonly #opts: LeaderOptions;
   readonly #logger: Logger;
-  readonly #now: () => number;
+  readonly #clock: Clock;
   #leading = false;
   /** When the last successful renewal was *sent*. */
   #renewedAt = -Infinity;
@@ -64,7 +65,7 @@ export class LeaderElector {
     this.#client = client;
     this.#opts = opts;
     this.#logger = logger;
-    this.#now = opts.now ?? (() => performance.now());
+    this.#clock = opts.clock ?? systemClock;
   }
 
   get path(): string {
@@ -73,7 +74,8 @@ export class LeaderElector {
 
   /** True only while the last renewal is younger than the renew deadline. */
   isLeader(): boolean {
-    if (this.#leading && this.#now() - this.#renewedAt >= this.#opts.renewDeadlineMs) this.#setLeading(false, 'renew deadline passed');
+    if (this.#leading && this.#clock.monotonic() - this.#renewedAt >= this.#opts.renewDeadlineMs)
+      this.#setLeading(false, 'renew deadline passed');
     return this.#leading;
   }
 
@@ -92,7 +94,7 @@ export class LeaderElector {
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       await this.step(signal);
-      await sleep(this.#opts.retryPeriodMs, signal);
+      await sleep(this.#opts.retryPeriodMs, signal, this.#clock);
     }
     await this.release('stopping');
   }
@@ -103,7 +105,7 @@ export class LeaderElector {
       if (this.#leading) await this.release("cannot do a leader's work (CSR cache not in sync)");
       return;
     }
-    const started = this.#now();
+    const started = this.#clock.monotonic();
     try {
       if (await this.#tryAcquireOrRenew(signal)) {
         this.#renewedAt = started;
@@ -119,7 +121,7 @@ export class LeaderElector {
   }
 
   async #tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
-    const wall = new Date();
+    const wall = this.#clock.now();
     const got = await this.#client.request('GET', this.path, { accept: [404], signal, timeoutMs: this.#opts.renewDeadlineMs });
     const mine: LeaseSpec = {
       holderIdentity: this.#opts.identity,
@@ -141,11 +143,11 @@ export class LeaderElector {
     const lease = expectObject<Lease>(got.body, 'Lease', this.#opts.name);
     const spec = lease.spec ?? {};
     const key = `${spec.holderIdentity ?? ''}|${spec.renewTime ?? ''}|${lease.metadata.resourceVersion ?? ''}`;
-    if (this.#observed?.key !== key) this.#observed = { key, at: this.#now() };
+    if (this.#observed?.key !== key) this.#observed = { key, at: this.#clock.monotonic() };
     const holder = spec.holderIdentity ?? '';
     const heldByOther = holder !== '' && holder !== this.#opts.identity;
     const validForMs = (spec.leaseDurationSeconds ?? 0) * 1000;
-    if (heldByOther && this.#observed.at + validForMs > this.#now()) return false;
+    if (heldByOther && this.#observed.at + validForMs > this.#clock.monotonic()) return false;
     const next: LeaseSpec =
       holder === this.#opts.identity
         ? { ...spec, ...mine, acquireTime: spec.acquireTime ?? mine.acquireTime, leaseTransitions: spec.leaseTransitions ?? 0 }
@@ -167,7 +169,7 @@ export class LeaderElector {
       const got = await this.#client.request('GET', this.path, { timeoutMs: 5_000 });
       const lease = expectObject<Lease>(got.body, 'Lease', this.#opts.name);
       if (lease.spec?.holderIdentity !== this.#opts.identity) return;
-      const now = microTime(new Date());
+      const now = microTime(this.#clock.now());
       const spec: LeaseSpec = {
         leaseDurationSeconds: 1,
         acquireTime: now,
@@ -183,12 +185,13 @@ export class LeaderElector {
   }
 }
 
-export function sleep(ms: number, signal: AbortSignal): Promise<void> {
+/** Resolves after `ms` on the clock, or at once when the signal aborts. */
+export function sleep(ms: number, signal: AbortSignal, clock: Clock): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
-    const timer = setTimeout(done, ms);
+    const timer = clock.setTimeout(done, ms);
     function done(): void {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       signal.removeEventListener('abort', done);
       resolve();
     }

@@ -10,7 +10,7 @@ import type { Config } from '../config/types.js';
 import { KubebootError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
-import { recoverStore } from '../store/cert-store.js';
+import { storeOf } from '../store/store.js';
 import {
   allOf,
   assessIdentity,
@@ -45,7 +45,7 @@ export interface BootstrapOptions {
 
 export async function bootstrapNode(config: Config, deps: RunDeps, options: BootstrapOptions = {}): Promise<BootstrapReport> {
   await recoverNode(config, deps);
-  const node = await assessNode(config, deps.now());
+  const node = await assessNode(config, deps.clock.now(), undefined, storeOf(deps));
   for (const a of allOf(node)) {
     deps.logger.info(
       a.state === 'usable'
@@ -64,7 +64,7 @@ export async function bootstrapNode(config: Config, deps: RunDeps, options: Boot
     const first = await issueKubelet(config, kubelet, deps);
     usedBootstrap = first.bootstrap;
     outcomes.unshift(issuedOutcome(first.issued, kubelet));
-    kubelet = await assessIdentity(kubelet.identity, deps.now(), null);
+    kubelet = await assessIdentity(kubelet.identity, deps.clock.now(), null, storeOf(deps));
   }
   if (!isNodeCredential(kubelet))
     throw new KubebootError(
@@ -85,8 +85,9 @@ export async function bootstrapNode(config: Config, deps: RunDeps, options: Boot
 
 /** Half-done swaps from a crash are put right before anything is judged. */
 export async function recoverNode(config: Config, deps: RunDeps): Promise<void> {
+  const store = storeOf(deps);
   for (const identity of identitiesFor(config)) {
-    for (const line of await recoverStore(identity, { observer: deps.observer })) deps.logger.warn(`${identity.name}: ${line}`);
+    for (const line of await store.recover(identity)) deps.logger.warn(`${identity.name}: ${line}`);
   }
 }
 

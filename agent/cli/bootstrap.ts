@@ -6,12 +6,13 @@ import type { Logger } from '../log.js';
 import { runningDaemon } from '../daemon/control.js';
 import { prepareJoin } from '../join/prepare.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
+import { systemClock } from '../time/clock.js';
 
 export async function runBootstrap(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
   // A running daemon's temp file is a write in progress, not a leftover.
   if ((await runningDaemon(config.stateDir)) === null) await sweepTempFiles(writtenDirs(config), logger);
-  await prepareJoin(config, { logger, now: () => new Date(), signal });
-  const report = await bootstrapNode(config, { logger, now: () => new Date(), signal });
+  await prepareJoin(config, { logger, clock: systemClock, signal });
+  const report = await bootstrapNode(config, { logger, clock: systemClock, signal });
   for (const outcome of report.outcomes) {
     const issued = outcome.issued;
     logger.info(

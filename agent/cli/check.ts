@@ -13,6 +13,7 @@ import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
 import { parseBootstrapKubeconfig } from '../kubeconfig/parse.js';
 import { joinRequested, joinSource } from '../join/prepare.js';
+import { systemClock } from '../time/clock.js';
 
 interface Line {
   ok: boolean;
@@ -30,7 +31,7 @@ export async function runCheck(
   out: NodeJS.WritableStream = process.stdout,
 ): Promise<number> {
   const lines: Line[] = [{ ok: true, kind: 'setup', what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
-  const node = await assessNode(config, new Date());
+  const node = await assessNode(config, systemClock.now());
   // Read first: with no bootstrap kubeconfig a missing credential is bad input (nothing could fix it), exit 2.
   let text: string | null = null;
   let unreadable: Error | null = null;

@@ -19,6 +19,7 @@ import { KEEP_OLD_CREDENTIALS } from '../daemon/daemon.js';
 import { pruneOld } from '../store/cert-store.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { runningDaemon } from '../daemon/control.js';
+import { systemClock } from '../time/clock.js';
 
 function requestFile(stateDir: string): string {
   return path.join(stateDir, 'renew-request');
@@ -53,9 +54,9 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
   }
   // No daemon: what an interrupted run left behind is ours to clear, as bootstrap and run do.
   await sweepTempFiles(writtenDirs(config), logger);
-  await recoverNode(config, { logger, now: () => new Date() });
-  const node = await assessNode(config, new Date());
-  const deps = { logger, now: () => new Date(), signal };
+  await recoverNode(config, { logger, clock: systemClock });
+  const node = await assessNode(config, systemClock.now());
+  const deps = { logger, clock: systemClock, signal };
   if (!isNodeCredential(node.kubelet)) {
     logger.info(
       `no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`,

@@ -13,6 +13,7 @@ import { runningDaemon } from '../daemon/control.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { takeRenewRequest } from './renew.js';
 import { prepareJoin } from '../join/prepare.js';
+import { systemClock } from '../time/clock.js';
 
 export async function runDaemonCommand(
   config: Config,
@@ -34,7 +35,7 @@ export async function runDaemonCommand(
     );
   }
   // --server/--token: write the bootstrap kubeconfig the daemon then finds.
-  await prepareJoin(config, { logger, now: () => new Date(), signal });
+  await prepareJoin(config, { logger, clock: systemClock, signal });
   const daemon = new Daemon({ config, logger, signal, reload });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {

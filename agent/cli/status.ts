@@ -7,6 +7,7 @@ import { parseCertificateChain } from '../pki/certificate.js';
 import { loadCurrent } from '../store/cert-store.js';
 import { readDaemonState, type IdentityState } from '../daemon/state.js';
 import { describePending, pendingCsr } from '../credential/pending-csr.js';
+import { systemClock } from '../time/clock.js';
 
 export interface IdentityStatus {
   identity: string;
@@ -24,7 +25,7 @@ export interface IdentityStatus {
   daemon: IdentityState | null;
 }
 
-export async function collectStatus(config: Config, now = new Date()): Promise<IdentityStatus[]> {
+export async function collectStatus(config: Config, now = systemClock.now()): Promise<IdentityStatus[]> {
   const daemon = await readDaemonState(config.stateDir);
   const result: IdentityStatus[] = [];
   for (const identity of identitiesFor(config)) {

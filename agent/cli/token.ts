@@ -19,6 +19,7 @@ import {
   type TokenSpec,
   type TokenSummary,
 } from '../join/token.js';
+import { systemClock } from '../time/clock.js';
 
 export type Given = Record<string, string | string[] | boolean>;
 
@@ -39,7 +40,7 @@ export async function runToken(
       expect(0, 'create [--ttl D | --no-expiry] [--usages U] [--groups G] [--description TEXT]');
       const spec = tokenSpecFrom(given as TokenFlags);
       const created = await withAdmin(given, env, 'create a bootstrap token Secret in kube-system', (admin) =>
-        createToken(admin, spec, new Date()),
+        createToken(admin, spec, systemClock.now()),
       );
       process.stdout.write(
         output === 'json' ? JSON.stringify({ token: created.token.token, ...created.summary }, null, 2) + '\n' : `${created.token.token}\n`,

@@ -17,6 +17,7 @@ import { tokenSpecFrom, type TokenFlags } from '../join/token.js';
 import { DEFAULT_TOKEN_FILE, joinCommand, renderCloudConfig, renderScript, type NodeJoin, type PackageRepo } from '../join/user-data.js';
 import { caCertHash } from '../pki/pin.js';
 import { createToken, withAdmin, type Given } from './token.js';
+import { systemClock } from '../time/clock.js';
 
 const CLI = 'command line';
 // Set by the dedicated flags: --set would contradict them.
@@ -83,7 +84,7 @@ async function joinValues(
     const server = config.server ?? admin.kubeconfig.server;
     const pins = config.caCertHashes.length > 0 ? config.caCertHashes : [pinOf(admin)];
     if (tokenSpec === null) return { server: server.replace(/\/$/, ''), token: token as string, pins };
-    const created = await createToken(admin, tokenSpec, new Date());
+    const created = await createToken(admin, tokenSpec, systemClock.now());
     return { server: server.replace(/\/$/, ''), token: created.token.token, pins, expires: created.summary.expires };
   });
 }

@@ -6,7 +6,6 @@
  * (kube-proxy waits for its CSR's approval; the kubelet never waits for it).
  * Every certificate kubeboot writes was proven with a SelfSubjectReview first.
  */
-import { setTimeout as delay } from 'node:timers/promises';
 import type { Config } from '../config/types.js';
 import { formatDuration } from '../config/values.js';
 import { allOf, assessNode, type Assessment } from '../credential/assess.js';
@@ -15,6 +14,8 @@ import { ExitCode, InputError, TimedOutError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
+import { systemClock, type Clock } from '../time/clock.js';
+import { pause } from '../time/timer.js';
 
 /** How often the files are read again; reading them costs well under a millisecond of CPU. */
 const RECHECK_MS = 1_000;
@@ -23,11 +24,12 @@ export interface WaitOptions {
   only: IdentityName | null;
   /** Seconds; null waits as long as it takes. */
   timeout: number | null;
-  now?: () => Date;
+  clock?: Clock;
 }
 
 export async function runWait(config: Config, logger: Logger, signal: AbortSignal, options: WaitOptions): Promise<number> {
-  const now = options.now ?? (() => new Date());
+  const clock = options.clock ?? systemClock;
+  const now = (): Date => clock.now();
   const enabled = identitiesFor(config);
   if (options.only !== null && !enabled.some((i) => i.name === options.only)) {
     throw new InputError(
@@ -56,7 +58,7 @@ export async function runWait(config: Config, logger: Logger, signal: AbortSigna
       logger.info(`waiting for ${reasons.join('; ')}`);
       nextNotice = at + config.pendingNoticeInterval * 1000;
     }
-    await delay(deadline === null ? RECHECK_MS : Math.max(0, Math.min(RECHECK_MS, deadline - at)), undefined, { signal });
+    await pause(deadline === null ? RECHECK_MS : Math.max(0, Math.min(RECHECK_MS, deadline - at)), clock, signal);
   }
 }
 

@@ -9,8 +9,7 @@ import type { Identity } from '../identity.js';
 import type { Endpoint } from '../kube/client.js';
 import { parseClientKubeconfig } from '../kubeconfig/parse.js';
 import { assessCredential } from '../pki/certificate.js';
-import { readOptional } from '../read-optional.js';
-import { loadCurrent } from '../store/cert-store.js';
+import { fileStore, type Store } from '../store/store.js';
 
 /** The API server and the CA a kubeconfig names. */
 export type Cluster = Endpoint & { caPem: string };
@@ -41,11 +40,16 @@ export function isNodeCredential(a: Assessment): a is NodeCredential {
 }
 
 /** Every enabled identity, the kubelet first; the others' chains are checked against the kubelet's cluster CA. */
-export async function assessNode(config: Config, now: Date, clusterCaPem?: string | null): Promise<NodeAssessment> {
+export async function assessNode(
+  config: Config,
+  now: Date,
+  clusterCaPem?: string | null,
+  store: Store = fileStore(),
+): Promise<NodeAssessment> {
   const [kubeletIdentity, ...rest] = identitiesFor(config) as [Identity, ...Identity[]];
-  const kubelet = await assessIdentity(kubeletIdentity, now, null);
+  const kubelet = await assessIdentity(kubeletIdentity, now, null, store);
   const ca = kubelet.cluster?.caPem ?? clusterCaPem ?? null;
-  const others = await Promise.all(rest.map((identity) => assessIdentity(identity, now, ca)));
+  const others = await Promise.all(rest.map((identity) => assessIdentity(identity, now, ca, store)));
   return { kubelet, others };
 }
 
@@ -58,16 +62,21 @@ export function allOf(node: NodeAssessment): Assessment[] {
  * serving certificate), whose chain is checked against the cluster CA the
  * kubelet's kubeconfig names.
  */
-export async function assessIdentity(identity: Identity, now: Date, clusterCaPem: string | null): Promise<Assessment> {
+export async function assessIdentity(
+  identity: Identity,
+  now: Date,
+  clusterCaPem: string | null,
+  store: Store = fileStore(),
+): Promise<Assessment> {
   let cluster: Cluster | null = null;
   const none = (reason: string): Assessment => ({ identity, state: 'unusable', reason, cluster });
   let certPem: string;
   let keyPem: string;
   if (identity.kubeconfigPath !== null) {
-    const text = await readOptional(identity.kubeconfigPath);
+    const text = await store.read(identity.kubeconfigPath);
     if (text === null) return none(`${identity.kubeconfigPath} does not exist`);
     try {
-      const kubeconfig = await parseClientKubeconfig(identity.kubeconfigPath, text, readOptional);
+      const kubeconfig = await parseClientKubeconfig(identity.kubeconfigPath, text, store.read);
       if (!kubeconfig.caPem) return none(`${identity.kubeconfigPath} names no certificate authority`);
       cluster = { server: kubeconfig.server, caPem: kubeconfig.caPem, tlsServerName: kubeconfig.tlsServerName ?? null };
       certPem = kubeconfig.certPem;
@@ -78,7 +87,7 @@ export async function assessIdentity(identity: Identity, now: Date, clusterCaPem
   } else {
     let current;
     try {
-      current = await loadCurrent(identity);
+      current = await store.current(identity);
     } catch (err) {
       return none((err as Error).message);
     }

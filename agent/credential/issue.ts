@@ -4,8 +4,6 @@
  * → kubeconfig. Used by first bootstrap and by renewal alike; only the client
  * that authenticates the CSR differs.
  */
-import { access, constants } from 'node:fs/promises';
-import path from 'node:path';
 import type { Dispatcher } from 'undici';
 import type { Config } from '../config/types.js';
 import { ApiError, CsrRejectedError, CsrUnusableError, IdentityMismatchError, KubebootError } from '../errors.js';
@@ -13,21 +11,19 @@ import type { Identity, KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
 import { KubeClient } from '../kube/client.js';
 import { createCsr, waitForCertificate } from '../kube/csr-requests.js';
-import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { whoAmI } from '../kube/whoami.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
-import { createCsrPem, parseCsrPem } from '../pki/pkcs10.js';
+import { createCsrPem } from '../pki/pkcs10.js';
 import { csrName } from '../pki/csr-name.js';
-import { generateKey, parsePrivateKey, samePublicKey, type PrivateKey } from '../pki/keys.js';
-import { sameSubject } from '../pki/names.js';
+import { generateKey, parsePrivateKey, type PrivateKey } from '../pki/keys.js';
 import { renderClientKubeconfig } from '../kubeconfig/render.js';
-import { fileError, writeFileAtomic, type WriteObserver } from '../store/atomic.js';
+import type { WriteObserver } from '../store/atomic.js';
 import { currentCertPath } from '../identity.js';
 import { retryTransient } from '../kube/retry.js';
-import { readOptional } from '../read-optional.js';
-import { storeCredential } from '../store/cert-store.js';
-import { clearPendingKey, loadPendingKey, savePendingKey } from '../store/pending-key.js';
+import { storeOf, type Store } from '../store/store.js';
+import type { Clock } from '../time/clock.js';
 import type { Cluster } from './assess.js';
+import { compatibility } from './compatibility.js';
 import type { Requester } from './requester.js';
 
 /**
@@ -38,10 +34,13 @@ import type { Requester } from './requester.js';
  */
 export interface RunDeps {
   logger: Logger;
-  now: () => Date;
+  /** Every clock read and timer of the run: the CSR wait, retries, discovery, timestamps. */
+  clock: Clock;
   signal?: AbortSignal;
   /** Told about kubeboot's own writes, so the file watcher ignores them. */
   observer?: WriteObserver;
+  /** Where credentials, kubeconfigs and pending keys are kept; unset, the files on disk (tests pass an in-memory one). */
+  store?: Store;
   /** The CSR is on the server under this name (a restart adopts it). */
   onCsrSubmitted?: (identity: Identity, csrName: string) => void;
   /** Seconds the CSR waited for its certificate. */
@@ -92,10 +91,11 @@ export interface Issued {
 
 export async function issueCredential(identity: Identity, ctx: IssueContext): Promise<Issued> {
   const log = ctx.logger.child({ identity: identity.name });
-  const key = await keyFor(identity, ctx);
+  const store = storeOf(ctx);
+  const key = await keyFor(identity, ctx, store);
   const requestPem = await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses });
   const name = csrName(key.publicKeyDer, identity.subject, identity.usages);
-  const waitStart = Date.now();
+  const waitStart = ctx.clock.monotonic();
   let certPem: string;
   try {
     const csr = await retryTransient(
@@ -104,10 +104,10 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
         createCsr(
           ctx.requester,
           { name, requestPem, signerName: identity.signerName, usages: identity.usages, expirationSeconds: ctx.expirationSeconds },
-          (existing) => compatibility(existing, identity, key, ctx.now()),
+          (existing) => compatibility(existing, identity, key, ctx.clock.now()),
           ctx.signal,
         ),
-      { timeoutMs: ctx.waitTimeoutMs, logger: log, signal: ctx.signal },
+      { timeoutMs: ctx.waitTimeoutMs, logger: log, signal: ctx.signal, clock: ctx.clock },
     );
     ctx.onCsrSubmitted?.(identity, name);
     log.info(`CSR ${name} submitted for ${identity.subject.commonName} (signer ${identity.signerName})`, { csr: name });
@@ -116,17 +116,18 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
       timeoutMs: ctx.waitTimeoutMs,
       pendingNoticeMs: ctx.pendingNoticeMs,
       signal: ctx.signal,
+      clock: ctx.clock,
     });
   } catch (err) {
     // A CSR that was denied, failed, deleted or cannot be adopted will not
     // get better: the next attempt starts over with a fresh key and name.
     // A timeout or an interruption keeps the key, so a restart adopts the CSR.
     if (err instanceof CsrRejectedError || err instanceof CsrUnusableError) {
-      await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
+      await store.pendingKey.clear(ctx.stateDir, identity.name);
     }
     throw err;
   }
-  const arrived = Date.now();
+  const arrived = ctx.clock.monotonic();
   const waitedSeconds = (arrived - waitStart) / 1000;
   ctx.onCsrWait?.(identity, waitedSeconds);
 
@@ -136,13 +137,13 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
     publicKeyDer: key.publicKeyDer,
     subject: identity.subject,
     usages: identity.usages,
-    now: checkTime(certPem, ctx.now(), log),
+    now: checkTime(certPem, ctx.clock.now(), log),
     dnsNames: identity.dnsNames,
     ipAddresses: identity.ipAddresses,
   });
   if (problems.length > 0) {
     // A fresh key makes the next attempt a fresh CSR instead of re-adopting this one.
-    await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
+    await store.pendingKey.clear(ctx.stateDir, identity.name);
     throw new KubebootError(`${identity.name}: CSR ${name} was signed but the certificate is not acceptable: ${problems.join('; ')}`);
   }
 
@@ -152,19 +153,19 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
     } catch (err) {
       // The same CSR would give the same unusable certificate: start over next time.
       if (err instanceof IdentityMismatchError || (err instanceof ApiError && err.status === 401))
-        await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
+        await store.pendingKey.clear(ctx.stateDir, identity.name);
       throw err;
     }
   }
 
   // The switch-over is one unit: a kubeconfig that cannot be written is found
   // before the -current.pem link moves, not after.
-  const kubeconfig = await kubeconfigToWrite(identity, ctx);
-  if (kubeconfig) await assertWritable(kubeconfig.path);
-  const stored = await storeCredential(identity, certPem, key.pem, ctx.now(), optsOf(ctx));
-  if (kubeconfig) await writeFileAtomic(kubeconfig.path, kubeconfig.text, { mode: 0o600, ...optsOf(ctx) });
-  await clearPendingKey(ctx.stateDir, identity.name, optsOf(ctx));
-  const storeMillis = Date.now() - arrived;
+  const kubeconfig = await kubeconfigToWrite(identity, ctx, store);
+  if (kubeconfig) await store.assertWritable(kubeconfig.path);
+  const stored = await store.update(identity, certPem, key.pem, ctx.clock.now());
+  if (kubeconfig) await store.write(kubeconfig.path, kubeconfig.text);
+  await store.pendingKey.clear(ctx.stateDir, identity.name);
+  const storeMillis = ctx.clock.monotonic() - arrived;
   const notAfter = parseCertificateChain(certPem)[0]!.notAfter;
   log.info(`${identity.name} credential stored at ${stored.file}, valid until ${notAfter.toISOString()}`, { csr: name });
   return { csrName: name, certFile: stored.file, currentPath: stored.currentPath, notAfter, waitedSeconds, storeMillis };
@@ -175,7 +176,7 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
  * `-current.pem` path, not the timestamped file, so a renewal leaves it as it
  * is: only the first issue, a moved API server or a new CA rewrite it.
  */
-async function kubeconfigToWrite(identity: Identity, ctx: IssueContext): Promise<{ path: string; text: string } | null> {
+async function kubeconfigToWrite(identity: Identity, ctx: IssueContext, store: Store): Promise<{ path: string; text: string } | null> {
   if (identity.kubeconfigPath === null) return null;
   const current = currentCertPath(identity);
   const text = renderClientKubeconfig({
@@ -186,18 +187,12 @@ async function kubeconfigToWrite(identity: Identity, ctx: IssueContext): Promise
     userName: 'default-auth',
     tlsServerName: ctx.cluster.tlsServerName ?? null,
   });
-  return (await readOptional(identity.kubeconfigPath)) === text ? null : { path: identity.kubeconfigPath, text };
-}
-
-async function assertWritable(file: string): Promise<void> {
-  await access(path.dirname(file), constants.W_OK).catch((err: unknown) => {
-    throw fileError('write', file, err);
-  });
+  return (await store.read(identity.kubeconfigPath)) === text ? null : { path: identity.kubeconfigPath, text };
 }
 
 /** matches kubelet: the key for an in-flight CSR is on disk before the CSR is sent, so a restart reuses it. */
-async function keyFor(identity: Identity, ctx: IssueContext): Promise<PrivateKey> {
-  const pending = await loadPendingKey(ctx.stateDir, identity.name);
+async function keyFor(identity: Identity, ctx: IssueContext, store: Store): Promise<PrivateKey> {
+  const pending = await store.pendingKey.load(ctx.stateDir, identity.name);
   if (pending) {
     try {
       return await parsePrivateKey(pending);
@@ -206,29 +201,8 @@ async function keyFor(identity: Identity, ctx: IssueContext): Promise<PrivateKey
     }
   }
   const key = ctx.reuseKeyPem ? await parsePrivateKey(ctx.reuseKeyPem) : await generateKey(ctx.keyAlgorithm);
-  await savePendingKey(ctx.stateDir, identity.name, key.pem, optsOf(ctx));
+  await store.pendingKey.save(ctx.stateDir, identity.name, key.pem);
   return key;
-}
-
-/** matches client-go ensureCompatible, plus: a CSR already issued with an expired certificate is not ours to reuse (kubernetes#65991). */
-async function compatibility(existing: CertificateSigningRequest, identity: Identity, key: PrivateKey, now: Date): Promise<string | null> {
-  if (existing.spec.signerName !== identity.signerName) return `signer is ${existing.spec.signerName}, want ${identity.signerName}`;
-  let request;
-  try {
-    request = await parseCsrPem(Buffer.from(existing.spec.request, 'base64').toString('utf8'));
-  } catch {
-    return 'its request cannot be parsed';
-  }
-  if (!request.signatureValid || !samePublicKey(request.publicKeyDer, key.publicKeyDer)) return 'it was made with another key';
-  if (!sameSubject(request.subject, identity.subject)) {
-    return `its subject is CN=${request.subject.commonName}, want CN=${identity.subject.commonName}`;
-  }
-  const issued = existing.status?.certificate;
-  if (issued) {
-    const leaf = parseCertificateChain(Buffer.from(issued, 'base64').toString('utf8'))[0];
-    if (leaf && leaf.notAfter <= now) return `its certificate expired at ${leaf.notAfter.toISOString()}`;
-  }
-  return null;
 }
 
 /** The new credential must authenticate as the requested subject before it replaces anything. */
@@ -239,6 +213,7 @@ async function proveIdentity(identity: Identity, ctx: IssueContext, certPem: str
       timeoutMs: ctx.waitTimeoutMs,
       logger: ctx.logger,
       signal: ctx.signal,
+      clock: ctx.clock,
     });
     const missing = identity.subject.organizations.filter((o) => !user.groups.includes(o));
     if (user.username !== identity.subject.commonName || missing.length > 0) {
@@ -269,8 +244,4 @@ function checkTime(certPem: string, now: Date, log: Logger): Date {
     `the new certificate is valid from ${leaf.notBefore.toISOString()}, ${Math.round(skew / 1000)}s ahead of this node's clock; check time synchronisation`,
   );
   return leaf.notBefore;
-}
-
-function optsOf(ctx: IssueContext): { observer?: WriteObserver } {
-  return { observer: ctx.observer };
 }

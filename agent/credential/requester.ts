@@ -13,6 +13,8 @@ import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { pinnedCertificates } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
+import type { Store } from '../store/store.js';
+import type { Clock } from '../time/clock.js';
 import type { Cluster, NodeCredential } from './assess.js';
 
 export interface Requester {
@@ -39,15 +41,16 @@ export function nodeRequester(node: NodeCredential, dispatcher?: Dispatcher): Re
 export async function bootstrapRequester(
   config: Config,
   why: string,
-  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher },
+  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock; store?: Store },
 ): Promise<Requester> {
-  const text = await readOptional(config.bootstrapKubeconfig);
+  const read = deps.store?.read ?? readOptional;
+  const text = await read(config.bootstrapKubeconfig);
   if (text === null) {
     throw new BootstrapCredentialError(
       `${config.bootstrapKubeconfig}: not found, and the kubelet has no usable credential to request certificates with (${why}); place a bootstrap kubeconfig there`,
     );
   }
-  const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
+  const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, read);
   const cluster = await clusterOf(bootstrap, config, deps);
   const credential =
     bootstrap.auth.kind === 'client-certificate'
@@ -60,7 +63,7 @@ export async function bootstrapRequester(
 export async function clusterOf(
   bootstrap: BootstrapKubeconfig,
   config: Config,
-  deps: { logger: Logger; signal?: AbortSignal },
+  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock },
 ): Promise<Cluster> {
   const base = { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName };
   if (bootstrap.insecureSkipTlsVerify && !config.unsafeAllowInsecureBootstrap) {
@@ -101,6 +104,8 @@ export async function clusterOf(
     timeoutMs: config.waitTimeout * 1000,
     logger: deps.logger,
     signal: deps.signal,
+    clock: deps.clock,
+    dispatcher: deps.dispatcher,
   });
   return { ...base, caPem };
 }

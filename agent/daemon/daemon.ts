@@ -482,7 +482,7 @@ export class Daemon {
   #runDeps(): RunDeps {
     return {
       logger: this.#logger,
-      now: () => this.#clock.now(),
+      clock: this.#clock,
       signal: this.#signal,
       observer: this.#selfWrites,
       onCsrSubmitted: (identity, name) => {

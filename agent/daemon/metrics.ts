@@ -6,6 +6,7 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { IdentityName } from '../identity.js';
+import { systemClock } from '../time/clock.js';
 
 export interface CertificateState {
   identity: IdentityName;
@@ -39,7 +40,7 @@ export const CSR_WAIT_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 900];
 
 export function createMetrics(options: MetricsOptions): KubebootMetrics {
   const registry = new Registry();
-  const now = options.now ?? (() => new Date());
+  const now = options.now ?? (() => systemClock.now());
   const registers = [registry];
   const labelNames = ['identity'] as const;
 

@@ -10,12 +10,12 @@
  */
 import { lstatSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
-import { performance } from 'node:perf_hooks';
 import { watch } from 'chokidar';
 import { currentCertPath, type Identity, type IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import type { WriteObserver } from '../store/atomic.js';
 import { isCredentialFileName } from '../store/cert-store.js';
+import { systemClock } from '../time/clock.js';
 
 /** kubeboot's own writes, announced by the store just before and after it makes them. */
 export interface SelfWrites extends WriteObserver {
@@ -46,7 +46,7 @@ function fingerprint(file: string): string {
 
 export function createSelfWrites(options: { ttlMs?: number; now?: () => number } = {}): SelfWrites {
   const ttl = options.ttlMs ?? SELF_WRITE_TTL_MS;
-  const clock = options.now ?? (() => performance.now());
+  const clock = options.now ?? (() => systemClock.monotonic());
   /** path → when announced, and what it looked like once written (null while in progress). */
   const writes = new Map<string, { at: number; result: string | null }>();
   const removals = new Map<string, number>();

@@ -19,6 +19,7 @@ import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificat
 import { createCsrPem } from '../pki/pkcs10.js';
 import { generateKey } from '../pki/keys.js';
 import type { Admin } from './admin.js';
+import { systemClock, type Clock } from '../time/clock.js';
 
 export const APPROVER_USER = 'kubeboot:approver';
 const SIGNER = 'kubernetes.io/kube-apiserver-client';
@@ -33,8 +34,9 @@ export interface ApproverKubeconfig {
 
 export async function issueApproverKubeconfig(
   admin: Admin,
-  opts: { keyAlgorithm: KeyAlgorithm; expirationSeconds: number; logger: Logger; signal?: AbortSignal },
+  opts: { keyAlgorithm: KeyAlgorithm; expirationSeconds: number; logger: Logger; signal?: AbortSignal; clock?: Clock },
 ): Promise<ApproverKubeconfig> {
+  const clock = opts.clock ?? systemClock;
   const { server, caPem, tlsServerName, file } = admin.kubeconfig;
   if (caPem === null)
     throw new KubebootError(
@@ -68,6 +70,7 @@ export async function issueApproverKubeconfig(
     logger: opts.logger,
     timeoutMs: 120_000,
     pendingNoticeMs: 30_000,
+    clock,
     ...signal,
   });
 
@@ -77,7 +80,7 @@ export async function issueApproverKubeconfig(
     publicKeyDer: key.publicKeyDer,
     subject,
     usages: USAGES,
-    now: new Date(),
+    now: clock.now(),
   });
   if (problems.length > 0) throw new KubebootError(`CSR ${csrName}: the issued certificate is unusable: ${problems.join('; ')}`);
   // Proven before it is written, as the node's credentials are.

@@ -20,10 +20,11 @@ import { classifyToken, type BootstrapAuth, type BootstrapKubeconfig } from '../
 import type { Logger } from '../log.js';
 import { readOptional } from '../read-optional.js';
 import { ensureDir, writeFileAtomic } from '../store/atomic.js';
+import type { Clock } from '../time/clock.js';
 
 export interface JoinDeps {
   logger: Logger;
-  now: () => Date;
+  clock: Clock;
   signal?: AbortSignal;
 }
 
@@ -38,7 +39,7 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
     deps.logger.info(`join: ${config.bootstrapKubeconfig} exists; using it instead of --server/--token`);
     return 'bootstrap-kubeconfig-exists';
   }
-  const kubelet = await assessIdentity(identitiesFor(config)[0]!, deps.now(), null);
+  const kubelet = await assessIdentity(identitiesFor(config)[0]!, deps.clock.now(), null);
   if (kubelet.state === 'usable') return 'credential-valid';
 
   let source: JoinSource;
@@ -61,6 +62,7 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
     unsafeSkipCaVerification: config.unsafeSkipCaVerification,
     timeoutMs: config.waitTimeout * 1000,
     logger: deps.logger,
+    clock: deps.clock,
     ...(deps.signal ? { signal: deps.signal } : {}),
   });
   const text = renderBootstrapKubeconfig({

@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError, KubebootError, ResponseTooLargeError, TransportError, type RequestPhase } from '../errors.js';
 import { bounded } from '../text.js';
+import { systemClock } from '../time/clock.js';
 
 export interface Endpoint {
   server: string;
@@ -125,7 +126,7 @@ export class KubeClient {
 
   #tokenCache: { token: string; readAt: number } | null = null;
   #fileToken(file: string): string {
-    if (this.#tokenCache === null || Date.now() - this.#tokenCache.readAt > 60_000) {
+    if (this.#tokenCache === null || systemClock.monotonic() - this.#tokenCache.readAt > 60_000) {
       let token: string;
       try {
         token = readFileSync(file, 'utf8').trim();
@@ -138,7 +139,7 @@ export class KubeClient {
           { cause: err },
         );
       }
-      this.#tokenCache = { token, readAt: Date.now() };
+      this.#tokenCache = { token, readAt: systemClock.monotonic() };
     }
     return this.#tokenCache.token;
   }

@@ -3,13 +3,14 @@
  * one after 409), then wait for a decision with list+watch, re-listing on
  * every reconnect and falling back to polling when watching is refused.
  */
-import { setTimeout as delay } from 'node:timers/promises';
 import { ApiError, CsrRejectedError, CsrUnusableError, KubebootError, TimedOutError, TransportError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { KubeClient } from './client.js';
 import { csrState, pendingNotice, type CertificateSigningRequest } from './csr-state.js';
 import { expectObject, objectPath } from './objects.js';
 import { transientWaitMs } from './retry.js';
+import { systemClock, type Clock } from '../time/clock.js';
+import { abortAfter, every, pause } from '../time/timer.js';
 
 const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 /** How long one watch runs before the server ends it and we re-list. */
@@ -72,8 +73,10 @@ export interface WaitOptions {
   signal?: AbortSignal;
   /** Seconds between lists when the watch is refused. */
   pollIntervalMs?: number;
-  /** Called once with the CSR's pending time when the certificate arrives. */
+  /** Jitter of the retry back-off. */
   random?: () => number;
+  /** The overall bound, the notices and every pause run on it. */
+  clock?: Clock;
 }
 
 interface CsrList {
@@ -85,14 +88,15 @@ interface CsrList {
 export async function waitForCertificate(client: KubeClient, csr: CertificateSigningRequest, opts: WaitOptions): Promise<string> {
   const { name, uid } = csr.metadata;
   const signerName = csr.spec.signerName;
-  const started = Date.now();
-  const timeout = AbortSignal.timeout(opts.timeoutMs);
-  const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+  const clock = opts.clock ?? systemClock;
+  const started = clock.monotonic();
+  const elapsedMs = (): number => clock.monotonic() - started;
+  const timeout = abortAfter(opts.timeoutMs, clock);
+  const signal = opts.signal ? AbortSignal.any([opts.signal, timeout.signal]) : timeout.signal;
   const random = opts.random ?? Math.random;
-  const notice = setInterval(() => {
-    opts.logger.warn(pendingNotice(name, (Date.now() - started) / 1000, signerName), { csr: name });
-  }, opts.pendingNoticeMs);
-  notice.unref();
+  const notice = every(opts.pendingNoticeMs, clock, () => {
+    opts.logger.warn(pendingNotice(name, elapsedMs() / 1000, signerName), { csr: name });
+  });
 
   const decide = (item: CertificateSigningRequest | undefined): string | null => {
     if (!item) throw new CsrUnusableError(`CSR ${name} was deleted while waiting for approval`);
@@ -121,10 +125,10 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
         const issued = decide(list.body.items[0]);
         if (issued) return issued;
         if (pollOnly) {
-          await delay(opts.pollIntervalMs ?? 5_000, undefined, { signal });
+          await pause(opts.pollIntervalMs ?? 5_000, clock, signal);
           continue;
         }
-        const remainingSeconds = Math.max(1, Math.floor((opts.timeoutMs - (Date.now() - started)) / 1000));
+        const remainingSeconds = Math.max(1, Math.floor((opts.timeoutMs - elapsedMs()) / 1000));
         // A watch the server ends after a minute, and silence for 15 s past
         // that counts as a dead connection. Over HTTP/2 the client's PINGs
         // notice one sooner (client.ts PING_INTERVAL_MS, within 20 s); this
@@ -159,20 +163,21 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
           continue;
         }
         if (err instanceof ApiError && !retryable(err.status)) throw err;
-        const wait = transientWaitMs(err, attempt++, random);
+        const wait = transientWaitMs(err, attempt++, random, clock.now());
         opts.logger.warn(`waiting for CSR ${name}: ${(err as Error).message}; retrying in ${Math.round(wait / 1000)}s`, { csr: name });
-        await delay(wait, undefined, { signal });
+        await pause(wait, clock, signal);
       }
     }
   } catch (err) {
-    if (timeout.aborted && !(opts.signal?.aborted ?? false)) {
+    if (timeout.signal.aborted && !(opts.signal?.aborted ?? false)) {
       throw new TimedOutError(
         `timed out after ${Math.round(opts.timeoutMs / 1000)}s waiting for CSR ${name} to be approved and signed; approve it with: kubectl certificate approve ${name}`,
       );
     }
     throw err;
   } finally {
-    clearInterval(notice);
+    timeout.cancel();
+    notice.cancel();
   }
 }
 

@@ -6,12 +6,14 @@
  * same object is fetched again over TLS verified against that CA and must be
  * identical. The bootstrap token is never sent during discovery.
  */
-import { setTimeout as delay } from 'node:timers/promises';
+import type { Dispatcher } from 'undici';
 import { KubebootError, ExitCode } from '../errors.js';
 import { parseYaml } from '../config/yaml.js';
 import type { Logger } from '../log.js';
 import { verifyDetachedJws } from '../pki/jws.js';
 import { pinnedCertificates } from '../pki/pin.js';
+import { systemClock, type Clock } from '../time/clock.js';
+import { pause } from '../time/timer.js';
 import { KubeClient } from './client.js';
 
 const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
@@ -29,6 +31,10 @@ export interface DiscoveryInput {
   timeoutMs: number;
   logger: Logger;
   signal?: AbortSignal;
+  /** The overall bound and the pause between attempts run on it. */
+  clock?: Clock;
+  /** Every API connection goes through it; unset, each client makes its own TLS agent. */
+  dispatcher?: Dispatcher;
 }
 
 interface ConfigMap {
@@ -43,11 +49,13 @@ export async function discoverClusterCa(input: DiscoveryInput): Promise<string> 
       ExitCode.badInput,
     );
   }
-  const deadline = Date.now() + input.timeoutMs;
+  const clock = input.clock ?? systemClock;
+  const deadline = clock.monotonic() + input.timeoutMs;
   // Deliberately unverified: the JWS and the pin below are what make this safe.
   const unverified = new KubeClient(
     { server: input.server, caPem: null, tlsServerName: input.tlsServerName, unsafeSkipTlsVerify: true },
     { kind: 'anonymous' },
+    input.dispatcher,
   );
   try {
     for (;;) {
@@ -56,14 +64,14 @@ export async function discoverClusterCa(input: DiscoveryInput): Promise<string> 
         await confirmOverVerifiedTls(input, outcome.ca, outcome.kubeconfig);
         return outcome.ca;
       }
-      if (Date.now() + 5_000 > deadline) {
+      if (clock.monotonic() + 5_000 > deadline) {
         throw new KubebootError(
           `CA discovery from ${input.server}: ${outcome.waitingFor}; gave up after ${Math.round(input.timeoutMs / 1000)}s`,
           ExitCode.timedOut,
         );
       }
       input.logger.info(`CA discovery: ${outcome.waitingFor}; retrying in 5s`);
-      await delay(5_000, undefined, input.signal ? { signal: input.signal } : {});
+      await pause(5_000, clock, input.signal);
     }
   } finally {
     await unverified.close();
@@ -112,7 +120,11 @@ async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<
 }
 
 async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expected: string): Promise<void> {
-  const verified = new KubeClient({ server: input.server, caPem: ca, tlsServerName: input.tlsServerName }, { kind: 'anonymous' });
+  const verified = new KubeClient(
+    { server: input.server, caPem: ca, tlsServerName: input.tlsServerName },
+    { kind: 'anonymous' },
+    input.dispatcher,
+  );
   try {
     const again = (
       await verified.request<ConfigMap>('GET', CLUSTER_INFO, {

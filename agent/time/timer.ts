@@ -54,6 +54,41 @@ export function delay(ms: number, clock: Clock, options: SleepOptions = {}): Pro
   });
 }
 
+/**
+ * `delay` with Node's abort error: a drop-in for node:timers/promises'
+ * `setTimeout(ms, undefined, { signal })` on a `Clock`. An abort rejects with
+ * an `AbortError` ("The operation was aborted", the signal's reason as its
+ * cause), as Node's does, so what callers log and exit with stays the same.
+ */
+export function pause(ms: number, clock: Clock, signal?: AbortSignal): Promise<void> {
+  return delay(ms, clock, signal ? { signal } : {}).catch((reason: unknown) => {
+    throw abortError(reason);
+  });
+}
+
+/** Node's AbortError as node:timers/promises throws it (its class is internal). */
+function abortError(cause: unknown): Error {
+  return Object.assign(new Error('The operation was aborted', { cause }), { name: 'AbortError', code: 'ABORT_ERR' });
+}
+
+/** AbortSignal.timeout on a Clock: aborts with a TimeoutError as that one does. */
+export function abortAfter(ms: number, clock: Clock): { signal: AbortSignal; cancel: () => void } {
+  const controller = new AbortController();
+  const handle = clock.setTimeout(() => controller.abort(new DOMException('The operation was aborted due to timeout', 'TimeoutError')), ms);
+  return { signal: controller.signal, cancel: () => clock.clearTimeout(handle) };
+}
+
+/** setInterval on a Clock: `fn` every `ms` until cancelled. */
+export function every(ms: number, clock: Clock, fn: () => void): { cancel: () => void } {
+  let handle: TimerHandle;
+  const tick = (): void => {
+    handle = clock.setTimeout(tick, ms);
+    fn();
+  };
+  handle = clock.setTimeout(tick, ms);
+  return { cancel: () => clock.clearTimeout(handle) };
+}
+
 type Arm = (fn: () => void, ms: number) => void;
 
 /** Shared plumbing: one live timer at a time, cleared on abort. */

@@ -19,6 +19,7 @@ import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus } from '../support/http.js';
 import { clusterInfoKubeconfig } from '../support/kubeconfig.js';
 import { assertNoSecrets, forbid, handToken, kubeboot, nodeLayout, startKubeboot } from '../support/kubeboot.js';
+import { systemClock } from '../../agent/time/clock.js';
 
 const run = promisify(execFile);
 
@@ -144,7 +145,7 @@ if (plane) {
       hostname: 'x',
       readFile: readOptional,
     });
-    t.equal(await prepareJoin(config, { logger: silentLogger(), now: () => new Date() }), 'written');
+    t.equal(await prepareJoin(config, { logger: silentLogger(), clock: systemClock }), 'written');
     t.equal((await stat(node.bootstrapKubeconfig)).mode & 0o777, 0o600);
     const written = await parseBootstrapKubeconfig(
       node.bootstrapKubeconfig,
@@ -155,11 +156,7 @@ if (plane) {
     t.equal(written.caPem?.trim(), plane.caPem.trim(), 'the CA is the cluster CA');
     t.equal(written.tokenFile, tokenFile, 'the token stays in its file (deleted with the kubeconfig)');
     t.notMatch(await readFile(node.bootstrapKubeconfig, 'utf8'), token.secret);
-    t.equal(
-      await prepareJoin(config, { logger: silentLogger(), now: () => new Date() }),
-      'bootstrap-kubeconfig-exists',
-      'never overwritten',
-    );
+    t.equal(await prepareJoin(config, { logger: silentLogger(), clock: systemClock }), 'bootstrap-kubeconfig-exists', 'never overwritten');
   });
 
   t.test('an existing bootstrap kubeconfig wins over --server/--token', async (t) => {

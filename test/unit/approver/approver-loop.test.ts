@@ -9,7 +9,9 @@ import { createApproverMetrics } from '../../../agent/approver/metrics.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
+import { FakeClock } from '../../../agent/time/clock.js';
 import { craftCsrPem } from '../../support/approver.js';
+import { until } from '../../support/fake-time.js';
 
 const server = 'https://api.test';
 const policy: ApproverPolicy = {
@@ -113,4 +115,80 @@ t.test('a CSR waiting for its Node is looked at about twice a period, never in g
 t.test('a CSR the API server answers 404 for on /approval is not decided again until it changes', async (t) => {
   const { approvalPuts } = await run(t, 'present', 404);
   t.equal(approvalPuts, 1, 'one PUT, however many resyncs');
+});
+
+t.test('on a fake clock: a CSR waiting for its Node is looked at again after 5, 10, 20, 40, 80 s', async (t) => {
+  const request = Buffer.from(await craftCsrPem({ cn: 'system:kube-proxy' })).toString('base64');
+  const csr = {
+    kind: 'CertificateSigningRequest',
+    metadata: { name: 'early', uid: 'u2', resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
+    spec: {
+      request,
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      username: 'system:node:n1',
+      groups: ['system:nodes', 'system:authenticated'],
+      usages: ['digital signature', 'client auth'],
+    },
+    status: {},
+  };
+  const clock = new FakeClock();
+  const mock = new MockAgent();
+  mock.disableNetConnect();
+  const pool = mock.get(server);
+  const lookedAt: number[] = [];
+  pool
+    .intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' })
+    .reply(200, { kind: 'CertificateSigningRequestList', metadata: { resourceVersion: '10' }, items: [csr] });
+  // The watch brings nothing (it is answered when the test ends).
+  pool
+    .intercept({ path: (p) => p.includes('watch=true'), method: 'GET' })
+    .reply(200, '')
+    .delay(600_000);
+  pool
+    .intercept({ path: '/api/v1/nodes/n1', method: 'GET' })
+    .reply(() => (lookedAt.push(clock.monotonic()), { statusCode: 404, data: { kind: 'Status', code: 404 } }))
+    .persist();
+  pool.intercept({ path: (p) => p.includes('/leases/'), method: 'GET' }).reply(404, { kind: 'Status', code: 404 });
+  pool.intercept({ path: (p) => p.endsWith('/leases'), method: 'POST' }).reply(201, {});
+  pool.intercept({ path: (p) => p.includes('/events'), method: 'POST' }).reply(201, {});
+  const approver = new Approver(
+    new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
+    {
+      policy,
+      denyViolations: false,
+      resyncMs: 7_200_000,
+      clock,
+      // The lease is taken at its first retry after the cache has synced (1 h), and not
+      // renewed again within the test: after that the clock moves only for re-checks.
+      lease: {
+        namespace: 'kube-system',
+        name: 'l',
+        identity: 'me',
+        leaseDurationMs: 7_200_000,
+        renewDeadlineMs: 7_200_000,
+        retryPeriodMs: 3_600_000,
+      },
+    },
+    silentLogger(),
+    createApproverMetrics(),
+  );
+  const stop = new AbortController();
+  const running = approver.run(stop.signal);
+  await until(() => approver.informer.synced && clock.pending === 2, 'the cache to sync');
+  clock.advance(clock.nextTimerIn()!);
+  const leading = clock.monotonic();
+  // Armed while idle: the resync, the lease's retry period and the CSR's re-check.
+  for (let looks = 1; looks <= 6; looks++) {
+    await until(() => lookedAt.length === looks && clock.pending === 3, `look ${looks} and its re-check armed`);
+    if (looks < 6) clock.advance(clock.nextTimerIn()!);
+  }
+  t.same(
+    lookedAt.map((at) => at - leading),
+    [0, 5_000, 15_000, 35_000, 75_000, 155_000],
+    'looked at once leading, then each re-check waits twice as long as the one before',
+  );
+  stop.abort();
+  await running;
+  t.equal(clock.pending, 0, 'stopping leaves no timer armed');
+  await mock.close();
 });

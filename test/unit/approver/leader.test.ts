@@ -6,6 +6,7 @@ import { MockAgent } from 'undici';
 import { LeaderElector } from '../../../agent/approver/leader.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
+import { FakeClock } from '../../../agent/time/clock.js';
 
 const server = 'https://api.test';
 const leases = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
@@ -17,7 +18,7 @@ function setup(t: Test, mayLead?: () => boolean) {
   t.teardown(() => mock.close());
   const pool = mock.get(server);
   const client = new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock);
-  const clock = { now: 0 };
+  const clock = new FakeClock();
   const changes: boolean[] = [];
   const sent: unknown[] = [];
   const elector = new LeaderElector(
@@ -29,7 +30,7 @@ function setup(t: Test, mayLead?: () => boolean) {
       leaseDurationMs: 15_000,
       renewDeadlineMs: 10_000,
       retryPeriodMs: 2_000,
-      now: () => clock.now,
+      clock,
       onChange: (l) => changes.push(l),
       ...(mayLead ? { mayLead } : {}),
     },
@@ -61,10 +62,10 @@ t.test("waits out another holder's lease on its own clock, then takes over with 
   pool.intercept({ path: lease, method: 'GET' }).reply(200, held('other')).times(2);
   await elector.step(signal);
   t.notOk(elector.isLeader(), 'held by another: not leading');
-  clock.now = 14_999;
+  clock.advance(14_999 - clock.monotonic());
   await elector.step(signal);
   t.notOk(elector.isLeader(), 'still within its lease duration (unchanged record)');
-  clock.now = 15_000;
+  clock.advance(15_000 - clock.monotonic());
   pool.intercept({ path: lease, method: 'GET' }).reply(200, held('other'));
   let put: { spec: { holderIdentity: string; leaseTransitions: number }; metadata: { resourceVersion: string } } | undefined;
   pool.intercept({ path: lease, method: 'PUT' }).reply(200, (opts) => ((put = JSON.parse(String(opts.body))), put!));
@@ -80,10 +81,10 @@ t.test('a renewed record from another holder restarts the wait', async (t) => {
   const { pool, elector, clock, signal } = setup(t);
   pool.intercept({ path: lease, method: 'GET' }).reply(200, held('other', '2026-01-01T00:00:00.000000Z', '1'));
   await elector.step(signal);
-  clock.now = 10_000;
+  clock.advance(10_000 - clock.monotonic());
   pool.intercept({ path: lease, method: 'GET' }).reply(200, held('other', '2026-01-01T00:00:10.000000Z', '2'));
   await elector.step(signal);
-  clock.now = 20_000;
+  clock.advance(20_000 - clock.monotonic());
   pool.intercept({ path: lease, method: 'GET' }).reply(200, held('other', '2026-01-01T00:00:10.000000Z', '2'));
   let updated = false;
   pool.intercept({ path: lease, method: 'PUT' }).reply(200, () => ((updated = true), {}));
@@ -98,10 +99,10 @@ t.test('a leader whose renewals fail stops leading once the renew deadline has p
   pool.intercept({ path: leases, method: 'POST' }).reply(201, {});
   await elector.step(signal);
   pool.intercept({ path: lease, method: 'GET' }).reply(500, { kind: 'Status', message: 'etcd down' }).times(2);
-  clock.now = 9_999;
+  clock.advance(9_999 - clock.monotonic());
   await elector.step(signal);
   t.ok(elector.isLeader(), 'within the renew deadline it still leads');
-  clock.now = 10_000;
+  clock.advance(10_000 - clock.monotonic());
   t.notOk(elector.isLeader(), 'at the deadline it stops, without waiting for another request');
   t.same(changes, [true, false]);
 });

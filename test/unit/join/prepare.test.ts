@@ -10,8 +10,9 @@ import { prepareJoin, renderBootstrapKubeconfig } from '../../../agent/join/prep
 import { parseBootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
 import { silentLogger } from '../../../agent/log.js';
 import { readOptional } from '../../../agent/read-optional.js';
+import { systemClock } from '../../../agent/time/clock.js';
 
-const deps = { logger: silentLogger(), now: () => new Date() };
+const deps = { logger: silentLogger(), clock: systemClock };
 const TOKEN = 'abcdef.0123456789abcdef';
 // Nothing listens on port 1: a test that reached discovery would fail, not pass.
 const SERVER = 'https://127.0.0.1:1';

@@ -3,11 +3,13 @@
 // the same paths end to end (test/e2e); these pin the branches it rarely takes.
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
-import { ApiError, CsrRejectedError, CsrUnusableError } from '../../../agent/errors.js';
+import { ApiError, CsrRejectedError, CsrUnusableError, TimedOutError } from '../../../agent/errors.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { createCsr, waitForCertificate } from '../../../agent/kube/csr-requests.js';
 import type { CertificateSigningRequest } from '../../../agent/kube/csr-state.js';
 import { createLogger } from '../../../agent/log.js';
+import { FakeClock } from '../../../agent/time/clock.js';
+import { capturingLogger, runOn } from '../../support/fake-time.js';
 
 const SERVER = 'https://api.test:6443';
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
@@ -161,5 +163,79 @@ t.test('create adopts an existing CSR only when it is compatible', async (t) => 
     const err = await createCsr(client, request, async () => 'it was made with another key').catch((e: unknown) => e);
     t.type(err, CsrUnusableError, 'an incompatible one is refused');
     t.match((err as Error).message, /not compatible: it was made with another key/);
+  }
+});
+
+// The same wait on a FakeClock: the bounds, the notices and the pauses are
+// the clock's, so minutes of waiting are proven without waiting.
+
+t.test('on a fake clock: polls every interval and gives up at the wait timeout, naming the approve command', async (t) => {
+  const { pool, client } = setup(t);
+  const clock = new FakeClock();
+  const { logger, lines } = capturingLogger();
+  const listedAt: number[] = [];
+  pool
+    .intercept({ path: isList, method: 'GET' })
+    .reply(() => (listedAt.push(clock.monotonic()), { statusCode: 200, data: list(csr()) }))
+    .persist();
+  pool.intercept({ path: isWatch, method: 'GET' }).reply(403, JSON.stringify({ kind: 'Status', reason: 'Forbidden' }));
+  const wait = waitForCertificate(client, csr(), {
+    logger,
+    timeoutMs: 60_000,
+    pendingNoticeMs: 25_000,
+    pollIntervalMs: 5_000,
+    random: () => 0,
+    clock,
+  });
+  const err = await runOn(clock, wait, 3); // idle: the bound, the notice and a pause armed
+  t.type(err, TimedOutError);
+  t.match((err as Error).message, /timed out after 60s waiting for CSR node-csr-abc .*kubectl certificate approve node-csr-abc/);
+  t.equal(clock.monotonic(), 60_000, 'gave up exactly at the bound, on the fake clock');
+  t.same(
+    listedAt,
+    [0, 0, 5_000, 10_000, 15_000, 20_000, 25_000, 30_000, 35_000, 40_000, 45_000, 50_000, 55_000],
+    'listed, re-listed once the watch was refused, then every 5 s',
+  );
+  const notices = lines.filter((l) => l.level === 'warn' && l.message.includes('pending approval'));
+  t.same(
+    notices.map((l) => l.message.match(/for (\d+)s/)?.[1]),
+    ['25', '50'],
+    'a pending notice every 25 s with the time waited so far',
+  );
+  t.ok(
+    notices.every((l) => l.message.includes('kubectl certificate approve node-csr-abc')),
+    'each names the approve command',
+  );
+  t.equal(clock.pending, 0, 'no timer left behind');
+});
+
+t.test('on a fake clock: a failed list is retried after the back-off, or after Retry-After when the server gives one', async (t) => {
+  const cases = [
+    { name: '500: back-off 2 s then 4 s (no jitter)', replies: [500, 500], headers: {}, retriedAt: [2_000, 6_000] },
+    { name: '503 with Retry-After: 7', replies: [503], headers: { 'retry-after': '7' }, retriedAt: [7_000] },
+    { name: '429 with Retry-After beyond the 32 s cap', replies: [429], headers: { 'retry-after': '600' }, retriedAt: [32_000] },
+  ];
+  for (const c of cases) {
+    const { pool, client } = setup(t);
+    const clock = new FakeClock();
+    const listedAt: number[] = [];
+    for (const status of c.replies) {
+      pool.intercept({ path: isList, method: 'GET' }).reply(
+        () => (
+          listedAt.push(clock.monotonic()),
+          {
+            statusCode: status,
+            data: JSON.stringify({ kind: 'Status', reason: 'Busy' }),
+            responseOptions: { headers: c.headers },
+          }
+        ),
+      );
+    }
+    pool
+      .intercept({ path: isList, method: 'GET' })
+      .reply(() => (listedAt.push(clock.monotonic()), { statusCode: 200, data: list(approved({ certificate: CERT })) }));
+    const wait = waitForCertificate(client, csr(), { logger, timeoutMs: 300_000, pendingNoticeMs: 600_000, random: () => 0, clock });
+    t.equal(await runOn(clock, wait, 3), CERT, `${c.name}: issued after the retries`);
+    t.same(listedAt.slice(1), c.retriedAt, `${c.name}: retried at ${c.retriedAt.join(', ')} ms`);
   }
 });

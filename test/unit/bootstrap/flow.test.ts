@@ -1,0 +1,159 @@
+// The whole bootstrap pass of a node (bootstrap/flow.ts bootstrapNode) with
+// its files in memory (memoryStore), the API server mocked (MockAgent) and
+// time on a FakeClock: who asks for which certificate, what is kept, and
+// that a second pass on the same files asks for nothing.
+import t, { type Test } from 'tap';
+import { MockAgent } from 'undici';
+import { bootstrapNode } from '../../../agent/bootstrap/flow.js';
+import { defaultConfig } from '../../../agent/config/defaults.js';
+import { identitiesFor } from '../../../agent/config/identities.js';
+import type { RunDeps } from '../../../agent/credential/issue.js';
+import { BootstrapCredentialError } from '../../../agent/errors.js';
+import type { Identity } from '../../../agent/identity.js';
+import { renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
+import { silentLogger } from '../../../agent/log.js';
+import { csrName } from '../../../agent/pki/csr-name.js';
+import { generateKey } from '../../../agent/pki/keys.js';
+import { createCsrPem } from '../../../agent/pki/pkcs10.js';
+import { pendingKeyPath } from '../../../agent/store/pending-key.js';
+import { FakeClock } from '../../../agent/time/clock.js';
+import { memoryStore } from '../../support/memory-store.js';
+import { createCa, signRequest } from '../../support/pki.js';
+
+const SERVER = 'https://api.test:6443';
+const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+const TOKEN = 'abcdef.0123456789abcdef';
+const ca = await createCa('cluster-ca');
+
+/**
+ * A node as cloud-init leaves it: the bootstrap kubeconfig, and (standing in
+ * for the keys the pass would make) a pending key per identity, so the
+ * signer's certificate for each CSR can be made before the CSR is sent.
+ */
+async function freshNode(t: Test) {
+  const dir = t.testdir();
+  const config = defaultConfig('worker-1');
+  // Paths under the test's own directory: nothing of the machine is read, and the
+  // token's deletion (bootstrap/cleanup.ts, on disk) finds nothing there to delete.
+  config.bootstrapKubeconfig = `${dir}/bootstrap-kubelet.conf`;
+  const store = memoryStore({
+    [config.bootstrapKubeconfig]: renderBootstrapKubeconfig({ server: SERVER, caPem: ca.certPem, credential: { token: TOKEN } }),
+  });
+  const issued = new Map<string, { identity: Identity; certPem: string }>();
+  for (const identity of identitiesFor(config)) {
+    const key = await generateKey('ecdsa-p256');
+    await store.pendingKey.save(config.stateDir, identity.name, key.pem);
+    const requestPem = await createCsrPem({ key, subject: identity.subject });
+    const certPem = `${(await signRequest(ca, requestPem, { usage: 'client' })).trim()}\n`;
+    issued.set(csrName(key.publicKeyDer, identity.subject, identity.usages), { identity, certPem });
+  }
+  return { config, store, issued };
+}
+
+/** An API server whose signer has issued every CSR in `issued`, and that knows each client by the order of the proofs. */
+function apiServer(t: Test, issued: Map<string, { identity: Identity; certPem: string }>, provesAs: string[]) {
+  const agent = new MockAgent();
+  agent.disableNetConnect();
+  t.teardown(() => agent.close());
+  const pool = agent.get(SERVER);
+  const posted: { csr: string; authorization: string | undefined }[] = [];
+  const csr = (name: string) => ({
+    kind: 'CertificateSigningRequest',
+    metadata: { name, uid: `uid-${name}`, resourceVersion: '5' },
+    spec: { request: '', signerName: issued.get(name)!.identity.signerName },
+    status: {
+      conditions: [{ type: 'Approved', status: 'True', reason: 'AutoApproved' }],
+      certificate: Buffer.from(issued.get(name)!.certPem).toString('base64'),
+    },
+  });
+  pool
+    .intercept({ path: CSRS, method: 'POST' })
+    .reply((req) => {
+      const name = JSON.parse(String(req.body)).metadata.name as string;
+      const headers = req.headers as Record<string, string>;
+      posted.push({ csr: name, authorization: headers.authorization });
+      return { statusCode: 201, data: csr(name) };
+    })
+    .persist();
+  pool
+    .intercept({ path: (p) => p.startsWith(`${CSRS}?`), method: 'GET' })
+    .reply((req) => {
+      const name = decodeURIComponent(String(req.path)).match(/metadata\.name=([^&]+)/)![1]!;
+      return { statusCode: 200, data: { metadata: { resourceVersion: '6' }, items: [csr(name)] } };
+    })
+    .persist();
+  for (const username of provesAs)
+    pool
+      .intercept({ path: '/apis/authentication.k8s.io/v1/selfsubjectreviews', method: 'POST' })
+      .reply(201, { status: { userInfo: { username, groups: username.startsWith('system:node:') ? ['system:nodes'] : [] } } });
+  return { agent, posted };
+}
+
+const depsFor = (store: ReturnType<typeof memoryStore>, agent: MockAgent): RunDeps => ({
+  logger: silentLogger(),
+  clock: new FakeClock(new Date()),
+  store,
+  dispatcher: agent,
+});
+
+t.test('a fresh node: the kubelet asks with the bootstrap token, kube-proxy with the kubelet certificate', async (t) => {
+  const { config, store, issued } = await freshNode(t);
+  const { agent, posted } = apiServer(t, issued, ['system:node:worker-1', 'system:kube-proxy']);
+  const report = await bootstrapNode(config, depsFor(store, agent));
+  t.same(
+    report.outcomes.map((o) => [o.identity, o.action]),
+    [
+      ['kubelet', 'issued'],
+      ['kube-proxy', 'issued'],
+    ],
+  );
+  t.equal(report.usedBootstrap?.file, config.bootstrapKubeconfig, 'the bootstrap kubeconfig was used');
+  const byIdentity = Object.fromEntries(posted.map((p) => [issued.get(p.csr)!.identity.name, p.authorization]));
+  t.equal(byIdentity.kubelet, `Bearer ${TOKEN}`, "the kubelet's CSR carries the bootstrap token");
+  t.equal(byIdentity['kube-proxy'], undefined, "kube-proxy's carries no token: the node's own certificate asks");
+  for (const identity of identitiesFor(config)) {
+    t.ok(await store.current(identity), `${identity.name}: a current credential`);
+    t.ok(store.files.has(identity.kubeconfigPath!), `${identity.name}: its kubeconfig`);
+    t.notOk(store.files.has(pendingKeyPath(config.stateDir, identity.name)), `${identity.name}: no pending key left`);
+  }
+  t.same(agent.pendingInterceptors(), [], 'both proofs were made');
+});
+
+t.test('a second pass on the same node keeps everything and sends nothing', async (t) => {
+  const { config, store, issued } = await freshNode(t);
+  const first = apiServer(t, issued, ['system:node:worker-1', 'system:kube-proxy']);
+  await bootstrapNode(config, depsFor(store, first.agent));
+  const again = apiServer(t, issued, []);
+  const report = await bootstrapNode(config, depsFor(store, again.agent));
+  t.same(
+    report.outcomes.map((o) => [o.identity, o.action]),
+    [
+      ['kubelet', 'kept'],
+      ['kube-proxy', 'kept'],
+    ],
+  );
+  t.equal(report.usedBootstrap, null);
+  t.same(again.posted, [], 'no CSR');
+});
+
+t.test('onlyKubelet: the other identities are left to their own loops', async (t) => {
+  const { config, store, issued } = await freshNode(t);
+  const { agent, posted } = apiServer(t, issued, ['system:node:worker-1']);
+  const report = await bootstrapNode(config, depsFor(store, agent), { onlyKubelet: true });
+  t.same(
+    report.outcomes.map((o) => o.identity),
+    ['kubelet'],
+  );
+  t.equal(posted.length, 1);
+  t.equal(report.bootstrapKubeconfigDeleted, false, 'not every identity is there: the token stays');
+});
+
+t.test('nothing usable and no bootstrap kubeconfig: says where to put one', async (t) => {
+  const { config, issued } = await freshNode(t);
+  const { agent, posted } = apiServer(t, issued, []);
+  const err = await bootstrapNode(config, depsFor(memoryStore(), agent)).catch((e: unknown) => e);
+  t.type(err, BootstrapCredentialError);
+  t.match((err as Error).message, `${config.bootstrapKubeconfig}: not found, and the kubelet has no usable credential`);
+  t.match((err as Error).message, /place a bootstrap kubeconfig there/);
+  t.same(posted, []);
+});

@@ -1,0 +1,71 @@
+// Who asks for a certificate: the bootstrap kubeconfig's credential, read
+// from an in-memory store, and what a 401 with it tells the operator.
+import t from 'tap';
+import { MockAgent } from 'undici';
+import { defaultConfig } from '../../../agent/config/defaults.js';
+import { bootstrapRequester, explainBootstrapFailure } from '../../../agent/credential/requester.js';
+import { ApiError, BootstrapCredentialError } from '../../../agent/errors.js';
+import { renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
+import { silentLogger } from '../../../agent/log.js';
+import { FakeClock } from '../../../agent/time/clock.js';
+import { memoryStore } from '../../support/memory-store.js';
+import { createCa } from '../../support/pki.js';
+
+const SERVER = 'https://api.test:6443';
+const ca = await createCa('cluster-ca');
+const config = defaultConfig('worker-1');
+const deps = (store: ReturnType<typeof memoryStore>) => ({ logger: silentLogger(), clock: new FakeClock(), store });
+
+t.test('the bootstrap kubeconfig authenticates, against the CA it names', async (t) => {
+  const store = memoryStore({
+    [config.bootstrapKubeconfig]: renderBootstrapKubeconfig({
+      server: SERVER,
+      caPem: ca.certPem,
+      credential: { token: 'abcdef.0123456789abcdef' },
+    }),
+  });
+  const agent = new MockAgent();
+  agent.disableNetConnect();
+  t.teardown(() => agent.close());
+  let authorization: string | undefined;
+  agent
+    .get(SERVER)
+    .intercept({ path: '/version', method: 'GET' })
+    .reply((req) => ((authorization = (req.headers as Record<string, string>).authorization), { statusCode: 200, data: {} }));
+  const requester = await bootstrapRequester(config, 'expired', { ...deps(store), dispatcher: agent });
+  t.teardown(() => requester.client.close());
+  t.same(requester.cluster, { server: SERVER, tlsServerName: null, caPem: ca.certPem });
+  t.equal(requester.bootstrap?.file, config.bootstrapKubeconfig, 'remembered, to be deleted once every identity is proven');
+  t.equal(requester.bootstrap?.auth.kind, 'bootstrap-token');
+  await requester.client.request('GET', '/version');
+  t.equal(authorization, 'Bearer abcdef.0123456789abcdef', 'its requests carry the token');
+});
+
+t.test('no bootstrap kubeconfig: says where one goes and why the kubelet cannot ask itself', async (t) => {
+  const err = await bootstrapRequester(config, 'certificate expired at 2026-01-01', deps(memoryStore())).catch((e: unknown) => e);
+  t.type(err, BootstrapCredentialError);
+  t.equal(
+    (err as Error).message,
+    `${config.bootstrapKubeconfig}: not found, and the kubelet has no usable credential to request certificates with (certificate expired at 2026-01-01); place a bootstrap kubeconfig there`,
+  );
+});
+
+t.test('a 401 is the bootstrap credential to replace only when the bootstrap credential asked', async (t) => {
+  const store = memoryStore({
+    [config.bootstrapKubeconfig]: renderBootstrapKubeconfig({
+      server: SERVER,
+      caPem: ca.certPem,
+      credential: { token: 'abcdef.0123456789abcdef' },
+    }),
+  });
+  const { bootstrap, client } = await bootstrapRequester(config, 'none', deps(store));
+  await client.close();
+  const api = (status: number) => new ApiError({ method: 'POST', path: '/x', status, reason: 'R', message: '' });
+  const explained = explainBootstrapFailure(api(401), bootstrap);
+  t.type(explained, BootstrapCredentialError);
+  t.match((explained as Error).message, /rejected the bootstrap credential \(401 Unauthorized\): it is expired, deleted or mistyped/);
+  const forbidden = api(403);
+  t.equal(explainBootstrapFailure(forbidden, bootstrap), forbidden, '403: unchanged');
+  const unauthorized = api(401);
+  t.equal(explainBootstrapFailure(unauthorized, null), unauthorized, "401 with the node's own certificate: unchanged");
+});
