@@ -5,9 +5,9 @@
  */
 import { readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { bootstrapNode, recoverNode } from '../bootstrap/flow.js';
+import { bootstrapNode, openPass } from '../bootstrap/pass.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
-import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
+import { allOf, isNodeCredential } from '../credential/assess.js';
 import { renewIdentity } from '../credential/renew.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError } from '../errors.js';
@@ -54,14 +54,15 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
   }
   // No daemon: what an interrupted run left behind is ours to clear, as bootstrap and run do.
   await sweepTempFiles(writtenDirs(config), logger);
-  await recoverNode(config, { logger, clock: systemClock });
-  const node = await assessNode(config, systemClock.now());
   const deps = { logger, clock: systemClock, signal };
+  // Bootstrapping instead joins with --server/--token as `kubeboot bootstrap` does.
+  const pass = await openPass(config, deps, { join: true });
+  const node = pass.node;
   if (!isNodeCredential(node.kubelet)) {
     logger.info(
       `no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`,
     );
-    await bootstrapNode(config, deps);
+    await bootstrapNode(pass);
     return ExitCode.ok;
   }
   for (const own of allOf(node).filter((a) => only === null || a.identity.name === only)) {
