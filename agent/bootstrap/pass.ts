@@ -31,7 +31,11 @@ import {
 } from '../credential/assess.js';
 import { issueContext, issueCredential, type Issued, type RunDeps } from '../credential/issue.js';
 import { bootstrapRequester, clusterOf, explainBootstrapFailure, nodeRequester, type Requester } from '../credential/requester.js';
+import { runIdentityHooks } from '../credential/hooks.js';
+import { renewIdentity } from '../credential/renew.js';
+import type { Identity } from '../identity.js';
 import { checkJoinSettings, joinCluster, joinRequested } from '../join/prepare.js';
+import { KEEP_OLD_CREDENTIALS, pruneOld } from '../store/cert-store.js';
 import { finishBootstrap } from './cleanup.js';
 
 export interface IdentityOutcome {
@@ -145,6 +149,32 @@ export async function bootstrapNode(pass: Pass, options: BootstrapOptions = {}):
   const everyone = outcomes.length === identitiesFor(config).length;
   const deleted = everyone ? await deleteBootstrap(pass, usedBootstrap ? null : kubelet) : false;
   return { outcomes, usedBootstrap, bootstrapKubeconfigDeleted: deleted };
+}
+
+/**
+ * `kubeboot renew` without a daemon: every identity (or `only`) renewed with
+ * the node's kubelet credential, each finished before the next; a node with
+ * no usable kubelet credential is bootstrapped instead.
+ */
+export async function renewNode(pass: Pass, only: string | null): Promise<void> {
+  const { config, deps, node } = pass;
+  if (!isNodeCredential(node.kubelet)) {
+    deps.logger.info(
+      `no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`,
+    );
+    await bootstrapNode(pass);
+    return;
+  }
+  for (const own of allOf(node).filter((a) => only === null || a.identity.name === only)) {
+    await renewIdentity(config, own, node.kubelet, deps);
+    await finishRenewed(pass, own.identity);
+  }
+}
+
+/** A renewed credential is on disk and proven: the older files beyond the few kept go, then the identity's hooks run. */
+async function finishRenewed(pass: Pass, identity: Identity): Promise<void> {
+  await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: pass.deps.observer });
+  await runIdentityHooks(identity, pass.deps.logger, { timeoutMs: pass.config.renewal.hookTimeout * 1000 });
 }
 
 /** The kubelet's credential, asked for with the bootstrap credential. */

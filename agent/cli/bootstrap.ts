@@ -11,7 +11,8 @@ export async function runBootstrap(config: Config, logger: Logger, signal: Abort
   // A running daemon's temp file is a write in progress, not a leftover.
   if ((await runningDaemon(config.stateDir)) === null) await sweepTempFiles(writtenDirs(config), logger);
   // --server/--token join inside the pass, only if the kubelet has nothing else to ask with.
-  const report = await bootstrapNode(await openPass(config, { logger, clock: systemClock, signal }, { join: true }));
+  const pass = await openPass(config, { logger, clock: systemClock, signal }, { join: true });
+  const report = await bootstrapNode(pass);
   for (const outcome of report.outcomes) {
     const issued = outcome.issued;
     logger.info(

@@ -5,18 +5,13 @@
  */
 import { readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { bootstrapNode, openPass } from '../bootstrap/pass.js';
+import { openPass, renewNode } from '../bootstrap/pass.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
-import { allOf, isNodeCredential } from '../credential/assess.js';
-import { renewIdentity } from '../credential/renew.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
-import { runIdentityHooks } from '../daemon/hooks.js';
-import { KEEP_OLD_CREDENTIALS } from '../daemon/daemon.js';
-import { pruneOld } from '../store/cert-store.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { runningDaemon } from '../daemon/control.js';
 import { systemClock } from '../time/clock.js';
@@ -54,21 +49,8 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
   }
   // No daemon: what an interrupted run left behind is ours to clear, as bootstrap and run do.
   await sweepTempFiles(writtenDirs(config), logger);
-  const deps = { logger, clock: systemClock, signal };
   // Bootstrapping instead joins with --server/--token as `kubeboot bootstrap` does.
-  const pass = await openPass(config, deps, { join: true });
-  const node = pass.node;
-  if (!isNodeCredential(node.kubelet)) {
-    logger.info(
-      `no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`,
-    );
-    await bootstrapNode(pass);
-    return ExitCode.ok;
-  }
-  for (const own of allOf(node).filter((a) => only === null || a.identity.name === only)) {
-    await renewIdentity(config, own, node.kubelet, deps);
-    await pruneOld(own.identity, KEEP_OLD_CREDENTIALS);
-    await runIdentityHooks(own.identity, logger, { timeoutMs: config.renewal.hookTimeout * 1000 });
-  }
+  const pass = await openPass(config, { logger, clock: systemClock, signal }, { join: true });
+  await renewNode(pass, only);
   return ExitCode.ok;
 }

@@ -16,6 +16,7 @@ import { deleteBootstrapNow, issueKubelet, openPass, recoverNode } from '../boot
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
+import { runIdentityHooks } from '../credential/hooks.js';
 import { renewIdentity } from '../credential/renew.js';
 import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
@@ -24,11 +25,10 @@ import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { deadlineFor, nextAction, progressDue, retryPlan } from '../renewal/plan.js';
 import { ensureDir } from '../store/atomic.js';
-import { pruneOld } from '../store/cert-store.js';
+import { KEEP_OLD_CREDENTIALS, pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { removePidFile, writePidFile } from './control.js';
-import { runIdentityHooks } from './hooks.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
 import { createNotifier, startWatchdog, type Notifier } from './notify.js';
@@ -36,8 +36,6 @@ import { nodeReadyOf, readinessOf, Reporter, type IdentityView, type Readiness }
 import type { IdentityState } from './state.js';
 import { createSelfWrites, watchCredentials, type CredentialWatcher } from './watch.js';
 
-/** Older timestamped credential files kept after a renewal; the kubelet never prunes them, so they pile up. */
-export const KEEP_OLD_CREDENTIALS = 5;
 /** A sleeping loop shows progress at least this often, so liveness can tell asleep from stuck. */
 const SLEEP_CHUNK_MS = 60_000;
 /** Slack on every liveness bound: an event loop under load is late, not stuck. */

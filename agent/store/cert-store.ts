@@ -249,6 +249,9 @@ export async function recoverStore(identity: Identity, opts: StoreOptions = {}):
   return lines;
 }
 
+/** Older timestamped credential files kept after a renewal; the kubelet never prunes them, so they pile up. */
+export const KEEP_OLD_CREDENTIALS = 5;
+
 /**
  * Removes timestamped files beyond the newest `keep`, so renewals do not pile
  * up (client-go never deletes them). The file `-current.pem` points at is

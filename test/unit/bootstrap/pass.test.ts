@@ -4,7 +4,7 @@
 // that a second pass on the same files asks for nothing.
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
-import { bootstrapNode, openPass } from '../../../agent/bootstrap/pass.js';
+import { bootstrapNode, openPass, renewNode } from '../../../agent/bootstrap/pass.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { identitiesFor } from '../../../agent/config/identities.js';
@@ -198,6 +198,15 @@ t.test('one pass reads the bootstrap kubeconfig once, and recovers and assesses 
   const { store: counted, perPass } = counting(store, config);
   const report = await bootstrapNode(await openPass(config, depsFor(counted, agent), { join: true }));
   t.ok(report.bootstrapKubeconfigDeleted, 'asked with it, then deleted it');
+  t.same(perPass(), { bootstrapReads: 1, recoveries: 1, proxyKubeconfigReads: 2 }, 'kube-proxy: assessed once, then issued');
+});
+
+t.test('renew with no usable kubelet credential bootstraps within the same pass, recovering and assessing once', async (t) => {
+  const { config, store, issued } = await freshNode(t);
+  const { agent, posted } = apiServer(t, issued, ['system:node:worker-1', 'system:kube-proxy']);
+  const { store: counted, perPass } = counting(store, config);
+  await renewNode(await openPass(config, depsFor(counted, agent), { join: true }), null);
+  t.equal(posted.length, 2, 'both identities issued');
   t.same(perPass(), { bootstrapReads: 1, recoveries: 1, proxyKubeconfigReads: 2 }, 'kube-proxy: assessed once, then issued');
 });
 
