@@ -6,14 +6,12 @@
  * over — including deleting that kubeconfig (and the token file) once the
  * node's own credential is proven.
  *
- * Writes nothing when a bootstrap kubeconfig already exists (the operator's
- * or an earlier run's) or the kubelet already holds a usable credential.
+ * Whether to join (no bootstrap kubeconfig, the operator's or an earlier
+ * run's, and no usable kubelet credential) is decided in bootstrap/pass.ts.
  */
 import path from 'node:path';
 import type { Dispatcher } from 'undici';
 import { stringify } from 'yaml';
-import { identitiesFor } from '../config/identities.js';
-import { assessIdentity } from '../credential/assess.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError, KubebootError, TokenFileGoneError } from '../errors.js';
 import { discoverClusterCa } from '../kube/discovery.js';
@@ -30,21 +28,7 @@ export interface JoinDeps {
   dispatcher?: Dispatcher | undefined;
 }
 
-export type JoinOutcome = 'not-requested' | 'bootstrap-kubeconfig-exists' | 'credential-valid' | 'token-file-gone' | 'written';
-
 const SETTINGS = 'configuration';
-
-export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinOutcome> {
-  if (!joinRequested(config)) return 'not-requested';
-  checkJoinSettings(config);
-  if ((await readOptional(config.bootstrapKubeconfig)) !== null) {
-    deps.logger.info(`join: ${config.bootstrapKubeconfig} exists; using it instead of --server/--token`);
-    return 'bootstrap-kubeconfig-exists';
-  }
-  const kubelet = await assessIdentity(identitiesFor(config)[0]!, deps.clock.now(), null);
-  if (kubelet.state === 'usable') return 'credential-valid';
-  return (await joinCluster(config, deps)) === null ? 'token-file-gone' : 'written';
-}
 
 /**
  * Discovers the CA for the join settings (pinned), writes the bootstrap
@@ -113,7 +97,7 @@ export type JoinSource = BootstrapKubeconfig & { auth: Extract<BootstrapAuth, { 
 
 /**
  * The join settings as a bootstrap kubeconfig held in memory, without a CA
- * (pinned discovery supplies it): what `check` examines and `prepareJoin` writes.
+ * (pinned discovery supplies it): what `check` examines and `joinCluster` writes.
  */
 export async function joinSource(config: Config): Promise<JoinSource> {
   checkJoinSettings(config);
