@@ -65,6 +65,7 @@ const IDENTITIES = [
   'kubelet-serving-dns-name',
   'kubelet-serving-ip-address',
 ];
+const CA_ROTATION = ['ca-rotation', 'ca-check-interval', 'kubelet-client-ca-file', 'ca-restart-window', 'ca-reissue-window'];
 const ISSUE = [
   'bootstrap-kubeconfig',
   'state-dir',
@@ -123,7 +124,7 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   run: {
     usage: 'kubeboot run [options]',
     summary: 'Bootstrap what is missing, then renew every credential before it expires (the systemd service).',
-    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'listen', ...LOG],
+    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', ...CA_ROTATION, 'listen', ...LOG],
   },
   check: {
     usage: 'kubeboot check [options]',

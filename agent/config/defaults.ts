@@ -46,6 +46,16 @@ export function defaultConfig(nodeName: string): Config {
     waitTimeout: 900,
     pendingNoticeInterval: 60,
     renewal: { margin: 0, reuseKey: false, hookTimeout: 60 },
+    caRotation: {
+      enabled: true,
+      interval: 600,
+      clientCaFile: null,
+      restartWindow: 900,
+      reissueWindow: 3600,
+      // try-restart: a unit that is not running stays stopped.
+      kubeletRestart: [['systemctl', 'try-restart', 'kubelet.service']],
+      kubeProxyRestart: [['systemctl', 'try-restart', 'kube-proxy.service']],
+    },
     listen: DEFAULT_LISTEN,
     log: { level: 'info', format: 'auto' },
     // Where cloud-init 22.4 keeps the user-data it was given (checked on a

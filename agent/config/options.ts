@@ -222,6 +222,43 @@ export const OPTIONS: readonly OptionSpec[] = [
   }),
   opt('reuse-key', { key: 'renewal.reuseKey', type: 'bool', help: 'Keep the private key on renewal instead of generating a new one' }),
   opt('hook-timeout', { key: 'renewal.hookTimeout', type: 'duration', min: atLeastOne, help: 'Kill a hook that runs longer than this' }),
+  opt('ca-rotation', {
+    key: 'caRotation.enabled',
+    type: 'bool',
+    help: "run: follow the cluster CA bundle published in kube-public/cluster-info (read with the node's own certificate over verified TLS) into every kubeconfig kubeboot writes and the kubelet's client-CA file",
+  }),
+  opt('ca-check-interval', {
+    key: 'caRotation.interval',
+    type: 'duration',
+    min: { seconds: 60 },
+    help: 'run: look at the published CA bundle this often (jittered by up to 20 %), and after every renewal',
+  }),
+  opt('kubelet-client-ca-file', {
+    key: 'caRotation.clientCaFile',
+    type: 'path',
+    defaultText: 'unset (left alone)',
+    help: "run: the kubelet's authentication.x509.clientCAFile, rewritten with the CA bundle (the kubelet reloads it without a restart)",
+  }),
+  opt('ca-restart-window', {
+    key: 'caRotation.restartWindow',
+    type: 'duration',
+    help: "run: after a CA bundle change, restart the kubelet and kube-proxy (they read a kubeconfig's CA only at start) at this node's slot in this window, so the fleet never restarts at once",
+  }),
+  opt('ca-reissue-window', {
+    key: 'caRotation.reissueWindow',
+    type: 'duration',
+    help: "run: once the signer issues under a new CA, re-issue every certificate under it at this node's slot in this window",
+  }),
+  fileOnly({
+    key: 'caRotation.kubeletRestart',
+    type: 'hooks',
+    help: "Commands (argv lists, no shell) that restart the kubelet after its kubeconfig's CA bundle changed",
+  }),
+  fileOnly({
+    key: 'caRotation.kubeProxyRestart',
+    type: 'hooks',
+    help: "Commands (argv lists, no shell) that restart kube-proxy after its kubeconfig's CA bundle changed",
+  }),
   opt('listen', { key: 'listen', type: 'listen', help: 'Address for /healthz, /readyz and /metrics; off disables' }),
   opt('log-level', { key: 'log.level', type: 'enum', values: ['error', 'warn', 'info', 'debug'], help: 'Log level' }),
   opt('log-format', {

@@ -53,6 +53,20 @@ export interface Config {
     reuseKey: boolean;
     hookTimeout: number;
   };
+  /** Cluster CA rotation: the node follows the bundle published in kube-public/cluster-info. */
+  caRotation: {
+    enabled: boolean;
+    /** Look at the published bundle this often (jittered ±20 %), and after every renewal. */
+    interval: number;
+    /** The kubelet's authentication.x509.clientCAFile, kept equal to the bundle; null leaves it alone. */
+    clientCaFile: string | null;
+    /** Restarts of the kubelet and kube-proxy after a bundle change are spread over this window. */
+    restartWindow: number;
+    /** Early re-issue under the signer's new CA is spread over this window. */
+    reissueWindow: number;
+    kubeletRestart: string[][];
+    kubeProxyRestart: string[][];
+  };
   /** Address:port for /healthz, /readyz and /metrics; null disables the listener. */
   listen: string | null;
   log: { level: 'error' | 'warn' | 'info' | 'debug'; format: 'json' | 'text' | 'journal' | 'auto' };
