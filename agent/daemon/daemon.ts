@@ -29,7 +29,8 @@ import { pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { removePidFile, writePidFile } from './control.js';
-import { runIdentityHooks } from './hooks.js';
+import { hookEnvironment, runHook, runIdentityHooks } from './hooks.js';
+import { serializer, TrustKeeper } from '../trust/keeper.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
 import { createNotifier, startWatchdog, type Notifier } from './notify.js';
@@ -96,6 +97,9 @@ export class Daemon {
   readonly metrics: KubebootMetrics;
   #notifier: Notifier;
   readonly #reporter: Reporter;
+  /** Issuance and the CA rotation write credentials one unit at a time. */
+  readonly #writes = serializer();
+  readonly #trust: TrustKeeper;
 
   constructor(options: DaemonOptions) {
     this.#config = options.config;
@@ -128,6 +132,20 @@ export class Daemon {
     this.metrics = createMetrics({
       certificates: () => [...this.#slots].map(([identity, slot]) => ({ identity, notAfter: this.#validNow(slot)?.notAfter ?? null })),
       now: () => this.#clock.now(),
+    });
+    this.#trust = new TrustKeeper({
+      config: () => this.#config,
+      logger: this.#logger,
+      clock: this.#clock,
+      random: this.#random,
+      signal: this.#signal,
+      dispatcher: this.#dispatcher,
+      nodeCredential: () => (this.#lastGoodKubelet && this.#lastGoodKubelet.notAfter > this.#clock.now() ? this.#lastGoodKubelet : null),
+      serialize: this.#writes,
+      reissue: (identity) => this.nudge([identity], true),
+      runCommands: (argvs) => this.#runCommands(argvs),
+      observer: this.#selfWrites,
+      registry: this.metrics.registry,
     });
   }
 
@@ -220,7 +238,7 @@ export class Daemon {
         },
       });
       await this.#notifier.status('checking credentials');
-      await Promise.all([...this.#slots.keys()].map((name) => this.#loop(name)));
+      await Promise.all([...[...this.#slots.keys()].map((name) => this.#loop(name)), this.#trust.run()]);
     } finally {
       watchdog?.stop();
       await watcher?.close();
@@ -359,6 +377,7 @@ export class Daemon {
       `${identity.name}: certificate renewed in ${((this.#clock.monotonic() - startedMonotonic) / 1000).toFixed(1)}s, valid until ${issued.notAfter.toISOString()}`,
     );
     await this.#runHooks(identity, slot);
+    this.#trust.poke();
     if (identity.name === 'kubelet') {
       // Others may have been waiting for the kubelet's credential.
       this.nudge(
@@ -405,6 +424,27 @@ export class Daemon {
     });
     slot.state.lastHooks = results.map((r) => ({ argv: r.argv, ok: r.ok, exitCode: r.exitCode, at: this.#clock.now().toISOString() }));
     for (const r of results) if (!r.ok) this.metrics.recordHookFailure(identity.name);
+  }
+
+  /** Restart commands of a CA rotation, one after another; false when one failed. */
+  async #runCommands(argvs: string[][]): Promise<boolean> {
+    let ok = true;
+    for (const argv of argvs) {
+      const r = await runHook(argv, {
+        timeoutMs: this.#config.renewal.hookTimeout * 1000,
+        signal: this.#signal,
+        env: hookEnvironment(this.#env),
+      });
+      if (!r.ok)
+        this.#logger.warn('CA rotation: restart command failed', {
+          argv,
+          exitCode: r.exitCode,
+          stderr: r.stderr,
+          ...(r.error ? { error: r.error } : {}),
+        });
+      ok &&= r.ok;
+    }
+    return ok;
   }
 
   /**
@@ -493,6 +533,7 @@ export class Daemon {
       },
       onCsrWait: (identity, seconds) => this.metrics.observeCsrWait(identity.name, seconds),
       dispatcher: this.#dispatcher,
+      serialize: this.#writes,
     };
   }
 
