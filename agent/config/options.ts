@@ -230,7 +230,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('ca-check-interval', {
     key: 'caRotation.interval',
     type: 'duration',
-    min: { seconds: 60 },
+    min: { seconds: 5 },
     help: 'run: look at the published CA bundle this often (jittered by up to 20 %), and after every renewal',
   }),
   opt('kubelet-client-ca-file', {

@@ -3,6 +3,8 @@
 // what it refuses, and when it re-issues. No sleeps, no control plane; the
 // real control plane proves the same in test/e2e/ca-rotation.test.ts.
 import { mkdir, readFile } from 'node:fs/promises';
+import { createServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
@@ -50,7 +52,7 @@ interface Fixture {
 }
 
 /** `reuse`: a second kubeboot on the same node's files (a restart of the daemon). */
-async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture } = {}): Promise<Fixture> {
+async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture; server?: string } = {}): Promise<Fixture> {
   const dir = o.reuse ? join(o.reuse.config.stateDir, '..') : t.testdir();
   const config = defaultConfig('n1');
   Object.assign(config, { bootstrapKubeconfig: join(dir, 'bootstrap.conf'), stateDir: join(dir, 'state'), listen: null });
@@ -64,13 +66,13 @@ async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; r
   };
   await mkdir(config.stateDir, { recursive: true });
   const kubelet = identitiesFor(config)[0]!;
-  if (o.reuse) return withKeeper(t, config, o.reuse.clock);
+  if (o.reuse) return withKeeper(t, config, o.reuse.clock, false);
   await mkdir(kubelet.certDir, { recursive: true });
   const leaf = await issueLeaf(o.kubeletCa ?? ca1, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
   const stored = await storeCredential(kubelet, leaf.certPem, leaf.keyPem, new Date());
   const kubeconfig = (caPem: string) =>
     renderClientKubeconfig({
-      server: SERVER,
+      server: o.server ?? SERVER,
       caPem,
       certFile: stored.currentPath,
       keyFile: stored.currentPath,
@@ -78,10 +80,11 @@ async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; r
       tlsServerName: null,
     });
   await writeFileAtomic(config.kubelet.kubeconfig, kubeconfig(o.trusted ?? ca1.certPem), { mode: 0o600 });
-  return withKeeper(t, config, new FakeClock(new Date()));
+  return withKeeper(t, config, new FakeClock(new Date()), o.server !== undefined);
 }
 
-async function withKeeper(t: Test, config: Config, clock: FakeClock): Promise<Fixture> {
+/** `network`: real connections instead of the MockAgent. */
+async function withKeeper(t: Test, config: Config, clock: FakeClock, network: boolean): Promise<Fixture> {
   const f: Fixture = {
     config,
     keeper: undefined as unknown as TrustKeeper,
@@ -139,7 +142,7 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock): Promise<Fi
     clock: f.clock,
     random: () => 0.5,
     signal: new AbortController().signal,
-    dispatcher: agent,
+    dispatcher: network ? undefined : agent,
     nodeCredential: () => latest,
     serialize: serializer(),
     reissue: (identity) => f.reissued.push(identity),
@@ -266,4 +269,30 @@ t.test('retiring the old CA waits until no certificate hangs from it', async (t)
   await g.keeper.check();
   t.equal(hashOf(await kubeconfigCa(g)), hashOf(ca2.certPem), 'adopted once every certificate is under CA 2');
   t.notMatch(await readFile(g.config.caRotation.clientCaFile!, 'utf8'), ca1.certPem.split('\n')[1]!, 'CA 1 is in no file');
+});
+
+t.test('a bundle served over a connection the trusted CA does not verify is never read', async (t) => {
+  // Someone in the path answers for the API server with a certificate of their own CA and a bundle of their choosing.
+  const rogue = await createCa('rogue');
+  const cert = await issueLeaf(rogue, { commonName: 'kube-apiserver', usage: 'server', ipAddresses: ['127.0.0.1'] });
+  let served = 0;
+  const server = createServer({ cert: cert.certPem, key: cert.keyPem }, (_req, res) => {
+    served++;
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(
+      JSON.stringify({
+        kind: 'ConfigMap',
+        metadata: { name: 'cluster-info' },
+        data: { kubeconfig: clusterInfoKubeconfig('https://127.0.0.1', rogue.certPem) },
+      }),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const { port } = server.address() as AddressInfo;
+  const f = await fixture(t, { server: `https://127.0.0.1:${port}` });
+  await t.rejects(f.keeper.check(), /certificate|self.signed|verify/i, 'the TLS handshake fails against the trusted CA');
+  t.equal(served, 0, 'no request reached the impostor');
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), 'the kubeconfig keeps its CA');
+  t.equal(await readOptional(f.config.caRotation.clientCaFile!), null, 'nothing was written');
 });
