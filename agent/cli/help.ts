@@ -36,6 +36,9 @@ Cluster admin commands (use the admin kubeconfig, like kubectl):
   token create|list|delete ID
               make, show (never the secret) or delete bootstrap tokens (Secrets in kube-system)
   user-data   print cloud-init user-data (or --format script) that installs kubeboot and joins a node
+  ca-rotation publish|status|retire
+              rotate the cluster CA with no node touched: publish the bundle, follow every node's progress,
+              retire the old CA once every node is ready (docs/ca-rotation.md)
   join-command print \`kubeboot bootstrap --server … --token … --ca-cert-hash …\` for a node with the package
 
 \`kubeboot <command> --help\` shows one command's usage and the options it reads.
@@ -172,6 +175,15 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
       ttl: 'create: lifetime of the new token (default 1h; 0 only with --no-expiry)',
+    },
+  },
+  'ca-rotation': {
+    usage: 'kubeboot ca-rotation publish BUNDLE.pem [--signer-ca-hash sha256:HEX] | status [--output json] | retire BUNDLE.pem [options]',
+    summary:
+      'Cluster admin: publish a CA bundle in kube-public/cluster-info, show how many nodes trust it and hold certificates under the signer CA (and which lag, why), retire the old CA only when every node is ready. status exits 0 only when every node is ready.',
+    options: [...LOG],
+    meanings: {
+      kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
     },
   },
   'join-command': {

@@ -383,15 +383,28 @@ export const COMMANDS = [
   'token',
   'join-command',
   'user-data',
+  'ca-rotation',
 ] as const;
 export type Command = (typeof COMMANDS)[number];
 /** The cluster admin's commands that make bootstrap tokens: they run on the admin's machine, not on a node. */
 export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
 /** Commands that need no node name of their own. */
-export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig'];
+export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig', 'ca-rotation'];
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
-  { flag: 'output', commands: ['status', 'token'], values: ['text', 'json'], metavar: 'text|json', help: 'status, token: output format' },
+  {
+    flag: 'output',
+    commands: ['status', 'token', 'ca-rotation'],
+    values: ['text', 'json'],
+    metavar: 'text|json',
+    help: 'status, token, ca-rotation status: output format',
+  },
+  {
+    flag: 'signer-ca-hash',
+    commands: ['ca-rotation'],
+    metavar: 'sha256:HEX',
+    help: 'ca-rotation publish: the CA the cluster signer now issues under (its pin); nodes then re-issue every certificate under it',
+  },
   {
     flag: 'identity',
     commands: ['renew', 'wait'],
@@ -407,7 +420,7 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   },
   {
     flag: 'kubeconfig',
-    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver'],
+    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver', 'ca-rotation'],
     metavar: 'PATH',
     help: 'token, join-command, user-data, approver-kubeconfig: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
   },

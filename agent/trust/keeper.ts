@@ -18,7 +18,7 @@ import type { Dispatcher } from 'undici';
 import { Counter, type Registry } from 'prom-client';
 import path from 'node:path';
 import type { Config } from '../config/types.js';
-import { assessNode, type Assessment, type NodeCredential } from '../credential/assess.js';
+import { assessNode, isNodeCredential, type Assessment, type NodeCredential } from '../credential/assess.js';
 import { ApiError } from '../errors.js';
 import { currentCertPath, type IdentityName } from '../identity.js';
 import { KubeClient, presentedChain, type ClientAuth, type Endpoint } from '../kube/client.js';
@@ -184,7 +184,9 @@ export class TrustKeeper {
   async check(): Promise<Date | null> {
     const { logger } = this.#deps;
     const config = this.#deps.config();
-    const node = this.#deps.nodeCredential();
+    // The files first: after an adoption they hold the bundle that verifies the API server now.
+    const onDisk = (await assessNode(config, this.#deps.clock.now())).kubelet;
+    const node = isNodeCredential(onDisk) ? onDisk : this.#deps.nodeCredential();
     if (node === null) return null;
     const state = await this.#loadState(config);
     const credential: ClientAuth = { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem };
