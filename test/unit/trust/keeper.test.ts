@@ -296,3 +296,32 @@ t.test('a bundle served over a connection the trusted CA does not verify is neve
   t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), 'the kubeconfig keeps its CA');
   t.equal(await readOptional(f.config.caRotation.clientCaFile!), null, 'nothing was written');
 });
+
+t.test('issuance and a CA rewrite never interleave: one writer at a time, in order, a failure does not block the next', async (t) => {
+  const serialize = serializer();
+  const steps: string[] = [];
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const issuing = serialize(async () => {
+    steps.push('issue: store certificate');
+    await held;
+    steps.push('issue: write kubeconfig');
+  });
+  const rewriting = serialize(async () => {
+    steps.push('rotation: rewrite kubeconfig');
+  });
+  const failing = serialize(async () => {
+    throw new Error('disk full');
+  });
+  const after = serialize(async () => {
+    steps.push('after a failure');
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(steps, ['issue: store certificate'], 'the rewrite waits while issuance is between its two writes');
+  release();
+  await issuing;
+  await rewriting;
+  await t.rejects(failing, /disk full/);
+  await after;
+  t.same(steps, ['issue: store certificate', 'issue: write kubeconfig', 'rotation: rewrite kubeconfig', 'after a failure']);
+});
