@@ -154,7 +154,8 @@ export class TrustKeeper {
       let wakeAt = new Date(clock.now().getTime() + config.caRotation.interval * 1000 * (0.8 + 0.4 * this.#deps.random()));
       try {
         const due = await this.check();
-        if (due && due < wakeAt) wakeAt = due;
+        // Never sooner than a second from now: a slot in the past must not turn into a busy loop.
+        if (due && due < wakeAt) wakeAt = new Date(Math.max(due.getTime(), clock.now().getTime() + 1000));
       } catch (err) {
         if (signal.aborted) return;
         logger.warn(`CA rotation: could not check ${WHAT}: ${(err as Error).message}; trying again at ${wakeAt.toISOString()}`);
@@ -245,7 +246,10 @@ export class TrustKeeper {
           }
           this.#lastRefusal = key;
           await this.#report(config, client, current, decision.reason);
-          return this.#pendingRestartsDue(state);
+          // Restarts owed for the bundle already adopted stay due.
+          const due = await this.#restartsDue(config, state);
+          await this.#saveState(config, state);
+          return due;
         }
         this.#lastRefusal = null;
         if (decision.kind === 'adopt') {

@@ -325,3 +325,16 @@ t.test('issuance and a CA rewrite never interleave: one writer at a time, in ord
   await after;
   t.same(steps, ['issue: store certificate', 'issue: write kubeconfig', 'rotation: rewrite kubeconfig', 'after a failure']);
 });
+
+t.test('a restart owed is still carried out while a later bundle is refused', async (t) => {
+  const f = await fixture(t);
+  f.published.caPem = ca1.certPem + ca2.certPem;
+  const due = await f.keeper.check();
+  f.server.nodeCanWrite = true;
+  f.published.caPem = ca2.certPem + ca1.certPem + (await createCa('ca-3')).certPem;
+  await f.clock.tick(due!.getTime() - f.clock.now().getTime());
+  const next = await f.keeper.check();
+  t.same(f.restarts, ['restart kubelet'], 'the kubelet restarts onto the bundle it was owed');
+  t.equal(next, null, 'and nothing is left due: no busy loop on a past slot');
+  t.equal(f.annotations.at(-1)?.refused, 'node-writable-source');
+});
