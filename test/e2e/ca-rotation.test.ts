@@ -8,10 +8,10 @@
 // bootstrap token (deleted after the join), no 401 in the audit log.
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { parse, stringify } from 'yaml';
 import { KubeClient } from '../../agent/kube/client.js';
-import { bundleFromFile, publishTrust, rotationProgress } from '../../agent/join/ca-rotation.js';
+import { bundleFromFile, rotationProgress } from '../../agent/join/ca-rotation.js';
 import { parseClientKubeconfig } from '../../agent/kubeconfig/parse.js';
 import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import { readOptional } from '../../agent/read-optional.js';
@@ -20,7 +20,7 @@ import { issuerPin } from '../../agent/trust/decide.js';
 import { x509 } from '../../agent/pki/x509.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { assertNoSecrets, handToken, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
+import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
 import { createCa, generateKeyPair, issueLeaf, subjectName } from '../support/pki.js';
 
@@ -47,6 +47,13 @@ if (plane) {
     } finally {
       await c.close();
     }
+  };
+
+  /** `kubeboot ca-rotation …` as the admin runs it, with an admin kubeconfig of the moment. */
+  const caRotation = async (t: Test, ...args: string[]) => {
+    const file = join(plane.dir, 'admin-now.kubeconfig');
+    await writeKubeconfig(file, plane.server, { pem: adminCaPem }, adminCert, 'kubeboot-admin');
+    return kubeboot(t, ['ca-rotation', ...args, '--kubeconfig', file]);
   };
 
   /** What an attacker (or a careless admin) puts in cluster-info: any text as its CA bundle. */
@@ -132,6 +139,11 @@ if (plane) {
     for (const c of cases) {
       await c.publish();
       await everyNode(`every node to refuse ${c.name}`, (a) => a.refused === c.reason);
+      if (c.reason === 'node-writable-source') {
+        const status = await caRotation(t, 'status');
+        t.equal(status.code, 1, 'kubeboot ca-rotation status: not finished while nodes refuse');
+        t.match(status.stdout, /rot-1: refuses the published bundle: node-writable-source/, 'and names each node and why');
+      }
       for (const node of nodes) t.equal(trustedBundle(await kubeconfigCa(node)).hash, hash1, `${c.name}: ${node.name} keeps CA 1 only`);
       await publishRaw(ca1Pem);
       await c.undo?.();
@@ -143,7 +155,33 @@ if (plane) {
   t.test('the rotation, step by step as docs/ca-rotation.md says, with no node touched', async (t) => {
     // 1. Publish CA 1 + CA 2; every node trusts both and restarts its kubelet once, at its slot.
     const both = bundleFromFile('ca-bundle.crt', bundle12, new Date());
-    await withAdmin((c) => publishTrust(c, both, null));
+    const bundleFile = join(plane.dir, 'ca-bundle.crt');
+    await writeFile(bundleFile, bundle12);
+    // rot-3 is offline (kubeboot stopped) when the bundle is published.
+    const offline = daemons[2]!;
+    offline.child.kill('SIGTERM');
+    const gone = await offline.done;
+    assertNoSecrets(t, gone.stdout + gone.stderr, 'kubeboot run (rot-3, before going offline)');
+    t.equal((await caRotation(t, 'publish', bundleFile)).code, 0, 'kubeboot ca-rotation publish ca-bundle.crt');
+    await plane.admin.waitFor(
+      'rot-1 and rot-2 to use CA 1 + CA 2',
+      async () => {
+        for (const name of ['rot-1', 'rot-2'])
+          if ((await annotation(name))?.bundle !== both.hash || !(await annotation(name))?.active) return undefined;
+        return true;
+      },
+      STEP_MS,
+    );
+    const lagging = await caRotation(t, 'status');
+    t.equal(lagging.code, 1, 'status: not ready while rot-3 is offline');
+    t.match(lagging.stdout, /2\/3 node\(s\) trust and use the published CA bundle/, 'status counts the nodes that are');
+    t.match(lagging.stdout, /rot-3: has not picked up the published bundle yet/, 'and names the one that lags, and why');
+    // rot-3 comes back and catches up on its own.
+    const back = startKubeboot(['run', '--config', nodes[2]!.config]);
+    t.teardown(() => {
+      if (back.child.exitCode === null) back.child.kill('SIGTERM');
+    });
+    daemons[2] = back;
     await plane.admin.waitFor(
       'every node to trust and use CA 1 + CA 2',
       async () => ((await withAdmin((c) => rotationProgress(c, both, null))).ready ? true : undefined),
@@ -156,8 +194,6 @@ if (plane) {
     }
 
     // 2. The API server accepts client certificates of either CA.
-    const bundleFile = join(plane.dir, 'ca-bundle.crt');
-    await writeFile(bundleFile, bundle12);
     await plane.restart('kube-apiserver', { 'client-ca-file': bundleFile, 'kubelet-certificate-authority': bundleFile });
 
     // 3. Control-plane clients and the API server's serving certificate under CA 2.
@@ -186,7 +222,11 @@ if (plane) {
     await writeFile(ca2Cert, ca2.certPem);
     await writeFile(ca2Key, ca2.keyPem, { mode: 0o600 });
     await plane.restart('kube-controller-manager', { 'cluster-signing-cert-file': ca2Cert, 'cluster-signing-key-file': ca2Key });
-    await withAdmin((c) => publishTrust(c, both, ca2Pin));
+    t.equal(
+      (await caRotation(t, 'publish', bundleFile, '--signer-ca-hash', ca2Pin)).code,
+      0,
+      'kubeboot ca-rotation publish --signer-ca-hash',
+    );
     await plane.admin.waitFor(
       'every node to hold certificates under CA 2',
       async () => ((await withAdmin((c) => rotationProgress(c, both, ca2Pin))).ready ? true : undefined),
@@ -195,7 +235,8 @@ if (plane) {
 
     // 5. Retire CA 1: nodes first, then the control plane.
     const only2 = bundleFromFile('ca2.crt', ca2.certPem, new Date());
-    await withAdmin((c) => publishTrust(c, only2, ca2Pin));
+    const retired = await caRotation(t, 'retire', ca2Cert);
+    t.equal(retired.code, 0, `kubeboot ca-rotation retire: every node was ready (${retired.stderr.trim()})`);
     await plane.admin.waitFor(
       'every node to trust and use CA 2 only',
       async () => ((await withAdmin((c) => rotationProgress(c, only2, ca2Pin))).ready ? true : undefined),
@@ -217,8 +258,9 @@ if (plane) {
         t.notOk((await readFile(file, 'utf8').catch(() => '')).includes(ca1Body), `${node.name}: CA 1 is in no file (${file})`);
       t.equal(daemons[i]!.child.exitCode, null, `${node.name}: kubeboot still runs`);
     }
-    const who = await withAdmin((c) => c.request('GET', '/api/v1/nodes'));
-    t.equal(who.status, 200, 'the admin works on CA 2 alone');
+    const status = await caRotation(t, 'status');
+    t.equal(status.code, 0, 'kubeboot ca-rotation status: finished, on CA 2 alone');
+    t.match(status.stdout, /3\/3 node\(s\) trust and use the published CA bundle; 3\/3 hold certificates under the signer CA/);
   });
 
   t.test('every request was authenticated; no bootstrap token was used after the join', async (t) => {
