@@ -25,6 +25,8 @@ export async function runCaRotation(
   const expect = (n: number) => {
     if (rest.length !== n) throw new InputError('command line', 'arguments', `usage: kubeboot ${USAGE}`);
   };
+  if (action !== 'publish' && action !== 'status' && action !== 'retire')
+    throw new InputError('command line', 'arguments', `usage: kubeboot ${USAGE}`);
   const signerFlag = typeof given['signer-ca-hash'] === 'string' ? parseSignerPin(given['signer-ca-hash']) : null;
   const admin = await adminClient(typeof given.kubeconfig === 'string' ? given.kubeconfig : undefined, env);
   const doing = (what: string) => (err: unknown) => {
