@@ -110,7 +110,7 @@ export function decideBundle(input: BundleInput): BundleDecision {
     if (anchorOf(chain, bundle.cas) === null)
       return refuse(
         'strands-credential',
-        `the new CA bundle does not contain the CA of the ${held.identity} certificate (issuer CN=${chain[0]!.issuerCommonName.slice(0, 64)}); it is re-issued first`,
+        `the new CA bundle does not contain the CA of the ${held.identity} certificate (issuer CN=${chain[0]!.issuerCommonName.slice(0, 64)}); re-issue it under a CA of the new bundle first`,
       );
   }
   const before = new Set(input.current.pins);
