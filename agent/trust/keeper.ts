@@ -15,7 +15,7 @@
  * from the watch cache (see `npm run bench:fleet` for what it costs).
  */
 import type { Dispatcher } from 'undici';
-import { Counter, type Registry } from 'prom-client';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import path from 'node:path';
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential } from '../credential/assess.js';
@@ -105,6 +105,7 @@ export class TrustKeeper {
   readonly #refusals: Counter<'reason'>;
   readonly #adoptions: Counter;
   readonly #restarts: Counter<'consumer' | 'result'>;
+  readonly #refused: Gauge<'reason'>;
   #state: KeeperState | null = null;
   #wake: (() => void) | null = null;
   #poked = false;
@@ -125,6 +126,12 @@ export class TrustKeeper {
     this.#adoptions = new Counter({
       name: 'kubeboot_ca_bundle_changes_total',
       help: 'Published CA bundles adopted into the node files.',
+      registers,
+    });
+    this.#refused = new Gauge({
+      name: 'kubeboot_ca_bundle_refused',
+      help: '1 while the CA bundle published in kube-public/cluster-info is refused, by reason; absent otherwise.',
+      labelNames: ['reason'],
       registers,
     });
     this.#restarts = new Counter({
@@ -245,6 +252,8 @@ export class TrustKeeper {
             this.#refusals.inc({ reason: decision.reason });
           }
           this.#lastRefusal = key;
+          this.#refused.reset();
+          this.#refused.set({ reason: decision.reason }, 1);
           await this.#report(config, client, current, decision.reason);
           // Restarts owed for the bundle already adopted stay due.
           const due = await this.#restartsDue(config, state);
@@ -262,6 +271,7 @@ export class TrustKeeper {
       } else {
         this.#lastRefusal = null;
       }
+      this.#refused.reset();
       await this.#apply(config, target, state);
       const due = await this.#restartsDue(config, state);
       const reissueAt = this.#reissue(config, published.signerPin, target, held, state, now);

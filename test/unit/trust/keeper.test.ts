@@ -238,6 +238,16 @@ t.test('hostile bundles are refused, each with its reason, and nothing is writte
     const metric = await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refusals_total');
     t.match(metric, `kubeboot_ca_bundle_refusals_total{reason="${c.reason}"} 1`, `${c.name}: counted as ${c.reason}`);
     t.equal(f.annotations.at(-1)?.refused, c.reason, `${c.name}: the Node tells the admin why`);
+    const gauge = await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refused');
+    t.match(gauge, `kubeboot_ca_bundle_refused{reason="${c.reason}"} 1`, `${c.name}: the alert's gauge is set`);
+    f.published.caPem = ca1.certPem;
+    f.server = { ...f.server, nodeCanWrite: false, user: 'system:node:n1' };
+    await f.keeper.check();
+    t.notMatch(
+      await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refused'),
+      /\} 1/,
+      `${c.name}: and cleared once the cluster publishes an acceptable bundle`,
+    );
   }
 });
 
