@@ -348,3 +348,22 @@ t.test('a restart owed is still carried out while a later bundle is refused', as
   t.equal(next, null, 'and nothing is left due: no busy loop on a past slot');
   t.equal(f.annotations.at(-1)?.refused, 'node-writable-source');
 });
+
+t.test("the daemon's /metrics carries the CA rotation's series (what the alert reads)", async (t) => {
+  const { Daemon } = await import('../../../agent/daemon/daemon.js');
+  const daemon = new Daemon({
+    config: defaultConfig('n1'),
+    logger,
+    signal: new AbortController().signal,
+    reload: async () => defaultConfig('n1'),
+    env: {},
+  });
+  const text = await daemon.metrics.registry.metrics();
+  for (const name of [
+    'kubeboot_ca_bundle_refused',
+    'kubeboot_ca_bundle_refusals_total',
+    'kubeboot_ca_bundle_changes_total',
+    'kubeboot_ca_restarts_total',
+  ])
+    t.match(text, new RegExp(`^# TYPE ${name} `, 'm'), `${name} is served`);
+});
