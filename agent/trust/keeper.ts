@@ -193,8 +193,8 @@ export class TrustKeeper {
     const { logger } = this.#deps;
     const config = this.#deps.config();
     // The files first: after an adoption they hold the bundle that verifies the API server now.
-    const onDisk = (await assessNode(config, this.#deps.clock.now())).kubelet;
-    const node = isNodeCredential(onDisk) ? onDisk : this.#deps.nodeCredential();
+    const onDisk = await assessNode(config, this.#deps.clock.now());
+    const node = isNodeCredential(onDisk.kubelet) ? onDisk.kubelet : this.#deps.nodeCredential();
     if (node === null) return null;
     const state = await this.#loadState(config);
     const credential: ClientAuth = { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem };
@@ -222,7 +222,7 @@ export class TrustKeeper {
         return null; // the kubeconfig check already calls the credential unusable
       }
       let target = current;
-      const held = heldCertificates((await assessNode(config, now, node.cluster.caPem)).others, node);
+      const held = heldCertificates(onDisk.others, node);
       if (bundleChanged(current, published.caPem, now)) {
         const [user, nodeCanWrite, presented] = await Promise.all([
           whoAmI(client, this.#deps.signal).then(
