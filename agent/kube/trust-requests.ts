@@ -83,3 +83,36 @@ export async function annotateNode(client: KubeClient, nodeName: string, value: 
     ...(signal ? { signal } : {}),
   });
 }
+
+/**
+ * A Warning Event on the node's own Node, as the kubelet records its own
+ * (namespace default, involvedObject the Node); nodes may create Events.
+ */
+export async function nodeWarning(
+  client: KubeClient,
+  nodeName: string,
+  reason: string,
+  message: string,
+  now: Date,
+  signal?: AbortSignal,
+): Promise<void> {
+  const at = now.toISOString();
+  await client.request('POST', '/api/v1/namespaces/default/events', {
+    body: {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { generateName: `${nodeName}.kubeboot-`, namespace: 'default' },
+      involvedObject: { apiVersion: 'v1', kind: 'Node', name: nodeName, uid: nodeName },
+      reason,
+      message: message.slice(0, 1024),
+      type: 'Warning',
+      source: { component: 'kubeboot', host: nodeName },
+      reportingComponent: 'kubeboot',
+      reportingInstance: nodeName,
+      firstTimestamp: at,
+      lastTimestamp: at,
+      count: 1,
+    },
+    ...(signal ? { signal } : {}),
+  });
+}

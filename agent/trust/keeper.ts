@@ -22,7 +22,7 @@ import { assessNode, isNodeCredential, type Assessment, type NodeCredential } fr
 import { ApiError } from '../errors.js';
 import { currentCertPath, type IdentityName } from '../identity.js';
 import { KubeClient, presentedChain, type ClientAuth, type Endpoint } from '../kube/client.js';
-import { annotateNode, canChangeClusterInfo, readPublishedTrust, type PublishedTrust } from '../kube/trust-requests.js';
+import { annotateNode, canChangeClusterInfo, nodeWarning, readPublishedTrust, type PublishedTrust } from '../kube/trust-requests.js';
 import { whoAmI } from '../kube/whoami.js';
 import { renderClientKubeconfig } from '../kubeconfig/render.js';
 import type { Logger } from '../log.js';
@@ -250,6 +250,15 @@ export class TrustKeeper {
           if (this.#lastRefusal !== key) {
             logger.error(`CA rotation: ${decision.message}`);
             this.#refusals.inc({ reason: decision.reason });
+            // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
+            await nodeWarning(
+              client,
+              config.nodeName,
+              'CABundleRefused',
+              `${decision.reason}: ${decision.message}`,
+              now,
+              this.#deps.signal,
+            ).catch((err: Error) => logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
           }
           this.#lastRefusal = key;
           this.#refused.reset();

@@ -143,6 +143,14 @@ if (plane) {
         const status = await caRotation(t, 'status');
         t.equal(status.code, 1, 'kubeboot ca-rotation status: not finished while nodes refuse');
         t.match(status.stdout, /rot-1: refuses the published bundle: node-writable-source/, 'and names each node and why');
+        const events = (
+          await plane.admin.request<KubeObject>('GET', '/api/v1/namespaces/default/events?fieldSelector=reason%3DCABundleRefused')
+        ).body.items as KubeObject[];
+        for (const name of NODES)
+          t.ok(
+            events.some((e) => e.involvedObject?.name === name && e.type === 'Warning' && /^node-writable-source: /.test(e.message)),
+            `${name}: a Warning Event on its Node says why`,
+          );
       }
       for (const node of nodes) t.equal(trustedBundle(await kubeconfigCa(node)).hash, hash1, `${c.name}: ${node.name} keeps CA 1 only`);
       await publishRaw(ca1Pem);

@@ -49,6 +49,7 @@ interface Fixture {
   restarts: string[];
   reissued: IdentityName[];
   annotations: Record<string, unknown>[];
+  events: Record<string, unknown>[];
 }
 
 /** `reuse`: a second kubeboot on the same node's files (a restart of the daemon). */
@@ -95,6 +96,7 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
     restarts: [],
     reissued: [],
     annotations: [],
+    events: [],
   };
   const agent = new MockAgent();
   agent.disableNetConnect();
@@ -124,6 +126,13 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
   pool
     .intercept({ path: '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', method: 'POST' })
     .reply(() => ({ statusCode: 201, data: JSON.stringify({ status: { allowed: f.server.nodeCanWrite } }) }))
+    .persist();
+  pool
+    .intercept({ path: '/api/v1/namespaces/default/events', method: 'POST' })
+    .reply((opts) => {
+      f.events.push(JSON.parse(String(opts.body)) as Record<string, unknown>);
+      return { statusCode: 201, data: '{}' };
+    })
     .persist();
   pool
     .intercept({ path: '/api/v1/nodes/n1', method: 'PATCH' })
@@ -238,6 +247,11 @@ t.test('hostile bundles are refused, each with its reason, and nothing is writte
     const metric = await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refusals_total');
     t.match(metric, `kubeboot_ca_bundle_refusals_total{reason="${c.reason}"} 1`, `${c.name}: counted as ${c.reason}`);
     t.equal(f.annotations.at(-1)?.refused, c.reason, `${c.name}: the Node tells the admin why`);
+    t.equal(f.events.length, 1, `${c.name}: one Warning Event`);
+    t.match(f.events[0], { reason: 'CABundleRefused', type: 'Warning', involvedObject: { kind: 'Node', name: 'n1' } });
+    t.match(String(f.events[0]?.message), new RegExp(`^${c.reason}: kube-public/cluster-info: `), `${c.name}: the Event says why`);
+    await f.keeper.check();
+    t.equal(f.events.length, 1, `${c.name}: not repeated while the same bundle is refused`);
     const gauge = await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refused');
     t.match(gauge, `kubeboot_ca_bundle_refused{reason="${c.reason}"} 1`, `${c.name}: the alert's gauge is set`);
     f.published.caPem = ca1.certPem;
