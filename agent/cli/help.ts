@@ -123,7 +123,7 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   run: {
     usage: 'kubeboot run [options]',
     summary: 'Bootstrap what is missing, then renew every credential before it expires (the systemd service).',
-    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'listen', ...LOG],
+    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'kubelet-renewal', 'kubelet-config', 'listen', ...LOG],
   },
   check: {
     usage: 'kubeboot check [options]',
