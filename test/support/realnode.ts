@@ -83,6 +83,8 @@ export interface RealNodeOptions {
   certDir?: string;
   /** Another kubelet binary (an older release, for version skew); default the plane's release. */
   kubeletBinary?: string;
+  /** More kubelet flags, e.g. --bootstrap-kubeconfig for the kubelet's own TLS bootstrap. */
+  kubeletArgs?: string[];
 }
 
 /** Where startRealNode writes the kubelet's KubeletConfiguration; kubeboot's kubelet.configFile points here. */
@@ -198,6 +200,7 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
         `--hostname-override=${o.name}`,
         `--node-ip=${o.net.nodeIp}`,
         '--v=2',
+        ...(o.kubeletArgs ?? []),
       ],
       join(o.dir, 'kubelet.log'),
     );
