@@ -134,7 +134,7 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     usage: 'kubeboot status [--output text|json] [options]',
     summary:
       "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.",
-    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, ...LOG],
+    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'kubelet-renewal', 'kubelet-config', ...LOG],
   },
   renew: {
     usage: 'kubeboot renew [--identity NAME] [options]',
