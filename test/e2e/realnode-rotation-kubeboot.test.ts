@@ -12,6 +12,7 @@
 // Cost: about 6–7 minutes of wall time, nearly all of it waiting for the
 // kubelet's 5-minute reload.
 import t from 'tap';
+import { kubeboot } from '../support/kubeboot.js';
 import { auditEventsFrom, credentialId, joinRealNode, realNodeOrSkip, requestSpans } from '../support/node-join.js';
 import { csrCreatorsAs, kubeletClientCsrs, waitNodeReady, watchKubeletLink } from '../support/rotation.js';
 
@@ -104,6 +105,8 @@ if (await realNodeOrSkip(t)) {
         [],
         `no request of the kubelet was answered 401 (${requests.length} requests)`,
       );
+      const status = await kubeboot(t, ['status', '--config', layout.config, '--output', 'json']);
+      t.equal(JSON.parse(status.stdout).identities[0].renewedBy?.by, 'kubeboot', 'kubeboot status says who renews: kubeboot');
       await joined.stop();
     },
   );

@@ -10,6 +10,7 @@
 //
 // Cost: about 6 minutes of wall time, nearly all of it waiting.
 import t from 'tap';
+import { kubeboot } from '../support/kubeboot.js';
 import { auditEventsFrom, credentialId, joinRealNode, realNodeOrSkip, requestSpans } from '../support/node-join.js';
 import { csrCreatorsAs, kubeletClientCsrs, waitNodeReady, watchKubeletLink } from '../support/rotation.js';
 
@@ -108,6 +109,8 @@ if (await realNodeOrSkip(t)) {
       /kubelet: renewal due|kubelet: certificate valid until \S+; renewal scheduled/,
       'kubeboot never scheduled a kubelet renewal',
     );
+    const status = await kubeboot(t, ['status', '--config', layout.config, '--output', 'json']);
+    t.equal(JSON.parse(status.stdout).identities[0].renewedBy?.by, 'kubelet', 'kubeboot status says who renews: the kubelet');
     await joined.stop();
   });
 }
