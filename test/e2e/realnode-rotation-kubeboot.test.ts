@@ -14,7 +14,7 @@
 import t from 'tap';
 import { kubeboot } from '../support/kubeboot.js';
 import { auditEventsFrom, credentialId, joinRealNode, realNodeOrSkip, requestSpans } from '../support/node-join.js';
-import { csrCreatorsAs, kubeletClientCsrs, waitNodeReady, watchKubeletLink } from '../support/rotation.js';
+import { csrCreatorsAs, csrsMatchingLink, waitNodeReady, watchKubeletLink } from '../support/rotation.js';
 
 const NAME = 'rot-kubeboot';
 t.setTimeout(40 * 60_000);
@@ -50,16 +50,7 @@ if (await realNodeOrSkip(t)) {
       );
       t.comment(`the kubelet moved to a renewed certificate, on the link since ${new Date(switched.seenAt).toISOString()}`);
 
-      const csrs = await plane.admin.waitFor(
-        'every issued renewal on the link',
-        async () => {
-          link.look();
-          const all = await kubeletClientCsrs(plane);
-          const renewals = all.filter((c) => c.username === `system:node:${NAME}`);
-          return renewals.every((c) => c.certId === undefined || link.seen.some((s) => s.id === c.certId)) ? all : undefined;
-        },
-        60_000,
-      );
+      const { csrs, seen } = await csrsMatchingLink(plane, link, NAME);
       const renewals = csrs.filter((c) => c.username === `system:node:${NAME}`);
       t.equal(csrs.filter((c) => c.username.startsWith('system:bootstrap:')).length, 1, 'one bootstrap CSR');
       t.same(
@@ -75,11 +66,11 @@ if (await realNodeOrSkip(t)) {
       );
       t.equal(
         renewals.filter((c) => c.certId !== undefined).length,
-        link.seen.length - 1,
+        seen.length - 1,
         'one CSR per renewal: each issued one is on the link, none wasted',
       );
-      for (const [i, s] of link.seen.slice(1).entries()) {
-        const previous = link.seen[i]!;
+      for (const [i, s] of seen.slice(1).entries()) {
+        const previous = seen[i]!;
         t.ok(
           s.seenAt < previous.notAfter,
           `certificate ${i + 2} was on the link before certificate ${i + 1} expired: renewed once per period, in time`,

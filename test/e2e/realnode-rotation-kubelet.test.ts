@@ -12,7 +12,7 @@
 import t from 'tap';
 import { kubeboot } from '../support/kubeboot.js';
 import { auditEventsFrom, credentialId, joinRealNode, realNodeOrSkip, requestSpans } from '../support/node-join.js';
-import { csrCreatorsAs, kubeletClientCsrs, waitNodeReady, watchKubeletLink } from '../support/rotation.js';
+import { csrCreatorsAs, csrsMatchingLink, waitNodeReady, watchKubeletLink } from '../support/rotation.js';
 
 const NAME = 'rot-kubelet';
 t.setTimeout(40 * 60_000);
@@ -50,16 +50,7 @@ if (await realNodeOrSkip(t)) {
     );
 
     // Every issued kubelet CSR's certificate is the one the link then shows (the kubelet links it right after it is issued).
-    const csrs = await plane.admin.waitFor(
-      'every issued renewal on the link',
-      async () => {
-        link.look();
-        const all = await kubeletClientCsrs(plane);
-        const renewals = all.filter((c) => c.username === `system:node:${NAME}`);
-        return renewals.every((c) => c.certId === undefined || link.seen.some((s) => s.id === c.certId)) ? all : undefined;
-      },
-      60_000,
-    );
+    const { csrs, seen } = await csrsMatchingLink(plane, link, NAME);
     const renewals = csrs.filter((c) => c.username === `system:node:${NAME}`);
     const bootstrap = csrs.filter((c) => c.username.startsWith('system:bootstrap:'));
     t.equal(bootstrap.length, 1, 'one bootstrap CSR (kubeboot, with the bootstrap token)');
@@ -76,7 +67,7 @@ if (await realNodeOrSkip(t)) {
     );
     t.equal(
       renewals.filter((c) => c.certId !== undefined).length,
-      link.seen.length - 1,
+      seen.length - 1,
       'one CSR per renewal: each issued one is on the link, none wasted',
     );
     t.same(
@@ -85,7 +76,7 @@ if (await realNodeOrSkip(t)) {
       `the link never dangled, never left the directory, never pointed at anything but this node's certificate and key (${link.looks} looks)`,
     );
     t.ok(
-      link.seen.slice(1).every((s) => renewals.some((c) => c.certId === s.id)),
+      seen.slice(1).every((s) => renewals.some((c) => c.certId === s.id)),
       'every certificate after the bootstrap one is one the kubelet requested: nothing foreign',
     );
     t.comment(

@@ -154,3 +154,29 @@ export async function waitNodeReady(plane: ControlPlane, name: string, programs:
     180_000,
   );
 }
+
+/**
+ * The kubelet client CSRs and the link's certificates at one moment when
+ * they agree: every issued renewal (a CSR made as system:node:<name>) is a
+ * certificate the link pointed at, and every certificate after the first
+ * (the bootstrap one) came from such a CSR. A renewal is issued a moment
+ * before its file is linked, so this waits for that moment to pass.
+ */
+export async function csrsMatchingLink(
+  plane: ControlPlane,
+  link: LinkWatch,
+  name: string,
+): Promise<{ csrs: KubeletCsr[]; seen: LinkedCertificate[] }> {
+  return plane.admin.waitFor(
+    'the issued renewals and the certificates on the link to match',
+    async () => {
+      const csrs = await kubeletClientCsrs(plane);
+      link.look();
+      const seen = [...link.seen];
+      const issued = new Set(csrs.flatMap((c) => (c.username === `system:node:${name}` && c.certId !== undefined ? [c.certId] : [])));
+      const linked = new Set(seen.slice(1).map((s) => s.id));
+      return issued.size === linked.size && [...issued].every((id) => linked.has(id)) ? { csrs, seen } : undefined;
+    },
+    60_000,
+  );
+}
