@@ -127,7 +127,7 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   run: {
     usage: 'kubeboot run [options]',
     summary: 'Bootstrap what is missing, then renew every credential before it expires (the systemd service).',
-    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', ...CA_ROTATION, 'listen', ...LOG],
+    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'kubelet-renewal', 'kubelet-config', ...CA_ROTATION, 'listen', ...LOG],
   },
   check: {
     usage: 'kubeboot check [options]',
@@ -138,7 +138,7 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     usage: 'kubeboot status [--output text|json] [options]',
     summary:
       "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.",
-    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, ...LOG],
+    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'kubelet-renewal', 'kubelet-config', ...LOG],
   },
   renew: {
     usage: 'kubeboot renew [--identity NAME] [options]',

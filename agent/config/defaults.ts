@@ -26,6 +26,9 @@ export function defaultConfig(nodeName: string): Config {
       kubeconfig: '/etc/kubernetes/kubelet.conf',
       certDir: '/var/lib/kubelet/pki',
       hooks: [],
+      renewal: 'auto',
+      // kubeadm's path for the kubelet's configuration file.
+      configFile: '/var/lib/kubelet/config.yaml',
     },
     kubeProxy: {
       enabled: true,

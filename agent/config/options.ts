@@ -10,6 +10,7 @@
  * is comma-separated.
  */
 import { KEY_ALGORITHMS } from '../identity.js';
+import { KUBELET_RENEWAL_MODES } from '../renewal/owner.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import type { Config } from './types.js';
 import {
@@ -145,6 +146,17 @@ export const OPTIONS: readonly OptionSpec[] = [
   }),
   opt('kubelet-kubeconfig', { key: 'kubelet.kubeconfig', type: 'path', help: 'Kubeconfig written for the kubelet' }),
   opt('kubelet-cert-dir', { key: 'kubelet.certDir', type: 'path', help: 'Directory of the kubelet client certificates' }),
+  opt('kubelet-renewal', {
+    key: 'kubelet.renewal',
+    type: 'enum',
+    values: KUBELET_RENEWAL_MODES,
+    help: 'Who renews the kubelet client certificate: auto follows rotateCertificates in --kubelet-config (true: the kubelet renews it itself and kubeboot only bootstraps it and steps in when nothing valid is left; false or unset: kubeboot renews); kubeboot or kubelet say so outright (set kubelet when the kubelet runs with --rotate-certificates)',
+  }),
+  opt('kubelet-config', {
+    key: 'kubelet.configFile',
+    type: 'path',
+    help: "The kubelet's KubeletConfiguration file, read for rotateCertificates (a missing file means false, the kubelet's default)",
+  }),
   fileOnly({
     key: 'kubelet.hooks',
     type: 'hooks',

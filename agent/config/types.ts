@@ -3,6 +3,7 @@
  * Every duration is in seconds. Paths are absolute after loading.
  */
 import type { KeyAlgorithm, IdentityName } from '../identity.js';
+import type { KubeletRenewalMode } from '../renewal/owner.js';
 
 export interface Config {
   /** File the settings were read from (may not exist; then only defaults/env/flags apply). */
@@ -26,6 +27,10 @@ export interface Config {
     kubeconfig: string;
     certDir: string;
     hooks: string[][];
+    /** Who renews the kubelet client certificate: the kubelet's config file decides (auto), kubeboot, or the kubelet. */
+    renewal: KubeletRenewalMode;
+    /** The kubelet's KubeletConfiguration file, read for rotateCertificates. */
+    configFile: string;
   };
   kubeProxy: {
     enabled: boolean;

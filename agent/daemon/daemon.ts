@@ -18,12 +18,14 @@ import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
 import { renewIdentity } from '../credential/renew.js';
-import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
+import { BootstrapCredentialError, InputError, NeedsBootstrapError, UnreadableInputError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { Identity, IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
+import { kubeletRenewer } from '../renewal/owner.js';
 import { deadlineFor, nextAction, progressDue, retryPlan } from '../renewal/plan.js';
+import { readOptional } from '../read-optional.js';
 import { ensureDir } from '../store/atomic.js';
 import { pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
@@ -72,6 +74,8 @@ interface Slot {
   attempt: number;
   /** Monotonic time by which the loop must show progress again (liveness). */
   progressDue: number;
+  /** Who renews, as last logged (the kubelet identity only). */
+  renewerSaid?: string;
 }
 
 export class Daemon {
@@ -280,15 +284,21 @@ export class Daemon {
     const own = identity.name === 'kubelet' ? node.kubelet : node.others.find((a) => a.identity.name === identity.name)!;
     const requester = this.#requester(node.kubelet, now);
     slot.seen = own;
+    const elsewhere = identity.name === 'kubelet' ? await this.#kubeletRenewedElsewhere(config, slot) : null;
     const action = nextAction({
       own,
       requester,
       kubeletProblem: node.kubelet.state === 'unusable' ? node.kubelet.reason : null,
-      deadline: own.state === 'usable' ? this.#deadline(slot, own, config.renewal.margin) : null,
+      deadline: own.state === 'usable' && elsewhere === null ? this.#deadline(slot, own, config.renewal.margin) : null,
       force,
+      renewedElsewhere: elsewhere,
       now,
     });
     switch (action.kind) {
+      case 'step-aside':
+        if (force) this.#logger.warn(`${identity.name}: not renewed on request: ${action.why}`, { identity: identity.name });
+        slot.state.nextRenewal = null;
+        return action.until;
       case 'sleep':
         slot.state.nextRenewal = action.until.toISOString();
         return action.until;
@@ -339,6 +349,23 @@ export class Daemon {
       return remembered;
     }
     return null;
+  }
+
+  /** Why the kubelet renews its own client certificate (kubelet.renewal, its config file), or null; logged when that changes. */
+  async #kubeletRenewedElsewhere(config: Config, slot: Slot): Promise<string | null> {
+    const file = config.kubelet.configFile;
+    const text = await readOptional(file).catch((err: unknown) => {
+      if (err instanceof UnreadableInputError) return { problem: err.message };
+      throw err;
+    });
+    const renewer = kubeletRenewer(config.kubelet.renewal, file, text);
+    const said = `${renewer.why}\n${renewer.warning ?? ''}`;
+    if (slot.renewerSaid !== said) {
+      slot.renewerSaid = said;
+      this.#logger.info(`kubelet: ${renewer.why}`, { identity: 'kubelet' });
+      if (renewer.warning !== null) this.#logger.warn(`kubelet: ${renewer.warning}`, { identity: 'kubelet' });
+    }
+    return renewer.by === 'kubelet' ? renewer.why : null;
   }
 
   #deadline(slot: Slot, own: Usable, margin: number): Date {
