@@ -1,6 +1,6 @@
 /** `kubeboot status`: per identity, what is on disk and what the daemon last did. */
 import type { Config } from '../config/types.js';
-import { ExitCode, UnreadableInputError } from '../errors.js';
+import { ExitCode } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import { currentCertPath } from '../identity.js';
 import { parseCertificateChain } from '../pki/certificate.js';
@@ -8,7 +8,7 @@ import { loadCurrent } from '../store/cert-store.js';
 import { readDaemonState, type IdentityState } from '../daemon/state.js';
 import { describePending, pendingCsr } from '../credential/pending-csr.js';
 import { systemClock } from '../time/clock.js';
-import { readOptional } from '../read-optional.js';
+import { readOptionalOrProblem } from '../read-optional.js';
 import { kubeletRenewer, type KubeletRenewer } from '../renewal/owner.js';
 
 export interface IdentityStatus {
@@ -31,11 +31,7 @@ export interface IdentityStatus {
 
 async function kubeletRenewerOf(config: Config): Promise<KubeletRenewer> {
   const file = config.kubelet.configFile;
-  const text = await readOptional(file).catch((err: unknown) => {
-    if (err instanceof UnreadableInputError) return { problem: err.message };
-    throw err;
-  });
-  return kubeletRenewer(config.kubelet.renewal, file, text);
+  return kubeletRenewer(config.kubelet.renewal, file, await readOptionalOrProblem(file));
 }
 
 export async function collectStatus(config: Config, now = systemClock.now()): Promise<IdentityStatus[]> {

@@ -18,14 +18,14 @@ import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
 import { renewIdentity } from '../credential/renew.js';
-import { BootstrapCredentialError, InputError, NeedsBootstrapError, UnreadableInputError } from '../errors.js';
+import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { Identity, IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { kubeletRenewer } from '../renewal/owner.js';
 import { deadlineFor, nextAction, progressDue, retryPlan } from '../renewal/plan.js';
-import { readOptional } from '../read-optional.js';
+import { readOptionalOrProblem } from '../read-optional.js';
 import { ensureDir } from '../store/atomic.js';
 import { pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
@@ -354,11 +354,7 @@ export class Daemon {
   /** Why the kubelet renews its own client certificate (kubelet.renewal, its config file), or null; logged when that changes. */
   async #kubeletRenewedElsewhere(config: Config, slot: Slot): Promise<string | null> {
     const file = config.kubelet.configFile;
-    const text = await readOptional(file).catch((err: unknown) => {
-      if (err instanceof UnreadableInputError) return { problem: err.message };
-      throw err;
-    });
-    const renewer = kubeletRenewer(config.kubelet.renewal, file, text);
+    const renewer = kubeletRenewer(config.kubelet.renewal, file, await readOptionalOrProblem(file));
     const said = `${renewer.why}\n${renewer.warning ?? ''}`;
     if (slot.renewerSaid !== said) {
       slot.renewerSaid = said;

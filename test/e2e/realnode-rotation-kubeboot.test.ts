@@ -13,8 +13,15 @@
 // kubelet's 5-minute reload.
 import t from 'tap';
 import { kubeboot } from '../support/kubeboot.js';
-import { auditEventsFrom, credentialId, joinRealNode, realNodeOrSkip, requestSpans } from '../support/node-join.js';
-import { csrCreatorsAs, csrsMatchingLink, waitNodeReady, watchKubeletLink } from '../support/rotation.js';
+import { auditEventsFrom, joinRealNode, realNodeOrSkip, requestSpans } from '../support/node-join.js';
+import {
+  csrCreatorsAs,
+  csrsMatchingLink,
+  kubeletCredentialIds,
+  waitKubeletUsesRenewal,
+  waitNodeReady,
+  watchKubeletLink,
+} from '../support/rotation.js';
 
 const NAME = 'rot-kubeboot';
 t.setTimeout(40 * 60_000);
@@ -36,18 +43,7 @@ if (await realNodeOrSkip(t)) {
       t.pass('kubeboot read the kubelet configuration file and renews');
       await waitNodeReady(plane, NAME, [node.kubelet, node.fakecri]);
 
-      const kubeletUses = () => new Set(requestSpans(auditEventsFrom(plane, net.nodeIp, 'kubelet/')).map((r) => credentialId(r.event)));
-      const switched = await plane.admin.waitFor(
-        'the kubelet to use a certificate kubeboot renewed',
-        async () => {
-          const gone = [node.kubelet, node.fakecri].find((c) => c.exited !== undefined);
-          if (gone) throw new Error(`${gone.name} exited (${gone.exited}); see ${gone.logFile}`);
-          link.look();
-          const used = kubeletUses();
-          return link.seen.slice(1).find((s) => used.has(s.id));
-        },
-        14 * 60_000,
-      );
+      const switched = await waitKubeletUsesRenewal(joined, link, 'the kubelet to use a certificate kubeboot renewed');
       t.comment(`the kubelet moved to a renewed certificate, on the link since ${new Date(switched.seenAt).toISOString()}`);
 
       const { csrs, seen } = await csrsMatchingLink(plane, link, NAME);
@@ -82,7 +78,7 @@ if (await realNodeOrSkip(t)) {
         `the link never dangled, never left the directory, never pointed at anything but this node's certificate and key (${link.looks} looks)`,
       );
       t.equal(link.absences, 0, 'and was never absent: kubeboot renames the new link over the old one');
-      const used = kubeletUses();
+      const used = kubeletCredentialIds(joined);
       t.same(
         [...used].filter((id) => !link.seen.some((s) => s.id === id)),
         [],

@@ -34,7 +34,7 @@ export function nodeBinaries(): Promise<NodeBinaries> {
 }
 
 /** The sysctls the kubelet sets (container_manager_linux.go setupKernelTunables); each gets a private file. */
-const KUBELET_SYSCTLS = [
+export const KUBELET_SYSCTLS = [
   'vm/overcommit_memory',
   'vm/panic_on_oom',
   'kernel/panic',
@@ -93,6 +93,21 @@ export function kubeletConfigPath(dir: string): string {
 }
 
 /**
+ * What a test kubelet leaves alone: no QoS cgroups, no node-allocatable
+ * enforcement, no iptables chains (nothing on the host to set up), and no
+ * eviction or image GC, so a busy shared disk never evicts the test's pod.
+ */
+export const CONTAINED_KUBELET = {
+  cgroupsPerQOS: false,
+  enforceNodeAllocatable: [],
+  cgroupDriver: 'cgroupfs',
+  makeIPTablesUtilChains: false,
+  failSwapOn: false,
+  evictionHard: { 'memory.available': '0%', 'nodefs.available': '0%', 'imagefs.available': '0%' },
+  imageGCHighThresholdPercent: 100,
+};
+
+/**
  * The kubelet's KubeletConfiguration, written before anything starts (as a
  * node image or config management has it in place before kubeboot runs).
  * Rewriting it with the same options gives the same file.
@@ -118,15 +133,7 @@ export function writeKubeletConfig(o: RealNodeOptions): string {
       // kubeboot renews the client certificate; the kubelet only re-reads the files (client-go's reload).
       rotateCertificates: false,
       ...(o.kubeletServing ? { tlsCertFile: o.kubeletServing.certFile, tlsPrivateKeyFile: o.kubeletServing.keyFile } : {}),
-      // No QoS cgroups, no node-allocatable enforcement, no iptables chains: nothing on the host to set up.
-      cgroupsPerQOS: false,
-      enforceNodeAllocatable: [],
-      cgroupDriver: 'cgroupfs',
-      makeIPTablesUtilChains: false,
-      failSwapOn: false,
-      // A busy shared disk must not evict the test's pod.
-      evictionHard: { 'memory.available': '0%', 'nodefs.available': '0%', 'imagefs.available': '0%' },
-      imageGCHighThresholdPercent: 100,
+      ...CONTAINED_KUBELET,
       ...o.kubeletConfig,
     }),
   );

@@ -7,7 +7,7 @@ import { lstatSync, readFileSync, readlinkSync, watch, type FSWatcher } from 'no
 import { dirname, join, resolve } from 'node:path';
 import type { KubeObject } from './admin.js';
 import type { ControlPlane } from './controlplane.js';
-import type { AuditEvent } from './node-join.js';
+import { auditEventsFrom, credentialId, requestSpans, type AuditEvent, type JoinedNode } from './node-join.js';
 import type { Component } from './processes.js';
 
 /** X509SHA256=<hex>, as the apiserver names a client certificate in user.extra (credential-id). */
@@ -178,5 +178,30 @@ export async function csrsMatchingLink(
       return issued.size === linked.size && [...issued].every((id) => linked.has(id)) ? { csrs, seen } : undefined;
     },
     60_000,
+  );
+}
+
+/** The credential ids the node's kubelet has authenticated with so far, from the audit log. */
+export function kubeletCredentialIds(joined: Pick<JoinedNode, 'plane' | 'net'>): Set<string | undefined> {
+  return new Set(requestSpans(auditEventsFrom(joined.plane, joined.net.nodeIp, 'kubelet/')).map((r) => credentialId(r.event)));
+}
+
+/** Waits until the kubelet authenticates with a certificate that replaced the first one on the link; fails at once if the kubelet or its runtime exits. */
+export async function waitKubeletUsesRenewal(
+  joined: Pick<JoinedNode, 'plane' | 'net' | 'node'>,
+  link: LinkWatch,
+  what: string,
+): Promise<LinkedCertificate> {
+  const { node } = joined;
+  return joined.plane.admin.waitFor(
+    what,
+    async () => {
+      const gone = [node.kubelet, node.fakecri].find((c) => c.exited !== undefined);
+      if (gone) throw new Error(`${gone.name} exited (${gone.exited}); see ${gone.logFile}`);
+      link.look();
+      const used = kubeletCredentialIds(joined);
+      return link.seen.slice(1).find((s) => used.has(s.id));
+    },
+    14 * 60_000,
   );
 }

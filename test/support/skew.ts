@@ -7,8 +7,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Test } from 'tap';
 import type { KubeObject } from './admin.js';
-import { auditEventsFrom, credentialId, joinRealNode, requestSpans } from './node-join.js';
-import { waitNodeReady, watchKubeletLink } from './rotation.js';
+import { auditEventsFrom, joinRealNode, requestSpans } from './node-join.js';
+import { waitKubeletUsesRenewal, waitNodeReady, watchKubeletLink } from './rotation.js';
 
 const buildScript = fileURLToPath(new URL('../controlplane/build.sh', import.meta.url));
 const built = new Map<string, Promise<string>>();
@@ -56,18 +56,7 @@ export async function olderKubeletJoinsAndRenews(t: Test, version: string): Prom
   );
   t.equal(created?.user?.username, `system:node:${name}`, 'it registered as system:node:<n>, with the certificate kubeboot obtained');
 
-  const kubeletUses = () => new Set(requestSpans(auditEventsFrom(plane, net.nodeIp, 'kubelet/')).map((r) => credentialId(r.event)));
-  const renewed = await plane.admin.waitFor(
-    `kubelet v${version} to use a certificate kubeboot renewed`,
-    async () => {
-      const gone = [node.kubelet, node.fakecri].find((c) => c.exited !== undefined);
-      if (gone) throw new Error(`${gone.name} exited (${gone.exited}); see ${gone.logFile}`);
-      link.look();
-      const used = kubeletUses();
-      return link.seen.slice(1).find((s) => used.has(s.id));
-    },
-    14 * 60_000,
-  );
+  const renewed = await waitKubeletUsesRenewal(joined, link, `kubelet v${version} to use a certificate kubeboot renewed`);
   t.ok(
     renewed,
     `kubelet v${version} authenticates with a certificate kubeboot renewed (on the link since ${new Date(renewed.seenAt).toISOString()})`,

@@ -23,20 +23,10 @@ import { forbid } from '../support/kubeboot.js';
 import { snapshotHost } from '../support/netns.js';
 import { realNodeOrSkip, type AuditEvent } from '../support/node-join.js';
 import { freePort } from '../support/processes.js';
-import { nodeBinaries } from '../support/realnode.js';
+import { CONTAINED_KUBELET, KUBELET_SYSCTLS, nodeBinaries } from '../support/realnode.js';
 import { bootContainer } from '../support/nspawn.js';
 import { buildPackages, buildTools, packages, toolsOrSkip } from '../packaging/fixtures/packages.js';
 import { deb, installPackage } from './fixtures/node.js';
-
-/** The sysctls the kubelet sets, each given a private file in the unit's mount namespace. */
-const KUBELET_SYSCTLS = [
-  'vm/overcommit_memory',
-  'vm/panic_on_oom',
-  'kernel/panic',
-  'kernel/panic_on_oops',
-  'kernel/keys/root_maxkeys',
-  'kernel/keys/root_maxbytes',
-];
 
 /** The host's first non-loopback IPv4 address: the container shares the host's network, and the kubelet's node IP must be a local, non-loopback one. */
 function hostIp(): string {
@@ -89,13 +79,7 @@ if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], 
               authorization: { mode: 'Webhook' },
               // What kubeboot expects (docs/install.md): it renews, the kubelet re-reads.
               rotateCertificates: false,
-              cgroupsPerQOS: false,
-              enforceNodeAllocatable: [],
-              cgroupDriver: 'cgroupfs',
-              makeIPTablesUtilChains: false,
-              failSwapOn: false,
-              evictionHard: { 'memory.available': '0%', 'nodefs.available': '0%', 'imagefs.available': '0%' },
-              imageGCHighThresholdPercent: 100,
+              ...CONTAINED_KUBELET,
             }),
           );
           put(
