@@ -61,3 +61,13 @@ export async function readOptional(file: string, maxBytes: number = MAX_INPUT_BY
     await handle.close();
   }
 }
+
+/** Like readOptional, for a file kubeboot only consults: why it is unusable becomes a value, not an error. */
+export async function readOptionalOrProblem(file: string): Promise<string | null | { problem: string }> {
+  try {
+    return await readOptional(file);
+  } catch (err) {
+    if (err instanceof UnreadableInputError) return { problem: err.message };
+    throw err;
+  }
+}

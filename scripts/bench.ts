@@ -9,6 +9,7 @@
 //   - what each chosen library costs a process at start (scripts/bench-stack.ts)
 //   - kubeboot approver: CSR created → approved p50/p99, idle RSS (scripts/bench-approver.ts)
 //   - a join storm, kube-controller-manager's csrapproving next to kubeboot approver (scripts/bench-side-by-side.ts)
+//   - time to a Ready Node: kubeboot then the real kubelet, next to the kubelet's own TLS bootstrap (scripts/bench-ready.ts)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +18,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane } from '../test/support/controlplane.js';
 import { bundle, launcherNodeFlags, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
 import { benchApprover } from './bench-approver.js';
+import { benchReady } from './bench-ready.js';
 import { benchSideBySide } from './bench-side-by-side.js';
 import { benchStack } from './bench-stack.js';
 
@@ -170,6 +172,8 @@ try {
   rows.push(...(await benchStack(join(dir, 'stack'), launcherNodeFlags('run'))));
   rows.push(...(await benchApprover(plane, join(dir, 'approver'))));
   rows.push(...(await benchSideBySide(plane, join(dir, 'storm'))));
+  // Its own plane, serving on the host end of the node's network namespace.
+  rows.push(...(await benchReady()));
 
   rows.push([
     'cold start: node dist/kubeboot.cjs --version (median of 20)',

@@ -5,7 +5,10 @@
 // node's certificate) in this one process. Run twice: with the API server's
 // default limits, and with a low --max-requests-inflight so API Priority and
 // Fairness answers 429 with Retry-After. The API server's audit log counts
-// every request. Not a test and not part of CI.
+// every request. `--ca-rotation`: instead, after the bootstrap, what the CA
+// rotation's polling costs the API server (trust/keeper.ts `check`, each
+// node on its own certificate): a look while nothing changed, and the look
+// that adopts a newly published bundle. Not a test and not part of CI.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,10 +21,19 @@ import { assessNode, isNodeCredential } from '../agent/credential/assess.js';
 import { renewIdentity } from '../agent/credential/renew.js';
 import { createLogger } from '../agent/log.js';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
+import { Registry } from 'prom-client';
 import { systemClock } from '../agent/time/clock.js';
+import { serializer, TrustKeeper } from '../agent/trust/keeper.js';
+import { trustedBundle } from '../agent/trust/bundle.js';
+import { clusterInfoKubeconfig } from '../test/support/kubeconfig.js';
+import { createCa } from '../test/support/pki.js';
 
 const { values } = parseArgs({
-  options: { nodes: { type: 'string', default: '1000' }, 'low-inflight': { type: 'string', default: '20' } },
+  options: {
+    nodes: { type: 'string', default: '1000' },
+    'low-inflight': { type: 'string', default: '20' },
+    'ca-rotation': { type: 'boolean', default: false },
+  },
 });
 const NODES = Number(values.nodes);
 const LOW_INFLIGHT = Number(values['low-inflight']);
@@ -117,6 +129,8 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
     const peakRssPerNode = (process.memoryUsage().rss - rssBefore) / NODES / 1024;
     const bootstrapAudit = audit(plane, started);
 
+    if (values['ca-rotation']) return await caRotationCost(plane, nodes, started);
+
     // A renewal pass, each node authenticated by its own new certificate.
     const renewStarted = Date.now();
     await Promise.all(
@@ -191,13 +205,85 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
   }
 }
 
-const rows = [
-  ...(await fleet('default limits', [])),
-  ...(await fleet(`--max-requests-inflight=${LOW_INFLIGHT}`, [
-    `--max-requests-inflight=${LOW_INFLIGHT}`,
-    `--max-mutating-requests-inflight=${Math.max(1, Math.floor(LOW_INFLIGHT / 2))}`,
-  ])),
-];
+/** kube-apiserver's CPU time so far, in ms (utime + stime from /proc, 100 ticks a second). */
+function apiserverCpuMs(plane: ControlPlane): number {
+  const fields = readFileSync(`/proc/${plane.pids()['kube-apiserver']}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** One CA check per node, all at once, as the fleet's polls would land if they coincided: requests, latency, API server CPU. */
+async function caRotationCost(plane: ControlPlane, nodes: NodeRun[], bootStarted: number): Promise<string[]> {
+  const failedBoot = nodes.filter((n) => n.error !== null).length;
+  await inBatches(nodes, 50, async (n) => void (await plane.admin.request('POST', '/api/v1/nodes', { metadata: { name: n.name } })));
+  const keepers = nodes.map(
+    (n) =>
+      new TrustKeeper({
+        config: () => n.config,
+        logger: capture(n.log),
+        clock: systemClock,
+        random: Math.random,
+        signal: new AbortController().signal,
+        nodeCredential: () => null,
+        serialize: serializer(),
+        reissue: () => undefined,
+        runCommands: async () => true,
+        registry: new Registry(),
+      }),
+  );
+  const round = async (what: string): Promise<string[]> => {
+    const since = Date.now();
+    const cpu0 = apiserverCpuMs(plane);
+    const ms: number[] = [];
+    let errors = 0;
+    await Promise.all(
+      keepers.map(async (k) => {
+        const t0 = performance.now();
+        try {
+          await k.check();
+          ms.push(performance.now() - t0);
+        } catch {
+          errors++;
+        }
+      }),
+    );
+    const cpu = apiserverCpuMs(plane) - cpu0;
+    const events = audit(plane, since).filter((e) => e.user?.username?.startsWith('system:node:'));
+    const verbs = new Map<string, number>();
+    for (const e of events) verbs.set(e.verb, (verbs.get(e.verb) ?? 0) + 1);
+    const perNode = events.length / nodes.length;
+    return [
+      `| CA check, ${what} | ${perNode.toFixed(2)} requests per node (${[...verbs].map(([v, c]) => `${v} ${c}`).join(', ')}); ${errors} failed; latency p50 ${quantile(ms, 0.5).toFixed(0)} ms, p99 ${quantile(ms, 0.99).toFixed(0)} ms (all ${nodes.length} at once) |`,
+      `| CA check, ${what} | kube-apiserver CPU ${cpu} ms for ${nodes.length} checks = ${(cpu / nodes.length).toFixed(2)} ms per check; at one check per node every 10 min: ${((perNode * nodes.length) / 600).toFixed(2)} requests/s, ${(((cpu / nodes.length) * (nodes.length / 600)) / 10).toFixed(3)} % of one core |`,
+    ];
+  };
+  const first = await round('first look (writes the Node annotation)');
+  const steady = await round('bundle unchanged');
+  // The rotation's first step: old + new CA published.
+  const ca2 = await createCa('fleet-ca-2');
+  const cm = (await plane.admin.request<{ data: Record<string, string> }>('GET', '/api/v1/namespaces/kube-public/configmaps/cluster-info'))
+    .body;
+  cm.data.kubeconfig = clusterInfoKubeconfig(plane.server, trustedBundle(plane.caPem + ca2.certPem).pem);
+  await plane.admin.request('PUT', '/api/v1/namespaces/kube-public/configmaps/cluster-info', cm);
+  const adopt = await round('new bundle adopted');
+  const adopted = nodes.filter((n) => n.log.some((l) => l.includes('adopting the CA bundle'))).length;
+  return [
+    `| bootstrap | ${nodes.length - failedBoot} of ${nodes.length} credentialed in ${((Date.now() - bootStarted) / 1000).toFixed(1)} s (Nodes created by the admin, as kubelets would register them) |`,
+    ...first,
+    ...steady,
+    ...adopt,
+    `| CA check, new bundle adopted | ${adopted} of ${nodes.length} nodes adopted old + new CA |`,
+  ];
+}
+
+const rows = values['ca-rotation']
+  ? await fleet('ca-rotation', [])
+  : [
+      ...(await fleet('default limits', [])),
+      ...(await fleet(`--max-requests-inflight=${LOW_INFLIGHT}`, [
+        `--max-requests-inflight=${LOW_INFLIGHT}`,
+        `--max-mutating-requests-inflight=${Math.max(1, Math.floor(LOW_INFLIGHT / 2))}`,
+      ])),
+    ];
 process.stdout.write(
   `\n${NODES} simulated nodes, one process, one real control plane\n\n| run | figure |\n|---|---|\n${rows.join('\n')}\n`,
 );

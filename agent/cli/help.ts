@@ -36,6 +36,9 @@ Cluster admin commands (use the admin kubeconfig, like kubectl):
   token create|list|delete ID
               make, show (never the secret) or delete bootstrap tokens (Secrets in kube-system)
   user-data   print cloud-init user-data (or --format script) that installs kubeboot and joins a node
+  ca-rotation publish|status|retire
+              rotate the cluster CA with no node touched: publish the bundle, follow every node's progress,
+              retire the old CA once every node is ready (docs/ca-rotation.md)
   join-command print \`kubeboot bootstrap --server … --token … --ca-cert-hash …\` for a node with the package
 
 \`kubeboot <command> --help\` shows one command's usage and the options it reads.
@@ -65,6 +68,7 @@ const IDENTITIES = [
   'kubelet-serving-dns-name',
   'kubelet-serving-ip-address',
 ];
+const CA_ROTATION = ['ca-rotation', 'ca-check-interval', 'kubelet-client-ca-file', 'ca-restart-window', 'ca-reissue-window'];
 const ISSUE = [
   'bootstrap-kubeconfig',
   'state-dir',
@@ -123,7 +127,7 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   run: {
     usage: 'kubeboot run [options]',
     summary: 'Bootstrap what is missing, then renew every credential before it expires (the systemd service).',
-    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'listen', ...LOG],
+    options: ['config', ...ISSUE, 'renew-margin', 'reuse-key', 'kubelet-renewal', 'kubelet-config', ...CA_ROTATION, 'listen', ...LOG],
   },
   check: {
     usage: 'kubeboot check [options]',
@@ -134,7 +138,7 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     usage: 'kubeboot status [--output text|json] [options]',
     summary:
       "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.",
-    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, ...LOG],
+    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'kubelet-renewal', 'kubelet-config', ...LOG],
   },
   renew: {
     usage: 'kubeboot renew [--identity NAME] [options]',
@@ -171,6 +175,15 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
       ttl: 'create: lifetime of the new token (default 1h; 0 only with --no-expiry)',
+    },
+  },
+  'ca-rotation': {
+    usage: 'kubeboot ca-rotation publish BUNDLE.pem [--signer-ca-hash sha256:HEX] | status [--output json] | retire BUNDLE.pem [options]',
+    summary:
+      'Cluster admin: publish a CA bundle in kube-public/cluster-info, show how many nodes trust it and hold certificates under the signer CA (and which lag, why), retire the old CA only when every node is ready. status exits 0 only when every node is ready.',
+    options: [...LOG],
+    meanings: {
+      kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
     },
   },
   'join-command': {

@@ -76,6 +76,13 @@ async function main(argv: string[]): Promise<number> {
           loaded.extraFlags.output,
           process.env,
         );
+      case 'ca-rotation':
+        return await (await import('./ca-rotation.js')).runCaRotation(
+          loaded.positionals,
+          loaded.extraFlags.given,
+          loaded.extraFlags.output,
+          process.env,
+        );
       case 'join-command':
       case 'user-data':
         return await (await import('./user-data.js')).runUserData(loaded.command, config, loaded.extraFlags.given, process.env);

@@ -8,6 +8,8 @@ import { loadCurrent } from '../store/cert-store.js';
 import { readDaemonState, type IdentityState } from '../daemon/state.js';
 import { describePending, pendingCsr } from '../credential/pending-csr.js';
 import { systemClock } from '../time/clock.js';
+import { readOptionalOrProblem } from '../read-optional.js';
+import { kubeletRenewer, type KubeletRenewer } from '../renewal/owner.js';
 
 export interface IdentityStatus {
   identity: string;
@@ -23,6 +25,13 @@ export interface IdentityStatus {
   /** The CSR in flight, from the node's pending key: its name and when it was sent. */
   pendingCsr: { name: string; since: string; description: string } | null;
   daemon: IdentityState | null;
+  /** The kubelet identity only: who renews it, kubeboot or the kubelet's own rotation (kubelet.renewal, its configuration file). */
+  renewedBy: KubeletRenewer | null;
+}
+
+async function kubeletRenewerOf(config: Config): Promise<KubeletRenewer> {
+  const file = config.kubelet.configFile;
+  return kubeletRenewer(config.kubelet.renewal, file, await readOptionalOrProblem(file));
 }
 
 export async function collectStatus(config: Config, now = systemClock.now()): Promise<IdentityStatus[]> {
@@ -36,6 +45,7 @@ export async function collectStatus(config: Config, now = systemClock.now()): Pr
       kubeconfig: identity.kubeconfigPath,
       pendingCsr: pending ? { name: pending.name, since: pending.since.toISOString(), description: describePending(pending, now) } : null,
       daemon: daemon?.identities[identity.name] ?? null,
+      renewedBy: identity.name === 'kubelet' ? await kubeletRenewerOf(config) : null,
     };
     try {
       const current = await loadCurrent(identity);
@@ -95,6 +105,8 @@ export async function runStatus(config: Config, output: 'text' | 'json', out: No
       out.write(`  current link: ${s.currentLink}\n`);
       if (s.kubeconfig) out.write(`  kubeconfig:   ${s.kubeconfig}\n`);
       if (s.pendingCsr) out.write(`  pending:      ${s.pendingCsr.description}\n`);
+      if (s.renewedBy) out.write(`  renewed by:   ${s.renewedBy.by}: ${s.renewedBy.why}\n`);
+      if (s.renewedBy?.warning) out.write(`  warning:      ${s.renewedBy.warning}\n`);
       if (s.daemon) {
         out.write(
           `  next renewal: ${s.daemon.nextRenewal ?? 'not scheduled'}\n  last success: ${s.daemon.lastSuccess ?? 'never'}\n  last error:   ${s.daemon.lastError ?? 'none'}\n`,

@@ -26,6 +26,9 @@ export function defaultConfig(nodeName: string): Config {
       kubeconfig: '/etc/kubernetes/kubelet.conf',
       certDir: '/var/lib/kubelet/pki',
       hooks: [],
+      renewal: 'auto',
+      // kubeadm's path for the kubelet's configuration file.
+      configFile: '/var/lib/kubelet/config.yaml',
     },
     kubeProxy: {
       enabled: true,
@@ -46,6 +49,16 @@ export function defaultConfig(nodeName: string): Config {
     waitTimeout: 900,
     pendingNoticeInterval: 60,
     renewal: { margin: 0, reuseKey: false, hookTimeout: 60 },
+    caRotation: {
+      enabled: true,
+      interval: 600,
+      clientCaFile: null,
+      restartWindow: 900,
+      reissueWindow: 3600,
+      // try-restart: a unit that is not running stays stopped.
+      kubeletRestart: [['systemctl', 'try-restart', 'kubelet.service']],
+      kubeProxyRestart: [['systemctl', 'try-restart', 'kube-proxy.service']],
+    },
     listen: DEFAULT_LISTEN,
     log: { level: 'info', format: 'auto' },
     // Where cloud-init 22.4 keeps the user-data it was given (checked on a

@@ -10,6 +10,7 @@
  * is comma-separated.
  */
 import { KEY_ALGORITHMS } from '../identity.js';
+import { KUBELET_RENEWAL_MODES } from '../renewal/owner.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import type { Config } from './types.js';
 import {
@@ -145,6 +146,17 @@ export const OPTIONS: readonly OptionSpec[] = [
   }),
   opt('kubelet-kubeconfig', { key: 'kubelet.kubeconfig', type: 'path', help: 'Kubeconfig written for the kubelet' }),
   opt('kubelet-cert-dir', { key: 'kubelet.certDir', type: 'path', help: 'Directory of the kubelet client certificates' }),
+  opt('kubelet-renewal', {
+    key: 'kubelet.renewal',
+    type: 'enum',
+    values: KUBELET_RENEWAL_MODES,
+    help: 'Who renews the kubelet client certificate: auto follows rotateCertificates in --kubelet-config (true: the kubelet renews it itself and kubeboot only bootstraps it and steps in when nothing valid is left; false or unset: kubeboot renews); kubeboot or kubelet say so outright (set kubelet when the kubelet runs with --rotate-certificates)',
+  }),
+  opt('kubelet-config', {
+    key: 'kubelet.configFile',
+    type: 'path',
+    help: "The kubelet's KubeletConfiguration file, read for rotateCertificates (a missing file means false, the kubelet's default)",
+  }),
   fileOnly({
     key: 'kubelet.hooks',
     type: 'hooks',
@@ -222,6 +234,43 @@ export const OPTIONS: readonly OptionSpec[] = [
   }),
   opt('reuse-key', { key: 'renewal.reuseKey', type: 'bool', help: 'Keep the private key on renewal instead of generating a new one' }),
   opt('hook-timeout', { key: 'renewal.hookTimeout', type: 'duration', min: atLeastOne, help: 'Kill a hook that runs longer than this' }),
+  opt('ca-rotation', {
+    key: 'caRotation.enabled',
+    type: 'bool',
+    help: "run: follow the cluster CA bundle published in kube-public/cluster-info (read with the node's own certificate over verified TLS) into every kubeconfig kubeboot writes and the kubelet's client-CA file",
+  }),
+  opt('ca-check-interval', {
+    key: 'caRotation.interval',
+    type: 'duration',
+    min: { seconds: 5 },
+    help: 'run: look at the published CA bundle this often (jittered by up to 20 %), and after every renewal',
+  }),
+  opt('kubelet-client-ca-file', {
+    key: 'caRotation.clientCaFile',
+    type: 'path',
+    defaultText: 'unset (left alone)',
+    help: "run: the kubelet's authentication.x509.clientCAFile, rewritten with the CA bundle (the kubelet reloads it without a restart)",
+  }),
+  opt('ca-restart-window', {
+    key: 'caRotation.restartWindow',
+    type: 'duration',
+    help: "run: after a CA bundle change, restart the kubelet and kube-proxy (they read a kubeconfig's CA only at start) at this node's slot in this window, so the fleet never restarts at once",
+  }),
+  opt('ca-reissue-window', {
+    key: 'caRotation.reissueWindow',
+    type: 'duration',
+    help: "run: once the signer issues under a new CA, re-issue every certificate under it at this node's slot in this window",
+  }),
+  fileOnly({
+    key: 'caRotation.kubeletRestart',
+    type: 'hooks',
+    help: "Commands (argv lists, no shell) that restart the kubelet after its kubeconfig's CA bundle changed",
+  }),
+  fileOnly({
+    key: 'caRotation.kubeProxyRestart',
+    type: 'hooks',
+    help: "Commands (argv lists, no shell) that restart kube-proxy after its kubeconfig's CA bundle changed",
+  }),
   opt('listen', { key: 'listen', type: 'listen', help: 'Address for /healthz, /readyz and /metrics; off disables' }),
   opt('log-level', { key: 'log.level', type: 'enum', values: ['error', 'warn', 'info', 'debug'], help: 'Log level' }),
   opt('log-format', {
@@ -346,15 +395,28 @@ export const COMMANDS = [
   'token',
   'join-command',
   'user-data',
+  'ca-rotation',
 ] as const;
 export type Command = (typeof COMMANDS)[number];
 /** The cluster admin's commands that make bootstrap tokens: they run on the admin's machine, not on a node. */
 export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
 /** Commands that need no node name of their own. */
-export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig'];
+export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig', 'ca-rotation'];
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
-  { flag: 'output', commands: ['status', 'token'], values: ['text', 'json'], metavar: 'text|json', help: 'status, token: output format' },
+  {
+    flag: 'output',
+    commands: ['status', 'token', 'ca-rotation'],
+    values: ['text', 'json'],
+    metavar: 'text|json',
+    help: 'status, token, ca-rotation status: output format',
+  },
+  {
+    flag: 'signer-ca-hash',
+    commands: ['ca-rotation'],
+    metavar: 'sha256:HEX',
+    help: 'ca-rotation publish: the CA the cluster signer now issues under (its pin); nodes then re-issue every certificate under it',
+  },
   {
     flag: 'identity',
     commands: ['renew', 'wait'],
@@ -370,7 +432,7 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   },
   {
     flag: 'kubeconfig',
-    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver'],
+    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver', 'ca-rotation'],
     metavar: 'PATH',
     help: 'token, join-command, user-data, approver-kubeconfig: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
   },

@@ -3,6 +3,7 @@
  * Every duration is in seconds. Paths are absolute after loading.
  */
 import type { KeyAlgorithm, IdentityName } from '../identity.js';
+import type { KubeletRenewalMode } from '../renewal/owner.js';
 
 export interface Config {
   /** File the settings were read from (may not exist; then only defaults/env/flags apply). */
@@ -26,6 +27,10 @@ export interface Config {
     kubeconfig: string;
     certDir: string;
     hooks: string[][];
+    /** Who renews the kubelet client certificate: the kubelet's config file decides (auto), kubeboot, or the kubelet. */
+    renewal: KubeletRenewalMode;
+    /** The kubelet's KubeletConfiguration file, read for rotateCertificates. */
+    configFile: string;
   };
   kubeProxy: {
     enabled: boolean;
@@ -52,6 +57,20 @@ export interface Config {
     margin: number;
     reuseKey: boolean;
     hookTimeout: number;
+  };
+  /** Cluster CA rotation: the node follows the bundle published in kube-public/cluster-info. */
+  caRotation: {
+    enabled: boolean;
+    /** Look at the published bundle this often (jittered ±20 %), and after every renewal. */
+    interval: number;
+    /** The kubelet's authentication.x509.clientCAFile, kept equal to the bundle; null leaves it alone. */
+    clientCaFile: string | null;
+    /** Restarts of the kubelet and kube-proxy after a bundle change are spread over this window. */
+    restartWindow: number;
+    /** Early re-issue under the signer's new CA is spread over this window. */
+    reissueWindow: number;
+    kubeletRestart: string[][];
+    kubeProxyRestart: string[][];
   };
   /** Address:port for /healthz, /readyz and /metrics; null disables the listener. */
   listen: string | null;

@@ -47,6 +47,8 @@ export interface RunDeps {
   onCsrWait?: (identity: Identity, seconds: number) => void;
   /** Every API connection of this run goes through it; unset, each client makes its own TLS agent. Tests inject undici's MockAgent. */
   dispatcher?: Dispatcher;
+  /** Runs the switch-over with no other credential write in between (the daemon's CA rotation rewrites kubeconfigs too). */
+  serialize?: <T>(fn: () => Promise<T>) => Promise<T>;
 }
 
 export interface IssueContext extends RunDeps {
@@ -160,10 +162,13 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
 
   // The switch-over is one unit: a kubeconfig that cannot be written is found
   // before the -current.pem link moves, not after.
-  const kubeconfig = await kubeconfigToWrite(identity, ctx, store);
-  if (kubeconfig) await store.assertWritable(kubeconfig.path);
-  const stored = await store.update(identity, certPem, key.pem, ctx.clock.now());
-  if (kubeconfig) await store.write(kubeconfig.path, kubeconfig.text);
+  const stored = await (ctx.serialize ?? ((fn) => fn()))(async () => {
+    const kubeconfig = await kubeconfigToWrite(identity, ctx, store);
+    if (kubeconfig) await store.assertWritable(kubeconfig.path);
+    const written = await store.update(identity, certPem, key.pem, ctx.clock.now());
+    if (kubeconfig) await store.write(kubeconfig.path, kubeconfig.text);
+    return written;
+  });
   await store.pendingKey.clear(ctx.stateDir, identity.name);
   const storeMillis = ctx.clock.monotonic() - arrived;
   const notAfter = parseCertificateChain(certPem)[0]!.notAfter;

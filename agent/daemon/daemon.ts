@@ -16,19 +16,22 @@ import { deleteBootstrapNow, issueKubelet, openPass, recoverNode } from '../boot
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
-import { runIdentityHooks } from '../credential/hooks.js';
+import { hookEnvironment, runHook, runIdentityHooks } from '../credential/hooks.js';
 import { renewIdentity } from '../credential/renew.js';
 import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { Identity, IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
+import { kubeletRenewer } from '../renewal/owner.js';
 import { deadlineFor, nextAction, progressDue, retryPlan } from '../renewal/plan.js';
+import { readOptionalOrProblem } from '../read-optional.js';
 import { ensureDir } from '../store/atomic.js';
 import { KEEP_OLD_CREDENTIALS, pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { removePidFile, writePidFile } from './control.js';
+import { serializer, TrustKeeper } from '../trust/keeper.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
 import { createNotifier, startWatchdog, type Notifier } from './notify.js';
@@ -68,6 +71,8 @@ interface Slot {
   attempt: number;
   /** Monotonic time by which the loop must show progress again (liveness). */
   progressDue: number;
+  /** Who renews, as last logged (the kubelet identity only). */
+  renewerSaid?: string;
 }
 
 export class Daemon {
@@ -93,6 +98,9 @@ export class Daemon {
   readonly metrics: KubebootMetrics;
   #notifier: Notifier;
   readonly #reporter: Reporter;
+  /** Issuance and the CA rotation write credentials one unit at a time. */
+  readonly #writes = serializer();
+  readonly #trust: TrustKeeper;
 
   constructor(options: DaemonOptions) {
     this.#config = options.config;
@@ -125,6 +133,20 @@ export class Daemon {
     this.metrics = createMetrics({
       certificates: () => [...this.#slots].map(([identity, slot]) => ({ identity, notAfter: this.#validNow(slot)?.notAfter ?? null })),
       now: () => this.#clock.now(),
+    });
+    this.#trust = new TrustKeeper({
+      config: () => this.#config,
+      logger: this.#logger,
+      clock: this.#clock,
+      random: this.#random,
+      signal: this.#signal,
+      dispatcher: this.#dispatcher,
+      nodeCredential: () => (this.#lastGoodKubelet && this.#lastGoodKubelet.notAfter > this.#clock.now() ? this.#lastGoodKubelet : null),
+      serialize: this.#writes,
+      reissue: (identity) => this.nudge([identity], true),
+      runCommands: (argvs) => this.#runCommands(argvs),
+      observer: this.#selfWrites,
+      registry: this.metrics.registry,
     });
   }
 
@@ -217,7 +239,7 @@ export class Daemon {
         },
       });
       await this.#notifier.status('checking credentials');
-      await Promise.all([...this.#slots.keys()].map((name) => this.#loop(name)));
+      await Promise.all([...[...this.#slots.keys()].map((name) => this.#loop(name)), this.#trust.run()]);
     } finally {
       watchdog?.stop();
       await watcher?.close();
@@ -259,15 +281,21 @@ export class Daemon {
     const own = identity.name === 'kubelet' ? node.kubelet : node.others.find((a) => a.identity.name === identity.name)!;
     const requester = this.#requester(node.kubelet, now);
     slot.seen = own;
+    const elsewhere = identity.name === 'kubelet' ? await this.#kubeletRenewedElsewhere(config, slot) : null;
     const action = nextAction({
       own,
       requester,
       kubeletProblem: node.kubelet.state === 'unusable' ? node.kubelet.reason : null,
-      deadline: own.state === 'usable' ? this.#deadline(slot, own, config.renewal.margin) : null,
+      deadline: own.state === 'usable' && elsewhere === null ? this.#deadline(slot, own, config.renewal.margin) : null,
       force,
+      renewedElsewhere: elsewhere,
       now,
     });
     switch (action.kind) {
+      case 'step-aside':
+        if (force) this.#logger.warn(`${identity.name}: not renewed on request: ${action.why}`, { identity: identity.name });
+        slot.state.nextRenewal = null;
+        return action.until;
       case 'sleep':
         slot.state.nextRenewal = action.until.toISOString();
         return action.until;
@@ -318,6 +346,19 @@ export class Daemon {
     return null;
   }
 
+  /** Why the kubelet renews its own client certificate (kubelet.renewal, its config file), or null; logged when that changes. */
+  async #kubeletRenewedElsewhere(config: Config, slot: Slot): Promise<string | null> {
+    const file = config.kubelet.configFile;
+    const renewer = kubeletRenewer(config.kubelet.renewal, file, await readOptionalOrProblem(file));
+    const said = `${renewer.why}\n${renewer.warning ?? ''}`;
+    if (slot.renewerSaid !== said) {
+      slot.renewerSaid = said;
+      this.#logger.info(`kubelet: ${renewer.why}`, { identity: 'kubelet' });
+      if (renewer.warning !== null) this.#logger.warn(`kubelet: ${renewer.warning}`, { identity: 'kubelet' });
+    }
+    return renewer.by === 'kubelet' ? renewer.why : null;
+  }
+
   #deadline(slot: Slot, own: Usable, margin: number): Date {
     const certKey = createHash('sha256').update(own.certPem).digest('hex');
     if (slot.deadline?.certKey !== certKey) {
@@ -354,6 +395,7 @@ export class Daemon {
       `${identity.name}: certificate renewed in ${((this.#clock.monotonic() - startedMonotonic) / 1000).toFixed(1)}s, valid until ${issued.notAfter.toISOString()}`,
     );
     await this.#runHooks(identity, slot);
+    this.#trust.poke();
     if (identity.name === 'kubelet') {
       // Others may have been waiting for the kubelet's credential.
       this.nudge(
@@ -400,6 +442,27 @@ export class Daemon {
     });
     slot.state.lastHooks = results.map((r) => ({ argv: r.argv, ok: r.ok, exitCode: r.exitCode, at: this.#clock.now().toISOString() }));
     for (const r of results) if (!r.ok) this.metrics.recordHookFailure(identity.name);
+  }
+
+  /** Restart commands of a CA rotation, one after another; false when one failed. */
+  async #runCommands(argvs: string[][]): Promise<boolean> {
+    let ok = true;
+    for (const argv of argvs) {
+      const r = await runHook(argv, {
+        timeoutMs: this.#config.renewal.hookTimeout * 1000,
+        signal: this.#signal,
+        env: hookEnvironment(this.#env),
+      });
+      if (!r.ok)
+        this.#logger.warn('CA rotation: restart command failed', {
+          argv,
+          exitCode: r.exitCode,
+          stderr: r.stderr,
+          ...(r.error ? { error: r.error } : {}),
+        });
+      ok &&= r.ok;
+    }
+    return ok;
   }
 
   /**
@@ -488,6 +551,7 @@ export class Daemon {
       },
       onCsrWait: (identity, seconds) => this.metrics.observeCsrWait(identity.name, seconds),
       dispatcher: this.#dispatcher,
+      serialize: this.#writes,
     };
   }
 

@@ -5,6 +5,7 @@
  * header and never appear in errors.
  */
 import { readFileSync } from 'node:fs';
+import { connect as tlsConnect, type PeerCertificate } from 'node:tls';
 import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError, KubebootError, ResponseTooLargeError, TransportError, type RequestPhase } from '../errors.js';
 import { bounded } from '../text.js';
@@ -42,6 +43,8 @@ export interface RequestOptions {
   accept?: number[];
   /** Largest response body read; defaults to MAX_BODY_BYTES. */
   maxBodyBytes?: number;
+  /** Content type of the body; application/json unless a patch says otherwise. */
+  contentType?: string;
 }
 
 /**
@@ -116,9 +119,9 @@ export class KubeClient {
     return url;
   }
 
-  #headers(json: boolean): Record<string, string> {
+  #headers(json: boolean, contentType = 'application/json'): Record<string, string> {
     const headers: Record<string, string> = { accept: 'application/json', 'user-agent': USER_AGENT };
-    if (json) headers['content-type'] = 'application/json';
+    if (json) headers['content-type'] = contentType;
     if (this.#credential.kind === 'token') headers.authorization = `Bearer ${this.#credential.token}`;
     if (this.#credential.kind === 'token-file') headers.authorization = `Bearer ${this.#fileToken(this.#credential.path)}`;
     return headers;
@@ -151,7 +154,7 @@ export class KubeClient {
     try {
       res = await request(url, {
         method: method as Dispatcher.HttpMethod,
-        headers: this.#headers(hasBody),
+        headers: this.#headers(hasBody, options.contentType),
         body: hasBody ? JSON.stringify(options.body) : null,
         dispatcher: this.#dispatcher,
         signal: options.signal ?? null,
@@ -305,4 +308,39 @@ function transportError(method: string, url: URL, err: unknown): KubebootError {
   const code = cause.code ?? cause.cause?.code;
   const detail = cause.cause?.message ?? cause.message ?? String(err);
   return new TransportError(`${method} ${url.origin}${url.pathname}: ${code ? code + ': ' : ''}${detail}`, undefined, { cause: err });
+}
+
+/**
+ * The certificates the API server presents (leaf first, as DER) on a TLS
+ * connection verified against the endpoint's CA bundle and carrying the
+ * client certificate, as every request of that client would. Only the
+ * handshake: no request is sent.
+ */
+export async function presentedChain(endpoint: Endpoint, credential: ClientAuth, timeoutMs = 15_000): Promise<Uint8Array[]> {
+  const url = new URL(endpoint.server);
+  const clientCert = credential.kind === 'client-certificate' ? { cert: credential.certPem, key: credential.keyPem } : {};
+  return new Promise((resolve, reject) => {
+    const socket = tlsConnect({
+      host: url.hostname.replace(/^\[|\]$/g, ''),
+      port: Number(url.port || 443),
+      ...(endpoint.caPem ? { ca: endpoint.caPem } : {}),
+      servername: endpoint.tlsServerName ?? (/^[\d.]+$|:/.test(url.hostname) ? undefined : url.hostname),
+      ...clientCert,
+      rejectUnauthorized: endpoint.unsafeSkipTlsVerify !== true,
+      ALPNProtocols: ['http/1.1'],
+      timeout: timeoutMs,
+    });
+    socket.once('secureConnect', () => {
+      const chain: Uint8Array[] = [];
+      let cert: PeerCertificate | undefined = socket.getPeerCertificate(true);
+      while (cert?.raw && !chain.some((c) => Buffer.compare(c, cert!.raw) === 0)) {
+        chain.push(new Uint8Array(cert.raw));
+        cert = (cert as PeerCertificate & { issuerCertificate?: PeerCertificate }).issuerCertificate;
+      }
+      socket.destroy();
+      resolve(chain);
+    });
+    socket.once('timeout', () => socket.destroy(new Error('TLS handshake timed out')));
+    socket.once('error', (err) => reject(transportError('TLS', url, err)));
+  });
 }

@@ -16,7 +16,7 @@ import { systemClock, type Clock } from '../time/clock.js';
 import { pause } from '../time/timer.js';
 import { KubeClient } from './client.js';
 
-const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
+export const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
 /** cluster-info is a kubeconfig and a few signatures; it arrives over unverified TLS, so anyone on the path could send more. */
 export const CLUSTER_INFO_MAX_BYTES = 1 << 20;
 
@@ -142,7 +142,7 @@ async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expecte
   }
 }
 
-function caFromClusterInfo(kubeconfig: string): string {
+export function caFromClusterInfo(kubeconfig: string): string {
   let doc: { clusters?: { cluster?: { 'certificate-authority-data'?: string } }[] };
   try {
     // The operator-file parser: bounded nesting and aliases, errors without content.

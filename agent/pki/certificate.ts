@@ -141,6 +141,18 @@ function pathToCa(leaf: CertInfo, intermediates: readonly CertInfo[], cas: reado
   }
 }
 
+/**
+ * The CA of `cas` that `chain` (leaf first, then any intermediates it came
+ * with) leads to, or null. Validity dates are not checked: this answers
+ * "which trust anchor does it hang from", e.g. for a CA rotation.
+ */
+export function anchorOf(chain: readonly CertInfo[], cas: readonly CertInfo[]): CertInfo | null {
+  const [leaf, ...intermediates] = chain;
+  if (!leaf || chain.length > MAX_CHAIN_LENGTH) return null;
+  const path = pathToCa(leaf, intermediates, cas);
+  return path ? path[path.length - 1]! : null;
+}
+
 function chainLengthProblem(chain: readonly CertInfo[]): string | null {
   return chain.length > MAX_CHAIN_LENGTH
     ? `certificate chain has ${chain.length} certificates; at most ${MAX_CHAIN_LENGTH} are accepted`

@@ -21,7 +21,14 @@ export type Action =
   /** The kubelet has nothing that authenticates: use the bootstrap kubeconfig. */
   | { kind: 'bootstrap'; why: string }
   /** Another identity whose requester, the kubelet, has no credential yet: look again at `until`. */
-  | { kind: 'wait-for-kubelet'; why: string; until: Date };
+  | { kind: 'wait-for-kubelet'; why: string; until: Date }
+  /** Someone else (the kubelet's own rotation) renews this one: look again at `until`. */
+  | { kind: 'step-aside'; why: string; until: Date };
+
+/** How often a loop that steps aside looks at the files and the kubelet's configuration again (besides file events). */
+export const STEP_ASIDE_RECHECK_MS = 5 * RECHECK_MS;
+/** While the other party's files are briefly missing (the kubelet removes its link before it renames the new one in). */
+export const STEP_ASIDE_SETTLE_MS = 10_000;
 
 export interface ActionInput {
   own: Assessment;
@@ -33,11 +40,34 @@ export interface ActionInput {
   deadline: Date | null;
   /** `kubeboot renew` or SIGHUP: renew even when not due. */
   force: boolean;
+  /**
+   * Why someone else renews this identity (the kubelet with
+   * rotateCertificates: true), or null when kubeboot does. kubeboot then
+   * neither renews nor is forced to, and issues only when nothing valid is
+   * left (the other party cannot renew an expired certificate either).
+   */
+  renewedElsewhere?: string | null;
   now: Date;
 }
 
 export function nextAction(o: ActionInput): Action {
   const { own, now } = o;
+  const elsewhere = o.renewedElsewhere ?? null;
+  if (elsewhere !== null) {
+    if (own.state === 'usable')
+      return {
+        kind: 'step-aside',
+        why: elsewhere,
+        until: new Date(Math.min(own.notAfter.getTime(), now.getTime() + STEP_ASIDE_RECHECK_MS)),
+      };
+    // A valid credential is still around (in memory): the files are in the other party's hands, mid-swap or about to be rewritten.
+    if (o.requester !== null && own.identity.name === 'kubelet')
+      return {
+        kind: 'step-aside',
+        why: `${elsewhere}; its files are not usable right now (${own.reason}), looking again shortly`,
+        until: new Date(now.getTime() + STEP_ASIDE_SETTLE_MS),
+      };
+  }
   if (own.state === 'usable' && !o.force && o.deadline !== null && !isDue(o.deadline, now)) return { kind: 'sleep', until: o.deadline };
   const why = o.force
     ? 'renewal requested'

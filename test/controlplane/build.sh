@@ -4,6 +4,8 @@
 # With --node also a node's binaries, of the same release and from the same
 # wrapper module: kubelet, kube-proxy and fakecri (kube/fakecri/, the
 # in-memory container runtime the tests' kubelet talks to).
+# With --kubelet only the kubelet of KUBEBOOT_K8S_VERSION (the version-skew
+# tests run an older kubelet against the default plane, on its fakecri).
 #
 #   KUBEBOOT_K8S_VERSION   Kubernetes release to build (default: the committed wrapper's)
 #   KUBEBOOT_ETCD_VERSION  etcd release to build       (default: the committed wrapper's)
@@ -31,16 +33,18 @@ export HOME
 
 log() { printf '[controlplane-build %s] %s\n' "$(date +%T)" "$*" >&2; }
 
-node=
+node= kubelet_only=
 [ "${1:-}" = --node ] && node=1
+[ "${1:-}" = --kubelet ] && kubelet_only=1
 
 # The e2e tests drive the cluster with kubectl too; the machine's is preferred.
 cmds="kube-apiserver kube-controller-manager"
 if [ -n "${KUBEBOOT_BUILD_KUBECTL:-}" ] || ! command -v kubectl >/dev/null; then cmds="$cmds kubectl"; fi
 [ -n "$node" ] && cmds="$cmds kubelet kube-proxy"
+[ -n "$kubelet_only" ] && cmds=kubelet
 
 have() {
-  [ -x "$out/etcd-$etcd" ] || return 1
+  [ -n "$kubelet_only" ] || [ -x "$out/etcd-$etcd" ] || return 1
   [ -z "$node" ] || [ -x "$out/fakecri" ] || return 1
   local cmd; for cmd in $cmds; do [ -x "$out/$cmd" ] || return 1; done
 }
@@ -64,8 +68,9 @@ if have; then log "reusing binaries in $out (built meanwhile)"; echo "$out"; exi
 # The list comes from the release's own go.mod, never guessed.
 prepare_kube() {
   local dir=$1
-  rm -rf "$dir/fakecri"; cp -r "$here/kube/fakecri" "$dir/"
-  if [ "$k8s" = "$default_k8s" ]; then cp "$here/kube/go.mod" "$here/kube/go.sum" "$here/kube/tools.go" "$dir/"; return; fi
+  rm -rf "$dir/fakecri"
+  [ -n "$kubelet_only" ] || cp -r "$here/kube/fakecri" "$dir/"
+  if [ "$k8s" = "$default_k8s" ] && [ -z "$kubelet_only" ]; then cp "$here/kube/go.mod" "$here/kube/go.sum" "$here/kube/tools.go" "$dir/"; return; fi
   local mod; mod=$(cd "$dir" && go mod download -json "k8s.io/kubernetes@v$k8s" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
   local gov; gov=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$mod")
   local staging="v0.${k8s#1.}"
@@ -76,8 +81,33 @@ prepare_kube() {
     sed -n 's/^\s*\(k8s.io\/[a-z0-9-]*\) => \.\/staging.*/\t\1 => \1 '"$staging"'/p' "$mod"
     echo ")"
   } > "$dir/go.mod"
-  cp "$here/kube/tools.go" "$dir/"
-  (cd "$dir" && go mod tidy >&2)
+  if [ -n "$kubelet_only" ]; then
+    # Only the kubelet's packages: tidy and download nothing the plane needs.
+    printf '//go:build tools\n\npackage kube\n\nimport _ "k8s.io/kubernetes/cmd/kubelet"\n' > "$dir/tools.go"
+  else
+    cp "$here/kube/tools.go" "$dir/"
+  fi
+  tidy_with_fallback "$dir" "$staging"
+}
+
+# go mod tidy; when the proxy refuses one staging module at the release's
+# own patch (403 "not available"), that module is replaced with the newest patch
+# of the same minor it serves (staging modules of one minor share their API;
+# seen for k8s.io/kube-scheduler v0.31.14, of which the kubelet only imports
+# API types). Says so on stderr.
+tidy_with_fallback() {
+  local dir=$1 staging=$2 err mod minor alt i
+  for i in 1 2 3 4 5 6 7 8; do
+    err=$( (cd "$dir" && go mod tidy) 2>&1 ) && { printf '%s\n' "$err" >&2; return 0; }
+    mod=$(printf '%s\n' "$err" | sed -n 's/.*\(k8s\.io\/[a-z0-9-]*\)@'"$staging"': reading .*/\1/p' | head -n1)
+    if [ -z "$mod" ]; then printf '%s\n' "$err" >&2; return 1; fi
+    minor=${staging%.*}
+    alt=$(cd "$dir" && go list -m -versions "$mod" | tr ' ' '\n' | grep -E "^${minor//./\\.}\.[0-9]+$" | sort -V | tail -n1)
+    if [ -z "$alt" ] || [ "$alt" = "$staging" ]; then printf '%s\n' "$err" >&2; return 1; fi
+    log "the module proxy does not serve $mod@$staging; using $mod@$alt (same minor)"
+    sed -i "s#^\t$mod => $mod .*#\t$mod => $mod $alt#" "$dir/go.mod"
+  done
+  return 1
 }
 
 prepare_etcd() {
@@ -89,15 +119,17 @@ prepare_etcd() {
 }
 
 start=$(date +%s)
-work="$root/.cache/k8s/src-v$k8s"; mkdir -p "$work/kube" "$work/etcd"
+work="$root/.cache/k8s/src-v$k8s"
+[ -n "$kubelet_only" ] && work="$work-kubelet"
+mkdir -p "$work/kube" "$work/etcd"
 prepare_kube "$work/kube"
-prepare_etcd "$work/etcd"
+[ -n "$kubelet_only" ] || prepare_etcd "$work/etcd"
 
 ver="-X k8s.io/component-base/version.gitVersion=v$k8s -X k8s.io/client-go/pkg/version.gitVersion=v$k8s -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(echo "$k8s" | cut -d. -f2)"
-log "downloading modules for Kubernetes v$k8s and etcd v$etcd"
+log "downloading modules for Kubernetes v$k8s${kubelet_only:+ (kubelet only)}"
 (cd "$work/kube" && go mod download >&2)
-(cd "$work/etcd" && go mod download >&2)
-if [ ! -x "$out/etcd-$etcd" ]; then
+[ -n "$kubelet_only" ] || (cd "$work/etcd" && go mod download >&2)
+if [ -z "$kubelet_only" ] && [ ! -x "$out/etcd-$etcd" ]; then
   log "building etcd v$etcd"
   (cd "$work/etcd" && go build -trimpath -ldflags "-s -w" -o "$out/etcd-$etcd.tmp" go.etcd.io/etcd/server/v3 >&2)
   mv "$out/etcd-$etcd.tmp" "$out/etcd-$etcd"

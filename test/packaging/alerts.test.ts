@@ -35,6 +35,7 @@ if (toolsOrSkip(t, ['apt-get', 'dpkg-deb'], false)) {
         'KubebootApproverNoLeader',
         'KubebootApproverSlowApprovals',
         'KubebootApproverViolations',
+        'KubebootCaBundleRefused',
         'KubebootCertificateExpiringWithoutRenewal',
         'KubebootCsrPendingTooLong',
         'KubebootDaemonDown',

@@ -8,7 +8,7 @@ import { request } from 'undici';
 import type { Test } from 'tap';
 import { adminApi, waitFor, type AdminApi } from './admin.js';
 import { controlPlaneBinaries, onPath } from './binaries.js';
-import { apiserverArgs, controllerManagerArgs, etcdArgs, writePki } from './components.js';
+import { apiserverArgs, controllerManagerArgs, etcdArgs, writePki, type PkiFiles } from './components.js';
 import { expectStatus, kubeClient, type KubeClient } from './http.js';
 import { clusterInfoKubeconfig, writeKubeconfig } from './kubeconfig.js';
 import { applyManifests } from './manifests.js';
@@ -70,6 +70,18 @@ export interface ControlPlane {
   signal(component: 'etcd' | 'kube-apiserver' | 'kube-controller-manager', signal: NodeJS.Signals): void;
   /** Process id of each component (benchmarks sample their CPU and memory). */
   pids(): Record<string, number>;
+  /** The PKI files the components were started with (an admin rotating the CA writes new ones beside them). */
+  files: PkiFiles;
+  /** kube-controller-manager's kubeconfig (its CA and client certificate), rewritten by an admin rotating the CA. */
+  controllerManagerKubeconfig: string;
+  /**
+   * Stops one component and starts it again on the same port with some flags
+   * changed (`{ 'client-ca-file': path }`), as an admin restarts a static pod
+   * after editing its manifest; resolves once it is ready again.
+   */
+  restart(component: 'kube-apiserver' | 'kube-controller-manager', flags: Record<string, string>): Promise<void>;
+  /** The admin client trusts `caPem` and authenticates with this certificate from now on (the cluster's CA is being rotated). */
+  useAdmin(o: { caPem: string; certPem?: string; keyPem?: string }): void;
   /** Stops all components; keeps the dir (and says where the logs are) when keep or KUBEBOOT_KEEP_CONTROLPLANE=1. */
   stop(opts?: { keep?: boolean }): Promise<void>;
 }
@@ -129,6 +141,9 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
 
     let server = '';
     let admin: KubeClient | undefined;
+    let apiArgs: string[] = [];
+    let kcmArgs: string[] = [];
+    let kcmHealth: KubeClient | undefined;
     await startOnFreePorts(
       1,
       ([port = 0]) => {
@@ -140,11 +155,16 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
             audit.policy,
             'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n',
           );
-        return start(
-          'kube-apiserver',
-          bin.kubeApiserver,
-          apiserverArgs({ etcdUrl, address, port, files, certDir: join(dir, 'apiserver-certs'), audit, extra: opts.apiserverFlags }),
-        );
+        apiArgs = apiserverArgs({
+          etcdUrl,
+          address,
+          port,
+          files,
+          certDir: join(dir, 'apiserver-certs'),
+          audit,
+          extra: opts.apiserverFlags,
+        });
+        return start('kube-apiserver', bin.kubeApiserver, apiArgs);
       },
       async (c) => {
         const a = client({ server, caPem: pki.ca.certPem, certPem: pki.admin.certPem, keyPem: pki.admin.keyPem });
@@ -176,21 +196,20 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
 
     await startOnFreePorts(
       1,
-      ([port = 0]) =>
-        start(
-          'kube-controller-manager',
-          bin.kubeControllerManager,
-          controllerManagerArgs({
-            kubeconfig: kcmKubeconfig,
-            port,
-            files,
-            certDir: join(dir, 'controller-manager-certs'),
-            signingDuration: opts.signingDuration ?? '1h',
-            csrSigning: opts.csrSigning ?? true,
-          }),
-        ),
+      ([port = 0]) => {
+        kcmArgs = controllerManagerArgs({
+          kubeconfig: kcmKubeconfig,
+          port,
+          files,
+          certDir: join(dir, 'controller-manager-certs'),
+          signingDuration: opts.signingDuration ?? '1h',
+          csrSigning: opts.csrSigning ?? true,
+        });
+        return start('kube-controller-manager', bin.kubeControllerManager, kcmArgs);
+      },
       async (c, [port]) => {
         const health = client({ server: `https://127.0.0.1:${port}`, caPem: pki.ca.certPem });
+        kcmHealth = health;
         await waitReady(
           c,
           'kube-controller-manager /healthz',
@@ -200,6 +219,10 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
       },
     );
 
+    let current: KubeClient = a;
+    let adminCaPem = pki.ca.certPem;
+    let adminCert = { certPem: pki.admin.certPem, keyPem: pki.admin.keyPem };
+    const adminProxy: KubeClient = { request: (m, p, b) => current.request(m, p, b), close: async () => {} };
     const version = expectStatus(await a.request<{ gitVersion: string }>('GET', '/version'), 'GET /version', 200).body.gitVersion;
     let stopped = false;
     return {
@@ -211,7 +234,43 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
       dir,
       version,
       kubectlPath: bin.kubectl,
-      admin: adminApi(a, (token) => kubeClient({ server, caPem: pki.ca.certPem, token })),
+      admin: adminApi(adminProxy, (token) => kubeClient({ server, caPem: adminCaPem, token })),
+      files,
+      controllerManagerKubeconfig: kcmKubeconfig,
+
+      async restart(name, flags) {
+        const index = components.findIndex((c) => c.name === name);
+        const old = components[index];
+        if (!old) throw new Error(`${name} is not running`);
+        await stopComponent(old);
+        const base = name === 'kube-apiserver' ? apiArgs : kcmArgs;
+        const args = withFlags(base, flags);
+        if (name === 'kube-apiserver') apiArgs = args;
+        else kcmArgs = args;
+        logs[name] = logs[name] ?? join(dir, `${name}.log`);
+        const c = startComponent(name, name === 'kube-apiserver' ? bin.kubeApiserver : bin.kubeControllerManager, args, logs[name]);
+        components[index] = c;
+        if (name === 'kube-apiserver')
+          await waitReady(
+            c,
+            'kube-apiserver /readyz',
+            async () => (await adminProxy.request('GET', '/readyz')).status === 200,
+            startTimeoutMs,
+          );
+        else
+          await waitReady(
+            c,
+            'kube-controller-manager /healthz',
+            async () => (await kcmHealth!.request('GET', '/healthz')).status === 200,
+            startTimeoutMs,
+          );
+      },
+
+      useAdmin(o) {
+        adminCaPem = o.caPem;
+        current = client({ server, caPem: o.caPem, certPem: o.certPem ?? adminCert.certPem, keyPem: o.keyPem ?? adminCert.keyPem });
+        if (o.certPem && o.keyPem) adminCert = { certPem: o.certPem, keyPem: o.keyPem };
+      },
       logs,
       auditLog: opts.audit ? join(dir, 'audit.log') : undefined,
       startupMs: Date.now() - began,
@@ -257,6 +316,12 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
     process.stderr.write(`\n*** control plane failed to start; kept ${dir} (logs: ${Object.values(logs).join(', ')})\n`);
     throw err;
   }
+}
+
+/** `args` with each `--name=value` of `flags` replacing the flag of that name, or appended. */
+function withFlags(args: string[], flags: Record<string, string>): string[] {
+  const out = args.filter((arg) => !Object.keys(flags).some((name) => arg.startsWith(`--${name}=`)));
+  return [...out, ...Object.entries(flags).map(([name, value]) => `--${name}=${value}`)];
 }
 
 /** Starts a plane for this test and stops it when the test ends, keeping its logs if the test failed. */

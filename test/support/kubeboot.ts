@@ -60,7 +60,13 @@ export async function nodeLayout(dir: string, name: string, settings: Record<str
     bootstrapKubeconfig: layout.bootstrapKubeconfig,
     stateDir: layout.stateDir,
     nodeName: name,
-    kubelet: { kubeconfig: layout.kubeletKubeconfig, certDir: layout.kubeletCertDir, ...kubelet },
+    // The kubelet's configuration inside the layout (absent unless a test writes it), never the host's.
+    kubelet: {
+      kubeconfig: layout.kubeletKubeconfig,
+      certDir: layout.kubeletCertDir,
+      configFile: join(dir, 'kubelet-config.yaml'),
+      ...kubelet,
+    },
     kubeProxy: { enabled: false, kubeconfig: layout.kubeProxyKubeconfig, certDir: layout.kubeProxyCertDir, ...kubeProxy },
     cloudInitPaths: [layout.cloudDir],
     waitTimeout: '3m',

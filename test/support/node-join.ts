@@ -11,7 +11,7 @@ import { controlPlaneBinaries, onPath } from './binaries.js';
 import { withControlPlane, type ControlPlane, type StartOptions } from './controlplane.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from './kubeboot.js';
 import { createNodeNetwork, snapshotHost, type HostSnapshot, type NodeNetwork } from './netns.js';
-import { nodeBinaries, startRealNode, type RealNode } from './realnode.js';
+import { nodeBinaries, startRealNode, writeKubeletConfig, type RealNode, type RealNodeOptions } from './realnode.js';
 
 /**
  * The real node's binaries, or a loud skip where they cannot run: not root
@@ -70,6 +70,10 @@ export interface JoinOptions {
    * only allowed IP.
    */
   servingBootstrap?: boolean;
+  /** The kubelet's --cert-dir is kubeboot's kubelet certificate directory, as with both programs' defaults (/var/lib/kubelet/pki). */
+  sharedCertDir?: boolean;
+  /** Another kubelet binary (version skew). */
+  kubeletBinary?: string;
 }
 
 export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): Promise<JoinedNode> {
@@ -104,7 +108,30 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
   });
   await approver.waitForOutput(/became the leader/, 60_000);
 
-  const layout = await nodeLayout(join(dir, 'node'), name, { kubeProxy: { enabled: true }, ...o.kubeboot });
+  const nodeDir = join(dir, 'n');
+  const layoutDir = join(dir, 'node');
+  const kubeletCertDir = join(layoutDir, 'kubelet-pki');
+  const nodeOptions: RealNodeOptions = {
+    name,
+    dir: nodeDir,
+    net,
+    caFile: plane.caFile,
+    kubeletKubeconfig: join(layoutDir, 'kubelet.conf'),
+    kubeProxyKubeconfig: join(layoutDir, 'kube-proxy.conf'),
+    kubeletConfig: { ...(o.servingBootstrap ? { serverTLSBootstrap: true } : {}), ...o.kubeletConfig },
+    ...(o.sharedCertDir ? { certDir: kubeletCertDir } : {}),
+    ...(o.kubeletBinary ? { kubeletBinary: o.kubeletBinary } : {}),
+  };
+  // The kubelet's configuration is in place before kubeboot starts, which reads it (rotateCertificates).
+  const kubeletConfigFile = writeKubeletConfig(nodeOptions);
+  const { kubelet: kubeletSettings, ...otherSettings } = (o.kubeboot ?? {}) as { kubelet?: Record<string, unknown> };
+  const layout = await nodeLayout(layoutDir, name, {
+    kubeProxy: { enabled: true },
+    kubelet: { configFile: kubeletConfigFile, ...kubeletSettings },
+    ...otherSettings,
+  });
+  if (layout.kubeletCertDir !== kubeletCertDir || layout.kubeletKubeconfig !== nodeOptions.kubeletKubeconfig)
+    throw new Error('nodeLayout moved the kubelet files');
   await handToken(plane, layout, 'data');
   const startedAt = Date.now();
   const daemon = startKubeboot(['run', '--config', layout.config]);
@@ -117,15 +144,7 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
   await waitForIdentity(t, layout, 'kubelet');
   const credentialMs = Date.now() - startedAt;
 
-  const node = await startRealNode({
-    name,
-    dir: join(dir, 'n'),
-    net,
-    caFile: plane.caFile,
-    kubeletKubeconfig: layout.kubeletKubeconfig,
-    kubeProxyKubeconfig: layout.kubeProxyKubeconfig,
-    kubeletConfig: { ...(o.servingBootstrap ? { serverTLSBootstrap: true } : {}), ...o.kubeletConfig },
-  });
+  const node = await startRealNode(nodeOptions);
   // Before the daemon's stop: the node's programs go first, as at shutdown.
   stops.push(() => node.stop());
 

@@ -34,7 +34,7 @@ export function nodeBinaries(): Promise<NodeBinaries> {
 }
 
 /** The sysctls the kubelet sets (container_manager_linux.go setupKernelTunables); each gets a private file. */
-const KUBELET_SYSCTLS = [
+export const KUBELET_SYSCTLS = [
   'vm/overcommit_memory',
   'vm/panic_on_oom',
   'kernel/panic',
@@ -79,6 +79,65 @@ export interface RealNodeOptions {
   /** Serving certificate and key for the kubelet (one PEM file may hold both); default: the kubelet's self-signed one. */
   kubeletServing?: { certFile: string; keyFile: string };
   kubeletConfig?: Record<string, unknown>;
+  /** The kubelet's --cert-dir; default a directory of its own (in production both it and kubeboot's default to /var/lib/kubelet/pki). */
+  certDir?: string;
+  /** Another kubelet binary (an older release, for version skew); default the plane's release. */
+  kubeletBinary?: string;
+  /** More kubelet flags, e.g. --bootstrap-kubeconfig for the kubelet's own TLS bootstrap. */
+  kubeletArgs?: string[];
+}
+
+/** Where startRealNode writes the kubelet's KubeletConfiguration; kubeboot's kubelet.configFile points here. */
+export function kubeletConfigPath(dir: string): string {
+  return join(dir, 'kubelet-config.yaml');
+}
+
+/**
+ * What a test kubelet leaves alone: no QoS cgroups, no node-allocatable
+ * enforcement, no iptables chains (nothing on the host to set up), and no
+ * eviction or image GC, so a busy shared disk never evicts the test's pod.
+ */
+export const CONTAINED_KUBELET = {
+  cgroupsPerQOS: false,
+  enforceNodeAllocatable: [],
+  cgroupDriver: 'cgroupfs',
+  makeIPTablesUtilChains: false,
+  failSwapOn: false,
+  evictionHard: { 'memory.available': '0%', 'nodefs.available': '0%', 'imagefs.available': '0%' },
+  imageGCHighThresholdPercent: 100,
+};
+
+/**
+ * The kubelet's KubeletConfiguration, written before anything starts (as a
+ * node image or config management has it in place before kubeboot runs).
+ * Rewriting it with the same options gives the same file.
+ */
+export function writeKubeletConfig(o: RealNodeOptions): string {
+  mkdirSync(join(o.dir, 'run'), { recursive: true, mode: 0o700 });
+  const socket = join(o.dir, 'run', 'cri.sock');
+  const file = kubeletConfigPath(o.dir);
+  writeFileSync(
+    file,
+    stringify({
+      apiVersion: 'kubelet.config.k8s.io/v1beta1',
+      kind: 'KubeletConfiguration',
+      containerRuntimeEndpoint: `unix://${socket}`,
+      imageServiceEndpoint: `unix://${socket}`,
+      address: o.net.nodeIp,
+      port: 10250,
+      readOnlyPort: 0,
+      healthzBindAddress: '127.0.0.1',
+      healthzPort: 10248,
+      authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, x509: { clientCAFile: o.caFile } },
+      authorization: { mode: 'Webhook' },
+      // kubeboot renews the client certificate; the kubelet only re-reads the files (client-go's reload).
+      rotateCertificates: false,
+      ...(o.kubeletServing ? { tlsCertFile: o.kubeletServing.certFile, tlsPrivateKeyFile: o.kubeletServing.keyFile } : {}),
+      ...CONTAINED_KUBELET,
+      ...o.kubeletConfig,
+    }),
+  );
+  return file;
 }
 
 export interface RealNode {
@@ -122,36 +181,7 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
     components.push(fakecri);
     await waitReady(fakecri, 'fakecri socket', async () => readdirSync(join(o.dir, 'run')).includes('cri.sock'), 30_000);
 
-    const kubeletConfig = join(o.dir, 'kubelet-config.yaml');
-    writeFileSync(
-      kubeletConfig,
-      stringify({
-        apiVersion: 'kubelet.config.k8s.io/v1beta1',
-        kind: 'KubeletConfiguration',
-        containerRuntimeEndpoint: `unix://${socket}`,
-        imageServiceEndpoint: `unix://${socket}`,
-        address: o.net.nodeIp,
-        port: 10250,
-        readOnlyPort: 0,
-        healthzBindAddress: '127.0.0.1',
-        healthzPort: 10248,
-        authentication: { anonymous: { enabled: false }, webhook: { enabled: true }, x509: { clientCAFile: o.caFile } },
-        authorization: { mode: 'Webhook' },
-        // kubeboot renews the client certificate; the kubelet only re-reads the files (client-go's reload).
-        rotateCertificates: false,
-        ...(o.kubeletServing ? { tlsCertFile: o.kubeletServing.certFile, tlsPrivateKeyFile: o.kubeletServing.keyFile } : {}),
-        // No QoS cgroups, no node-allocatable enforcement, no iptables chains: nothing on the host to set up.
-        cgroupsPerQOS: false,
-        enforceNodeAllocatable: [],
-        cgroupDriver: 'cgroupfs',
-        makeIPTablesUtilChains: false,
-        failSwapOn: false,
-        // A busy shared disk must not evict the test's pod.
-        evictionHard: { 'memory.available': '0%', 'nodefs.available': '0%', 'imagefs.available': '0%' },
-        imageGCHighThresholdPercent: 100,
-        ...o.kubeletConfig,
-      }),
-    );
+    const kubeletConfig = writeKubeletConfig(o);
     const kubelet = startComponent(
       'kubelet',
       'unshare',
@@ -169,14 +199,15 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
         d('var-work'),
         o.net.path,
         d('kubelet-root'),
-        bin.kubelet,
+        o.kubeletBinary ?? bin.kubelet,
         `--config=${kubeletConfig}`,
         `--kubeconfig=${o.kubeletKubeconfig}`,
         `--root-dir=${d('kubelet-root')}`,
-        `--cert-dir=${d('kubelet-serving')}`,
+        `--cert-dir=${o.certDir ?? d('kubelet-serving')}`,
         `--hostname-override=${o.name}`,
         `--node-ip=${o.net.nodeIp}`,
         '--v=2',
+        ...(o.kubeletArgs ?? []),
       ],
       join(o.dir, 'kubelet.log'),
     );

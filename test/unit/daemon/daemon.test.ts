@@ -40,6 +40,8 @@ async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv })
     listen: null,
     waitTimeout: 60,
   });
+  // The CA rotation's own loop is driven in test/unit/trust/keeper.test.ts.
+  config.caRotation = { ...config.caRotation, enabled: false };
   config.kubelet = { ...config.kubelet, kubeconfig: join(dir, 'kubelet.conf'), certDir: join(dir, 'kubelet-pki') };
   config.kubeProxy = {
     ...config.kubeProxy,

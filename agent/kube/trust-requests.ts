@@ -1,0 +1,118 @@
+/**
+ * The API conversation of a CA rotation, as the node has it: read the
+ * published bundle, ask whether this node could change it, and keep the
+ * node's own rotation annotation current. Every call goes over the node's
+ * own client (its kubelet certificate, the CA bundle it trusts now).
+ */
+import { KubebootError } from '../errors.js';
+import { canonicalPin } from '../pki/pin-format.js';
+import type { KubeClient } from './client.js';
+import { CLUSTER_INFO, CLUSTER_INFO_MAX_BYTES, caFromClusterInfo } from './discovery.js';
+import { expectObject, objectPath } from './objects.js';
+
+export const CLUSTER_INFO_NAMESPACE = 'kube-public';
+export const CLUSTER_INFO_NAME = 'cluster-info';
+/** On cluster-info: the pin of the CA the cluster's signer issues under (set by `kubeboot ca-rotation signer`). */
+export const SIGNER_ANNOTATION = 'kubeboot.io/signer-ca-hash';
+/** On each Node: what its kubeboot trusts and holds, for `kubeboot ca-rotation status`. */
+export const NODE_ANNOTATION = 'kubeboot.io/ca-rotation';
+
+export interface PublishedTrust {
+  /** The CA bundle of cluster-info's kubeconfig; null when cluster-info has none. */
+  caPem: string | null;
+  /** A canonical pin, or null when not published or not a pin. */
+  signerPin: string | null;
+}
+
+interface ConfigMap {
+  kind?: string;
+  metadata?: { name?: string; annotations?: Record<string, string> };
+  data?: Record<string, string>;
+}
+
+/**
+ * GET cluster-info with resourceVersion=0: answered from the API server's
+ * watch cache, not etcd, which is what makes a fleet's polling cheap; a
+ * slightly stale answer is caught up on the next look.
+ */
+export async function readPublishedTrust(client: KubeClient, signal?: AbortSignal): Promise<PublishedTrust> {
+  const res = await client.request<ConfigMap>('GET', CLUSTER_INFO, {
+    query: { resourceVersion: '0' },
+    maxBodyBytes: CLUSTER_INFO_MAX_BYTES,
+    ...(signal ? { signal } : {}),
+  });
+  const cm = expectObject<ConfigMap>(res.body, 'ConfigMap', CLUSTER_INFO_NAME);
+  const kubeconfig = cm.data?.kubeconfig;
+  let caPem: string | null = null;
+  if (kubeconfig) {
+    try {
+      caPem = caFromClusterInfo(kubeconfig);
+    } catch (err) {
+      // Handed on as text that is no bundle, so the decision refuses it with its reason.
+      caPem = `unparseable: ${(err as Error).message}`;
+    }
+  }
+  const annotation = cm.metadata?.annotations?.[SIGNER_ANNOTATION];
+  return { caPem, signerPin: annotation ? canonicalPin(annotation) : null };
+}
+
+/** Whether the requester may change or replace cluster-info: any of update, patch, delete (SelfSubjectAccessReview). */
+export async function canChangeClusterInfo(client: KubeClient, signal?: AbortSignal): Promise<boolean> {
+  for (const verb of ['update', 'patch', 'delete']) {
+    const res = await client.request<{ status?: { allowed?: boolean } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
+      body: {
+        apiVersion: 'authorization.k8s.io/v1',
+        kind: 'SelfSubjectAccessReview',
+        spec: {
+          resourceAttributes: { namespace: CLUSTER_INFO_NAMESPACE, verb, resource: 'configmaps', name: CLUSTER_INFO_NAME },
+        },
+      },
+      ...(signal ? { signal } : {}),
+    });
+    if (res.body.status?.allowed === true) return true;
+  }
+  return false;
+}
+
+/** Merge-patches one annotation on the node's own Node (NodeRestriction allows a node its own object's annotations). */
+export async function annotateNode(client: KubeClient, nodeName: string, value: string, signal?: AbortSignal): Promise<void> {
+  if (value.length > 4096) throw new KubebootError(`${NODE_ANNOTATION}: annotation of ${value.length} characters is too long`);
+  await client.request('PATCH', objectPath('/api/v1/nodes', nodeName), {
+    body: { metadata: { annotations: { [NODE_ANNOTATION]: value } } },
+    contentType: 'application/merge-patch+json',
+    ...(signal ? { signal } : {}),
+  });
+}
+
+/**
+ * A Warning Event on the node's own Node, as the kubelet records its own
+ * (namespace default, involvedObject the Node); nodes may create Events.
+ */
+export async function nodeWarning(
+  client: KubeClient,
+  nodeName: string,
+  reason: string,
+  message: string,
+  now: Date,
+  signal?: AbortSignal,
+): Promise<void> {
+  const at = now.toISOString();
+  await client.request('POST', '/api/v1/namespaces/default/events', {
+    body: {
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { generateName: `${nodeName}.kubeboot-`, namespace: 'default' },
+      involvedObject: { apiVersion: 'v1', kind: 'Node', name: nodeName, uid: nodeName },
+      reason,
+      message: message.slice(0, 1024),
+      type: 'Warning',
+      source: { component: 'kubeboot', host: nodeName },
+      reportingComponent: 'kubeboot',
+      reportingInstance: nodeName,
+      firstTimestamp: at,
+      lastTimestamp: at,
+      count: 1,
+    },
+    ...(signal ? { signal } : {}),
+  });
+}

@@ -1,0 +1,474 @@
+/**
+ * The node side of a cluster CA rotation, inside `kubeboot run`: look at the
+ * bundle published in kube-public/cluster-info over the node's own
+ * connection (its kubelet certificate, verified against the bundle it trusts
+ * now), let trust/decide.ts judge it, and carry the decision out: write every
+ * kubeconfig kubeboot owns and the kubelet's client-CA file atomically,
+ * restart the kubelet and kube-proxy once per change at this node's slot in
+ * a window, re-issue certificates early once the signer issues under the new
+ * CA, and keep the Node's rotation annotation current for the admin.
+ *
+ * Poll, not watch: a look every interval (jittered) and after every renewal.
+ * A rotation is paced by an admin over hours; every step restarts the API
+ * server, which would drop 1,000 watches at once and have them all
+ * re-established in the same second; a GET with resourceVersion=0 is served
+ * from the watch cache (see `npm run bench:fleet` for what it costs).
+ */
+import type { Dispatcher } from 'undici';
+import { Counter, Gauge, type Registry } from 'prom-client';
+import path from 'node:path';
+import type { Config } from '../config/types.js';
+import { assessNode, isNodeCredential, type Assessment, type NodeCredential } from '../credential/assess.js';
+import { ApiError } from '../errors.js';
+import { currentCertPath, type IdentityName } from '../identity.js';
+import { KubeClient, presentedChain, type ClientAuth, type Endpoint } from '../kube/client.js';
+import { annotateNode, canChangeClusterInfo, nodeWarning, readPublishedTrust, type PublishedTrust } from '../kube/trust-requests.js';
+import { whoAmI } from '../kube/whoami.js';
+import { renderClientKubeconfig } from '../kubeconfig/render.js';
+import type { Logger } from '../log.js';
+import { parseCertificateChain } from '../pki/certificate.js';
+import { toPem } from '../pki/pem.js';
+import { readOptional } from '../read-optional.js';
+import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
+import type { Clock } from '../time/clock.js';
+import { sleepUntil } from '../time/timer.js';
+import { trustedBundle, type TrustBundle } from './bundle.js';
+import {
+  bundleChanged,
+  decideBundle,
+  issuerPin,
+  reissuePlan,
+  rewritePlan,
+  spreadOffset,
+  type Consumer,
+  type HeldCertificate,
+  type TrustFile,
+} from './decide.js';
+
+const WHAT = 'kube-public/cluster-info';
+const STATE_FILE = 'ca-rotation.json';
+
+/** What survives a restart of kubeboot, so a change restarts each consumer once and the slots stay put. */
+interface KeeperState {
+  /** Bundle hash each consumer was last restarted for (or started with: the first hash seen). */
+  restarted: Partial<Record<Consumer, string>>;
+  /** A restart owed: for which bundle, and when. */
+  pending: Partial<Record<Consumer, { hash: string; at: string }>>;
+  /** The signer CA last published, when this node first saw it, and who was already re-issued for it. */
+  signer: { pin: string; since: string; attempted: IdentityName[] } | null;
+}
+
+export interface RotationStatus {
+  /** Hash of the bundle in the node's files. */
+  bundle: string;
+  /** Every consumer restarted since that bundle was written (it is in use). */
+  active: boolean;
+  /** Identity → pin of the bundle CA its certificate hangs from. */
+  issuers: Partial<Record<IdentityName, string | null>>;
+  /** The last refusal's reason while the published bundle is refused; null otherwise. */
+  refused: string | null;
+}
+
+export interface KeeperDeps {
+  config: () => Config;
+  logger: Logger;
+  clock: Clock;
+  random: () => number;
+  signal: AbortSignal;
+  dispatcher?: Dispatcher | undefined;
+  /** The node's valid kubelet credential, or null. */
+  nodeCredential: () => NodeCredential | null;
+  /** Runs `fn` with no credential write of issuance in between (see `serialize`). */
+  serialize: <T>(fn: () => Promise<T>) => Promise<T>;
+  /** Renew this identity now, even before its deadline. */
+  reissue: (identity: IdentityName) => void;
+  /** Runs restart commands one after another; true when all succeeded. */
+  runCommands: (argvs: string[][], consumer: Consumer) => Promise<boolean>;
+  observer?: WriteObserver | undefined;
+  registry: Registry;
+  /** Seam for tests: the chain the API server presents. */
+  presented?: (endpoint: Endpoint, credential: ClientAuth) => Promise<Uint8Array[]>;
+}
+
+/** One writer at a time: issuance stores a credential and its kubeconfig as one unit, and so does a CA rewrite. */
+export function serializer(): <T>(fn: () => Promise<T>) => Promise<T> {
+  let tail: Promise<unknown> = Promise.resolve();
+  return <T>(fn: () => Promise<T>): Promise<T> => {
+    const run = tail.then(fn, fn);
+    tail = run.catch(() => undefined);
+    return run;
+  };
+}
+
+export class TrustKeeper {
+  readonly #deps: KeeperDeps;
+  readonly #refusals: Counter<'reason'>;
+  readonly #adoptions: Counter;
+  readonly #restarts: Counter<'consumer' | 'result'>;
+  readonly #refused: Gauge<'reason'>;
+  #state: KeeperState | null = null;
+  #wake: (() => void) | null = null;
+  #poked = false;
+  #lastRefusal: string | null = null;
+  #lastAnnotation: string | null = null;
+  #forbiddenLogged = false;
+  #status: RotationStatus | null = null;
+
+  constructor(deps: KeeperDeps) {
+    this.#deps = deps;
+    const registers = [deps.registry];
+    this.#refusals = new Counter({
+      name: 'kubeboot_ca_bundle_refusals_total',
+      help: 'Published CA bundles refused, by reason (unverified-source, node-writable-source, drops-presented-ca, expired, ...).',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.#adoptions = new Counter({
+      name: 'kubeboot_ca_bundle_changes_total',
+      help: 'Published CA bundles adopted into the node files.',
+      registers,
+    });
+    this.#refused = new Gauge({
+      name: 'kubeboot_ca_bundle_refused',
+      help: '1 while the CA bundle published in kube-public/cluster-info is refused, by reason; absent otherwise.',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.#restarts = new Counter({
+      name: 'kubeboot_ca_restarts_total',
+      help: 'Restarts of a consumer after a CA bundle change, by result.',
+      labelNames: ['consumer', 'result'],
+      registers,
+    });
+  }
+
+  get status(): RotationStatus | null {
+    return this.#status;
+  }
+
+  /** Look again soon (after a renewal: the new certificate may be under the new CA). */
+  poke(): void {
+    if (this.#wake) this.#wake();
+    else this.#poked = true;
+  }
+
+  /** Until stopped; returns at once when CA rotation is off (turning it on takes a restart, as adding an identity does). */
+  async run(): Promise<void> {
+    const { clock, signal, logger } = this.#deps;
+    if (!this.#deps.config().caRotation.enabled) return;
+    while (!signal.aborted) {
+      const config = this.#deps.config();
+      let wakeAt = new Date(clock.now().getTime() + config.caRotation.interval * 1000 * (0.8 + 0.4 * this.#deps.random()));
+      try {
+        const due = await this.check();
+        // Never sooner than a second from now: a slot in the past must not turn into a busy loop.
+        if (due && due < wakeAt) wakeAt = new Date(Math.max(due.getTime(), clock.now().getTime() + 1000));
+      } catch (err) {
+        if (signal.aborted) return;
+        logger.warn(`CA rotation: could not check ${WHAT}: ${(err as Error).message}; trying again at ${wakeAt.toISOString()}`);
+      }
+      await this.#sleep(wakeAt);
+    }
+  }
+
+  async #sleep(until: Date): Promise<void> {
+    if (this.#deps.signal.aborted) return;
+    const woken = new AbortController();
+    this.#wake = () => woken.abort();
+    if (this.#poked) {
+      this.#poked = false;
+      woken.abort();
+    }
+    try {
+      await sleepUntil(until, this.#deps.clock, { signal: AbortSignal.any([woken.signal, this.#deps.signal]) });
+    } catch {
+      // Poked or stopping.
+    } finally {
+      this.#wake = null;
+    }
+  }
+
+  /** One look: decide, write, restart what is due, re-issue what is due. Returns when something is due next. */
+  async check(): Promise<Date | null> {
+    const { logger } = this.#deps;
+    const config = this.#deps.config();
+    // The files first: after an adoption they hold the bundle that verifies the API server now.
+    const onDisk = await assessNode(config, this.#deps.clock.now());
+    const node = isNodeCredential(onDisk.kubelet) ? onDisk.kubelet : this.#deps.nodeCredential();
+    if (node === null) return null;
+    const state = await this.#loadState(config);
+    const credential: ClientAuth = { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem };
+    const client = new KubeClient(node.cluster, credential, this.#deps.dispatcher);
+    let published: PublishedTrust;
+    try {
+      try {
+        published = await readPublishedTrust(client, this.#deps.signal);
+      } catch (err) {
+        if (err instanceof ApiError && err.status === 403) {
+          if (!this.#forbiddenLogged)
+            logger.warn(
+              `CA rotation: nodes may not read ${WHAT} (403); apply packaging/manifests/node-ca-rotation-rbac.yaml (kubectl apply -f /usr/share/kubeboot/manifests/) so CA rotations reach this node`,
+            );
+          this.#forbiddenLogged = true;
+          return null;
+        }
+        throw err;
+      }
+      const now = this.#deps.clock.now();
+      let current: TrustBundle;
+      try {
+        current = trustedBundle(node.cluster.caPem);
+      } catch {
+        return null; // the kubeconfig check already calls the credential unusable
+      }
+      let target = current;
+      const held = heldCertificates(onDisk.others, node);
+      if (bundleChanged(current, published.caPem, now)) {
+        const [user, nodeCanWrite, presented] = await Promise.all([
+          whoAmI(client, this.#deps.signal).then(
+            (u) => u.username,
+            () => null,
+          ),
+          canChangeClusterInfo(client, this.#deps.signal).catch(() => null),
+          (this.#deps.presented ?? presentedChain)(node.cluster, credential)
+            .then((ders) => ders.flatMap((der) => parseCertificateChain(toPem('CERTIFICATE', der))))
+            .catch(() => null),
+        ]);
+        const decision = decideBundle({
+          nodeName: config.nodeName,
+          current,
+          candidatePem: published.caPem,
+          what: WHAT,
+          // The client verifies the API server against the bundle the node trusts (kube/client.ts: rejectUnauthorized) and sends the node's certificate.
+          source: { verifiedTls: node.cluster.caPem.trim() !== '', clientCertificate: true, authenticatedAs: user, nodeCanWrite },
+          presented,
+          held,
+          now,
+        });
+        if (decision.kind === 'refuse') {
+          const key = `${decision.reason}|${published.caPem ?? ''}`;
+          if (this.#lastRefusal !== key) {
+            logger.error(`CA rotation: ${decision.message}`);
+            this.#refusals.inc({ reason: decision.reason });
+            // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
+            await nodeWarning(
+              client,
+              config.nodeName,
+              'CABundleRefused',
+              `${decision.reason}: ${decision.message}`,
+              now,
+              this.#deps.signal,
+            ).catch((err: Error) => logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
+          }
+          this.#lastRefusal = key;
+          this.#refused.reset();
+          this.#refused.set({ reason: decision.reason }, 1);
+          await this.#report(config, client, current, decision.reason);
+          // Restarts owed for the bundle already adopted stay due.
+          const due = await this.#restartsDue(config, state);
+          await this.#saveState(config, state);
+          return due;
+        }
+        this.#lastRefusal = null;
+        if (decision.kind === 'adopt') {
+          target = decision.bundle;
+          logger.info(
+            `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'})`,
+          );
+          this.#adoptions.inc();
+        }
+      } else {
+        this.#lastRefusal = null;
+      }
+      this.#refused.reset();
+      await this.#apply(config, target, state);
+      const due = await this.#restartsDue(config, state);
+      const reissueAt = this.#reissue(config, published.signerPin, target, held, state, now);
+      await this.#saveState(config, state);
+      await this.#report(config, client, target, null);
+      return [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+    } finally {
+      await client.close();
+    }
+  }
+
+  /** Bring every owned file to `bundle`, as one unit with issuance; schedule the restarts that takes. */
+  async #apply(config: Config, bundle: TrustBundle, state: KeeperState): Promise<void> {
+    const { logger } = this.#deps;
+    await this.#deps.serialize(async () => {
+      const now = this.#deps.clock.now();
+      // Read inside the unit: a renewal that just landed is what is on disk now.
+      const node = await assessNode(config, now);
+      const files = await this.#trustFiles(config, node.kubelet, node.others);
+      const plan = rewritePlan(bundle.hash, files);
+      for (const file of plan.rewrite) {
+        if (file.kind === 'client-ca') {
+          await writeFileAtomic(file.path, bundle.pem, { mode: 0o644, observer: this.#deps.observer });
+        } else {
+          const owner = [node.kubelet, ...node.others].find((a) => a.identity.kubeconfigPath === file.path)!;
+          // Never a kubeconfig whose CA and certificate disagree: a certificate the bundle does not cover waits for its re-issue.
+          if (owner.state === 'usable' && issuerPin(owner.certPem, bundle) === null) {
+            logger.warn(
+              `CA rotation: ${file.path} keeps its CA bundle: its certificate is not under any CA of the new bundle (it is re-issued first)`,
+            );
+            continue;
+          }
+          const cluster = owner.cluster!;
+          const text = renderClientKubeconfig({
+            server: cluster.server,
+            caPem: bundle.pem,
+            certFile: currentCertPath(owner.identity),
+            keyFile: currentCertPath(owner.identity),
+            userName: 'default-auth',
+            tlsServerName: cluster.tlsServerName ?? null,
+          });
+          await writeFileAtomic(file.path, text, { mode: 0o600, observer: this.#deps.observer });
+        }
+        logger.info(`CA rotation: ${file.path} now holds the CA bundle ${bundle.hash.slice(0, 12)}`);
+      }
+      for (const consumer of plan.restart) {
+        if (state.restarted[consumer] === bundle.hash || state.pending[consumer]?.hash === bundle.hash) continue;
+        const windowMs = config.caRotation.restartWindow * 1000;
+        const at = new Date(now.getTime() + spreadOffset(config.nodeName, `${bundle.hash}|${consumer}`, windowMs));
+        state.pending[consumer] = { hash: bundle.hash, at: at.toISOString() };
+        logger.info(`CA rotation: ${consumer} reads its kubeconfig's CA only at start; restarting it at ${at.toISOString()}`);
+      }
+      // A consumer started before kubeboot first saw any bundle uses what its files hold.
+      for (const f of files)
+        if (f.kind === 'kubeconfig' && state.restarted[f.consumer] === undefined && !state.pending[f.consumer])
+          state.restarted[f.consumer] = f.heldHash ?? bundle.hash;
+    });
+  }
+
+  async #trustFiles(config: Config, kubelet: Assessment, others: Assessment[]): Promise<TrustFile[]> {
+    const files: TrustFile[] = [];
+    const clientCa = config.caRotation.clientCaFile;
+    if (clientCa)
+      files.push({
+        path: clientCa,
+        kind: 'client-ca',
+        consumer: 'kubelet',
+        heldHash: hashOf(await readOptional(clientCa).catch(() => null)),
+      });
+    for (const a of [kubelet, ...others]) {
+      if (a.identity.kubeconfigPath === null || a.cluster === null) continue;
+      const consumer: Consumer = a.identity.name === 'kube-proxy' ? 'kube-proxy' : 'kubelet';
+      files.push({ path: a.identity.kubeconfigPath, kind: 'kubeconfig', consumer, heldHash: hashOf(a.cluster.caPem) });
+    }
+    return files;
+  }
+
+  /** Run the restarts that are due; the earliest one still owed otherwise. */
+  async #restartsDue(config: Config, state: KeeperState): Promise<Date | null> {
+    const now = this.#deps.clock.now();
+    for (const consumer of ['kubelet', 'kube-proxy'] as const) {
+      const owed = state.pending[consumer];
+      if (!owed || new Date(owed.at) > now) continue;
+      const argvs = consumer === 'kubelet' ? config.caRotation.kubeletRestart : config.caRotation.kubeProxyRestart;
+      const ok = await this.#deps.runCommands(argvs, consumer);
+      this.#restarts.inc({ consumer, result: ok ? 'ok' : 'failed' });
+      if (ok) this.#deps.logger.info(`CA rotation: ${consumer} restarted for CA bundle ${owed.hash.slice(0, 12)}`);
+      else this.#deps.logger.error(`CA rotation: restarting ${consumer} failed; it keeps the CA bundle it started with until it restarts`);
+      // Once per change: a failed restart is reported, not repeated on every look.
+      state.restarted[consumer] = owed.hash;
+      delete state.pending[consumer];
+    }
+    return this.#pendingRestartsDue(state);
+  }
+
+  #pendingRestartsDue(state: KeeperState): Date | null {
+    const times = Object.values(state.pending).map((p) => new Date(p.at));
+    return times.sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+  }
+
+  /** Nudge the identities whose slot came; the earliest slot still ahead otherwise. */
+  #reissue(
+    config: Config,
+    signerPin: string | null,
+    bundle: TrustBundle,
+    held: HeldCertificate[],
+    state: KeeperState,
+    now: Date,
+  ): Date | null {
+    if (signerPin === null) {
+      state.signer = null;
+      return null;
+    }
+    if (state.signer?.pin !== signerPin) state.signer = { pin: signerPin, since: now.toISOString(), attempted: [] };
+    const signer = state.signer;
+    const plan = reissuePlan({
+      nodeName: config.nodeName,
+      signerPin,
+      bundle,
+      held,
+      since: new Date(signer.since),
+      windowMs: config.caRotation.reissueWindow * 1000,
+      attempted: new Set(signer.attempted),
+    });
+    let next: Date | null = null;
+    for (const r of plan) {
+      if (r.at <= now) {
+        this.#deps.logger.info(`CA rotation: the signer issues under ${signerPin}; re-issuing ${r.identity} now (this node's slot)`);
+        signer.attempted.push(r.identity);
+        this.#deps.reissue(r.identity);
+      } else if (next === null || r.at < next) next = r.at;
+    }
+    return next;
+  }
+
+  /** Keep the Node's annotation current; written only when it changes. */
+  async #report(config: Config, client: KubeClient, bundle: TrustBundle, refused: string | null): Promise<void> {
+    const node = await assessNode(config, this.#deps.clock.now());
+    const usable = [node.kubelet, ...node.others].filter((a) => a.state === 'usable');
+    const state = this.#state!;
+    const issuers: RotationStatus['issuers'] = {};
+    for (const a of usable) issuers[a.identity.name] = a.state === 'usable' ? issuerPin(a.certPem, bundle) : null;
+    const consumers = (await this.#trustFiles(config, node.kubelet, node.others))
+      .filter((f) => f.kind === 'kubeconfig')
+      .map((f) => f.consumer);
+    const active = consumers.every((c) => state.restarted[c] === bundle.hash && !state.pending[c]);
+    this.#status = { bundle: bundle.hash, active, issuers, refused };
+    const value = JSON.stringify(this.#status);
+    if (value === this.#lastAnnotation) return;
+    try {
+      await annotateNode(client, config.nodeName, value, this.#deps.signal);
+      this.#lastAnnotation = value;
+    } catch (err) {
+      // No Node yet (the kubelet registers it) or no permission: progress is then unknown to the admin, nothing else.
+      this.#deps.logger.debug(`CA rotation: cannot annotate Node ${config.nodeName}: ${(err as Error).message}`);
+    }
+  }
+
+  async #loadState(config: Config): Promise<KeeperState> {
+    if (this.#state) return this.#state;
+    let state: KeeperState = { restarted: {}, pending: {}, signer: null };
+    try {
+      const text = await readOptional(path.join(config.stateDir, STATE_FILE));
+      if (text) state = { ...state, ...(JSON.parse(text) as Partial<KeeperState>) };
+    } catch {
+      this.#deps.logger.warn(`${path.join(config.stateDir, STATE_FILE)}: unreadable; starting CA rotation bookkeeping afresh`);
+    }
+    this.#state = state;
+    return state;
+  }
+
+  async #saveState(config: Config, state: KeeperState): Promise<void> {
+    await writeFileAtomic(path.join(config.stateDir, STATE_FILE), JSON.stringify(state), { mode: 0o600, observer: this.#deps.observer });
+  }
+}
+
+function heldCertificates(others: Assessment[], node: NodeCredential): HeldCertificate[] {
+  return [
+    { identity: 'kubelet', certPem: node.certPem },
+    ...others.flatMap((a) => (a.state === 'usable' ? [{ identity: a.identity.name, certPem: a.certPem }] : [])),
+  ];
+}
+
+function hashOf(pem: string | null): string | null {
+  if (pem === null) return null;
+  try {
+    return trustedBundle(pem).hash;
+  } catch {
+    return null;
+  }
+}

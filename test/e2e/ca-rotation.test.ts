@@ -1,0 +1,351 @@
+// A cluster CA rotation with no node touched, against a real control plane
+// restarted with new flags and certificates as an admin would
+// (docs/ca-rotation.md): start on CA 1 with three nodes running `kubeboot
+// run`; publish CA 1 + CA 2; switch the API server's client CA bundle, then
+// its serving certificate, then the signer to CA 2; retire CA 1. Before
+// that, hostile bundles published in cluster-info are refused, each for its
+// reason, with nothing written. Throughout: no hand step on a node, no
+// bootstrap token (deleted after the join), no 401 in the audit log.
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { parse, stringify } from 'yaml';
+import { KubeClient } from '../../agent/kube/client.js';
+import { bundleFromFile, rotationProgress } from '../../agent/join/ca-rotation.js';
+import { parseClientKubeconfig } from '../../agent/kubeconfig/parse.js';
+import { parseCertificateChain } from '../../agent/pki/certificate.js';
+import { readOptional } from '../../agent/read-optional.js';
+import { trustedBundle } from '../../agent/trust/bundle.js';
+import { issuerPin } from '../../agent/trust/decide.js';
+import { x509 } from '../../agent/pki/x509.js';
+import type { KubeObject } from '../support/admin.js';
+import { controlPlaneOrSkip } from '../support/controlplane.js';
+import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
+import { writeKubeconfig } from '../support/kubeconfig.js';
+import { createCa, generateKeyPair, issueLeaf, subjectName } from '../support/pki.js';
+
+const NODES = ['rot-1', 'rot-2', 'rot-3'];
+const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
+const STEP_MS = 180_000;
+
+const plane = await controlPlaneOrSkip(t, { name: 'ca-rotation', audit: true });
+if (plane) {
+  const ca1Pem = plane.caPem;
+  const ca2 = await createCa('kubeboot-test-ca-2');
+  // Canonical PEM: peculiar's PEM has no final newline, and Go reads two blocks glued on one line as none.
+  const bundle12 = trustedBundle(ca1Pem + ca2.certPem).pem;
+  const ca2Pin = trustedBundle(ca2.certPem).pins[0]!;
+  const ca1Body = ca1Pem.split('\n').slice(1, -2).join('\n');
+  let adminCaPem = ca1Pem;
+  let adminCert = await plane.mintClientCert({ commonName: 'kubeboot-admin', organizations: ['system:masters'] });
+  /** The product's client as the admin uses it for `kubeboot ca-rotation` (agent/join/ca-rotation.ts). */
+  const adminKube = () => new KubeClient({ server: plane.server, caPem: adminCaPem }, { kind: 'client-certificate', ...adminCert });
+  const withAdmin = async <T>(fn: (c: KubeClient) => Promise<T>): Promise<T> => {
+    const c = adminKube();
+    try {
+      return await fn(c);
+    } finally {
+      await c.close();
+    }
+  };
+
+  /** `kubeboot ca-rotation …` as the admin runs it, with an admin kubeconfig of the moment. */
+  const caRotation = async (t: Test, ...args: string[]) => {
+    const file = join(plane.dir, 'admin-now.kubeconfig');
+    await writeKubeconfig(file, plane.server, { pem: adminCaPem }, adminCert, 'kubeboot-admin');
+    return kubeboot(t, ['ca-rotation', ...args, '--kubeconfig', file]);
+  };
+
+  /** What an attacker (or a careless admin) puts in cluster-info: any text as its CA bundle. */
+  async function publishRaw(pem: string): Promise<void> {
+    const cm = (await plane!.admin.request<KubeObject>('GET', CLUSTER_INFO)).body;
+    const doc = parse(cm.data.kubeconfig);
+    doc.clusters[0].cluster['certificate-authority-data'] = Buffer.from(pem).toString('base64');
+    cm.data.kubeconfig = stringify(doc);
+    const res = await plane!.admin.request('PUT', CLUSTER_INFO, cm);
+    if (res.status !== 200) throw new Error(`PUT cluster-info: ${res.status}`);
+  }
+
+  const annotation = async (name: string) => {
+    const node = (await plane.admin.request<KubeObject>('GET', `/api/v1/nodes/${name}`)).body;
+    const raw = (node.metadata.annotations as Record<string, string> | undefined)?.['kubeboot.io/ca-rotation'];
+    return raw ? (JSON.parse(raw) as { bundle: string; active: boolean; refused: string | null; issuers: Record<string, string> }) : null;
+  };
+  const everyNode = (what: string, probe: (a: NonNullable<Awaited<ReturnType<typeof annotation>>>) => boolean) =>
+    plane.admin.waitFor(
+      what,
+      async () => {
+        for (const name of NODES) {
+          const a = await annotation(name);
+          if (!a || !probe(a)) return undefined;
+        }
+        return true;
+      },
+      STEP_MS,
+    );
+  const kubeconfigCa = async (node: NodeLayout) =>
+    (await parseClientKubeconfig(node.kubeletKubeconfig, (await readOptional(node.kubeletKubeconfig))!, readOptional)).caPem!;
+
+  // Three nodes join with a bootstrap token, then run on their own certificates.
+  const nodes: NodeLayout[] = [];
+  const daemons: Running[] = [];
+  const tokens: string[] = [];
+  const base = t.testdir();
+  for (const name of NODES) {
+    const dir = join(base, name);
+    const node = await nodeLayout(dir, name, {
+      caRotation: {
+        interval: '5s',
+        clientCaFile: join(dir, 'client-ca.crt'),
+        restartWindow: '20s',
+        reissueWindow: '20s',
+        // Stand-ins for systemctl: each restart is a line in a file.
+        kubeletRestart: [['/bin/sh', '-c', 'echo kubelet >> "$0"', join(dir, 'restarts')]],
+      },
+    });
+    tokens.push((await handToken(plane, node)).id);
+    expectCreated(await plane.admin.request('POST', '/api/v1/nodes', { metadata: { name } }));
+    const daemon = startKubeboot(['run', '--config', node.config]);
+    t.teardown(() => {
+      if (daemon.child.exitCode === null) daemon.child.kill('SIGTERM');
+    });
+    nodes.push(node);
+    daemons.push(daemon);
+  }
+  const hash1 = trustedBundle(ca1Pem).hash;
+  await everyNode('every node to report CA 1 in use', (a) => a.bundle === hash1 && a.active);
+  for (const id of tokens) await plane.admin.deleteBootstrapToken(id);
+  const restarts = async (node: NodeLayout) =>
+    ((await readFile(join(node.dir, 'restarts'), 'utf8').catch(() => '')).match(/kubelet/g) ?? []).length;
+
+  t.test('hostile bundles are refused, each for its reason, and nothing is written', async (t) => {
+    const leaf = (await plane.mintClientCert({ commonName: 'not-a-ca' })).certPem;
+    const expired = await expiredCa();
+    const cases: { name: string; publish: () => Promise<void>; reason: string; undo?: () => Promise<void> }[] = [
+      {
+        name: 'a cluster-info that nodes may write',
+        publish: async () => {
+          await grantNodesWrite(true);
+          await publishRaw(bundle12);
+        },
+        reason: 'node-writable-source',
+        undo: () => grantNodesWrite(false),
+      },
+      { name: 'a bundle dropping the CA the API server presents', publish: () => publishRaw(ca2.certPem), reason: 'drops-presented-ca' },
+      { name: 'a bundle with a leaf certificate', publish: () => publishRaw(ca1Pem + leaf), reason: 'not-ca' },
+      { name: 'a bundle with an expired CA', publish: () => publishRaw(ca1Pem + expired), reason: 'expired' },
+      { name: 'a huge bundle', publish: () => publishRaw(ca1Pem.repeat(40)), reason: 'too-big' },
+    ];
+    for (const c of cases) {
+      await c.publish();
+      await everyNode(`every node to refuse ${c.name}`, (a) => a.refused === c.reason);
+      if (c.reason === 'node-writable-source') {
+        const status = await caRotation(t, 'status');
+        t.equal(status.code, 1, 'kubeboot ca-rotation status: not finished while nodes refuse');
+        t.match(status.stdout, /rot-1: refuses the published bundle: node-writable-source/, 'and names each node and why');
+        const events = (
+          await plane.admin.request<KubeObject>('GET', '/api/v1/namespaces/default/events?fieldSelector=reason%3DCABundleRefused')
+        ).body.items as KubeObject[];
+        for (const name of NODES)
+          t.ok(
+            events.some((e) => e.involvedObject?.name === name && e.type === 'Warning' && /^node-writable-source: /.test(e.message)),
+            `${name}: a Warning Event on its Node says why`,
+          );
+      }
+      for (const node of nodes) t.equal(trustedBundle(await kubeconfigCa(node)).hash, hash1, `${c.name}: ${node.name} keeps CA 1 only`);
+      await publishRaw(ca1Pem);
+      await c.undo?.();
+      await everyNode(`every node to accept CA 1 again after ${c.name}`, (a) => a.refused === null && a.bundle === hash1);
+    }
+    for (const node of nodes) t.equal(await restarts(node), 0, `${node.name}: nothing was restarted`);
+  });
+
+  t.test('the rotation, step by step as docs/ca-rotation.md says, with no node touched', async (t) => {
+    // 1. Publish CA 1 + CA 2; every node trusts both and restarts its kubelet once, at its slot.
+    const both = bundleFromFile('ca-bundle.crt', bundle12, new Date());
+    const bundleFile = join(plane.dir, 'ca-bundle.crt');
+    await writeFile(bundleFile, bundle12);
+    // rot-3 is offline (kubeboot stopped) when the bundle is published.
+    const offline = daemons[2]!;
+    offline.child.kill('SIGTERM');
+    const gone = await offline.done;
+    assertNoSecrets(t, gone.stdout + gone.stderr, 'kubeboot run (rot-3, before going offline)');
+    t.equal((await caRotation(t, 'publish', bundleFile)).code, 0, 'kubeboot ca-rotation publish ca-bundle.crt');
+    await plane.admin.waitFor(
+      'rot-1 and rot-2 to use CA 1 + CA 2',
+      async () => {
+        for (const name of ['rot-1', 'rot-2'])
+          if ((await annotation(name))?.bundle !== both.hash || !(await annotation(name))?.active) return undefined;
+        return true;
+      },
+      STEP_MS,
+    );
+    const lagging = await caRotation(t, 'status');
+    t.equal(lagging.code, 1, 'status: not ready while rot-3 is offline');
+    t.match(lagging.stdout, /2\/3 node\(s\) trust and use the published CA bundle/, 'status counts the nodes that are');
+    t.match(lagging.stdout, /rot-3: has not picked up the published bundle yet/, 'and names the one that lags, and why');
+    // rot-3 comes back and catches up on its own.
+    const back = startKubeboot(['run', '--config', nodes[2]!.config]);
+    t.teardown(() => {
+      if (back.child.exitCode === null) back.child.kill('SIGTERM');
+    });
+    daemons[2] = back;
+    await plane.admin.waitFor(
+      'every node to trust and use CA 1 + CA 2',
+      async () => ((await withAdmin((c) => rotationProgress(c, both, null))).ready ? true : undefined),
+      STEP_MS,
+    );
+    for (const node of nodes) {
+      t.equal(trustedBundle(await kubeconfigCa(node)).hash, both.hash, `${node.name}: kubelet.conf trusts CA 1 + CA 2`);
+      t.equal(trustedBundle(await readFile(join(node.dir, 'client-ca.crt'), 'utf8')).hash, both.hash, `${node.name}: client-CA file too`);
+      t.equal(await restarts(node), 1, `${node.name}: the kubelet restarted once`);
+    }
+
+    // 2. The API server accepts client certificates of either CA.
+    await plane.restart('kube-apiserver', { 'client-ca-file': bundleFile, 'kubelet-certificate-authority': bundleFile });
+
+    // 3. Control-plane clients and the API server's serving certificate under CA 2.
+    const admin2 = await issueLeaf(ca2, { commonName: 'kubeboot-admin', organizations: ['system:masters'], usage: 'client' });
+    adminCert = { certPem: admin2.certPem, keyPem: admin2.keyPem };
+    const kcm = await issueLeaf(ca2, { commonName: 'system:kube-controller-manager', usage: 'client' });
+    await writeKubeconfig(plane.controllerManagerKubeconfig, plane.server, { pem: bundle12 }, kcm, 'system:kube-controller-manager');
+    const serving = await issueLeaf(ca2, {
+      commonName: 'kube-apiserver',
+      usage: 'server',
+      dnsNames: ['localhost', 'kubernetes', 'kubernetes.default', 'kubernetes.default.svc'],
+      ipAddresses: ['127.0.0.1'],
+    });
+    const servingCert = join(plane.dir, 'apiserver-ca2.crt');
+    const servingKey = join(plane.dir, 'apiserver-ca2.key');
+    await writeFile(servingCert, serving.certPem);
+    await writeFile(servingKey, serving.keyPem, { mode: 0o600 });
+    adminCaPem = bundle12;
+    plane.useAdmin({ caPem: bundle12, ...adminCert });
+    await plane.restart('kube-apiserver', { 'tls-cert-file': servingCert, 'tls-private-key-file': servingKey });
+    await plane.restart('kube-controller-manager', { 'root-ca-file': bundleFile });
+
+    // 4. The signer issues under CA 2; every node re-issues at its slot.
+    const ca2Cert = join(plane.dir, 'ca2.crt');
+    const ca2Key = join(plane.dir, 'ca2.key');
+    await writeFile(ca2Cert, ca2.certPem);
+    await writeFile(ca2Key, ca2.keyPem, { mode: 0o600 });
+    await plane.restart('kube-controller-manager', { 'cluster-signing-cert-file': ca2Cert, 'cluster-signing-key-file': ca2Key });
+    t.equal(
+      (await caRotation(t, 'publish', bundleFile, '--signer-ca-hash', ca2Pin)).code,
+      0,
+      'kubeboot ca-rotation publish --signer-ca-hash',
+    );
+    await plane.admin.waitFor(
+      'every node to hold certificates under CA 2',
+      async () => ((await withAdmin((c) => rotationProgress(c, both, ca2Pin))).ready ? true : undefined),
+      STEP_MS,
+    );
+
+    // 5. Retire CA 1: nodes first, then the control plane.
+    const only2 = bundleFromFile('ca2.crt', ca2.certPem, new Date());
+    const retired = await caRotation(t, 'retire', ca2Cert);
+    t.equal(retired.code, 0, `kubeboot ca-rotation retire: every node was ready (${retired.stderr.trim()})`);
+    await plane.admin.waitFor(
+      'every node to trust and use CA 2 only',
+      async () => ((await withAdmin((c) => rotationProgress(c, only2, ca2Pin))).ready ? true : undefined),
+      STEP_MS,
+    );
+    await plane.restart('kube-apiserver', { 'client-ca-file': ca2Cert, 'kubelet-certificate-authority': ca2Cert });
+    await writeKubeconfig(plane.controllerManagerKubeconfig, plane.server, { pem: ca2.certPem }, kcm, 'system:kube-controller-manager');
+    adminCaPem = ca2.certPem;
+    plane.useAdmin({ caPem: ca2.certPem, ...adminCert });
+    await plane.restart('kube-controller-manager', { 'root-ca-file': ca2Cert });
+
+    for (const [i, node] of nodes.entries()) {
+      t.equal(trustedBundle(await kubeconfigCa(node)).hash, only2.hash, `${node.name}: kubelet.conf trusts CA 2 only`);
+      const current = await readFile(join(node.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8');
+      t.equal(issuerPin(current, only2), ca2Pin, `${node.name}: its kubelet certificate chains to CA 2`);
+      t.ok(parseCertificateChain(current)[0]!.notAfter > new Date(), `${node.name}: and is valid`);
+      t.equal(await restarts(node), 2, `${node.name}: two restarts in all: one per bundle change`);
+      for (const file of await filesUnder(node.dir))
+        t.notOk((await readFile(file, 'utf8').catch(() => '')).includes(ca1Body), `${node.name}: CA 1 is in no file (${file})`);
+      t.equal(daemons[i]!.child.exitCode, null, `${node.name}: kubeboot still runs`);
+    }
+    const status = await caRotation(t, 'status');
+    t.equal(status.code, 0, 'kubeboot ca-rotation status: finished, on CA 2 alone');
+    t.match(status.stdout, /3\/3 node\(s\) trust and use the published CA bundle; 3\/3 hold certificates under the signer CA/);
+  });
+
+  t.test('every request was authenticated; no bootstrap token was used after the join', async (t) => {
+    const events = (await readFile(plane.auditLog!, 'utf8'))
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l) as { stage: string; responseStatus?: { code?: number }; user?: { username?: string }; requestURI: string });
+    const unauthorized = events.filter((e) => e.responseStatus?.code === 401);
+    t.same(
+      unauthorized.map((e) => `${e.user?.username ?? '?'} ${e.requestURI}`),
+      [],
+      'no 401 in the audit log',
+    );
+    t.ok(
+      events.some((e) => e.user?.username === 'system:node:rot-1' && e.requestURI.startsWith(CLUSTER_INFO)),
+      'nodes read cluster-info as themselves',
+    );
+  });
+
+  t.test('kubeboot stops cleanly and printed no token or key', async (t) => {
+    for (const [i, daemon] of daemons.entries()) {
+      daemon.child.kill('SIGTERM');
+      const r = await daemon.done;
+      t.equal(r.code, 0, `${NODES[i]}: exit 0 on SIGTERM`);
+      assertNoSecrets(t, r.stdout + r.stderr, `kubeboot run (${NODES[i]})`);
+      t.match(r.stdout + r.stderr, /CA rotation: adopting the CA bundle/, `${NODES[i]}: says what it adopted`);
+    }
+  });
+
+  async function grantNodesWrite(on: boolean): Promise<void> {
+    const role = '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles';
+    const binding = '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings';
+    if (!on) {
+      await plane!.admin.request('DELETE', `${binding}/careless-node-write`);
+      await plane!.admin.request('DELETE', `${role}/careless-node-write`);
+      return;
+    }
+    expectCreated(
+      await plane!.admin.request('POST', role, {
+        metadata: { name: 'careless-node-write' },
+        rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: ['cluster-info'], verbs: ['update', 'patch'] }],
+      }),
+    );
+    expectCreated(
+      await plane!.admin.request('POST', binding, {
+        metadata: { name: 'careless-node-write' },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'careless-node-write' },
+        subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:nodes' }],
+      }),
+    );
+  }
+}
+
+function expectCreated(res: { status: number; body: unknown }): void {
+  if (res.status !== 201) throw new Error(`expected 201, got ${res.status}: ${JSON.stringify(res.body).slice(0, 300)}`);
+}
+
+async function expiredCa(): Promise<string> {
+  const pair = await generateKeyPair();
+  const cert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: '0102',
+    name: subjectName({ commonName: 'expired-ca' }),
+    notBefore: new Date(Date.now() - 10 * 86400_000),
+    notAfter: new Date(Date.now() - 86400_000),
+    keys: pair.keys,
+    signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' },
+    extensions: [new x509.BasicConstraintsExtension(true, undefined, true)],
+  });
+  return cert.toString('pem');
+}
+
+async function filesUnder(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) out.push(...(await filesUnder(p)));
+    else if (e.isFile()) out.push(p);
+  }
+  return out;
+}

@@ -1,0 +1,383 @@
+// The node side of a CA rotation (trust/keeper.ts) against undici's
+// MockAgent and a fake clock: what it writes, whom it restarts and when,
+// what it refuses, and when it re-issues. No sleeps, no control plane; the
+// real control plane proves the same in test/e2e/ca-rotation.test.ts.
+import { mkdir, readFile } from 'node:fs/promises';
+import { createServer } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { MockAgent } from 'undici';
+import { Registry } from 'prom-client';
+import { defaultConfig } from '../../../agent/config/defaults.js';
+import { identitiesFor } from '../../../agent/config/identities.js';
+import type { Config } from '../../../agent/config/types.js';
+import { assessNode, isNodeCredential, type NodeCredential } from '../../../agent/credential/assess.js';
+import type { IdentityName } from '../../../agent/identity.js';
+import { parseClientKubeconfig } from '../../../agent/kubeconfig/parse.js';
+import { renderClientKubeconfig } from '../../../agent/kubeconfig/render.js';
+import { createLogger } from '../../../agent/log.js';
+import { pemBlocks } from '../../../agent/pki/pem.js';
+import { readOptional } from '../../../agent/read-optional.js';
+import { writeFileAtomic } from '../../../agent/store/atomic.js';
+import { storeCredential } from '../../../agent/store/cert-store.js';
+import { FakeClock } from '../../../agent/time/clock.js';
+import { trustedBundle } from '../../../agent/trust/bundle.js';
+import { spreadOffset } from '../../../agent/trust/decide.js';
+import { serializer, TrustKeeper } from '../../../agent/trust/keeper.js';
+import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
+import { createCa, issueLeaf, type CertAndKey } from '../../support/pki.js';
+
+const SERVER = 'https://api.test:6443';
+const logger = createLogger({ level: 'error', format: 'json' });
+const ca1 = await createCa('ca-1');
+const ca2 = await createCa('ca-2');
+const servingOf = async (ca: CertAndKey) =>
+  pemBlocks((await issueLeaf(ca, { commonName: 'kube-apiserver', usage: 'server', dnsNames: ['api.test'] })).certPem)[0]!.der;
+const serving1 = await servingOf(ca1);
+const serving2 = await servingOf(ca2);
+
+interface Fixture {
+  config: Config;
+  keeper: TrustKeeper;
+  clock: FakeClock;
+  registry: Registry;
+  /** What the cluster publishes; change it between checks. */
+  published: { caPem: string; signerPin?: string };
+  /** What the API server presents, and whether nodes may write cluster-info. */
+  server: { presented: Uint8Array; nodeCanWrite: boolean; user: string };
+  restarts: string[];
+  reissued: IdentityName[];
+  annotations: Record<string, unknown>[];
+  events: Record<string, unknown>[];
+}
+
+/** `reuse`: a second kubeboot on the same node's files (a restart of the daemon). */
+async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture; server?: string } = {}): Promise<Fixture> {
+  const dir = o.reuse ? join(o.reuse.config.stateDir, '..') : t.testdir();
+  const config = defaultConfig('n1');
+  Object.assign(config, { bootstrapKubeconfig: join(dir, 'bootstrap.conf'), stateDir: join(dir, 'state'), listen: null });
+  config.kubelet = { ...config.kubelet, kubeconfig: join(dir, 'kubelet.conf'), certDir: join(dir, 'kubelet-pki') };
+  config.kubeProxy = { ...config.kubeProxy, enabled: false };
+  config.caRotation = {
+    ...config.caRotation,
+    clientCaFile: join(dir, 'client-ca.crt'),
+    kubeletRestart: [['restart', 'kubelet']],
+    kubeProxyRestart: [['restart', 'kube-proxy']],
+  };
+  await mkdir(config.stateDir, { recursive: true });
+  const kubelet = identitiesFor(config)[0]!;
+  if (o.reuse) return withKeeper(t, config, o.reuse.clock, false);
+  await mkdir(kubelet.certDir, { recursive: true });
+  const leaf = await issueLeaf(o.kubeletCa ?? ca1, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
+  const stored = await storeCredential(kubelet, leaf.certPem, leaf.keyPem, new Date());
+  const kubeconfig = (caPem: string) =>
+    renderClientKubeconfig({
+      server: o.server ?? SERVER,
+      caPem,
+      certFile: stored.currentPath,
+      keyFile: stored.currentPath,
+      userName: 'default-auth',
+      tlsServerName: null,
+    });
+  await writeFileAtomic(config.kubelet.kubeconfig, kubeconfig(o.trusted ?? ca1.certPem), { mode: 0o600 });
+  return withKeeper(t, config, new FakeClock(new Date()), o.server !== undefined);
+}
+
+/** `network`: real connections instead of the MockAgent. */
+async function withKeeper(t: Test, config: Config, clock: FakeClock, network: boolean): Promise<Fixture> {
+  const f: Fixture = {
+    config,
+    keeper: undefined as unknown as TrustKeeper,
+    clock,
+    registry: new Registry(),
+    published: { caPem: ca1.certPem },
+    server: { presented: serving1, nodeCanWrite: false, user: 'system:node:n1' },
+    restarts: [],
+    reissued: [],
+    annotations: [],
+    events: [],
+  };
+  const agent = new MockAgent();
+  agent.disableNetConnect();
+  t.teardown(() => agent.close());
+  const pool = agent.get(SERVER);
+  pool
+    .intercept({ path: (p) => p.startsWith('/api/v1/namespaces/kube-public/configmaps/cluster-info'), method: 'GET' })
+    .reply(() => ({
+      statusCode: 200,
+      data: JSON.stringify({
+        kind: 'ConfigMap',
+        metadata: {
+          name: 'cluster-info',
+          annotations: f.published.signerPin ? { 'kubeboot.io/signer-ca-hash': f.published.signerPin } : {},
+        },
+        data: { kubeconfig: clusterInfoKubeconfig(SERVER, f.published.caPem) },
+      }),
+    }))
+    .persist();
+  pool
+    .intercept({ path: '/apis/authentication.k8s.io/v1/selfsubjectreviews', method: 'POST' })
+    .reply(() => ({
+      statusCode: 201,
+      data: JSON.stringify({ status: { userInfo: { username: f.server.user, groups: ['system:nodes'] } } }),
+    }))
+    .persist();
+  pool
+    .intercept({ path: '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', method: 'POST' })
+    .reply(() => ({ statusCode: 201, data: JSON.stringify({ status: { allowed: f.server.nodeCanWrite } }) }))
+    .persist();
+  pool
+    .intercept({ path: '/api/v1/namespaces/default/events', method: 'POST' })
+    .reply((opts) => {
+      f.events.push(JSON.parse(String(opts.body)) as Record<string, unknown>);
+      return { statusCode: 201, data: '{}' };
+    })
+    .persist();
+  pool
+    .intercept({ path: '/api/v1/nodes/n1', method: 'PATCH' })
+    .reply((opts) => {
+      const patch = JSON.parse(String(opts.body)) as { metadata: { annotations: Record<string, string> } };
+      f.annotations.push(JSON.parse(patch.metadata.annotations['kubeboot.io/ca-rotation']!) as Record<string, unknown>);
+      return { statusCode: 200, data: JSON.stringify({ kind: 'Node', metadata: { name: 'n1' } }) };
+    })
+    .persist();
+
+  // The daemon hands over the kubelet credential it last saw valid; here: what is on disk at each check.
+  let latest: NodeCredential | null = null;
+  const keeper = new TrustKeeper({
+    config: () => config,
+    logger,
+    clock: f.clock,
+    random: () => 0.5,
+    signal: new AbortController().signal,
+    dispatcher: network ? undefined : agent,
+    nodeCredential: () => latest,
+    serialize: serializer(),
+    reissue: (identity) => f.reissued.push(identity),
+    runCommands: async (argvs) => {
+      f.restarts.push(...argvs.map((a) => a.join(' ')));
+      return true;
+    },
+    registry: f.registry,
+    presented: async () => [f.server.presented],
+  });
+  const check = keeper.check.bind(keeper);
+  keeper.check = async () => {
+    const a = (await assessNode(config, f.clock.now())).kubelet;
+    if (!isNodeCredential(a)) throw new Error(`kubelet credential not usable: ${a.state === 'unusable' ? a.reason : ''}`);
+    latest = a;
+    return check();
+  };
+  f.keeper = keeper;
+  return f;
+}
+
+async function kubeconfigCa(f: Fixture): Promise<string> {
+  const text = (await readOptional(f.config.kubelet.kubeconfig))!;
+  return (await parseClientKubeconfig(f.config.kubelet.kubeconfig, text, readOptional)).caPem!;
+}
+const hashOf = (pem: string) => trustedBundle(pem).hash;
+
+t.test('old + new CA published: every file holds both, the kubelet restarts once at its slot', async (t) => {
+  const f = await fixture(t);
+  t.equal(await f.keeper.check(), null, 'nothing published beyond what is trusted: nothing due');
+  t.equal(await readFile(f.config.caRotation.clientCaFile!, 'utf8'), trustedBundle(ca1.certPem).pem, 'the client-CA file is kept equal');
+  t.same(f.restarts, [], 'the client-CA file alone restarts nothing: the kubelet reloads it by itself');
+
+  f.published.caPem = ca1.certPem + ca2.certPem;
+  const due = await f.keeper.check();
+  const both = hashOf(ca1.certPem + ca2.certPem);
+  t.equal(hashOf(await kubeconfigCa(f)), both, "the kubelet's kubeconfig holds old + new");
+  t.equal(hashOf(await readFile(f.config.caRotation.clientCaFile!, 'utf8')), both, 'and so does the client-CA file');
+  t.same(f.restarts, [], 'no restart before its slot');
+  const slot = spreadOffset('n1', `${both}|kubelet`, f.config.caRotation.restartWindow * 1000);
+  t.equal(due?.getTime(), f.clock.now().getTime() + slot, "due at this node's slot in the restart window");
+  t.equal(f.annotations.at(-1)?.active, false, 'the Node says: written, not yet in use');
+
+  await f.clock.tick(slot);
+  await f.keeper.check();
+  t.same(f.restarts, ['restart kubelet'], 'restarted at its slot');
+  t.equal(f.annotations.at(-1)?.active, true, 'the Node says: in use');
+  t.equal(f.annotations.at(-1)?.bundle, both);
+  await f.keeper.check();
+  await f.keeper.check();
+  t.same(f.restarts, ['restart kubelet'], 'once per change');
+  const annotations = f.annotations.length;
+  await f.keeper.check();
+  t.equal(f.annotations.length, annotations, 'the annotation is written only when it changes');
+});
+
+t.test('a restart owed survives a restart of kubeboot, and is not repeated', async (t) => {
+  const f = await fixture(t);
+  f.published.caPem = ca1.certPem + ca2.certPem;
+  const due = await f.keeper.check();
+  const state = JSON.parse((await readFile(join(f.config.stateDir, 'ca-rotation.json'), 'utf8')) as string) as {
+    pending: Record<string, { at: string }>;
+  };
+  t.equal(state.pending.kubelet?.at, due?.toISOString(), 'the owed restart is on disk');
+  const again = await fixture(t, { reuse: f });
+  again.published.caPem = ca1.certPem + ca2.certPem;
+  t.equal((await again.keeper.check())?.toISOString(), due?.toISOString(), 'a new kubeboot keeps the same slot');
+  await again.clock.tick(due!.getTime() - again.clock.now().getTime());
+  await again.keeper.check();
+  await again.keeper.check();
+  t.same(again.restarts, ['restart kubelet'], 'and restarts once');
+});
+
+t.test('hostile bundles are refused, each with its reason, and nothing is written', async (t) => {
+  const cases: { name: string; set: (f: Fixture) => void; reason: string }[] = [
+    { name: 'nodes may write cluster-info', set: (f) => (f.server.nodeCanWrite = true), reason: 'node-writable-source' },
+    {
+      name: 'the API server sees another user',
+      set: (f) => (f.server.user = 'system:anonymous'),
+      reason: 'unauthenticated-source',
+    },
+    { name: 'drops the CA the API server presents', set: (f) => (f.published.caPem = ca2.certPem), reason: 'drops-presented-ca' },
+    { name: 'a key in the bundle', set: (f) => (f.published.caPem = ca1.certPem + ca1.keyPem), reason: 'unparseable' },
+    { name: 'a huge bundle', set: (f) => (f.published.caPem = ca1.certPem.repeat(40)), reason: 'too-big' },
+  ];
+  for (const c of cases) {
+    const f = await fixture(t);
+    f.published.caPem = ca1.certPem + ca2.certPem;
+    c.set(f);
+    await f.keeper.check();
+    t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), `${c.name}: the kubeconfig keeps its CA`);
+    t.same(f.restarts, [], `${c.name}: nothing restarted`);
+    const metric = await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refusals_total');
+    t.match(metric, `kubeboot_ca_bundle_refusals_total{reason="${c.reason}"} 1`, `${c.name}: counted as ${c.reason}`);
+    t.equal(f.annotations.at(-1)?.refused, c.reason, `${c.name}: the Node tells the admin why`);
+    t.equal(f.events.length, 1, `${c.name}: one Warning Event`);
+    t.match(f.events[0], { reason: 'CABundleRefused', type: 'Warning', involvedObject: { kind: 'Node', name: 'n1' } });
+    t.match(String(f.events[0]?.message), new RegExp(`^${c.reason}: kube-public/cluster-info: `), `${c.name}: the Event says why`);
+    await f.keeper.check();
+    t.equal(f.events.length, 1, `${c.name}: not repeated while the same bundle is refused`);
+    const gauge = await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refused');
+    t.match(gauge, `kubeboot_ca_bundle_refused{reason="${c.reason}"} 1`, `${c.name}: the alert's gauge is set`);
+    f.published.caPem = ca1.certPem;
+    f.server = { ...f.server, nodeCanWrite: false, user: 'system:node:n1' };
+    await f.keeper.check();
+    t.notMatch(
+      await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refused'),
+      /\} 1/,
+      `${c.name}: and cleared once the cluster publishes an acceptable bundle`,
+    );
+  }
+});
+
+t.test('the signer moved to the new CA: each certificate is re-issued at its slot, once', async (t) => {
+  const f = await fixture(t, { trusted: ca1.certPem + ca2.certPem });
+  f.published = { caPem: ca1.certPem + ca2.certPem, signerPin: trustedBundle(ca2.certPem).pins[0]! };
+  const due = await f.keeper.check();
+  t.same(f.reissued, [], 'not before its slot');
+  t.ok(due, 'a slot is due');
+  await f.clock.tick(due!.getTime() - f.clock.now().getTime());
+  await f.keeper.check();
+  t.same(f.reissued, ['kubelet'], 'the kubelet certificate, under the old CA, is re-issued');
+  await f.keeper.check();
+  t.same(f.reissued, ['kubelet'], 'and not again while the renewal runs or if the signer did not really move');
+  t.equal(((f.annotations.at(-1)?.issuers ?? {}) as Record<string, string>).kubelet, trustedBundle(ca1.certPem).pins[0]);
+});
+
+t.test('retiring the old CA waits until no certificate hangs from it', async (t) => {
+  const f = await fixture(t, { trusted: ca1.certPem + ca2.certPem });
+  f.server.presented = serving2;
+  f.published.caPem = ca2.certPem;
+  await f.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem + ca2.certPem), 'refused: the kubelet certificate is still under CA 1');
+  t.equal(f.annotations.at(-1)?.refused, 'strands-credential');
+
+  const g = await fixture(t, { kubeletCa: ca2, trusted: ca1.certPem + ca2.certPem });
+  g.server.presented = serving2;
+  g.published.caPem = ca2.certPem;
+  await g.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(g)), hashOf(ca2.certPem), 'adopted once every certificate is under CA 2');
+  t.notMatch(await readFile(g.config.caRotation.clientCaFile!, 'utf8'), ca1.certPem.split('\n')[1]!, 'CA 1 is in no file');
+});
+
+t.test('a bundle served over a connection the trusted CA does not verify is never read', async (t) => {
+  // Someone in the path answers for the API server with a certificate of their own CA and a bundle of their choosing.
+  const rogue = await createCa('rogue');
+  const cert = await issueLeaf(rogue, { commonName: 'kube-apiserver', usage: 'server', ipAddresses: ['127.0.0.1'] });
+  let served = 0;
+  const server = createServer({ cert: cert.certPem, key: cert.keyPem }, (_req, res) => {
+    served++;
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(
+      JSON.stringify({
+        kind: 'ConfigMap',
+        metadata: { name: 'cluster-info' },
+        data: { kubeconfig: clusterInfoKubeconfig('https://127.0.0.1', rogue.certPem) },
+      }),
+    );
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const { port } = server.address() as AddressInfo;
+  const f = await fixture(t, { server: `https://127.0.0.1:${port}` });
+  await t.rejects(f.keeper.check(), /certificate|self.signed|verify/i, 'the TLS handshake fails against the trusted CA');
+  t.equal(served, 0, 'no request reached the impostor');
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), 'the kubeconfig keeps its CA');
+  t.equal(await readOptional(f.config.caRotation.clientCaFile!), null, 'nothing was written');
+});
+
+t.test('issuance and a CA rewrite never interleave: one writer at a time, in order, a failure does not block the next', async (t) => {
+  const serialize = serializer();
+  const steps: string[] = [];
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const issuing = serialize(async () => {
+    steps.push('issue: store certificate');
+    await held;
+    steps.push('issue: write kubeconfig');
+  });
+  const rewriting = serialize(async () => {
+    steps.push('rotation: rewrite kubeconfig');
+  });
+  const failing = serialize(async () => {
+    throw new Error('disk full');
+  });
+  const after = serialize(async () => {
+    steps.push('after a failure');
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same(steps, ['issue: store certificate'], 'the rewrite waits while issuance is between its two writes');
+  release();
+  await issuing;
+  await rewriting;
+  await t.rejects(failing, /disk full/);
+  await after;
+  t.same(steps, ['issue: store certificate', 'issue: write kubeconfig', 'rotation: rewrite kubeconfig', 'after a failure']);
+});
+
+t.test('a restart owed is still carried out while a later bundle is refused', async (t) => {
+  const f = await fixture(t);
+  f.published.caPem = ca1.certPem + ca2.certPem;
+  const due = await f.keeper.check();
+  f.server.nodeCanWrite = true;
+  f.published.caPem = ca2.certPem + ca1.certPem + (await createCa('ca-3')).certPem;
+  await f.clock.tick(due!.getTime() - f.clock.now().getTime());
+  const next = await f.keeper.check();
+  t.same(f.restarts, ['restart kubelet'], 'the kubelet restarts onto the bundle it was owed');
+  t.equal(next, null, 'and nothing is left due: no busy loop on a past slot');
+  t.equal(f.annotations.at(-1)?.refused, 'node-writable-source');
+});
+
+t.test("the daemon's /metrics carries the CA rotation's series (what the alert reads)", async (t) => {
+  const { Daemon } = await import('../../../agent/daemon/daemon.js');
+  const daemon = new Daemon({
+    config: defaultConfig('n1'),
+    logger,
+    signal: new AbortController().signal,
+    reload: async () => defaultConfig('n1'),
+    env: {},
+  });
+  const text = await daemon.metrics.registry.metrics();
+  for (const name of [
+    'kubeboot_ca_bundle_refused',
+    'kubeboot_ca_bundle_refusals_total',
+    'kubeboot_ca_bundle_changes_total',
+    'kubeboot_ca_restarts_total',
+  ])
+    t.match(text, new RegExp(`^# TYPE ${name} `, 'm'), `${name} is served`);
+});
