@@ -6,8 +6,9 @@
 // other on the same control plane: the .deb installed with apt-get (as
 // packaging/cloud-init/user-data.yaml does), and the .rpm installed with
 // Debian's rpm, so its %post scriptlet (daemon-reload, enable, start
-// --no-block) runs under the container's real systemd. Both boot the same
-// cached root (the bootable base plus Debian's rpm package).
+// --no-block) runs under the container's real systemd, and rpm -e's
+// %preun/%postun after it. Both boot the same cached root (the bootable base
+// plus Debian's rpm package).
 //
 // nspawn mounts /proc/sys read-only and gives no /dev/kmsg; the kubelet
 // writes six sysctls (container_manager_linux.go setupKernelTunables; a
