@@ -9,13 +9,15 @@
 //
 // rot-1 is a real node: the real kubelet (test/support/realnode.ts) on the
 // kubelet.conf kubeboot writes, its clientCAFile the file kubeboot keeps
-// (caRotation.clientCaFile), and kubeboot's kubelet restart hook restarting
-// that process. The other two run `kubeboot run` alone, their restart hook a
-// line in a file.
+// (caRotation.clientCaFile), its serving certificate kubeboot's too
+// (kubeletServing, CSRs approved by the test as an admin), and kubeboot's
+// kubelet restart hook restarting that process. The other two run `kubeboot
+// run` alone, their restart hook a line in a file.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { appendFile, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import t, { type Test } from 'tap';
 import { parse, stringify } from 'yaml';
 import { KubeClient } from '../../agent/kube/client.js';
@@ -138,6 +140,34 @@ if (plane && net) {
     restartSocket,
   ];
 
+  // The kubelet-serving CSRs (signer kubernetes.io/kubelet-serving, which nothing approves by
+  // itself) of the real node, approved by the admin as they come: at the join and at the re-issue under CA 2.
+  let approving = true;
+  const approved = new Set<string>();
+  const approveServing = (async () => {
+    while (approving) {
+      try {
+        for (const csr of await plane.admin.listCsrs())
+          if (
+            csr.spec.signerName === 'kubernetes.io/kubelet-serving' &&
+            csr.spec.username === `system:node:${REAL}` &&
+            !csr.status?.conditions?.length &&
+            !approved.has(csr.metadata.name)
+          ) {
+            await plane.admin.approveCsr(csr.metadata.name);
+            approved.add(csr.metadata.name);
+          }
+      } catch {
+        // The API server restarts during the rotation: try again.
+      }
+      await delay(500);
+    }
+  })();
+  t.teardown(async () => {
+    approving = false;
+    await approveServing;
+  });
+
   // Three nodes join with a bootstrap token, then run on their own certificates.
   const nodes: NodeLayout[] = [];
   const daemons: Running[] = [];
@@ -146,6 +176,7 @@ if (plane && net) {
   for (const name of NODES) {
     const dir = join(base, name);
     const clientCaFile = join(dir, 'client-ca.crt');
+    const servingCurrent = join(dir, 'kubelet-serving-pki', 'kubelet-server-current.pem');
     if (name === REAL) {
       realOptions = {
         name,
@@ -154,6 +185,8 @@ if (plane && net) {
         caFile: clientCaFile,
         kubeletKubeconfig: join(dir, 'kubelet.conf'),
         kubeProxyKubeconfig: join(dir, 'kube-proxy.conf'),
+        // kubeboot keeps the kubelet's serving certificate too (re-issued under CA 2 with the others); the kubelet re-reads the file.
+        kubeletServing: { certFile: servingCurrent, keyFile: servingCurrent },
       };
       // In place before kubeboot starts, which reads it (rotateCertificates).
       writeKubeletConfig(realOptions);
@@ -167,7 +200,12 @@ if (plane && net) {
         // Stand-ins for systemctl: the real kubelet's restart, or a line in a file.
         kubeletRestart: [name === REAL ? restartHook : ['/bin/sh', '-c', 'echo kubelet >> "$0"', join(dir, 'restarts')]],
       },
-      ...(name === REAL ? { kubelet: { configFile: kubeletConfigPath(realOptions!.dir) } } : {}),
+      ...(name === REAL
+        ? {
+            kubelet: { configFile: kubeletConfigPath(realOptions!.dir) },
+            kubeletServing: { enabled: true, certDir: join(dir, 'kubelet-serving-pki'), ipAddresses: [net.nodeIp] },
+          }
+        : {}),
     });
     if (node.kubeletKubeconfig !== realOptions?.kubeletKubeconfig && name === REAL) throw new Error('nodeLayout moved kubelet.conf');
     tokens.push((await handToken(plane, node)).id);
@@ -184,14 +222,18 @@ if (plane && net) {
       // (kubelet.conf, written last), and here once its client-CA file is too (the kubelet exits on a
       // missing one). Polled rather than `kubeboot wait`, whose checks would be asserts on the root test.
       await plane.admin.waitFor(
-        "rot-1's kubelet.conf and client-CA file",
-        async () => ((await readOptional(node.kubeletKubeconfig)) && (await readOptional(clientCaFile)) ? true : undefined),
+        "rot-1's kubelet.conf, client-CA file and serving certificate",
+        async () =>
+          (await readOptional(node.kubeletKubeconfig)) && (await readOptional(clientCaFile)) && (await readOptional(servingCurrent))
+            ? true
+            : undefined,
         STEP_MS,
       );
       real = await startRealNode(realOptions!);
     }
   }
   const realNode = () => real!;
+  const only2 = bundleFromFile('ca2.crt', ca2.certPem, new Date());
   const steps: { bundlePublished?: number; signerSwitched?: number; retired?: number; done?: number } = {};
   await waitNodeReady(plane, REAL, [realNode().kubelet, realNode().fakecri]);
   const hash1 = trustedBundle(ca1Pem).hash;
@@ -305,7 +347,22 @@ if (plane && net) {
     await writeFile(servingKey, serving.keyPem, { mode: 0o600 });
     adminCaPem = bundle12;
     plane.useAdmin({ caPem: bundle12, ...adminCert });
-    await plane.restart('kube-apiserver', { 'tls-cert-file': servingCert, 'tls-private-key-file': servingKey });
+    // What the API server shows kubelets (logs, exec, proxy): under CA 2 too, before nodes drop CA 1 from their client-CA files.
+    const kubeletClient = await issueLeaf(ca2, {
+      commonName: 'kube-apiserver-kubelet-client',
+      organizations: ['system:masters'],
+      usage: 'client',
+    });
+    const kubeletClientCert = join(plane.dir, 'apiserver-kubelet-client-ca2.crt');
+    const kubeletClientKey = join(plane.dir, 'apiserver-kubelet-client-ca2.key');
+    await writeFile(kubeletClientCert, kubeletClient.certPem);
+    await writeFile(kubeletClientKey, kubeletClient.keyPem, { mode: 0o600 });
+    await plane.restart('kube-apiserver', {
+      'tls-cert-file': servingCert,
+      'tls-private-key-file': servingKey,
+      'kubelet-client-certificate': kubeletClientCert,
+      'kubelet-client-key': kubeletClientKey,
+    });
     await plane.restart('kube-controller-manager', { 'root-ca-file': bundleFile });
 
     // 4. The signer issues under CA 2; every node re-issues at its slot.
@@ -327,7 +384,6 @@ if (plane && net) {
     );
 
     // 5. Retire CA 1: nodes first, then the control plane.
-    const only2 = bundleFromFile('ca2.crt', ca2.certPem, new Date());
     steps.retired = Date.now();
     const retired = await caRotation(t, 'retire', ca2Cert);
     t.equal(retired.code, 0, `kubeboot ca-rotation retire: every node was ready (${retired.stderr.trim()})`);
@@ -395,6 +451,12 @@ if (plane && net) {
     const last = spans.at(-1)!;
     t.equal(credentialId(last.event), ca2Id, 'and its latest request is with that certificate');
     t.equal(kubeletRestarts.length, 2, 'the real kubelet was restarted twice: once per bundle change');
+    t.ok(approved.size >= 2, `${approved.size} serving CSRs approved: the join's, and the re-issue under CA 2`);
+    const serving = await readFile(join(node.dir, 'kubelet-serving-pki', 'kubelet-server-current.pem'), 'utf8');
+    t.equal(issuerPin(serving, only2), ca2Pin, 'its serving certificate chains to CA 2');
+    // The API server verifies the kubelet against CA 2 alone now (--kubelet-certificate-authority), and the kubelet its client against CA 2 alone.
+    const healthz = await plane.admin.request('GET', `/api/v1/nodes/${REAL}/proxy/healthz`);
+    t.same([healthz.status, healthz.body], [200, 'ok'], 'GET /api/v1/nodes/<n>/proxy/healthz works, CA 2 on both sides');
     const issuedAt = (await stat(join(node.kubeletCertDir, 'kubelet-client-current.pem'))).mtimeMs;
     const at = (ms: number) => `+${Math.round((ms - steps.bundlePublished!) / 1000)} s`;
     t.comment(
