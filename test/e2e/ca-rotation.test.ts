@@ -6,8 +6,18 @@
 // that, hostile bundles published in cluster-info are refused, each for its
 // reason, with nothing written. Throughout: no hand step on a node, no
 // bootstrap token (deleted after the join), no 401 in the audit log.
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+//
+// rot-1 is a real node: the real kubelet (test/support/realnode.ts) on the
+// kubelet.conf kubeboot writes, its clientCAFile the file kubeboot keeps
+// (caRotation.clientCaFile), its serving certificate kubeboot's too
+// (kubeletServing, CSRs approved by the test as an admin), and kubeboot's
+// kubelet restart hook restarting that process. The other two run `kubeboot
+// run` alone, their restart hook a line in a file.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { appendFile, readdir, readFile, stat, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import t, { type Test } from 'tap';
 import { parse, stringify } from 'yaml';
 import { KubeClient } from '../../agent/kube/client.js';
@@ -22,14 +32,32 @@ import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
+import { createNodeNetwork } from '../support/netns.js';
+import { auditEventsFrom, credentialId, realNodeOrSkip, requestSpans } from '../support/node-join.js';
 import { createCa, generateKeyPair, issueLeaf, subjectName } from '../support/pki.js';
+import { kubeletConfigPath, startRealNode, writeKubeletConfig, type RealNode, type RealNodeOptions } from '../support/realnode.js';
+import { certificateId, waitNodeReady } from '../support/rotation.js';
 
 const NODES = ['rot-1', 'rot-2', 'rot-3'];
+/** The node with the real kubelet. */
+const REAL = 'rot-1';
 const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
 const STEP_MS = 180_000;
 
-const plane = await controlPlaneOrSkip(t, { name: 'ca-rotation', audit: true });
-if (plane) {
+// The real kubelet lives in its own network namespace; the plane serves on the host end of its veth.
+const net = (await realNodeOrSkip(t)) ? await createNodeNetwork() : undefined;
+// Short: the real node's CRI socket and the restart socket live in here (unix socket paths are limited to 108 bytes).
+const realDir = net ? mkdtempSync('/tmp/kbr-') : '';
+let real: RealNode | undefined;
+if (net)
+  t.teardown(async () => {
+    await real?.stop();
+    await net.remove();
+    if (t.passing() && process.env.KUBEBOOT_KEEP_CONTROLPLANE !== '1') rmSync(realDir, { recursive: true, force: true });
+    else process.stderr.write(`\n*** real node kept in ${realDir} (kubelet.log, fakecri.log)\n`);
+  });
+const plane = net ? await controlPlaneOrSkip(t, { name: 'ca-rotation', audit: true, address: net.hostIp }) : undefined;
+if (plane && net) {
   const ca1Pem = plane.caPem;
   const ca2 = await createCa('kubeboot-test-ca-2');
   // Canonical PEM: peculiar's PEM has no final newline, and Go reads two blocks glued on one line as none.
@@ -86,32 +114,128 @@ if (plane) {
   const kubeconfigCa = async (node: NodeLayout) =>
     (await parseClientKubeconfig(node.kubeletKubeconfig, (await readOptional(node.kubeletKubeconfig))!, readOptional)).caPem!;
 
+  // The real kubelet's `systemctl try-restart kubelet.service`: kubeboot's hook connects to this
+  // socket and returns once the test has stopped the kubelet and started it again (as try-restart
+  // returns once the restart job is done); a failed restart fails the hook.
+  const base = t.testdir();
+  const kubeletRestarts: { at: number; tookMs: number }[] = [];
+  const restartSocket = join(realDir, 'restart.sock');
+  const restartServer = createServer((sock) => {
+    sock.on('error', () => {});
+    const at = Date.now();
+    (async () => {
+      await appendFile(join(base, REAL, 'restarts'), 'kubelet\n');
+      if (!real) throw new Error('no real kubelet to restart');
+      await real.restartKubelet();
+      kubeletRestarts.push({ at, tookMs: Date.now() - at });
+      sock.end('restarted\n');
+    })().catch((err: Error) => sock.end(`failed: ${err.message}\n`));
+  });
+  await new Promise<void>((resolve) => restartServer.listen(restartSocket, resolve));
+  t.teardown(() => restartServer.close());
+  const restartHook = [
+    process.execPath,
+    '-e',
+    "const s = require('node:net').connect(process.argv[1]); let r = ''; s.on('data', (d) => (r += d)); s.on('end', () => process.exit(r === 'restarted\\n' ? 0 : 1)); s.on('error', () => process.exit(1));",
+    restartSocket,
+  ];
+
+  // The kubelet-serving CSRs (signer kubernetes.io/kubelet-serving, which nothing approves by
+  // itself) of the real node, approved by the admin as they come: at the join and at the re-issue under CA 2.
+  let approving = true;
+  const approved = new Set<string>();
+  const approveServing = (async () => {
+    while (approving) {
+      try {
+        for (const csr of await plane.admin.listCsrs())
+          if (
+            csr.spec.signerName === 'kubernetes.io/kubelet-serving' &&
+            csr.spec.username === `system:node:${REAL}` &&
+            !csr.status?.conditions?.length &&
+            !approved.has(csr.metadata.name)
+          ) {
+            await plane.admin.approveCsr(csr.metadata.name);
+            approved.add(csr.metadata.name);
+          }
+      } catch {
+        // The API server restarts during the rotation: try again.
+      }
+      await delay(500);
+    }
+  })();
+  t.teardown(async () => {
+    approving = false;
+    await approveServing;
+  });
+
   // Three nodes join with a bootstrap token, then run on their own certificates.
   const nodes: NodeLayout[] = [];
   const daemons: Running[] = [];
   const tokens: string[] = [];
-  const base = t.testdir();
+  let realOptions: RealNodeOptions | undefined;
   for (const name of NODES) {
     const dir = join(base, name);
+    const clientCaFile = join(dir, 'client-ca.crt');
+    const servingCurrent = join(dir, 'kubelet-serving-pki', 'kubelet-server-current.pem');
+    if (name === REAL) {
+      realOptions = {
+        name,
+        dir: join(realDir, 'n'),
+        net,
+        caFile: clientCaFile,
+        kubeletKubeconfig: join(dir, 'kubelet.conf'),
+        kubeProxyKubeconfig: join(dir, 'kube-proxy.conf'),
+        // kubeboot keeps the kubelet's serving certificate too (re-issued under CA 2 with the others); the kubelet re-reads the file.
+        kubeletServing: { certFile: servingCurrent, keyFile: servingCurrent },
+      };
+      // In place before kubeboot starts, which reads it (rotateCertificates).
+      writeKubeletConfig(realOptions);
+    }
     const node = await nodeLayout(dir, name, {
       caRotation: {
         interval: '5s',
-        clientCaFile: join(dir, 'client-ca.crt'),
+        clientCaFile,
         restartWindow: '20s',
         reissueWindow: '20s',
-        // Stand-ins for systemctl: each restart is a line in a file.
-        kubeletRestart: [['/bin/sh', '-c', 'echo kubelet >> "$0"', join(dir, 'restarts')]],
+        // Stand-ins for systemctl: the real kubelet's restart, or a line in a file.
+        kubeletRestart: [name === REAL ? restartHook : ['/bin/sh', '-c', 'echo kubelet >> "$0"', join(dir, 'restarts')]],
       },
+      ...(name === REAL
+        ? {
+            kubelet: { configFile: kubeletConfigPath(realOptions!.dir) },
+            kubeletServing: { enabled: true, certDir: join(dir, 'kubelet-serving-pki'), ipAddresses: [net.nodeIp] },
+          }
+        : {}),
     });
+    if (node.kubeletKubeconfig !== realOptions?.kubeletKubeconfig && name === REAL) throw new Error('nodeLayout moved kubelet.conf');
     tokens.push((await handToken(plane, node)).id);
-    expectCreated(await plane.admin.request('POST', '/api/v1/nodes', { metadata: { name } }));
+    // The real kubelet registers its Node itself.
+    if (name !== REAL) expectCreated(await plane.admin.request('POST', '/api/v1/nodes', { metadata: { name } }));
     const daemon = startKubeboot(['run', '--config', node.config]);
     t.teardown(() => {
       if (daemon.child.exitCode === null) daemon.child.kill('SIGTERM');
     });
     nodes.push(node);
     daemons.push(daemon);
+    if (name === REAL) {
+      // As kubelet.service's drop-in orders it: the kubelet starts once its credential is on disk
+      // (kubelet.conf, written last), and here once its client-CA file is too (the kubelet exits on a
+      // missing one). Polled rather than `kubeboot wait`, whose checks would be asserts on the root test.
+      await plane.admin.waitFor(
+        "rot-1's kubelet.conf, client-CA file and serving certificate",
+        async () =>
+          (await readOptional(node.kubeletKubeconfig)) && (await readOptional(clientCaFile)) && (await readOptional(servingCurrent))
+            ? true
+            : undefined,
+        STEP_MS,
+      );
+      real = await startRealNode(realOptions!);
+    }
   }
+  const realNode = () => real!;
+  const only2 = bundleFromFile('ca2.crt', ca2.certPem, new Date());
+  const steps: { bundlePublished?: number; signerSwitched?: number; retired?: number; done?: number } = {};
+  await waitNodeReady(plane, REAL, [realNode().kubelet, realNode().fakecri]);
   const hash1 = trustedBundle(ca1Pem).hash;
   await everyNode('every node to report CA 1 in use', (a) => a.bundle === hash1 && a.active);
   for (const id of tokens) await plane.admin.deleteBootstrapToken(id);
@@ -170,6 +294,7 @@ if (plane) {
     offline.child.kill('SIGTERM');
     const gone = await offline.done;
     assertNoSecrets(t, gone.stdout + gone.stderr, 'kubeboot run (rot-3, before going offline)');
+    const published = Date.now();
     t.equal((await caRotation(t, 'publish', bundleFile)).code, 0, 'kubeboot ca-rotation publish ca-bundle.crt');
     await plane.admin.waitFor(
       'rot-1 and rot-2 to use CA 1 + CA 2',
@@ -201,6 +326,7 @@ if (plane) {
       t.equal(await restarts(node), 1, `${node.name}: the kubelet restarted once`);
     }
 
+    steps.bundlePublished = published;
     // 2. The API server accepts client certificates of either CA.
     await plane.restart('kube-apiserver', { 'client-ca-file': bundleFile, 'kubelet-certificate-authority': bundleFile });
 
@@ -213,7 +339,7 @@ if (plane) {
       commonName: 'kube-apiserver',
       usage: 'server',
       dnsNames: ['localhost', 'kubernetes', 'kubernetes.default', 'kubernetes.default.svc'],
-      ipAddresses: ['127.0.0.1'],
+      ipAddresses: ['127.0.0.1', net.hostIp],
     });
     const servingCert = join(plane.dir, 'apiserver-ca2.crt');
     const servingKey = join(plane.dir, 'apiserver-ca2.key');
@@ -221,7 +347,22 @@ if (plane) {
     await writeFile(servingKey, serving.keyPem, { mode: 0o600 });
     adminCaPem = bundle12;
     plane.useAdmin({ caPem: bundle12, ...adminCert });
-    await plane.restart('kube-apiserver', { 'tls-cert-file': servingCert, 'tls-private-key-file': servingKey });
+    // What the API server shows kubelets (logs, exec, proxy): under CA 2 too, before nodes drop CA 1 from their client-CA files.
+    const kubeletClient = await issueLeaf(ca2, {
+      commonName: 'kube-apiserver-kubelet-client',
+      organizations: ['system:masters'],
+      usage: 'client',
+    });
+    const kubeletClientCert = join(plane.dir, 'apiserver-kubelet-client-ca2.crt');
+    const kubeletClientKey = join(plane.dir, 'apiserver-kubelet-client-ca2.key');
+    await writeFile(kubeletClientCert, kubeletClient.certPem);
+    await writeFile(kubeletClientKey, kubeletClient.keyPem, { mode: 0o600 });
+    await plane.restart('kube-apiserver', {
+      'tls-cert-file': servingCert,
+      'tls-private-key-file': servingKey,
+      'kubelet-client-certificate': kubeletClientCert,
+      'kubelet-client-key': kubeletClientKey,
+    });
     await plane.restart('kube-controller-manager', { 'root-ca-file': bundleFile });
 
     // 4. The signer issues under CA 2; every node re-issues at its slot.
@@ -230,6 +371,7 @@ if (plane) {
     await writeFile(ca2Cert, ca2.certPem);
     await writeFile(ca2Key, ca2.keyPem, { mode: 0o600 });
     await plane.restart('kube-controller-manager', { 'cluster-signing-cert-file': ca2Cert, 'cluster-signing-key-file': ca2Key });
+    steps.signerSwitched = Date.now();
     t.equal(
       (await caRotation(t, 'publish', bundleFile, '--signer-ca-hash', ca2Pin)).code,
       0,
@@ -242,7 +384,7 @@ if (plane) {
     );
 
     // 5. Retire CA 1: nodes first, then the control plane.
-    const only2 = bundleFromFile('ca2.crt', ca2.certPem, new Date());
+    steps.retired = Date.now();
     const retired = await caRotation(t, 'retire', ca2Cert);
     t.equal(retired.code, 0, `kubeboot ca-rotation retire: every node was ready (${retired.stderr.trim()})`);
     await plane.admin.waitFor(
@@ -266,9 +408,62 @@ if (plane) {
         t.notOk((await readFile(file, 'utf8').catch(() => '')).includes(ca1Body), `${node.name}: CA 1 is in no file (${file})`);
       t.equal(daemons[i]!.child.exitCode, null, `${node.name}: kubeboot still runs`);
     }
+    steps.done = Date.now();
     const status = await caRotation(t, 'status');
     t.equal(status.code, 0, 'kubeboot ca-rotation status: finished, on CA 2 alone');
     t.match(status.stdout, /3\/3 node\(s\) trust and use the published CA bundle; 3\/3 hold certificates under the signer CA/);
+  });
+
+  t.test('the real kubelet went through the rotation as system:node:<n>, and ends on CA 2, Ready', async (t) => {
+    const node = nodes[0]!;
+    const current = await readFile(join(node.kubeletCertDir, 'kubelet-client-current.pem'), 'utf8');
+    const ca2Id = certificateId(current);
+    await plane.admin.waitFor(
+      'the real kubelet to authenticate with its certificate under CA 2',
+      async () => {
+        const gone = [realNode().kubelet, realNode().fakecri].find((c) => c.exited !== undefined);
+        if (gone) throw new Error(`${gone.name} exited (${gone.exited}); see ${gone.logFile}`);
+        return auditEventsFrom(plane, net.nodeIp, 'kubelet/').some((e) => credentialId(e) === ca2Id) ? true : undefined;
+      },
+      STEP_MS,
+    );
+    await waitNodeReady(plane, REAL, [realNode().kubelet, realNode().fakecri]);
+    t.pass(`${REAL}: the Node is Ready on CA 2 alone`);
+    const events = auditEventsFrom(plane, net.nodeIp, 'kubelet/');
+    const created = events.find((e) => e.verb === 'create' && e.objectRef?.resource === 'nodes' && e.responseStatus?.code === 201);
+    t.equal(created?.user?.username, `system:node:${REAL}`, 'the real kubelet registered its Node as system:node:<n>');
+    // The rule: not one request of the real kubelet unauthenticated, API server restarts included (its
+    // credential is always one the restarted API server accepts), and every one as the node itself.
+    t.same(
+      events
+        .filter((e) => e.user?.username !== `system:node:${REAL}`)
+        .map((e) => `${e.responseStatus?.code} ${e.user?.username ?? '?'} ${e.verb} ${e.requestURI}`),
+      [],
+      `each of the real kubelet's ${events.length} audited requests was authenticated as system:node:${REAL}`,
+    );
+    const spans = requestSpans(events).sort((a, b) => a.start - b.start);
+    const firstOnCa2 = spans.find((s) => credentialId(s.event) === ca2Id);
+    t.ok(
+      firstOnCa2 && firstOnCa2.start > steps.signerSwitched!,
+      'after the signer switch the kubelet authenticates with its certificate under CA 2',
+    );
+    const lastOther = spans.filter((s) => credentialId(s.event) !== ca2Id).at(-1);
+    const last = spans.at(-1)!;
+    t.equal(credentialId(last.event), ca2Id, 'and its latest request is with that certificate');
+    t.equal(kubeletRestarts.length, 2, 'the real kubelet was restarted twice: once per bundle change');
+    t.ok(approved.size >= 2, `${approved.size} serving CSRs approved: the join's, and the re-issue under CA 2`);
+    const serving = await readFile(join(node.dir, 'kubelet-serving-pki', 'kubelet-server-current.pem'), 'utf8');
+    t.equal(issuerPin(serving, only2), ca2Pin, 'its serving certificate chains to CA 2');
+    // The API server verifies the kubelet against CA 2 alone now (--kubelet-certificate-authority), and the kubelet its client against CA 2 alone.
+    const healthz = await plane.admin.request('GET', `/api/v1/nodes/${REAL}/proxy/healthz`);
+    t.same([healthz.status, healthz.body], [200, 'ok'], 'GET /api/v1/nodes/<n>/proxy/healthz works, CA 2 on both sides');
+    const issuedAt = (await stat(join(node.kubeletCertDir, 'kubelet-client-current.pem'))).mtimeMs;
+    const at = (ms: number) => `+${Math.round((ms - steps.bundlePublished!) / 1000)} s`;
+    t.comment(
+      `real kubelet: restarts at ${kubeletRestarts.map((r) => `${at(r.at)} (took ${r.tookMs} ms)`).join(', ')}; signer switched ${at(steps.signerSwitched!)}, ` +
+        `CA 2 certificate written ${at(issuedAt)}, first request with it ${at(firstOnCa2!.start)} (${Math.round(firstOnCa2!.start - issuedAt)} ms later), ` +
+        `last request with an older one ${lastOther ? at(lastOther.start) : 'none'}; retire ${at(steps.retired!)}, done ${at(steps.done!)} (times from the bundle's publication)`,
+    );
   });
 
   t.test('every request was authenticated; no bootstrap token was used after the join', async (t) => {

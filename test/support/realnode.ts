@@ -149,6 +149,12 @@ export interface RealNode {
   /** The kubelet's view of the sysctls it sets (the files bind-mounted over /proc/sys), e.g. `kernel/panic` → `10`. */
   privateSysctls(): Record<string, string>;
   startKubeProxy(): Promise<Component>;
+  /**
+   * Stops the kubelet (SIGTERM, as systemd stops kubelet.service) and starts
+   * it again with the same flags; `kubelet` is the new process afterwards.
+   * Running pods stay in the runtime.
+   */
+  restartKubelet(): Promise<Component>;
   stop(): Promise<void>;
 }
 
@@ -182,35 +188,37 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
     await waitReady(fakecri, 'fakecri socket', async () => readdirSync(join(o.dir, 'run')).includes('cri.sock'), 30_000);
 
     const kubeletConfig = writeKubeletConfig(o);
-    const kubelet = startComponent(
-      'kubelet',
-      'unshare',
-      [
-        '--mount',
-        '--propagation',
-        'private',
-        '--',
-        'sh',
-        '-c',
-        CONTAIN,
-        'contain',
-        d('sysctl'),
-        d('var-upper'),
-        d('var-work'),
-        o.net.path,
-        d('kubelet-root'),
-        o.kubeletBinary ?? bin.kubelet,
-        `--config=${kubeletConfig}`,
-        `--kubeconfig=${o.kubeletKubeconfig}`,
-        `--root-dir=${d('kubelet-root')}`,
-        `--cert-dir=${o.certDir ?? d('kubelet-serving')}`,
-        `--hostname-override=${o.name}`,
-        `--node-ip=${o.net.nodeIp}`,
-        '--v=2',
-        ...(o.kubeletArgs ?? []),
-      ],
-      join(o.dir, 'kubelet.log'),
-    );
+    const startKubelet = () =>
+      startComponent(
+        'kubelet',
+        'unshare',
+        [
+          '--mount',
+          '--propagation',
+          'private',
+          '--',
+          'sh',
+          '-c',
+          CONTAIN,
+          'contain',
+          d('sysctl'),
+          d('var-upper'),
+          d('var-work'),
+          o.net.path,
+          d('kubelet-root'),
+          o.kubeletBinary ?? bin.kubelet,
+          `--config=${kubeletConfig}`,
+          `--kubeconfig=${o.kubeletKubeconfig}`,
+          `--root-dir=${d('kubelet-root')}`,
+          `--cert-dir=${o.certDir ?? d('kubelet-serving')}`,
+          `--hostname-override=${o.name}`,
+          `--node-ip=${o.net.nodeIp}`,
+          '--v=2',
+          ...(o.kubeletArgs ?? []),
+        ],
+        join(o.dir, 'kubelet.log'),
+      );
+    const kubelet = startKubelet();
     components.push(kubelet);
 
     const node: RealNode = {
@@ -253,6 +261,14 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
         components.push(proxy);
         node.kubeProxy = proxy;
         return proxy;
+      },
+      async restartKubelet() {
+        const old = node.kubelet;
+        await stopComponent(old);
+        const next = startKubelet();
+        components[components.indexOf(old)] = next;
+        node.kubelet = next;
+        return next;
       },
       stop,
     };
