@@ -268,10 +268,17 @@ export class Daemon {
         if (this.#signal.aborted) return;
         wakeAt = this.#failed(identity, slot, err);
       }
+      if (name === 'kubelet' && slot.seen?.state === 'usable') await this.#seedClientCa(slot.seen.cluster?.caPem);
       await this.#publish();
       await this.#removeBootstrapWhenDone(config);
       await this.#sleep(slot, wakeAt);
     }
+  }
+
+  /** The kubelet's client-CA file exists before READY=1 (trust/keeper.ts); a failure is logged, never holds the node back. */
+  async #seedClientCa(caPem: string | undefined): Promise<void> {
+    if (caPem === undefined) return;
+    await this.#trust.seedClientCa(caPem).catch((err: Error) => this.#logger.error(`CA rotation: ${err.message}`));
   }
 
   /** One pass for one identity, like the kubelet's LoadClientCert: look, decide, act, record. Returns when to look again. */

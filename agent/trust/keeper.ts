@@ -28,7 +28,7 @@ import { renderClientKubeconfig } from '../kubeconfig/render.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { toPem } from '../pki/pem.js';
-import { readOptional } from '../read-optional.js';
+import { readOptional, readOptionalOrProblem } from '../read-optional.js';
 import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
 import type { Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
@@ -186,6 +186,24 @@ export class TrustKeeper {
     } finally {
       this.#wake = null;
     }
+  }
+
+  /**
+   * The kubelet does not start without its client-CA file. When the file
+   * does not exist yet (a new node, or caRotation.clientCaFile just set),
+   * it is written from the CA the kubelet's kubeconfig trusts, before
+   * READY=1 lets the kubelet start: a look needs the API and the RBAC for
+   * cluster-info, this needs neither. Later looks keep the file current.
+   */
+  async seedClientCa(caPem: string): Promise<void> {
+    const config = this.#deps.config();
+    const file = config.caRotation.clientCaFile;
+    if (!config.caRotation.enabled || file === null) return;
+    await this.#deps.serialize(async () => {
+      if ((await readOptionalOrProblem(file)) !== null) return;
+      await writeFileAtomic(file, trustedBundle(caPem).pem, { mode: 0o644, observer: this.#deps.observer });
+      this.#deps.logger.info(`CA rotation: wrote the kubelet's client-CA file ${file} from the CA its kubeconfig trusts`);
+    });
   }
 
   /** One look: decide, write, restart what is due, re-issue what is due. Returns when something is due next. */

@@ -2,7 +2,7 @@
 // MockAgent and a fake clock: what it writes, whom it restarts and when,
 // what it refuses, and when it re-issues. No sleeps, no control plane; the
 // real control plane proves the same in test/e2e/ca-rotation.test.ts.
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -381,3 +381,22 @@ t.test("the daemon's /metrics carries the CA rotation's series (what the alert r
   ])
     t.match(text, new RegExp(`^# TYPE ${name} `, 'm'), `${name} is served`);
 });
+
+t.test(
+  "the kubelet's client-CA file is seeded from the kubeconfig's CA when missing, never overwritten, only with rotation on",
+  async (t) => {
+    const f = await fixture(t);
+    const file = f.config.caRotation.clientCaFile!;
+    await f.keeper.seedClientCa(ca1.certPem);
+    t.equal(hashOf((await readOptional(file))!), hashOf(ca1.certPem), 'a missing file is written from the CA given');
+    t.equal((await stat(file)).mode & 0o777, 0o644, 'readable by the kubelet, as a CA certificate is public');
+
+    await f.keeper.seedClientCa(ca2.certPem);
+    t.equal(hashOf((await readOptional(file))!), hashOf(ca1.certPem), 'an existing file is left to the looks');
+
+    await rm(file);
+    f.config.caRotation = { ...f.config.caRotation, enabled: false };
+    await f.keeper.seedClientCa(ca1.certPem);
+    t.equal(await readOptional(file), null, 'nothing is written with CA rotation off');
+  },
+);
