@@ -15,8 +15,7 @@ import { identitiesFor } from '../config/identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { runIdentityHooks } from '../daemon/hooks.js';
-import { KEEP_OLD_CREDENTIALS } from '../daemon/daemon.js';
-import { pruneOld } from '../store/cert-store.js';
+import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { runningDaemon } from '../daemon/control.js';
 import { systemClock } from '../time/clock.js';
@@ -66,7 +65,7 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
   }
   for (const own of allOf(node).filter((a) => only === null || a.identity.name === only)) {
     await renewIdentity(config, own, node.kubelet, deps);
-    await pruneOld(own.identity, KEEP_OLD_CREDENTIALS);
+    await pruneOld(own.identity, oldCredentialsToKeep(own.identity));
     await runIdentityHooks(own.identity, logger, { timeoutMs: config.renewal.hookTimeout * 1000 });
   }
   return ExitCode.ok;

@@ -27,7 +27,7 @@ import { kubeletRenewer } from '../renewal/owner.js';
 import { deadlineFor, nextAction, progressDue, retryPlan } from '../renewal/plan.js';
 import { readOptionalOrProblem } from '../read-optional.js';
 import { ensureDir } from '../store/atomic.js';
-import { pruneOld } from '../store/cert-store.js';
+import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { removePidFile, writePidFile } from './control.js';
@@ -40,8 +40,6 @@ import { nodeReadyOf, readinessOf, Reporter, type IdentityView, type Readiness }
 import type { IdentityState } from './state.js';
 import { createSelfWrites, watchCredentials, type CredentialWatcher } from './watch.js';
 
-/** Older timestamped credential files kept after a renewal; the kubelet never prunes them, so they pile up. */
-export const KEEP_OLD_CREDENTIALS = 5;
 /** A sleeping loop shows progress at least this often, so liveness can tell asleep from stuck. */
 const SLEEP_CHUNK_MS = 60_000;
 /** Slack on every liveness bound: an event loop under load is late, not stuck. */
@@ -385,7 +383,7 @@ export class Daemon {
 
   /** After a certificate landed: prune, record, hooks, and wake the identities that waited for the kubelet. */
   async #issued(identity: Identity, slot: Slot, issued: Issued, startedMonotonic: number): Promise<void> {
-    await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: this.#selfWrites });
+    await pruneOld(identity, oldCredentialsToKeep(identity), { observer: this.#selfWrites });
     const now = this.#clock.now();
     slot.attempt = 0;
     slot.seen = await this.#reassess(identity);
