@@ -149,6 +149,8 @@ export interface RealNode {
   /** The kubelet's view of the sysctls it sets (the files bind-mounted over /proc/sys), e.g. `kernel/panic` → `10`. */
   privateSysctls(): Record<string, string>;
   startKubeProxy(): Promise<Component>;
+  /** Stops the kubelet and starts it again, its configuration rewritten with `changes` (same log file, root dir and overlay). */
+  restartKubelet(changes: Pick<RealNodeOptions, 'kubeletServing' | 'kubeletConfig'>): Promise<Component>;
   stop(): Promise<void>;
 }
 
@@ -181,37 +183,42 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
     components.push(fakecri);
     await waitReady(fakecri, 'fakecri socket', async () => readdirSync(join(o.dir, 'run')).includes('cri.sock'), 30_000);
 
-    const kubeletConfig = writeKubeletConfig(o);
-    const kubelet = startComponent(
-      'kubelet',
-      'unshare',
-      [
-        '--mount',
-        '--propagation',
-        'private',
-        '--',
-        'sh',
-        '-c',
-        CONTAIN,
-        'contain',
-        d('sysctl'),
-        d('var-upper'),
-        d('var-work'),
-        o.net.path,
-        d('kubelet-root'),
-        o.kubeletBinary ?? bin.kubelet,
-        `--config=${kubeletConfig}`,
-        `--kubeconfig=${o.kubeletKubeconfig}`,
-        `--root-dir=${d('kubelet-root')}`,
-        `--cert-dir=${o.certDir ?? d('kubelet-serving')}`,
-        `--hostname-override=${o.name}`,
-        `--node-ip=${o.net.nodeIp}`,
-        '--v=2',
-        ...(o.kubeletArgs ?? []),
-      ],
-      join(o.dir, 'kubelet.log'),
-    );
-    components.push(kubelet);
+    let options = o;
+    const startKubelet = () => {
+      const kubeletConfig = writeKubeletConfig(options);
+      const kubelet = startComponent(
+        'kubelet',
+        'unshare',
+        [
+          '--mount',
+          '--propagation',
+          'private',
+          '--',
+          'sh',
+          '-c',
+          CONTAIN,
+          'contain',
+          d('sysctl'),
+          d('var-upper'),
+          d('var-work'),
+          options.net.path,
+          d('kubelet-root'),
+          options.kubeletBinary ?? bin.kubelet,
+          `--config=${kubeletConfig}`,
+          `--kubeconfig=${options.kubeletKubeconfig}`,
+          `--root-dir=${d('kubelet-root')}`,
+          `--cert-dir=${options.certDir ?? d('kubelet-serving')}`,
+          `--hostname-override=${options.name}`,
+          `--node-ip=${options.net.nodeIp}`,
+          '--v=2',
+          ...(options.kubeletArgs ?? []),
+        ],
+        join(options.dir, 'kubelet.log'),
+      );
+      components.push(kubelet);
+      return kubelet;
+    };
+    const kubelet = startKubelet();
 
     const node: RealNode = {
       fakecri,
@@ -253,6 +260,13 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
         components.push(proxy);
         node.kubeProxy = proxy;
         return proxy;
+      },
+      async restartKubelet(changes) {
+        await stopComponent(node.kubelet);
+        components.splice(components.indexOf(node.kubelet), 1);
+        options = { ...options, ...changes };
+        node.kubelet = startKubelet();
+        return node.kubelet;
       },
       stop,
     };
