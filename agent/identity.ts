@@ -8,6 +8,10 @@ import path from 'node:path';
 
 export type IdentityName = 'kubelet' | 'kube-proxy' | 'kubelet-serving';
 
+/** Who renews the kubelet client certificate (renewal/owner.ts decides what `auto` means on a node). */
+export const KUBELET_RENEWAL_MODES = ['auto', 'kubeboot', 'kubelet'] as const;
+export type KubeletRenewalMode = (typeof KUBELET_RENEWAL_MODES)[number];
+
 export type KeyAlgorithm = 'ecdsa-p256' | 'ecdsa-p384' | 'rsa-2048' | 'rsa-3072' | 'rsa-4096';
 export const KEY_ALGORITHMS: readonly KeyAlgorithm[] = ['ecdsa-p256', 'ecdsa-p384', 'rsa-2048', 'rsa-3072', 'rsa-4096'];
 

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
-import { bootstrapNode } from '../agent/bootstrap/flow.js';
+import { bootstrapNode, openPass } from '../agent/bootstrap/pass.js';
 import { defaultConfig } from '../agent/config/defaults.js';
 import type { Config } from '../agent/config/types.js';
 import { assessNode, isNodeCredential } from '../agent/credential/assess.js';
@@ -118,7 +118,7 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
       nodes.map(async (n) => {
         const t0 = performance.now();
         try {
-          await bootstrapNode(n.config, { logger: capture(n.log), clock: systemClock });
+          await bootstrapNode(await openPass(n.config, { logger: capture(n.log), clock: systemClock }));
           n.bootstrapMs = performance.now() - t0;
         } catch (err) {
           n.error = (err as Error).message;

@@ -11,37 +11,32 @@ import type { RunDeps } from '../credential/issue.js';
 import { nodeRequester } from '../credential/requester.js';
 import { IdentityMismatchError, KubebootError } from '../errors.js';
 import { whoAmI } from '../kube/whoami.js';
-import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
+import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
-import { readOptional } from '../read-optional.js';
 import { errnoCode, fileError, removeFileDurably, trustProblem, type WriteObserver } from '../store/atomic.js';
 
 const SCAN_LIMIT_BYTES = 1 << 20;
 
 /**
  * Deletes the bootstrap kubeconfig (and a token file it names) once every
- * identity holds a proven credential. `unproven` is a kubelet credential that
- * was kept rather than issued by this run: one SelfSubjectReview shows it
- * works before the only way back is deleted. A file that no longer parses is
- * deleted all the same: it is no longer needed and may hold a token.
- * Returns whether a bootstrap kubeconfig was there and is now gone.
+ * identity holds a proven credential; `found` is the bootstrap kubeconfig as
+ * the pass read it, null when there was none. `unproven` is a kubelet
+ * credential that was kept rather than issued by this run: one
+ * SelfSubjectReview shows it works before the only way back is deleted. A
+ * file that does not parse is deleted all the same: it is no longer needed
+ * and may hold a token. Returns whether a bootstrap kubeconfig was there and
+ * is now gone.
  */
 export async function finishBootstrap(
   config: Config,
+  found: { kind: 'invalid' } | { kind: 'kubeconfig'; bootstrap: BootstrapKubeconfig } | null,
   deps: Pick<RunDeps, 'logger' | 'observer' | 'signal' | 'dispatcher'>,
   unproven: NodeCredential | null,
 ): Promise<boolean> {
-  const text = await readOptional(config.bootstrapKubeconfig);
-  if (text === null) return false;
+  if (found === null) return false;
   if (unproven) await proveNode(unproven, deps);
-  let bootstrap: BootstrapKubeconfig;
-  try {
-    bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional);
-  } catch {
-    await removeSecretFile(config.bootstrapKubeconfig, 'bootstrap kubeconfig', deps.logger, deps.observer);
-    return true;
-  }
-  await removeBootstrapToken(bootstrap, config.cloudInitPaths, deps.logger, deps.observer);
+  if (found.kind === 'invalid') await removeSecretFile(config.bootstrapKubeconfig, 'bootstrap kubeconfig', deps.logger, deps.observer);
+  else await removeBootstrapToken(found.bootstrap, config.cloudInitPaths, deps.logger, deps.observer);
   return true;
 }
 

@@ -1,18 +1,18 @@
 /** `kubeboot bootstrap`: run the flow once; exit 0 when every enabled identity holds a proven credential. */
-import { bootstrapNode } from '../bootstrap/flow.js';
+import { bootstrapNode, openPass } from '../bootstrap/pass.js';
 import type { Config } from '../config/types.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { runningDaemon } from '../daemon/control.js';
-import { prepareJoin } from '../join/prepare.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { systemClock } from '../time/clock.js';
 
 export async function runBootstrap(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
   // A running daemon's temp file is a write in progress, not a leftover.
   if ((await runningDaemon(config.stateDir)) === null) await sweepTempFiles(writtenDirs(config), logger);
-  await prepareJoin(config, { logger, clock: systemClock, signal });
-  const report = await bootstrapNode(config, { logger, clock: systemClock, signal });
+  // --server/--token join inside the pass, only if the kubelet has nothing else to ask with.
+  const pass = await openPass(config, { logger, clock: systemClock, signal }, { join: true });
+  const report = await bootstrapNode(pass);
   for (const outcome of report.outcomes) {
     const issued = outcome.issued;
     logger.info(

@@ -3,6 +3,7 @@
  * change. One line per check; the exit code is the first failure's.
  */
 import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
+import { findBootstrap, type FoundBootstrap } from '../bootstrap/pass.js';
 import { clusterOf } from '../credential/requester.js';
 import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
@@ -11,7 +12,6 @@ import type { Logger } from '../log.js';
 import { KubeClient, type ClientAuth, type Endpoint } from '../kube/client.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
-import { parseBootstrapKubeconfig } from '../kubeconfig/parse.js';
 import { joinRequested, joinSource } from '../join/prepare.js';
 import { systemClock } from '../time/clock.js';
 
@@ -33,17 +33,18 @@ export async function runCheck(
   const lines: Line[] = [{ ok: true, kind: 'setup', what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
   const node = await assessNode(config, systemClock.now());
   // Read first: with no bootstrap kubeconfig a missing credential is bad input (nothing could fix it), exit 2.
-  let text: string | null = null;
+  let found: FoundBootstrap = { kind: 'absent' };
   let unreadable: Error | null = null;
   try {
-    text = await readOptional(config.bootstrapKubeconfig);
+    found = await findBootstrap(config, readOptional);
   } catch (err) {
     unreadable = err as Error;
   }
+  const present = found.kind !== 'absent';
   const allUsable = allOf(node).every((a) => a.state === 'usable');
   // --server/--token stand in for a bootstrap kubeconfig that bootstrap would write.
-  const joining = text === null && unreadable === null && !allUsable && joinRequested(config);
-  const canBootstrap = text !== null || unreadable !== null || joining;
+  const joining = !present && unreadable === null && !allUsable && joinRequested(config);
+  const canBootstrap = present || unreadable !== null || joining;
   for (const a of allOf(node)) {
     lines.push({
       ok: a.state === 'usable',
@@ -62,7 +63,7 @@ export async function runCheck(
   let bootstrapFile: string | null = null;
   if (unreadable !== null) {
     lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
-  } else if (text === null && !joining) {
+  } else if (!present && !joining) {
     lines.push({
       ok: allUsable,
       kind: 'setup',
@@ -72,8 +73,8 @@ export async function runCheck(
     });
   } else {
     try {
-      const bootstrap =
-        text !== null ? await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, readOptional) : await joinSource(config);
+      if (found.kind === 'invalid') throw found.error;
+      const bootstrap = found.kind === 'kubeconfig' ? found.bootstrap : await joinSource(config);
       lines.push({
         ok: true,
         kind: 'setup',

@@ -5,17 +5,13 @@
  */
 import { readFile, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { bootstrapNode, recoverNode } from '../bootstrap/flow.js';
+import { openPass, renewNode } from '../bootstrap/pass.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
-import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
-import { renewIdentity } from '../credential/renew.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
-import { runIdentityHooks } from '../daemon/hooks.js';
-import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { runningDaemon } from '../daemon/control.js';
 import { systemClock } from '../time/clock.js';
@@ -53,20 +49,8 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
   }
   // No daemon: what an interrupted run left behind is ours to clear, as bootstrap and run do.
   await sweepTempFiles(writtenDirs(config), logger);
-  await recoverNode(config, { logger, clock: systemClock });
-  const node = await assessNode(config, systemClock.now());
-  const deps = { logger, clock: systemClock, signal };
-  if (!isNodeCredential(node.kubelet)) {
-    logger.info(
-      `no daemon running and the kubelet credential is not usable (${node.kubelet.state === 'unusable' ? node.kubelet.reason : 'no cluster'}); bootstrapping instead`,
-    );
-    await bootstrapNode(config, deps);
-    return ExitCode.ok;
-  }
-  for (const own of allOf(node).filter((a) => only === null || a.identity.name === only)) {
-    await renewIdentity(config, own, node.kubelet, deps);
-    await pruneOld(own.identity, oldCredentialsToKeep(own.identity));
-    await runIdentityHooks(own.identity, logger, { timeoutMs: config.renewal.hookTimeout * 1000 });
-  }
+  // Bootstrapping instead joins with --server/--token as `kubeboot bootstrap` does.
+  const pass = await openPass(config, { logger, clock: systemClock, signal }, { join: true });
+  await renewNode(pass, only);
   return ExitCode.ok;
 }

@@ -12,7 +12,8 @@ import { isLoopbackListen } from '../daemon/http.js';
 import { runningDaemon } from '../daemon/control.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { takeRenewRequest } from './renew.js';
-import { prepareJoin } from '../join/prepare.js';
+import { openPass } from '../bootstrap/pass.js';
+import { joinRequested } from '../join/prepare.js';
 import { systemClock } from '../time/clock.js';
 
 export async function runDaemonCommand(
@@ -34,8 +35,8 @@ export async function runDaemonCommand(
       `listen ${config.listen} is not a loopback address: /healthz, /readyz and /metrics are unauthenticated and reachable from other hosts`,
     );
   }
-  // --server/--token: write the bootstrap kubeconfig the daemon then finds.
-  await prepareJoin(config, { logger, clock: systemClock, signal });
+  // --server/--token: a pass that joins writes the bootstrap kubeconfig the daemon then finds.
+  if (joinRequested(config)) await openPass(config, { logger, clock: systemClock, signal }, { join: true });
   const daemon = new Daemon({ config, logger, signal, reload });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {

@@ -9,8 +9,7 @@
  * file or environment rather than appending to it; in the environment a list
  * is comma-separated.
  */
-import { KEY_ALGORITHMS } from '../identity.js';
-import { KUBELET_RENEWAL_MODES } from '../renewal/owner.js';
+import { KEY_ALGORITHMS, KUBELET_RENEWAL_MODES } from '../identity.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import type { Config } from './types.js';
 import {

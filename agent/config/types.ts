@@ -2,8 +2,7 @@
  * The resolved configuration: config file < KUBEBOOT_* environment < flags.
  * Every duration is in seconds. Paths are absolute after loading.
  */
-import type { KeyAlgorithm, IdentityName } from '../identity.js';
-import type { KubeletRenewalMode } from '../renewal/owner.js';
+import type { KeyAlgorithm, IdentityName, KubeletRenewalMode } from '../identity.js';
 
 export interface Config {
   /** File the settings were read from (may not exist; then only defaults/env/flags apply). */

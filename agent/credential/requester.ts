@@ -8,12 +8,10 @@ import type { Config } from '../config/types.js';
 import { ApiError, BootstrapCredentialError, InputError } from '../errors.js';
 import { KubeClient } from '../kube/client.js';
 import { discoverClusterCa } from '../kube/discovery.js';
-import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
+import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { pinnedCertificates } from '../pki/pin.js';
-import { readOptional } from '../read-optional.js';
-import type { Store } from '../store/store.js';
 import type { Clock } from '../time/clock.js';
 import type { Cluster, NodeCredential } from './assess.js';
 
@@ -34,29 +32,20 @@ export function nodeRequester(node: NodeCredential, dispatcher?: Dispatcher): Re
 }
 
 /**
- * The bootstrap kubeconfig's credential and cluster; the only way a node
- * without a kubelet credential can ask. `why` says why the kubelet's own
- * credential cannot, for the error when there is no bootstrap kubeconfig.
+ * The bootstrap kubeconfig's credential against its cluster (clusterOf): the
+ * only way a node without a kubelet credential can ask. Which bootstrap
+ * kubeconfig, and when, the pass decides (bootstrap/pass.ts).
  */
-export async function bootstrapRequester(
-  config: Config,
-  why: string,
-  deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock; store?: Store },
-): Promise<Requester> {
-  const read = deps.store?.read ?? readOptional;
-  const text = await read(config.bootstrapKubeconfig);
-  if (text === null) {
-    throw new BootstrapCredentialError(
-      `${config.bootstrapKubeconfig}: not found, and the kubelet has no usable credential to request certificates with (${why}); place a bootstrap kubeconfig there`,
-    );
-  }
-  const bootstrap = await parseBootstrapKubeconfig(config.bootstrapKubeconfig, text, read);
-  const cluster = await clusterOf(bootstrap, config, deps);
+export function bootstrapRequester(
+  bootstrap: BootstrapKubeconfig,
+  cluster: Cluster,
+  dispatcher?: Dispatcher,
+): Requester & { bootstrap: BootstrapKubeconfig } {
   const credential =
     bootstrap.auth.kind === 'client-certificate'
       ? ({ kind: 'client-certificate', certPem: bootstrap.auth.certPem, keyPem: bootstrap.auth.keyPem } as const)
       : ({ kind: 'token', token: bootstrap.auth.token } as const);
-  return { client: new KubeClient(cluster, credential, deps.dispatcher), cluster, bootstrap };
+  return { client: new KubeClient(cluster, credential, dispatcher), cluster, bootstrap };
 }
 
 /** Server and CA for a bootstrap kubeconfig: its own CA (checked against any pins), or pinned discovery. */

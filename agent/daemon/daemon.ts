@@ -12,11 +12,11 @@
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
 import path from 'node:path';
-import { finishBootstrap } from '../bootstrap/cleanup.js';
-import { issueKubelet, recoverNode } from '../bootstrap/flow.js';
+import { deleteBootstrapNow, issueKubelet, openPass, recoverNode } from '../bootstrap/pass.js';
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
+import { hookEnvironment, runHook, runIdentityHooks } from '../credential/hooks.js';
 import { renewIdentity } from '../credential/renew.js';
 import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
@@ -31,7 +31,6 @@ import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { removePidFile, writePidFile } from './control.js';
-import { hookEnvironment, runHook, runIdentityHooks } from './hooks.js';
 import { serializer, TrustKeeper } from '../trust/keeper.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
@@ -313,7 +312,7 @@ export class Daemon {
         const started = this.#clock.monotonic();
         const issued =
           action.kind === 'bootstrap'
-            ? await this.#bootstrapKubelet(config, own)
+            ? await this.#bootstrapKubelet(config)
             : await renewIdentity(config, own, action.requester, this.#runDeps());
         if (issued) await this.#issued(identity, slot, issued, started);
         return this.#clock.now();
@@ -322,13 +321,11 @@ export class Daemon {
   }
 
   /** The kubelet's credential from a bootstrap kubeconfig; null when recovering a half-done swap made it usable again. */
-  async #bootstrapKubelet(config: Config, kubelet: Assessment): Promise<Issued | null> {
-    const deps = this.#runDeps();
-    await recoverNode(config, deps);
-    const again = (await assessNode(config, this.#clock.now())).kubelet;
-    if (again.state === 'usable') return null;
+  async #bootstrapKubelet(config: Config): Promise<Issued | null> {
+    const pass = await openPass(config, this.#runDeps());
+    if (pass.node.kubelet.state === 'usable') return null;
     try {
-      return (await issueKubelet(config, kubelet, deps)).issued;
+      return (await issueKubelet(pass)).issued;
     } catch (err) {
       if (err instanceof InputError || err instanceof BootstrapCredentialError) throw new NeedsBootstrapError(err.message);
       throw err;
@@ -481,7 +478,7 @@ export class Daemon {
     if (this.#cleaningUp || !this.readiness().ready || !kubelet || !isNodeCredential(kubelet)) return;
     this.#cleaningUp = true;
     try {
-      await finishBootstrap(config, this.#runDeps(), kubelet.certPem === this.#provenKubeletPem ? null : kubelet);
+      await deleteBootstrapNow(config, this.#runDeps(), kubelet.certPem === this.#provenKubeletPem ? null : kubelet);
     } catch (err) {
       if (!this.#signal.aborted) this.#logger.error((err as Error).message);
     } finally {

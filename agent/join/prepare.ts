@@ -6,13 +6,12 @@
  * over — including deleting that kubeconfig (and the token file) once the
  * node's own credential is proven.
  *
- * Writes nothing when a bootstrap kubeconfig already exists (the operator's
- * or an earlier run's) or the kubelet already holds a usable credential.
+ * Whether to join (no bootstrap kubeconfig, the operator's or an earlier
+ * run's, and no usable kubelet credential) is decided in bootstrap/pass.ts.
  */
 import path from 'node:path';
+import type { Dispatcher } from 'undici';
 import { stringify } from 'yaml';
-import { identitiesFor } from '../config/identities.js';
-import { assessIdentity } from '../credential/assess.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError, KubebootError, TokenFileGoneError } from '../errors.js';
 import { discoverClusterCa } from '../kube/discovery.js';
@@ -25,23 +24,19 @@ import type { Clock } from '../time/clock.js';
 export interface JoinDeps {
   logger: Logger;
   clock: Clock;
-  signal?: AbortSignal;
+  signal?: AbortSignal | undefined;
+  dispatcher?: Dispatcher | undefined;
 }
-
-export type JoinOutcome = 'not-requested' | 'bootstrap-kubeconfig-exists' | 'credential-valid' | 'token-file-gone' | 'written';
 
 const SETTINGS = 'configuration';
 
-export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinOutcome> {
-  if (!joinRequested(config)) return 'not-requested';
-  checkJoinSettings(config);
-  if ((await readOptional(config.bootstrapKubeconfig)) !== null) {
-    deps.logger.info(`join: ${config.bootstrapKubeconfig} exists; using it instead of --server/--token`);
-    return 'bootstrap-kubeconfig-exists';
-  }
-  const kubelet = await assessIdentity(identitiesFor(config)[0]!, deps.clock.now(), null);
-  if (kubelet.state === 'usable') return 'credential-valid';
-
+/**
+ * Discovers the CA for the join settings (pinned), writes the bootstrap
+ * kubeconfig, and returns it as reading it back would: the caller keeps it
+ * in memory rather than reading, parsing and pinning it again. Null when the
+ * token file is already gone.
+ */
+export async function joinCluster(config: Config, deps: JoinDeps): Promise<BootstrapKubeconfig | null> {
   let source: JoinSource;
   try {
     source = await joinSource(config);
@@ -50,7 +45,7 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
     // A node whose credential lapsed long after its join needs a new token;
     // the daemon says so on /readyz rather than refusing to start.
     deps.logger.warn(`join: ${err.message}`);
-    return 'token-file-gone';
+    return null;
   }
   deps.logger.info(`join: discovering the cluster CA from ${source.server} (kube-public/cluster-info)`);
   const caPem = await discoverClusterCa({
@@ -64,6 +59,7 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
     logger: deps.logger,
     clock: deps.clock,
     ...(deps.signal ? { signal: deps.signal } : {}),
+    ...(deps.dispatcher ? { dispatcher: deps.dispatcher } : {}),
   });
   const text = renderBootstrapKubeconfig({
     server: source.server,
@@ -73,7 +69,13 @@ export async function prepareJoin(config: Config, deps: JoinDeps): Promise<JoinO
   await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
   await writeFileAtomic(config.bootstrapKubeconfig, text, { mode: 0o600 });
   deps.logger.info(`join: wrote ${config.bootstrapKubeconfig} for token ${source.auth.tokenId}`);
-  return 'written';
+  const dir = path.dirname(config.bootstrapKubeconfig);
+  return {
+    ...source,
+    file: config.bootstrapKubeconfig,
+    caPem,
+    tokenFile: source.tokenFile === null ? null : path.resolve(dir, source.tokenFile),
+  };
 }
 
 export function joinRequested(config: Config): boolean {
@@ -95,7 +97,7 @@ export type JoinSource = BootstrapKubeconfig & { auth: Extract<BootstrapAuth, { 
 
 /**
  * The join settings as a bootstrap kubeconfig held in memory, without a CA
- * (pinned discovery supplies it): what `check` examines and `prepareJoin` writes.
+ * (pinned discovery supplies it): what `check` examines and `joinCluster` writes.
  */
 export async function joinSource(config: Config): Promise<JoinSource> {
   checkJoinSettings(config);

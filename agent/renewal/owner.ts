@@ -14,9 +14,7 @@
  */
 import { InputError } from '../errors.js';
 import { parseYaml } from '../config/yaml.js';
-
-export const KUBELET_RENEWAL_MODES = ['auto', 'kubeboot', 'kubelet'] as const;
-export type KubeletRenewalMode = (typeof KUBELET_RENEWAL_MODES)[number];
+import type { KubeletRenewalMode } from '../identity.js';
 
 export interface KubeletRenewer {
   by: 'kubeboot' | 'kubelet';

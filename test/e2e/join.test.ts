@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import t from 'tap';
 import { parse } from 'yaml';
 import { loadConfig } from '../../agent/config/load.js';
-import { prepareJoin } from '../../agent/join/prepare.js';
+import { openPass } from '../../agent/bootstrap/pass.js';
 import { parseBootstrapKubeconfig } from '../../agent/kubeconfig/parse.js';
 import { silentLogger } from '../../agent/log.js';
 import { caCertHash } from '../../agent/pki/pin.js';
@@ -145,7 +145,8 @@ if (plane) {
       hostname: 'x',
       readFile: readOptional,
     });
-    t.equal(await prepareJoin(config, { logger: silentLogger(), clock: systemClock }), 'written');
+    const pass = await openPass(config, { logger: silentLogger(), clock: systemClock }, { join: true });
+    t.equal(pass.found?.kind === 'kubeconfig' && pass.found.joined, true, 'joined');
     t.equal((await stat(node.bootstrapKubeconfig)).mode & 0o777, 0o600);
     const written = await parseBootstrapKubeconfig(
       node.bootstrapKubeconfig,
@@ -156,7 +157,12 @@ if (plane) {
     t.equal(written.caPem?.trim(), plane.caPem.trim(), 'the CA is the cluster CA');
     t.equal(written.tokenFile, tokenFile, 'the token stays in its file (deleted with the kubeconfig)');
     t.notMatch(await readFile(node.bootstrapKubeconfig, 'utf8'), token.secret);
-    t.equal(await prepareJoin(config, { logger: silentLogger(), clock: systemClock }), 'bootstrap-kubeconfig-exists', 'never overwritten');
+    t.same(pass.found?.kind === 'kubeconfig' && pass.found.bootstrap, written, 'the pass keeps in memory what reading it back gives');
+    const before = await readFile(node.bootstrapKubeconfig, 'utf8');
+    const again = await openPass(config, { logger: silentLogger(), clock: systemClock }, { join: true });
+    t.equal(again.found?.kind, 'kubeconfig', 'a second pass finds it');
+    t.notOk(again.found?.kind === 'kubeconfig' && again.found.joined, 'and does not join again');
+    t.equal(await readFile(node.bootstrapKubeconfig, 'utf8'), before, 'never overwritten');
   });
 
   t.test('an existing bootstrap kubeconfig wins over --server/--token', async (t) => {

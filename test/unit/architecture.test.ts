@@ -48,7 +48,7 @@ t.test('the modules that read process.env are the ones docs/architecture.md name
  * reason given.
  */
 const REAL_TIME: Record<string, string> = {
-  'daemon/hooks.ts':
+  'credential/hooks.ts':
     'a hook is a real child process: its timeout, kill grace and stderr drain bound how long it really runs, which a fake clock cannot shorten',
   'daemon/watch.ts':
     "debounces chokidar's file events, which arrive in real time (an editor's write then rename is one change); the daemon's FakeClock tests rely on a file change being noticed without advancing their clock",

@@ -1,10 +1,13 @@
 // Who asks for a certificate: the bootstrap kubeconfig's credential, read
 // from an in-memory store, and what a 401 with it tells the operator.
+// (Which credential asks, and the error when there is none: test/unit/bootstrap/pass.test.ts.)
 import t from 'tap';
 import { MockAgent } from 'undici';
 import { defaultConfig } from '../../../agent/config/defaults.js';
-import { bootstrapRequester, explainBootstrapFailure } from '../../../agent/credential/requester.js';
+import { findBootstrap } from '../../../agent/bootstrap/pass.js';
+import { bootstrapRequester, clusterOf, explainBootstrapFailure } from '../../../agent/credential/requester.js';
 import { ApiError, BootstrapCredentialError } from '../../../agent/errors.js';
+import type { BootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
 import { renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
 import { silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../../agent/time/clock.js';
@@ -14,7 +17,14 @@ import { createCa } from '../../support/pki.js';
 const SERVER = 'https://api.test:6443';
 const ca = await createCa('cluster-ca');
 const config = defaultConfig('worker-1');
-const deps = (store: ReturnType<typeof memoryStore>) => ({ logger: silentLogger(), clock: new FakeClock(), store });
+const deps = { logger: silentLogger(), clock: new FakeClock() };
+
+/** The bootstrap kubeconfig in `store`, read and parsed as a pass does. */
+async function bootstrapIn(store: ReturnType<typeof memoryStore>): Promise<BootstrapKubeconfig> {
+  const found = await findBootstrap(config, store.read);
+  if (found.kind !== 'kubeconfig') throw new Error(`want a bootstrap kubeconfig, found ${found.kind}`);
+  return found.bootstrap;
+}
 
 t.test('the bootstrap kubeconfig authenticates, against the CA it names', async (t) => {
   const store = memoryStore({
@@ -32,7 +42,8 @@ t.test('the bootstrap kubeconfig authenticates, against the CA it names', async 
     .get(SERVER)
     .intercept({ path: '/version', method: 'GET' })
     .reply((req) => ((authorization = (req.headers as Record<string, string>).authorization), { statusCode: 200, data: {} }));
-  const requester = await bootstrapRequester(config, 'expired', { ...deps(store), dispatcher: agent });
+  const bootstrap = await bootstrapIn(store);
+  const requester = bootstrapRequester(bootstrap, await clusterOf(bootstrap, config, deps), agent);
   t.teardown(() => requester.client.close());
   t.same(requester.cluster, { server: SERVER, tlsServerName: null, caPem: ca.certPem });
   t.equal(requester.bootstrap?.file, config.bootstrapKubeconfig, 'remembered, to be deleted once every identity is proven');
@@ -41,13 +52,10 @@ t.test('the bootstrap kubeconfig authenticates, against the CA it names', async 
   t.equal(authorization, 'Bearer abcdef.0123456789abcdef', 'its requests carry the token');
 });
 
-t.test('no bootstrap kubeconfig: says where one goes and why the kubelet cannot ask itself', async (t) => {
-  const err = await bootstrapRequester(config, 'certificate expired at 2026-01-01', deps(memoryStore())).catch((e: unknown) => e);
-  t.type(err, BootstrapCredentialError);
-  t.equal(
-    (err as Error).message,
-    `${config.bootstrapKubeconfig}: not found, and the kubelet has no usable credential to request certificates with (certificate expired at 2026-01-01); place a bootstrap kubeconfig there`,
-  );
+t.test('no bootstrap kubeconfig is found as absent, one that does not parse as invalid', async (t) => {
+  t.same(await findBootstrap(config, memoryStore().read), { kind: 'absent' });
+  const found = await findBootstrap(config, memoryStore({ [config.bootstrapKubeconfig]: 'kind: Config\n' }).read);
+  t.equal(found.kind, 'invalid');
 });
 
 t.test('a 401 is the bootstrap credential to replace only when the bootstrap credential asked', async (t) => {
@@ -58,7 +66,8 @@ t.test('a 401 is the bootstrap credential to replace only when the bootstrap cre
       credential: { token: 'abcdef.0123456789abcdef' },
     }),
   });
-  const { bootstrap, client } = await bootstrapRequester(config, 'none', deps(store));
+  const found = await bootstrapIn(store);
+  const { bootstrap, client } = bootstrapRequester(found, await clusterOf(found, config, deps));
   await client.close();
   const api = (status: number) => new ApiError({ method: 'POST', path: '/x', status, reason: 'R', message: '' });
   const explained = explainBootstrapFailure(api(401), bootstrap);

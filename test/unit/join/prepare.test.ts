@@ -6,13 +6,15 @@ import t from 'tap';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { ExitCode } from '../../../agent/errors.js';
-import { prepareJoin, renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
+import { openPass } from '../../../agent/bootstrap/pass.js';
+import { renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
 import { parseBootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
 import { silentLogger } from '../../../agent/log.js';
 import { readOptional } from '../../../agent/read-optional.js';
 import { systemClock } from '../../../agent/time/clock.js';
 
 const deps = { logger: silentLogger(), clock: systemClock };
+const joining = (config: Config) => openPass(config, deps, { join: true });
 const TOKEN = 'abcdef.0123456789abcdef';
 // Nothing listens on port 1: a test that reached discovery would fail, not pass.
 const SERVER = 'https://127.0.0.1:1';
@@ -28,7 +30,7 @@ function nodeConfig(dir: string, over: Partial<Config>): Config {
 }
 
 t.test('without --server, --token or --token-file nothing happens', async (t) => {
-  t.equal(await prepareJoin(nodeConfig(t.testdir(), {}), deps), 'not-requested');
+  t.equal((await joining(nodeConfig(t.testdir(), {}))).found, null, 'not even looked for');
 });
 
 t.test('incomplete or contradictory join settings are bad input naming the setting', async (t) => {
@@ -48,20 +50,20 @@ t.test('incomplete or contradictory join settings are bad input naming the setti
       `joining ${SERVER} needs --ca-cert-hash sha256:… (kubeboot user-data and join-command print it) to trust the CA it discovers; --unsafe-skip-ca-verification trusts any`,
     ],
   ];
-  for (const [over, message] of cases) await t.rejects(prepareJoin(nodeConfig(dir, over), deps), { message, code: ExitCode.badInput });
+  for (const [over, message] of cases) await t.rejects(joining(nodeConfig(dir, over)), { message, code: ExitCode.badInput });
 });
 
 t.test('an existing bootstrap kubeconfig is used as it is, never overwritten', async (t) => {
   const dir = t.testdir();
   const config = nodeConfig(dir, { server: SERVER, token: TOKEN });
   await writeFile(config.bootstrapKubeconfig, 'operator content\n');
-  t.equal(await prepareJoin(config, deps), 'bootstrap-kubeconfig-exists');
+  t.equal((await joining(config)).found?.kind, 'invalid', 'found, and used as it is (here: to fail)');
   t.equal(await readOptional(config.bootstrapKubeconfig), 'operator content\n');
 });
 
 t.test('a token file already deleted after an earlier join is reported, not fatal', async (t) => {
   const dir = t.testdir();
-  t.equal(await prepareJoin(nodeConfig(dir, { server: SERVER, tokenFile: join(dir, 'gone') }), deps), 'token-file-gone');
+  t.same((await joining(nodeConfig(dir, { server: SERVER, tokenFile: join(dir, 'gone') }))).found, { kind: 'absent' });
   t.equal(await readOptional(join(dir, 'bootstrap-kubelet.conf')), null, 'nothing written');
 });
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import winston from 'winston';
 import { Writable } from 'node:stream';
-import { runHook, runIdentityHooks, STDERR_LIMIT } from '../../../agent/daemon/hooks.js';
+import { runHook, runIdentityHooks, STDERR_LIMIT } from '../../../agent/credential/hooks.js';
 import { kubeletIdentity } from '../../support/identity.js';
 
 t.test('a hook that exits 0 is ok', async (t) => {
