@@ -211,8 +211,6 @@ export class Daemon {
     }
     await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
     await recoverNode(config, this.#runDeps());
-    // A stop between storing a renewal and pruning leaves the replaced file; for the serving identity the kubelet watches it until it goes.
-    for (const identity of identitiesFor(config)) await pruneOld(identity, oldCredentialsToKeep(identity), { observer: this.#selfWrites });
     await writePidFile(config.stateDir);
     let http: StatusServer | null = null;
     let watcher: CredentialWatcher | null = null;

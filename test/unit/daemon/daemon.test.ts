@@ -11,7 +11,7 @@ import { Daemon } from '../../../agent/daemon/daemon.js';
 import { identitiesFor } from '../../../agent/config/identities.js';
 import { renderClientKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { createLogger } from '../../../agent/log.js';
-import { listCredentialFiles, loadCurrent, storeCredential } from '../../../agent/store/cert-store.js';
+import { storeCredential } from '../../../agent/store/cert-store.js';
 import { writeFileAtomic } from '../../../agent/store/atomic.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { listenNotifySocket } from '../../support/notify-socket.js';
@@ -30,8 +30,8 @@ interface Node {
   stop: () => Promise<void>;
 }
 
-/** A node whose kubelet already holds a valid certificate; kube-proxy as asked; with `serving`, two stored serving certificates. */
-async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv; serving?: boolean }): Promise<Node> {
+/** A node whose kubelet already holds a valid certificate; kube-proxy as asked. */
+async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv }): Promise<Node> {
   const dir = t.testdir();
   const config = defaultConfig('n1');
   Object.assign(config, {
@@ -49,7 +49,6 @@ async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv; s
     kubeconfig: join(dir, 'kube-proxy.conf'),
     certDir: join(dir, 'proxy-pki'),
   };
-  config.kubeletServing = { ...config.kubeletServing, enabled: o.serving === true, certDir: join(dir, 'serving-pki') };
   const ca = await createCa('unit-ca');
   const leaf = await issueLeaf(ca, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
   const kubelet = identitiesFor(config)[0]!;
@@ -67,20 +66,6 @@ async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv; s
     }),
     { mode: 0o600 },
   );
-
-  if (o.serving) {
-    const serving = identitiesFor(config).find((i) => i.name === 'kubelet-serving')!;
-    await mkdir(serving.certDir, { recursive: true });
-    for (const at of [new Date(Date.now() - 3_600_000), new Date()]) {
-      const cert = await issueLeaf(ca, {
-        commonName: 'system:node:n1',
-        organizations: ['system:nodes'],
-        usage: 'server',
-        dnsNames: ['n1'],
-      });
-      await storeCredential(serving, cert.certPem, cert.keyPem, at);
-    }
-  }
 
   const agent = new MockAgent();
   agent.disableNetConnect();
@@ -151,14 +136,6 @@ t.test('READY waits only for the kubelet: kube-proxy pending does not hold the n
   t.ok(n.daemon.nodeReady(), 'the node is ready: the kubelet credential is valid');
   t.notOk(n.daemon.readiness().ready, '/readyz is not: kube-proxy has no credential');
   t.match(n.daemon.readiness().detail.join('\n'), /^kube-proxy: (?!valid)/m, 'and it says which identity is missing');
-});
-
-t.test('a serving file left by a stop before the prune is removed at start, so the kubelet watching it reloads', async (t) => {
-  const n = await node(t, { kubeProxy: false, serving: true });
-  const serving = identitiesFor(n.config).find((i) => i.name === 'kubelet-serving')!;
-  await until('the kubelet credential assessed', () => n.daemon.nodeReady());
-  t.equal((await listCredentialFiles(serving)).length, 1, 'one serving file is left');
-  t.equal((await loadCurrent(serving))?.file, (await listCredentialFiles(serving))[0], 'the one left is the current one');
 });
 
 t.test('a loop stuck in one pass fails the liveness check; sleeping loops never do', async (t) => {
