@@ -35,7 +35,7 @@ import { runIdentityHooks } from '../credential/hooks.js';
 import { renewIdentity } from '../credential/renew.js';
 import type { Identity } from '../identity.js';
 import { checkJoinSettings, joinCluster, joinRequested } from '../join/prepare.js';
-import { KEEP_OLD_CREDENTIALS, pruneOld } from '../store/cert-store.js';
+import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { finishBootstrap } from './cleanup.js';
 
 export interface IdentityOutcome {
@@ -173,7 +173,7 @@ export async function renewNode(pass: Pass, only: string | null): Promise<void> 
 
 /** A renewed credential is on disk and proven: the older files beyond the few kept go, then the identity's hooks run. */
 async function finishRenewed(pass: Pass, identity: Identity): Promise<void> {
-  await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: pass.deps.observer });
+  await pruneOld(identity, oldCredentialsToKeep(identity), { observer: pass.deps.observer });
   await runIdentityHooks(identity, pass.deps.logger, { timeoutMs: pass.config.renewal.hookTimeout * 1000 });
 }
 

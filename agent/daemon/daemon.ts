@@ -27,7 +27,7 @@ import { kubeletRenewer } from '../renewal/owner.js';
 import { deadlineFor, nextAction, progressDue, retryPlan } from '../renewal/plan.js';
 import { readOptionalOrProblem } from '../read-optional.js';
 import { ensureDir } from '../store/atomic.js';
-import { KEEP_OLD_CREDENTIALS, pruneOld } from '../store/cert-store.js';
+import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { removePidFile, writePidFile } from './control.js';
@@ -387,7 +387,7 @@ export class Daemon {
 
   /** After a certificate landed: prune, record, hooks, and wake the identities that waited for the kubelet. */
   async #issued(identity: Identity, slot: Slot, issued: Issued, startedMonotonic: number): Promise<void> {
-    await pruneOld(identity, KEEP_OLD_CREDENTIALS, { observer: this.#selfWrites });
+    await pruneOld(identity, oldCredentialsToKeep(identity), { observer: this.#selfWrites });
     const now = this.#clock.now();
     slot.attempt = 0;
     slot.seen = await this.#reassess(identity);

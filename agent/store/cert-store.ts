@@ -250,7 +250,19 @@ export async function recoverStore(identity: Identity, opts: StoreOptions = {}):
 }
 
 /** Older timestamped credential files kept after a renewal; the kubelet never prunes them, so they pile up. */
-export const KEEP_OLD_CREDENTIALS = 5;
+const KEEP_OLD_CREDENTIALS = 5;
+
+/**
+ * None for the serving identity. matches kubelet (ReloadKubeletServerCertificateFile,
+ * apiserver's DynamicCertKeyPairContent): it watches tlsCertFile with inotify,
+ * which follows the `-current.pem` link to the file it then points at, and
+ * reloads only when that file changes or goes. Kept, the replaced file never
+ * goes, and the kubelet serves it until it expires; removed, the kubelet
+ * reloads through the link and watches the new file.
+ */
+export function oldCredentialsToKeep(identity: Identity): number {
+  return identity.name === 'kubelet-serving' ? 0 : KEEP_OLD_CREDENTIALS;
+}
 
 /**
  * Removes timestamped files beyond the newest `keep`, so renewals do not pile

@@ -6,6 +6,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Test } from 'tap';
+import type { IdentityName } from '../../agent/identity.js';
 import { installApprover, startApprover } from './approver.js';
 import { controlPlaneBinaries, onPath } from './binaries.js';
 import { withControlPlane, type ControlPlane, type StartOptions } from './controlplane.js';
@@ -70,6 +71,13 @@ export interface JoinOptions {
    * only allowed IP.
    */
   servingBootstrap?: boolean;
+  /**
+   * kubeboot's kubeletServing identity instead (DNS:<n>, IP:<node IP>, in the
+   * kubelet's certificate directory), approved the same way. The kubelet
+   * first starts on its self-signed default: the approver holds the CSR
+   * until the Node lists the address.
+   */
+  kubebootServing?: boolean;
   /** The kubelet's --cert-dir is kubeboot's kubelet certificate directory, as with both programs' defaults (/var/lib/kubelet/pki). */
   sharedCertDir?: boolean;
   /** Another kubelet binary (version skew). */
@@ -100,7 +108,7 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
   const approverConfig = await installApprover(plane, dir);
   const approver = startApprover(
     approverConfig,
-    o.servingBootstrap ? ['--approve-kubelet-serving', '--serving-ip-cidr', `${net.nodeIp}/32`] : [],
+    o.servingBootstrap || o.kubebootServing ? ['--approve-kubelet-serving', '--serving-ip-cidr', `${net.nodeIp}/32`] : [],
   );
   stops.push(async () => {
     approver.child.kill('SIGTERM');
@@ -128,6 +136,7 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
   const layout = await nodeLayout(layoutDir, name, {
     kubeProxy: { enabled: true },
     kubelet: { configFile: kubeletConfigFile, ...kubeletSettings },
+    ...(o.kubebootServing ? { kubeletServing: { enabled: true, certDir: kubeletCertDir, ipAddresses: [net.nodeIp] } } : {}),
     ...otherSettings,
   });
   if (layout.kubeletCertDir !== kubeletCertDir || layout.kubeletKubeconfig !== nodeOptions.kubeletKubeconfig)
@@ -152,7 +161,7 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
 }
 
 /** `kubeboot wait --identity NAME`, as the shipped units' ExecStartPre= runs it. */
-export async function waitForIdentity(t: Test, layout: NodeLayout, identity: 'kubelet' | 'kube-proxy', timeout = '3m'): Promise<void> {
+export async function waitForIdentity(t: Test, layout: NodeLayout, identity: IdentityName, timeout = '3m'): Promise<void> {
   const result = await kubeboot(t, ['wait', '--config', layout.config, '--identity', identity, '--timeout', timeout]);
   if (result.code !== 0) throw new Error(`kubeboot wait --identity ${identity} exited ${result.code}: ${result.stderr}`);
 }

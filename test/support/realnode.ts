@@ -151,10 +151,11 @@ export interface RealNode {
   startKubeProxy(): Promise<Component>;
   /**
    * Stops the kubelet (SIGTERM, as systemd stops kubelet.service) and starts
-   * it again with the same flags; `kubelet` is the new process afterwards.
+   * it again, its configuration rewritten with `changes` if any (same flags,
+   * log file, root dir and overlay); `kubelet` is the new process afterwards.
    * Running pods stay in the runtime.
    */
-  restartKubelet(): Promise<Component>;
+  restartKubelet(changes?: Pick<RealNodeOptions, 'kubeletServing' | 'kubeletConfig'>): Promise<Component>;
   stop(): Promise<void>;
 }
 
@@ -187,9 +188,10 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
     components.push(fakecri);
     await waitReady(fakecri, 'fakecri socket', async () => readdirSync(join(o.dir, 'run')).includes('cri.sock'), 30_000);
 
-    const kubeletConfig = writeKubeletConfig(o);
-    const startKubelet = () =>
-      startComponent(
+    let options = o;
+    const startKubelet = () => {
+      const kubeletConfig = writeKubeletConfig(options);
+      const kubelet = startComponent(
         'kubelet',
         'unshare',
         [
@@ -204,22 +206,24 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
           d('sysctl'),
           d('var-upper'),
           d('var-work'),
-          o.net.path,
+          options.net.path,
           d('kubelet-root'),
-          o.kubeletBinary ?? bin.kubelet,
+          options.kubeletBinary ?? bin.kubelet,
           `--config=${kubeletConfig}`,
-          `--kubeconfig=${o.kubeletKubeconfig}`,
+          `--kubeconfig=${options.kubeletKubeconfig}`,
           `--root-dir=${d('kubelet-root')}`,
-          `--cert-dir=${o.certDir ?? d('kubelet-serving')}`,
-          `--hostname-override=${o.name}`,
-          `--node-ip=${o.net.nodeIp}`,
+          `--cert-dir=${options.certDir ?? d('kubelet-serving')}`,
+          `--hostname-override=${options.name}`,
+          `--node-ip=${options.net.nodeIp}`,
           '--v=2',
-          ...(o.kubeletArgs ?? []),
+          ...(options.kubeletArgs ?? []),
         ],
-        join(o.dir, 'kubelet.log'),
+        join(options.dir, 'kubelet.log'),
       );
+      components.push(kubelet);
+      return kubelet;
+    };
     const kubelet = startKubelet();
-    components.push(kubelet);
 
     const node: RealNode = {
       fakecri,
@@ -262,13 +266,12 @@ export async function startRealNode(o: RealNodeOptions): Promise<RealNode> {
         node.kubeProxy = proxy;
         return proxy;
       },
-      async restartKubelet() {
-        const old = node.kubelet;
-        await stopComponent(old);
-        const next = startKubelet();
-        components[components.indexOf(old)] = next;
-        node.kubelet = next;
-        return next;
+      async restartKubelet(changes = {}) {
+        await stopComponent(node.kubelet);
+        components.splice(components.indexOf(node.kubelet), 1);
+        options = { ...options, ...changes };
+        node.kubelet = startKubelet();
+        return node.kubelet;
       },
       stop,
     };
