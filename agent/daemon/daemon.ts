@@ -98,6 +98,7 @@ export class Daemon {
   readonly metrics: KubebootMetrics;
   #notifier: Notifier;
   readonly #reporter: Reporter;
+  #publishing: Promise<void> = Promise.resolve();
   /** Issuance and the CA rotation write credentials one unit at a time. */
   readonly #writes = serializer();
   readonly #trust: TrustKeeper;
@@ -244,6 +245,7 @@ export class Daemon {
       watchdog?.stop();
       await watcher?.close();
       await http?.close();
+      await this.#publishing;
       await this.#notifier.stopping('stopping');
       await removePidFile(config.stateDir);
     }
@@ -562,8 +564,18 @@ export class Daemon {
     };
   }
 
-  async #publish(): Promise<void> {
-    await this.#reporter.publish(this.#views());
+  /**
+   * One report at a time, in order; `run()` waits for the last before it
+   * returns, so nothing writes the status file after the daemon stopped
+   * (a CSR's submission reports without waiting).
+   */
+  #publish(): Promise<void> {
+    this.#publishing = this.#publishing
+      .then(() => this.#reporter.publish(this.#views()))
+      .catch((err: Error) => {
+        this.#logger.warn(`cannot report the credentials' state: ${err.message}`);
+      });
+    return this.#publishing;
   }
 }
 

@@ -2,6 +2,7 @@
 // sleeps, no control plane. The real control plane proves the same daemon
 // end to end in test/e2e/daemon.test.ts.
 import { mkdir, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
@@ -32,6 +33,18 @@ interface Node {
 
 /** A node whose kubelet already holds a valid certificate; kube-proxy as asked. */
 async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv }): Promise<Node> {
+  // Teardowns run in the order they were added, and t.testdir() adds the
+  // fixture's removal: the daemon must be stopped first, or it writes into
+  // a directory being removed (ENOTEMPTY) and runs on with its files gone.
+  const stopper = new AbortController();
+  let running: Promise<void> | null = null;
+  let agent: MockAgent | null = null;
+  const stop = async () => {
+    stopper.abort();
+    await running;
+    await agent?.close();
+  };
+  t.teardown(stop);
   const dir = t.testdir();
   const config = defaultConfig('n1');
   Object.assign(config, {
@@ -67,10 +80,9 @@ async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv })
     { mode: 0o600 },
   );
 
-  const agent = new MockAgent();
+  agent = new MockAgent();
   agent.disableNetConnect();
   const clock = new FakeClock(new Date());
-  const stopper = new AbortController();
   const daemon = new Daemon({
     config,
     logger,
@@ -81,13 +93,6 @@ async function node(t: Test, o: { kubeProxy: boolean; env?: NodeJS.ProcessEnv })
     random: () => 0.5,
     dispatcher: agent,
   });
-  let running: Promise<void> | null = null;
-  const stop = async () => {
-    stopper.abort();
-    await running;
-    await agent.close();
-  };
-  t.teardown(stop);
   running = daemon.run();
   return { config, ca, agent, clock, daemon, stop };
 }
@@ -110,7 +115,8 @@ async function until(what: string, probe: () => boolean | Promise<boolean>, time
 }
 
 t.test('READY waits only for the kubelet: kube-proxy pending does not hold the node back', async (t) => {
-  const notify = await listenNotifySocket(t.testdir(), { abstract: true });
+  // Abstract: no directory is used, so the node's fixture is still removed only after the daemon stopped.
+  const notify = await listenNotifySocket(tmpdir(), { abstract: true });
   t.teardown(() => notify.close());
   const n = await node(t, { kubeProxy: true, env: { NOTIFY_SOCKET: notify.path, PATH: process.env.PATH } });
   let csrPosted = false;
