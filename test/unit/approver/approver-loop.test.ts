@@ -23,11 +23,12 @@ const policy: ApproverPolicy = {
 const RESYNC_MS = 100;
 const PERIODS = 12;
 
-async function run(t: Test, node: 'missing' | 'present', approval: number): Promise<{ nodeGets: number; approvalPuts: number }> {
+/** A pending kube-proxy CSR filed by node n1, as the API server lists it. */
+async function kubeProxyCsrOfNode(name: string, uid: string) {
   const request = Buffer.from(await craftCsrPem({ cn: 'system:kube-proxy' })).toString('base64');
-  const csr = {
+  return {
     kind: 'CertificateSigningRequest',
-    metadata: { name: 'stuck', uid: 'u1', resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
+    metadata: { name, uid, resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
     spec: {
       request,
       signerName: 'kubernetes.io/kube-apiserver-client',
@@ -37,6 +38,10 @@ async function run(t: Test, node: 'missing' | 'present', approval: number): Prom
     },
     status: {},
   };
+}
+
+async function run(t: Test, node: 'missing' | 'present', approval: number): Promise<{ nodeGets: number; approvalPuts: number }> {
+  const csr = await kubeProxyCsrOfNode('stuck', 'u1');
   const mock = new MockAgent();
   mock.disableNetConnect();
   const pool = mock.get(server);
@@ -118,19 +123,7 @@ t.test('a CSR the API server answers 404 for on /approval is not decided again u
 });
 
 t.test('on a fake clock: a CSR waiting for its Node is looked at again after 5, 10, 20, 40, 80 s', async (t) => {
-  const request = Buffer.from(await craftCsrPem({ cn: 'system:kube-proxy' })).toString('base64');
-  const csr = {
-    kind: 'CertificateSigningRequest',
-    metadata: { name: 'early', uid: 'u2', resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
-    spec: {
-      request,
-      signerName: 'kubernetes.io/kube-apiserver-client',
-      username: 'system:node:n1',
-      groups: ['system:nodes', 'system:authenticated'],
-      usages: ['digital signature', 'client auth'],
-    },
-    status: {},
-  };
+  const csr = await kubeProxyCsrOfNode('early', 'u2');
   const clock = new FakeClock();
   const mock = new MockAgent();
   mock.disableNetConnect();
