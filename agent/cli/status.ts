@@ -50,16 +50,7 @@ export async function collectStatus(config: Config, now = systemClock.now()): Pr
     try {
       const current = await loadCurrent(identity);
       if (!current) {
-        result.push({
-          ...base,
-          subject: null,
-          issuer: null,
-          notBefore: null,
-          notAfter: null,
-          expired: null,
-          certificateFile: null,
-          error: 'no certificate',
-        });
+        result.push(withoutCertificate(base, 'no certificate'));
         continue;
       }
       const leaf = parseCertificateChain(current.certPem)[0]!;
@@ -74,16 +65,7 @@ export async function collectStatus(config: Config, now = systemClock.now()): Pr
         error: null,
       });
     } catch (err) {
-      result.push({
-        ...base,
-        subject: null,
-        issuer: null,
-        notBefore: null,
-        notAfter: null,
-        expired: null,
-        certificateFile: null,
-        error: (err as Error).message,
-      });
+      result.push(withoutCertificate(base, (err as Error).message));
     }
   }
   return result;
@@ -119,4 +101,12 @@ export async function runStatus(config: Config, output: 'text' | 'json', out: No
     }
   }
   return statuses.every((s) => s.subject !== null && s.expired === false) ? ExitCode.ok : ExitCode.other;
+}
+
+/** An identity's status when no certificate could be read: why, and every certificate field empty. */
+function withoutCertificate(
+  base: Omit<IdentityStatus, 'subject' | 'issuer' | 'notBefore' | 'notAfter' | 'expired' | 'certificateFile' | 'error'>,
+  error: string,
+): IdentityStatus {
+  return { ...base, subject: null, issuer: null, notBefore: null, notAfter: null, expired: null, certificateFile: null, error };
 }
