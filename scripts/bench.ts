@@ -1,7 +1,7 @@
 // `make bench`: the numbers the issues ask for, as a table. Not a test: it
 // asserts nothing and takes a few minutes (one minute of idle sampling).
 //   - API requests one bootstrap makes, and approval → files-on-disk time
-//   - idle `kubeboot run`: RSS and CPU over a minute, next to a bare Node timer
+//   - resting `kubeboot run`: RSS and CPU over a minute, next to a bare Node timer, and one pass's cost (scripts/bench-idle.ts)
 //   - cold start of the bundle vs `node -e 0`
 //   - kubeboot bootstrap next to the kubelet's own LoadClientCert and to the
 //     same bootstrap in Node built-ins only (test/bench/node-floor.mjs),
@@ -10,36 +10,19 @@
 //   - kubeboot approver: CSR created → approved p50/p99, idle RSS (scripts/bench-approver.ts)
 //   - a join storm, kube-controller-manager's csrapproving next to kubeboot approver (scripts/bench-side-by-side.ts)
 //   - time to a Ready Node: kubeboot then the real kubelet, next to the kubelet's own TLS bootstrap (scripts/bench-ready.ts)
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane } from '../test/support/controlplane.js';
 import { bundle, launcherNodeFlags, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
 import { benchApprover } from './bench-approver.js';
+import { benchIdle } from './bench-idle.js';
 import { benchReady } from './bench-ready.js';
 import { benchSideBySide } from './bench-side-by-side.js';
 import { benchStack } from './bench-stack.js';
 
-const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 const rows: [string, string][] = [];
-
-function procSample(pid: number): { rssKiB: number; cpuTicks: number } {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const rssKiB = Number(status.match(/VmRSS:\s+(\d+)/)?.[1] ?? 0);
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return { rssKiB, cpuTicks: Number(fields[11]) + Number(fields[12]) };
-}
-
-/** RSS at the end and CPU seconds spent over `seconds` of sampling. */
-async function idle(pid: number, seconds: number): Promise<{ rssMiB: number; cpuSeconds: number }> {
-  const ticks = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
-  const start = procSample(pid);
-  await sleep(seconds * 1000);
-  const end = procSample(pid);
-  return { rssMiB: end.rssKiB / 1024, cpuSeconds: (end.cpuTicks - start.cpuTicks) / ticks };
-}
 
 function coldStart(argv: string[], runs = 20): number {
   const times: number[] = [];
@@ -96,25 +79,8 @@ try {
   rows.push(['bootstrap: certificate seen → files on disk (verify, prove, store)', `${result?.[2]} ms`]);
   rows.push(['bootstrap: whole command (process start to exit)', `${wall} ms`]);
 
-  // Idle daemon vs a bare Node timer on the same runtime.
-  const node2 = await nodeLayout(join(dir, 'b'), 'bench-b');
-  const token2 = await plane.admin.createBootstrapToken();
-  await plane.writeBootstrapKubeconfig(node2.bootstrapKubeconfig, token2.token, { ca: 'data' });
-  const daemon = startKubeboot(['run', '--config', node2.config, '--listen', 'off']);
-  await daemon.waitForOutput(/all credentials valid; ready/);
-  const bare = spawn(process.execPath, ['-e', 'setInterval(()=>{},1e9)'], { stdio: 'ignore' });
-  const [d, b] = await Promise.all([idle(daemon.child.pid!, IDLE_SECONDS), idle(bare.pid!, IDLE_SECONDS)]);
-  rows.push([
-    `idle kubeboot run over ${IDLE_SECONDS} s (node ${launcherNodeFlags('run').join(' ')}, as packaged)`,
-    `RSS ${d.rssMiB.toFixed(1)} MiB, CPU ${d.cpuSeconds.toFixed(2)} s`,
-  ]);
-  rows.push([
-    `bare node -e "setInterval(()=>{},1e9)" over ${IDLE_SECONDS} s`,
-    `RSS ${b.rssMiB.toFixed(1)} MiB, CPU ${b.cpuSeconds.toFixed(2)} s`,
-  ]);
-  daemon.child.kill('SIGTERM');
-  bare.kill('SIGTERM');
-  await daemon.done;
+  // The resting daemon next to a bare Node timer, and what one pass costs.
+  rows.push(...(await benchIdle(plane, dir)));
 
   // kubeboot next to the kubelet's own bootstrap, the kubelet identity only, interleaved.
   const peer = execFileSync('bash', ['test/bench/build-kubelet-bootstrap.sh'], {

@@ -21,7 +21,7 @@ import { assessNode, isNodeCredential } from '../agent/credential/assess.js';
 import { renewIdentity } from '../agent/credential/renew.js';
 import { createLogger } from '../agent/log.js';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
-import { Registry } from 'prom-client';
+import { createMetrics } from '../agent/daemon/metrics.js';
 import { systemClock } from '../agent/time/clock.js';
 import { serializer, TrustKeeper } from '../agent/trust/keeper.js';
 import { trustedBundle } from '../agent/trust/bundle.js';
@@ -227,7 +227,7 @@ async function caRotationCost(plane: ControlPlane, nodes: NodeRun[], bootStarted
         serialize: serializer(),
         reissue: () => undefined,
         runCommands: async () => true,
-        registry: new Registry(),
+        metrics: createMetrics({ certificates: () => [], processMetrics: false }),
       }),
   );
   const round = async (what: string): Promise<string[]> => {

@@ -72,7 +72,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
           `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`,
         ],
       }),
-      registry: metrics.registry,
+      metrics: async () => ({ contentType: metrics.registry.contentType, body: await metrics.registry.metrics() }),
       logger,
     });
     logger.info(`serving /healthz, /readyz and /metrics on ${http.address.host}:${http.address.port}`);

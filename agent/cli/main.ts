@@ -4,14 +4,19 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import { loadConfig } from '../config/load.js';
+import { loadConfig, type Loaded } from '../config/load.js';
+import type { Config } from '../config/types.js';
+import { createLineLogger, type Log } from '../log-lines.js';
 import { ExitCode, exitCodeOf, KubebootError } from '../errors.js';
 import { VERSION } from '../version.js';
 import { readOptional } from '../read-optional.js';
 import { fatalText } from './fatal.js';
+import { PASS_COMMAND } from '../daemon/pass-protocol.js';
 import { commandHelpText, helpText } from './help.js';
 
 async function main(argv: string[]): Promise<number> {
+  // A pass of `kubeboot run` gets its configuration from the daemon, not from argv (daemon/pass-process.ts).
+  if (argv[0] === PASS_COMMAND && argv.length === 1) return (await import('../daemon/pass-process.js')).runPassProcess();
   const load = () => loadConfig({ argv, env: process.env, readFile: readOptional, hostname: os.hostname() });
   const loaded = await load();
   if (loaded.version) {
@@ -27,16 +32,11 @@ async function main(argv: string[]): Promise<number> {
     return loaded.help ? ExitCode.ok : ExitCode.badInput;
   }
   const { config } = loaded;
+  if (loaded.command === 'run') return runDaemon(config, load);
   const { createLogger } = await import('../log.js');
   const logger = createLogger({ level: config.log.level, format: config.log.format });
-  if (config.log.level === 'debug') (await import('./trace.js')).traceRequests(logger);
-  const stop = new AbortController();
-  const onSignal = (signal: NodeJS.Signals): void => {
-    logger.info(`received ${signal}; stopping`);
-    stop.abort(new KubebootError(`interrupted by ${signal}`));
-  };
-  process.once('SIGTERM', onSignal);
-  process.once('SIGINT', onSignal);
+  if (config.log.level === 'debug') (await import('../kube/trace.js')).traceRequests(logger);
+  const stop = stopOnSignals(logger);
   try {
     // Commands load their modules on demand: `--version` and `status` stay quick.
     switch (loaded.command) {
@@ -46,8 +46,6 @@ async function main(argv: string[]): Promise<number> {
         return await (await import('./check.js')).runCheck(config, logger, stop.signal);
       case 'status':
         return await (await import('./status.js')).runStatus(config, loaded.extraFlags.output);
-      case 'run':
-        return await (await import('./run.js')).runDaemonCommand(config, logger, stop.signal, async () => (await load()).config);
       case 'renew':
         return await (await import('./renew.js')).runRenew(config, logger, loaded.extraFlags.identity, stop.signal);
       case 'wait':
@@ -90,6 +88,28 @@ async function main(argv: string[]): Promise<number> {
   } finally {
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());
   }
+}
+
+/**
+ * `kubeboot run` rests between passes with no logging library loaded: its
+ * lines come from log-lines.ts (the same lines winston writes elsewhere).
+ */
+async function runDaemon(config: Config, load: () => Promise<Loaded>): Promise<number> {
+  const logger = createLineLogger({ level: config.log.level, format: config.log.format });
+  const stop = stopOnSignals(logger);
+  return (await import('./run.js')).runDaemonCommand(config, logger, stop.signal, async () => (await load()).config);
+}
+
+/** SIGTERM and SIGINT abort the command's work; each command ends as it does on any abort. */
+function stopOnSignals(logger: Log): AbortController {
+  const stop = new AbortController();
+  const onSignal = (signal: NodeJS.Signals): void => {
+    logger.info(`received ${signal}; stopping`);
+    stop.abort(new KubebootError(`interrupted by ${signal}`));
+  };
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+  return stop;
 }
 
 main(process.argv.slice(2)).then(

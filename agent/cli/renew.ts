@@ -3,33 +3,15 @@
  * through its pid file, see daemon/control.ts) is asked through a request file and SIGUSR2; with no daemon, the
  * renewal is done here and now.
  */
-import { readFile, unlink } from 'node:fs/promises';
-import path from 'node:path';
 import { openPass, renewNode } from '../bootstrap/pass.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
-import type { IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { writeFileAtomic } from '../store/atomic.js';
-import { runningDaemon } from '../daemon/control.js';
+import { renewRequestFile, runningDaemon } from '../daemon/control.js';
 import { systemClock } from '../time/clock.js';
-
-function requestFile(stateDir: string): string {
-  return path.join(stateDir, 'renew-request');
-}
-
-/** The daemon's side: which identities were asked for (and forget the request). */
-export async function takeRenewRequest(stateDir: string): Promise<IdentityName[] | 'all'> {
-  try {
-    const text = (await readFile(requestFile(stateDir), 'utf8')).trim();
-    await unlink(requestFile(stateDir));
-    return text === '' || text === 'all' ? 'all' : (text.split(/\s+/) as IdentityName[]);
-  } catch {
-    return 'all';
-  }
-}
 
 export async function runRenew(config: Config, logger: Logger, only: string | null, signal: AbortSignal): Promise<number> {
   const identities = identitiesFor(config);
@@ -42,7 +24,7 @@ export async function runRenew(config: Config, logger: Logger, only: string | nu
   }
   const pid = await runningDaemon(config.stateDir);
   if (pid !== null) {
-    await writeFileAtomic(requestFile(config.stateDir), `${only ?? 'all'}\n`, { mode: 0o600 });
+    await writeFileAtomic(renewRequestFile(config.stateDir), `${only ?? 'all'}\n`, { mode: 0o600 });
     process.kill(pid, 'SIGUSR2');
     logger.info(`asked the running daemon (pid ${pid}) to renew ${only ?? 'all identities'}`);
     return ExitCode.ok;

@@ -3,41 +3,56 @@
  * `kubeboot renew`. Not SIGUSR1: Node opens its inspector on SIGUSR1, which
  * must never happen in a root process holding keys (the packaged launcher
  * also passes --disable-sigusr1).
+ *
+ * This process rests between passes (daemon/supervisor.ts); each pass runs
+ * in a child process of the same executable (daemon/pass-process.ts).
  */
+import { fork } from 'node:child_process';
 import type { Config } from '../config/types.js';
 import { ExitCode, KubebootError } from '../errors.js';
-import type { Logger } from '../log.js';
-import { Daemon } from '../daemon/daemon.js';
+import type { Log } from '../log-lines.js';
 import { isLoopbackListen } from '../daemon/http.js';
-import { runningDaemon } from '../daemon/control.js';
+import { PASS_PID_FILE, runningDaemon, takeRenewRequest } from '../daemon/control.js';
+import { PASS_COMMAND } from '../daemon/pass-protocol.js';
+import { Supervisor, type PassHandle } from '../daemon/supervisor.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
-import { takeRenewRequest } from './renew.js';
-import { openPass } from '../bootstrap/pass.js';
-import { joinRequested } from '../join/prepare.js';
-import { systemClock } from '../time/clock.js';
 
-export async function runDaemonCommand(
-  config: Config,
-  logger: Logger,
-  signal: AbortSignal,
-  reload: () => Promise<Config>,
-): Promise<number> {
+/** What systemd gives the daemon alone: a pass never talks to systemd itself. */
+const DAEMON_ONLY_ENV = ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'];
+
+/** Runtime flags for a daemon that only rests (packaging/files/kubeboot.sh); a pass allocates in a burst, works and ends. */
+const RESTING_ONLY_FLAGS = ['--max-semi-space-size', '--lite-mode'];
+
+/** A pass: this same script, with the runtime flags it was started with except the resting daemon's. */
+export function startPassProcess(env: NodeJS.ProcessEnv = process.env): PassHandle {
+  const passEnv = { ...env };
+  for (const name of DAEMON_ONLY_ENV) delete passEnv[name];
+  return fork(process.argv[1]!, [PASS_COMMAND], {
+    execArgv: process.execArgv.filter((a) => !RESTING_ONLY_FLAGS.some((flag) => a === flag || a.startsWith(`${flag}=`))),
+    env: passEnv,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    serialization: 'json',
+  });
+}
+
+export async function runDaemonCommand(config: Config, logger: Log, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
   // Two daemons on one state directory would race for the same files (and the
-  // sweep below would delete the other's writes in flight).
-  const other = await runningDaemon(config.stateDir);
-  if (other !== null)
-    throw new KubebootError(
-      `another kubeboot run (pid ${other}) already keeps the credentials of ${config.stateDir}; stop it first (systemctl stop kubeboot)`,
-    );
+  // sweep below would delete the other's writes in flight); so would a pass
+  // a killed daemon left behind, until it notices and stops.
+  for (const file of [undefined, PASS_PID_FILE]) {
+    const other = await runningDaemon(config.stateDir, file);
+    if (other !== null)
+      throw new KubebootError(
+        `another kubeboot run (pid ${other}) already keeps the credentials of ${config.stateDir}; stop it first (systemctl stop kubeboot)`,
+      );
+  }
   await sweepTempFiles(writtenDirs(config), logger);
   if (config.listen !== null && !isLoopbackListen(config.listen)) {
     logger.warn(
       `listen ${config.listen} is not a loopback address: /healthz, /readyz and /metrics are unauthenticated and reachable from other hosts`,
     );
   }
-  // --server/--token: a pass that joins writes the bootstrap kubeconfig the daemon then finds.
-  if (joinRequested(config)) await openPass(config, { logger, clock: systemClock, signal }, { join: true });
-  const daemon = new Daemon({ config, logger, signal, reload });
+  const daemon = new Supervisor({ config, logger, signal, reload, startPass: () => startPassProcess() });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {
     void takeRenewRequest(daemon.config.stateDir).then((names) => {
@@ -48,10 +63,9 @@ export async function runDaemonCommand(
   process.on('SIGHUP', onHup);
   process.on('SIGUSR2', onRenewRequest);
   try {
-    await daemon.run();
+    return (await daemon.run()) || ExitCode.ok;
   } finally {
     process.off('SIGHUP', onHup);
     process.off('SIGUSR2', onRenewRequest);
   }
-  return ExitCode.ok;
 }

@@ -1,18 +1,19 @@
 /**
- * `kubeboot run`: one loop per identity that sleeps until the renewal
- * deadline (in chunks, re-checking the wall clock), wakes early on external
- * file changes, SIGHUP or `kubeboot renew`, and never gives up while the
- * current certificate is valid. What to do and how long to wait are decided
- * by the pure functions in renewal/plan.ts; this file carries them out.
+ * The renewal loops of `kubeboot run`, as one pass process runs them: one
+ * loop per identity that sleeps until the renewal deadline (in chunks,
+ * re-checking the wall clock), wakes early when nudged (a file changed,
+ * SIGHUP, `kubeboot renew`), and never gives up while the current
+ * certificate is valid. What to do and how long to wait are decided by the
+ * pure functions in renewal/plan.ts; this file carries them out.
  *
- * READY=1 is sent once the kubelet's credential is valid: the kubelet never
- * waits for kube-proxy's or the serving certificate's approval (kube-proxy's
- * unit waits for its own with `kubeboot wait`). /readyz reports every identity.
+ * Once every loop and the CA check sleep for longer than `restAfterMs`, the
+ * loops end and `run()` returns when to wake and what the next pass needs
+ * (`Carry`): the resting daemon (supervisor.ts) holds that, and READY=1,
+ * /readyz, the watcher and the watchdog, without the libraries a pass loads.
  */
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
-import path from 'node:path';
-import { deleteBootstrapNow, issueKubelet, openPass, recoverNode } from '../bootstrap/pass.js';
+import { deleteBootstrapNow, issueKubelet, openPass } from '../bootstrap/pass.js';
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
@@ -24,33 +25,50 @@ import type { Identity, IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { kubeletRenewer } from '../renewal/owner.js';
-import { deadlineFor, nextAction, progressDue, retryPlan } from '../renewal/plan.js';
+import {
+  deadlineFor,
+  LIVENESS_GRACE_MS,
+  livenessLimits,
+  nextAction,
+  passBoundMs,
+  progressDue,
+  retryPlan,
+  SLEEP_CHUNK_MS,
+} from '../renewal/plan.js';
 import { readOptionalOrProblem } from '../read-optional.js';
-import { ensureDir } from '../store/atomic.js';
+import type { WriteObserver } from '../store/atomic.js';
 import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
-import { removePidFile, writePidFile } from './control.js';
 import { serializer, TrustKeeper } from '../trust/keeper.js';
-import { startHttpServer, type StatusServer } from './http.js';
-import { createMetrics, type KubebootMetrics } from './metrics.js';
-import { createNotifier, startWatchdog, type Notifier } from './notify.js';
-import { nodeReadyOf, readinessOf, Reporter, type IdentityView, type Readiness } from './report.js';
+import type { MetricEvents } from './metrics.js';
+import { carriedCredential, EMPTY_CARRY, restoredCredential, type Carry, type Nudge } from './pass-protocol.js';
+import { nodeReadyOf, readinessOf, type IdentityView, type Readiness } from './report.js';
 import type { IdentityState } from './state.js';
-import { createSelfWrites, watchCredentials, type CredentialWatcher } from './watch.js';
 
-/** A sleeping loop shows progress at least this often, so liveness can tell asleep from stuck. */
-const SLEEP_CHUNK_MS = 60_000;
-/** Slack on every liveness bound: an event loop under load is late, not stuck. */
-const LIVENESS_GRACE_MS = 30_000;
-/** Beyond the CSR waits and hooks, what requests and disk writes of one pass may take. */
-const PASS_OVERHEAD_MS = 5 * 60_000;
+/** Where the loops report to: the resting daemon, over IPC (pass-process.ts), or a test. */
+export interface DaemonSink {
+  metrics: MetricEvents;
+  /** The identities as they are now, after every step and CSR submission, with what the next pass needs. */
+  report(views: IdentityView[], carry: Carry): void | Promise<void>;
+  /** The earliest moment some loop must show progress again, in ms from now (liveness). */
+  progress(msLeft: number): void;
+  /** Announces every credential write, so the resting daemon's watcher knows kubeboot's own. */
+  observer?: WriteObserver;
+}
+
+/** How `run()` ended: stopped (SIGTERM), or every loop asleep until `until`, handing over `carry`. */
+export type DaemonEnd = { kind: 'stopped' } | { kind: 'resting'; until: Date; carry: Carry; lastSeq: number };
 
 export interface DaemonOptions {
   config: Config;
   logger: Logger;
   signal: AbortSignal;
-  reload: () => Promise<Config>;
+  sink: DaemonSink;
+  /** What the previous pass handed over; empty on the daemon's first. */
+  carry?: Carry;
+  /** End once every loop sleeps at least this long (ms); null never ends on its own. */
+  restAfterMs?: number | null;
   env?: NodeJS.ProcessEnv;
   clock?: Clock;
   random?: () => number;
@@ -73,82 +91,91 @@ interface Slot {
   progressDue: number;
   /** Who renews, as last logged (the kubelet identity only). */
   renewerSaid?: string;
+  /** While the loop sleeps: until when. */
+  sleepingUntil: Date | null;
 }
 
 export class Daemon {
   #config: Config;
   readonly #logger: Logger;
   readonly #signal: AbortSignal;
-  readonly #reload: () => Promise<Config>;
   readonly #clock: Clock;
   readonly #random: () => number;
   readonly #env: NodeJS.ProcessEnv;
   readonly #dispatcher: Dispatcher | undefined;
+  readonly #sink: DaemonSink;
+  readonly #restAfterMs: number | null;
   readonly #slots = new Map<IdentityName, Slot>();
-  readonly #selfWrites = createSelfWrites();
   /**
    * The kubelet credential last seen valid on disk. If an operator deletes
    * the files, it still authenticates the re-issue (kubernetes#53288: certs
    * lost on disk must not strand the node while a valid one is in memory).
    */
-  #lastGoodKubelet: NodeCredential | null = null;
-  /** The kubelet certificate this process issued (and so proved); others are proven before the token goes. */
-  #provenKubeletPem: string | null = null;
+  #lastGoodKubelet: NodeCredential | null;
+  /** The kubelet certificate this daemon issued (and so proved); others are proven before the token goes. */
+  #provenKubeletPem: string | null;
   #cleaningUp = false;
-  readonly metrics: KubebootMetrics;
-  #notifier: Notifier;
-  readonly #reporter: Reporter;
   #publishing: Promise<void> = Promise.resolve();
   /** Issuance and the CA rotation write credentials one unit at a time. */
   readonly #writes = serializer();
   readonly #trust: TrustKeeper;
+  /** Aborted when every loop sleeps long enough to end the pass. */
+  readonly #rest = new AbortController();
+  #restUntil: Date | null = null;
+  /** The last nudge applied to a loop; a later one reaches the next pass. */
+  #lastSeq = 0;
+  #trustSleepingUntil: Date | null = null;
 
   constructor(options: DaemonOptions) {
     this.#config = options.config;
     this.#logger = options.logger;
     this.#signal = options.signal;
-    this.#reload = options.reload;
+    this.#sink = options.sink;
+    this.#restAfterMs = options.restAfterMs ?? null;
     this.#clock = options.clock ?? systemClock;
     this.#random = options.random ?? Math.random;
     this.#env = options.env ?? process.env;
     this.#dispatcher = options.dispatcher;
-    this.#notifier = createNotifier({ env: this.#env, logger: this.#logger });
-    this.#reporter = new Reporter({
-      notifier: this.#notifier,
-      logger: this.#logger,
-      stateDir: () => this.#config.stateDir,
-      now: () => this.#clock.now(),
-    });
+    const carry = options.carry ?? EMPTY_CARRY;
+    this.#lastGoodKubelet = restoredCredential(this.#config, carry.lastGoodKubelet);
+    this.#provenKubeletPem = carry.provenKubeletPem;
     for (const identity of identitiesFor(this.#config)) {
+      const carried = carry.slots[identity.name];
       this.#slots.set(identity.name, {
-        state: { nextRenewal: null, lastSuccess: null, lastError: null, pendingCsr: null, lastHooks: [] },
+        state: carried?.state ?? { nextRenewal: null, lastSuccess: null, lastError: null, pendingCsr: null, lastHooks: [] },
         seen: null,
-        deadline: null,
+        deadline: carried?.deadline ? { certKey: carried.deadline.certKey, at: new Date(carried.deadline.at) } : null,
         wake: null,
         pendingWake: false,
         force: false,
-        attempt: 0,
-        progressDue: this.#clock.monotonic() + this.#maxPassMs() + LIVENESS_GRACE_MS,
+        attempt: carried?.attempt ?? 0,
+        progressDue: this.#clock.monotonic() + passBoundMs(this.#config) + LIVENESS_GRACE_MS,
+        ...(carried?.renewerSaid !== undefined ? { renewerSaid: carried.renewerSaid } : {}),
+        sleepingUntil: null,
       });
     }
-    this.metrics = createMetrics({
-      certificates: () => [...this.#slots].map(([identity, slot]) => ({ identity, notAfter: this.#validNow(slot)?.notAfter ?? null })),
-      now: () => this.#clock.now(),
-    });
-    this.#trust = new TrustKeeper({
-      config: () => this.#config,
-      logger: this.#logger,
-      clock: this.#clock,
-      random: this.#random,
-      signal: this.#signal,
-      dispatcher: this.#dispatcher,
-      nodeCredential: () => (this.#lastGoodKubelet && this.#lastGoodKubelet.notAfter > this.#clock.now() ? this.#lastGoodKubelet : null),
-      serialize: this.#writes,
-      reissue: (identity) => this.nudge([identity], true),
-      runCommands: (argvs) => this.#runCommands(argvs),
-      observer: this.#selfWrites,
-      registry: this.metrics.registry,
-    });
+    const passSignal = AbortSignal.any([this.#signal, this.#rest.signal]);
+    this.#trust = new TrustKeeper(
+      {
+        config: () => this.#config,
+        logger: this.#logger,
+        clock: this.#clock,
+        random: this.#random,
+        signal: passSignal,
+        dispatcher: this.#dispatcher,
+        nodeCredential: () => (this.#lastGoodKubelet && this.#lastGoodKubelet.notAfter > this.#clock.now() ? this.#lastGoodKubelet : null),
+        serialize: this.#writes,
+        reissue: (identity) => this.nudge([identity], true),
+        runCommands: (argvs) => this.#runCommands(argvs),
+        observer: this.#sink.observer,
+        metrics: this.#sink.metrics,
+        onSleep: (until) => {
+          this.#trustSleepingUntil = until;
+          if (until !== null) this.#maybeRest();
+        },
+      },
+      carry.trust ?? undefined,
+    );
   }
 
   get config(): Config {
@@ -182,78 +209,76 @@ export class Daemon {
     }
   }
 
-  /** SIGHUP: re-read configuration, then renew everything now. */
-  async reloadAndRenew(): Promise<void> {
-    try {
-      const next = await this.#reload();
-      const before = identitiesFor(this.#config)
-        .map((i) => i.name)
-        .join(',');
-      const after = identitiesFor(next)
-        .map((i) => i.name)
-        .join(',');
-      if (before !== after)
-        this.#logger.warn(`the set of identities changed (${before} -> ${after}); restart kubeboot to add or remove identities`);
-      this.#config = next;
-      this.#logger.info('configuration reloaded; renewing now');
-    } catch (err) {
-      this.#logger.error(`configuration reload failed, keeping the previous one: ${(err as Error).message}`);
-    }
-    this.nudge('all', true);
+  /** Wake identities now; `force` renews even a certificate that is not due. A numbered nudge is remembered as applied. */
+  apply(nudge: Nudge): boolean {
+    if (this.#rest.signal.aborted) return false;
+    this.nudge(nudge.names, nudge.force);
+    this.#lastSeq = Math.max(this.#lastSeq, nudge.seq);
+    return true;
   }
 
-  async run(): Promise<void> {
-    const config = this.#config;
-    await ensureDir(config.stateDir, 0o700);
-    // The watcher needs the directories to exist; create missing ones as the store would.
-    for (const identity of identitiesFor(config)) {
-      await ensureDir(identity.certDir, 0o700);
-      if (identity.kubeconfigPath) await ensureDir(path.dirname(identity.kubeconfigPath), 0o755);
-    }
-    await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
-    await recoverNode(config, this.#runDeps());
-    await writePidFile(config.stateDir);
-    let http: StatusServer | null = null;
-    let watcher: CredentialWatcher | null = null;
-    const watchdog = startWatchdog(this.#notifier, { env: this.#env, healthy: () => this.healthy() });
+  /** SIGHUP: the configuration the resting daemon re-read; every loop renews now under it. */
+  reconfigure(next: Config, seq: number): boolean {
+    const before = identitiesFor(this.#config)
+      .map((i) => i.name)
+      .join(',');
+    const after = identitiesFor(next)
+      .map((i) => i.name)
+      .join(',');
+    if (before !== after)
+      this.#logger.warn(`the set of identities changed (${before} -> ${after}); restart kubeboot to add or remove identities`);
+    this.#config = next;
+    return this.apply({ names: 'all', force: true, seq });
+  }
+
+  /** Until stopped, or until every loop sleeps long enough that the pass ends. */
+  async run(): Promise<DaemonEnd> {
     try {
-      if (config.listen) {
-        const { host, port } = splitListen(config.listen);
-        http = await startHttpServer({
-          host,
-          port,
-          healthy: () => this.healthy(),
-          readiness: () => this.readiness(),
-          registry: this.metrics.registry,
-          logger: this.#logger,
-        });
-        this.#logger.info(`serving /healthz, /readyz and /metrics on ${http.address.host}:${http.address.port}`);
-      }
-      watcher = await watchCredentials({
-        identities: identitiesFor(config),
-        bootstrapKubeconfig: config.bootstrapKubeconfig,
-        selfWrites: this.#selfWrites,
-        logger: this.#logger,
-        onChange: (event) => {
-          this.#logger.info(`${event.path} ${event.kind} outside kubeboot; re-checking ${event.identity ?? 'all identities'}`);
-          this.nudge(event.identity ? [event.identity] : 'all', false);
-        },
-      });
-      await this.#notifier.status('checking credentials');
       await Promise.all([...[...this.#slots.keys()].map((name) => this.#loop(name)), this.#trust.run()]);
     } finally {
-      watchdog?.stop();
-      await watcher?.close();
-      await http?.close();
       await this.#publishing;
-      await this.#notifier.stopping('stopping');
-      await removePidFile(config.stateDir);
     }
+    if (this.#signal.aborted || this.#restUntil === null) return { kind: 'stopped' };
+    return { kind: 'resting', until: this.#restUntil, carry: this.carry(), lastSeq: this.#lastSeq };
+  }
+
+  /** What the next pass needs from this one. */
+  carry(): Carry {
+    const slots: Carry['slots'] = {};
+    for (const [name, slot] of this.#slots)
+      slots[name] = {
+        state: slot.state,
+        deadline: slot.deadline ? { certKey: slot.deadline.certKey, at: slot.deadline.at.toISOString() } : null,
+        attempt: slot.attempt,
+        ...(slot.renewerSaid !== undefined ? { renewerSaid: slot.renewerSaid } : {}),
+      };
+    return {
+      slots,
+      lastGoodKubelet: carriedCredential(this.#lastGoodKubelet),
+      provenKubeletPem: this.#provenKubeletPem,
+      trust: this.#trust.memory,
+    };
+  }
+
+  /** Ends the pass when every loop and the CA check sleep at least `restAfterMs` from now. */
+  #maybeRest(): void {
+    if (this.#restAfterMs === null || this.#rest.signal.aborted || this.#signal.aborted) return;
+    const until = [...this.#slots.values()].map((s) => s.sleepingUntil);
+    if (this.#config.caRotation.enabled) until.push(this.#trustSleepingUntil);
+    if (until.some((u) => u === null)) return;
+    const earliest = Math.min(...until.map((u) => u!.getTime()));
+    if (earliest - this.#clock.now().getTime() < this.#restAfterMs) return;
+    this.#restUntil = new Date(earliest);
+    this.#rest.abort();
+  }
+
+  #stopping(): boolean {
+    return this.#signal.aborted || this.#rest.signal.aborted;
   }
 
   async #loop(name: IdentityName): Promise<void> {
     const slot = this.#slots.get(name)!;
-    while (!this.#signal.aborted) {
+    while (!this.#stopping()) {
       const config = this.#config;
       const identity = identitiesFor(config).find((i) => i.name === name);
       if (!identity) return;
@@ -262,12 +287,12 @@ export class Daemon {
       // pass, under the configuration it loaded.
       const force = slot.force;
       slot.force = false;
-      slot.progressDue = progressDue({ kind: 'working' }, this.#clock.monotonic(), this.#livenessLimits());
+      this.#setProgressDue(slot, progressDue({ kind: 'working' }, this.#clock.monotonic(), livenessLimits(this.#config)));
       let wakeAt: Date;
       try {
         wakeAt = await this.#step(config, identity, slot, force);
       } catch (err) {
-        if (this.#signal.aborted) return;
+        if (this.#stopping()) return;
         wakeAt = this.#failed(identity, slot, err);
       }
       if (name === 'kubelet' && slot.seen?.state === 'usable') await this.#seedClientCa(slot.seen.cluster?.caPem);
@@ -389,17 +414,17 @@ export class Daemon {
 
   /** After a certificate landed: prune, record, hooks, and wake the identities that waited for the kubelet. */
   async #issued(identity: Identity, slot: Slot, issued: Issued, startedMonotonic: number): Promise<void> {
-    await pruneOld(identity, oldCredentialsToKeep(identity), { observer: this.#selfWrites });
+    await pruneOld(identity, oldCredentialsToKeep(identity), this.#sink.observer ? { observer: this.#sink.observer } : {});
     const now = this.#clock.now();
     slot.attempt = 0;
     slot.seen = await this.#reassess(identity);
     slot.state.lastSuccess = now.toISOString();
     slot.state.lastError = null;
     slot.state.pendingCsr = null;
-    this.metrics.csrSettled(identity.name);
+    this.#sink.metrics.csrSettled(identity.name);
     slot.deadline = null;
     if (identity.name === 'kubelet' && slot.seen?.state === 'usable') this.#provenKubeletPem = slot.seen.certPem;
-    this.metrics.recordRenewal(identity.name, now);
+    this.#sink.metrics.recordRenewal(identity.name, now);
     this.#logger.info(
       `${identity.name}: certificate renewed in ${((this.#clock.monotonic() - startedMonotonic) / 1000).toFixed(1)}s, valid until ${issued.notAfter.toISOString()}`,
     );
@@ -427,8 +452,8 @@ export class Daemon {
     slot.attempt = plan.attempt;
     slot.state.lastError = message;
     slot.state.pendingCsr = null;
-    this.metrics.csrSettled(identity.name);
-    this.metrics.recordRenewalFailure(identity.name, plan.reason);
+    this.#sink.metrics.csrSettled(identity.name);
+    this.#sink.metrics.recordRenewalFailure(identity.name, plan.reason);
     if (err instanceof NeedsBootstrapError) {
       this.#logger.error(
         `${message}. To recover, place a new bootstrap kubeconfig at ${this.#config.bootstrapKubeconfig} (for example from a fresh \`kubeadm token create\`); kubeboot notices it and re-bootstraps on its own`,
@@ -450,7 +475,7 @@ export class Daemon {
       signal: this.#signal,
     });
     slot.state.lastHooks = results.map((r) => ({ argv: r.argv, ok: r.ok, exitCode: r.exitCode, at: this.#clock.now().toISOString() }));
-    for (const r of results) if (!r.ok) this.metrics.recordHookFailure(identity.name);
+    for (const r of results) if (!r.ok) this.#sink.metrics.recordHookFailure(identity.name);
   }
 
   /** Restart commands of a CA rotation, one after another; false when one failed. */
@@ -495,41 +520,40 @@ export class Daemon {
 
   /** Sleeps until `until` in chunks, each one a sign of life for the liveness check. */
   async #sleep(slot: Slot, until: Date): Promise<void> {
-    if (this.#signal.aborted) return;
+    if (this.#stopping()) return;
     const woken = new AbortController();
     slot.wake = () => woken.abort();
     if (slot.pendingWake) {
       slot.pendingWake = false;
       woken.abort();
     }
-    const signal = AbortSignal.any([woken.signal, this.#signal]);
+    const signal = AbortSignal.any([woken.signal, this.#signal, this.#rest.signal]);
+    if (!signal.aborted) {
+      slot.sleepingUntil = until;
+      this.#maybeRest();
+    }
     try {
       for (;;) {
         const left = until.getTime() - this.#clock.now().getTime();
         if (left <= 0) break;
-        slot.progressDue = progressDue({ kind: 'sleeping', msUntilWake: left }, this.#clock.monotonic(), this.#livenessLimits());
+        this.#setProgressDue(
+          slot,
+          progressDue({ kind: 'sleeping', msUntilWake: left }, this.#clock.monotonic(), livenessLimits(this.#config)),
+        );
         await sleepUntil(new Date(this.#clock.now().getTime() + Math.min(left, SLEEP_CHUNK_MS)), this.#clock, { signal });
       }
     } catch {
-      // Woken early or stopping: the loop re-checks.
+      // Woken early, stopping or resting: the loop re-checks.
     } finally {
       slot.wake = null;
+      slot.sleepingUntil = null;
     }
   }
 
-  #livenessLimits(): { chunkMs: number; maxPassMs: number; graceMs: number } {
-    return { chunkMs: SLEEP_CHUNK_MS, maxPassMs: this.#maxPassMs(), graceMs: LIVENESS_GRACE_MS };
-  }
-
-  /**
-   * The longest one pass may take: CA discovery, retrying the CSR create, the
-   * CSR wait and retrying the proof (each bounded by waitTimeout), the hooks,
-   * and requests.
-   */
-  #maxPassMs(): number {
-    const c = this.#config;
-    const hooks = Math.max(0, ...identitiesFor(c).map((i) => i.hooks.length));
-    return (4 * c.waitTimeout + hooks * c.renewal.hookTimeout) * 1000 + PASS_OVERHEAD_MS;
+  /** Liveness: the resting daemon hears of the earliest bound of all loops whenever one moves. */
+  #setProgressDue(slot: Slot, due: number): void {
+    slot.progressDue = due;
+    this.#sink.progress(Math.min(...[...this.#slots.values()].map((s) => s.progressDue)) - this.#clock.monotonic());
   }
 
   /** The slot's credential when it is valid at this moment, by the clock, not by the last pass. */
@@ -551,14 +575,14 @@ export class Daemon {
       logger: this.#logger,
       clock: this.#clock,
       signal: this.#signal,
-      observer: this.#selfWrites,
+      observer: this.#sink.observer,
       onCsrSubmitted: (identity, name) => {
         const slot = this.#slots.get(identity.name);
         if (slot) slot.state.pendingCsr = name;
-        this.metrics.csrPending(identity.name, this.#clock.now());
+        this.#sink.metrics.csrPending(identity.name, this.#clock.now());
         void this.#publish();
       },
-      onCsrWait: (identity, seconds) => this.metrics.observeCsrWait(identity.name, seconds),
+      onCsrWait: (identity, seconds) => this.#sink.metrics.observeCsrWait(identity.name, seconds),
       dispatcher: this.#dispatcher,
       serialize: this.#writes,
     };
@@ -571,15 +595,10 @@ export class Daemon {
    */
   #publish(): Promise<void> {
     this.#publishing = this.#publishing
-      .then(() => this.#reporter.publish(this.#views()))
+      .then(() => this.#sink.report(this.#views(), this.carry()))
       .catch((err: Error) => {
         this.#logger.warn(`cannot report the credentials' state: ${err.message}`);
       });
     return this.#publishing;
   }
-}
-
-function splitListen(listen: string): { host: string; port: number } {
-  const at = listen.lastIndexOf(':');
-  return { host: listen.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(listen.slice(at + 1)) };
 }

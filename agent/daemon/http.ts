@@ -8,11 +8,13 @@
  * cloud-controller-manager, 10259 kube-scheduler, 10260 cloud-controller-
  * manager webhook (pkg/cluster/ports). Loopback only unless configured.
  */
-import http from 'node:http';
+// getBuiltinModule, not an import: an ES import of node:http evaluates its
+// lazy WebSocket getters, which load Node's bundled undici (docs/benchmarks.md).
+const http = process.getBuiltinModule('node:http');
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { Registry } from 'prom-client';
 import { KubebootError } from '../errors.js';
-import type { Logger } from '../log.js';
+import type { Log } from '../log-lines.js';
 import { scrub } from '../redact.js';
 
 export const DEFAULT_HTTP_HOST = '127.0.0.1';
@@ -43,8 +45,9 @@ export interface HttpOptions {
   /** The daemon loop is alive; defaults to "the process answers". */
   healthy?: () => boolean;
   readiness: () => Readiness;
-  registry: Registry;
-  logger?: Logger;
+  /** The Prometheus text and its content type, rendered per scrape. */
+  metrics: () => { contentType: string; body: string } | Promise<{ contentType: string; body: string }>;
+  logger?: Log;
 }
 
 export interface StatusServer {
@@ -70,8 +73,10 @@ async function route(pathname: string, opts: HttpOptions): Promise<Reply> {
       // Unauthenticated: the detail carries error text, so it is scrubbed like the log.
       return text(r.ready ? 200 : 503, r.detail.map((l) => scrub(l) + '\n').join('') || (r.ready ? 'ok\n' : 'not ready\n'));
     }
-    case '/metrics':
-      return { status: 200, type: opts.registry.contentType, body: await opts.registry.metrics() };
+    case '/metrics': {
+      const { contentType, body } = await opts.metrics();
+      return { status: 200, type: contentType, body };
+    }
     default:
       return text(404, 'not found\n');
   }
@@ -86,7 +91,7 @@ export function requestPath(target: string | undefined): string | null {
   }
 }
 
-async function handle(req: http.IncomingMessage, res: http.ServerResponse, opts: HttpOptions): Promise<void> {
+async function handle(req: IncomingMessage, res: ServerResponse, opts: HttpOptions): Promise<void> {
   let reply: Reply;
   const pathname = requestPath(req.url);
   if (req.method !== 'GET' && req.method !== 'HEAD') {

@@ -1,12 +1,13 @@
 /**
- * Prometheus metrics on a private registry (never prom-client's global one,
- * so tests and embedders get a clean slate). Certificate lifetimes are read
- * at scrape time from a callback, so the TTL is exact when scraped rather
- * than as of the last renewal.
+ * `kubeboot run`'s Prometheus series. They live in the resting daemon
+ * (daemon/supervisor.ts), which outlasts every pass, so counters count the
+ * daemon's whole life; a pass reports each event to it (daemon/pass-protocol.ts).
+ * Certificate lifetimes are read at scrape time from a callback, so the TTL is
+ * exact when scraped rather than as of the last renewal.
  */
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { IdentityName } from '../identity.js';
 import { systemClock } from '../time/clock.js';
+import { addProcessMetrics, EXPOSITION_CONTENT_TYPE, Exposition } from './exposition.js';
 
 export interface CertificateState {
   identity: IdentityName;
@@ -17,12 +18,12 @@ export interface CertificateState {
 export interface MetricsOptions {
   certificates: () => CertificateState[];
   now?: () => Date;
-  /** process_* and nodejs_* metrics; on by default. */
-  defaultMetrics?: boolean;
+  /** process_* series; on by default. */
+  processMetrics?: boolean;
 }
 
-export interface KubebootMetrics {
-  readonly registry: Registry;
+/** What a pass records: every method takes plain values, so a pass in another process sends them as they are. */
+export interface MetricEvents {
   /** A certificate was issued and stored at `at`. */
   recordRenewal(identity: IdentityName, at: Date): void;
   /** `reason` is a short fixed word (denied, timeout, http-503, ...), never a message. */
@@ -33,88 +34,87 @@ export interface KubebootMetrics {
   csrPending(identity: IdentityName, at: Date): void;
   /** The identity's wait ended: issued, or the attempt failed. */
   csrSettled(identity: IdentityName): void;
+  /** A published CA bundle was refused for `reason` (and stays refused until adopted or cleared). */
+  caBundleRefused(reason: string): void;
+  /** The published bundle is no longer refused. */
+  caBundleRefusalCleared(): void;
+  caBundleAdopted(): void;
+  caRestart(consumer: string, ok: boolean): void;
+}
+
+export interface KubebootMetrics extends MetricEvents {
+  /** A pass process ended at rest, having spent `cpuSeconds`. */
+  passEnded(cpuSeconds: number): void;
+  readonly contentType: string;
+  render(): string;
 }
 
 /** Approval can take up to client-go's 15-minute certificateWaitTimeout. */
 export const CSR_WAIT_BUCKETS = [1, 5, 15, 30, 60, 120, 300, 600, 900];
 
 export function createMetrics(options: MetricsOptions): KubebootMetrics {
-  const registry = new Registry();
   const now = options.now ?? (() => systemClock.now());
-  const registers = [registry];
-  const labelNames = ['identity'] as const;
+  const book = new Exposition();
+  const perCertificate = (value: (notAfter: Date) => number) => () =>
+    options
+      .certificates()
+      .filter((c) => c.notAfter !== null)
+      .map((c) => ({ labels: { identity: c.identity }, value: value(c.notAfter!) }));
 
   // analogous to kubelet_certificate_manager_client_ttl_seconds.
-  new Gauge({
-    name: 'kubeboot_certificate_ttl_seconds',
-    help: 'Seconds until the current certificate expires; negative once expired.',
-    labelNames,
-    registers,
-    collect() {
-      this.reset();
-      const t = now().getTime();
-      for (const c of options.certificates()) {
-        if (c.notAfter) this.set({ identity: c.identity }, (c.notAfter.getTime() - t) / 1000);
-      }
-    },
-  });
-  new Gauge({
-    name: 'kubeboot_certificate_expiration_timestamp_seconds',
-    help: 'NotAfter of the current certificate, in seconds since the epoch.',
-    labelNames,
-    registers,
-    collect() {
-      this.reset();
-      for (const c of options.certificates()) {
-        if (c.notAfter) this.set({ identity: c.identity }, c.notAfter.getTime() / 1000);
-      }
-    },
-  });
-  const renewals = new Counter({
-    name: 'kubeboot_renewals_total',
-    help: 'Certificates issued and stored.',
-    labelNames,
-    registers,
-  });
-  const failures = new Counter({
-    name: 'kubeboot_renewal_failures_total',
-    help: 'Renewal attempts that did not end with a stored certificate.',
-    labelNames: ['identity', 'reason'] as const,
-    registers,
-  });
-  const hookFailures = new Counter({
-    name: 'kubeboot_hook_failures_total',
-    help: 'Post-renewal hooks that failed or timed out.',
-    labelNames,
-    registers,
-  });
-  const lastSuccess = new Gauge({
-    name: 'kubeboot_last_success_timestamp_seconds',
-    help: 'When a certificate was last stored, in seconds since the epoch.',
-    labelNames,
-    registers,
-  });
+  book.computed(
+    'kubeboot_certificate_ttl_seconds',
+    'Seconds until the current certificate expires; negative once expired.',
+    'gauge',
+    perCertificate((notAfter) => (notAfter.getTime() - now().getTime()) / 1000),
+  );
+  book.computed(
+    'kubeboot_certificate_expiration_timestamp_seconds',
+    'NotAfter of the current certificate, in seconds since the epoch.',
+    'gauge',
+    perCertificate((notAfter) => notAfter.getTime() / 1000),
+  );
+  const renewals = book.counter('kubeboot_renewals_total', 'Certificates issued and stored.');
+  const failures = book.counter('kubeboot_renewal_failures_total', 'Renewal attempts that did not end with a stored certificate.');
+  const hookFailures = book.counter('kubeboot_hook_failures_total', 'Post-renewal hooks that failed or timed out.');
+  const lastSuccess = book.gauge(
+    'kubeboot_last_success_timestamp_seconds',
+    'When a certificate was last stored, in seconds since the epoch.',
+  );
   // What an alert on "pending for N minutes" needs: the wait histogram only
   // learns of a wait when it ends (15 minutes at most, then a failure).
-  const pendingSince = new Gauge({
-    name: 'kubeboot_csr_pending_since_timestamp_seconds',
-    help: 'Creation time of the CSR this identity waits on, in seconds since the epoch; no series while none is pending.',
-    labelNames,
-    registers,
-  });
-  const csrWait = new Histogram({
-    name: 'kubeboot_csr_wait_duration_seconds',
-    help: 'Time from CSR creation to an issued certificate.',
-    labelNames,
-    buckets: CSR_WAIT_BUCKETS,
-    registers,
-  });
-  // prom-client samples event-loop delay with a repeating timer of this many
-  // ms (default 10): an idle daemon would wake 100 times a second for it.
-  if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 1000 });
+  const pendingSince = book.gauge(
+    'kubeboot_csr_pending_since_timestamp_seconds',
+    'Creation time of the CSR this identity waits on, in seconds since the epoch; no series while none is pending.',
+  );
+  const csrWait = book.histogram(
+    'kubeboot_csr_wait_duration_seconds',
+    'Time from CSR creation to an issued certificate.',
+    CSR_WAIT_BUCKETS,
+  );
+  const refusals = book.counter(
+    'kubeboot_ca_bundle_refusals_total',
+    'Published CA bundles refused, by reason (unverified-source, node-writable-source, drops-presented-ca, expired, ...).',
+  );
+  const adoptions = book.counter('kubeboot_ca_bundle_changes_total', 'Published CA bundles adopted into the node files.');
+  const refused = book.gauge(
+    'kubeboot_ca_bundle_refused',
+    '1 while the CA bundle published in kube-public/cluster-info is refused, by reason; absent otherwise.',
+  );
+  const restarts = book.counter('kubeboot_ca_restarts_total', 'Restarts of a consumer after a CA bundle change, by result.');
+  const passes = book.counter(
+    'kubeboot_passes_total',
+    'Pass processes that ran to rest (each starts at a deadline, a file change, a signal or a CA check).',
+  );
+  const passCpu = book.counter(
+    'kubeboot_pass_cpu_seconds_total',
+    'CPU time the pass processes spent; process_cpu_seconds_total is the resting daemon alone.',
+  );
+  if (options.processMetrics !== false) addProcessMetrics(book, now());
 
   return {
-    registry,
+    contentType: EXPOSITION_CONTENT_TYPE,
+    render: () => book.render(),
     recordRenewal(identity, at) {
       renewals.inc({ identity });
       lastSuccess.set({ identity }, at.getTime() / 1000);
@@ -124,5 +124,17 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     observeCsrWait: (identity, seconds) => csrWait.observe({ identity }, seconds),
     csrPending: (identity, at) => pendingSince.set({ identity }, at.getTime() / 1000),
     csrSettled: (identity) => pendingSince.remove({ identity }),
+    caBundleRefused(reason) {
+      refusals.inc({ reason });
+      refused.reset();
+      refused.set({ reason }, 1);
+    },
+    caBundleRefusalCleared: () => refused.reset(),
+    caBundleAdopted: () => adoptions.inc(),
+    caRestart: (consumer, ok) => restarts.inc({ consumer, result: ok ? 'ok' : 'failed' }),
+    passEnded(cpuSeconds) {
+      passes.inc();
+      passCpu.inc({}, cpuSeconds);
+    },
   };
 }

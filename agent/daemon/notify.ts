@@ -7,7 +7,7 @@
  * sockets alike. Everything is a no-op when NOTIFY_SOCKET is unset.
  */
 import { execFile } from 'node:child_process';
-import type { Logger } from '../log.js';
+import type { Log } from '../log-lines.js';
 import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 import { scrub } from '../redact.js';
 
@@ -24,7 +24,7 @@ export interface Notifier {
 
 export interface NotifierOptions {
   env: NodeJS.ProcessEnv;
-  logger: Logger;
+  logger: Log;
   exec?: NotifyExec;
   /** Path or name of the systemd-notify binary. */
   binary?: string;

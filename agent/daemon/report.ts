@@ -5,7 +5,7 @@
  * words are chosen here, from the views, never by filtering formatted text.
  */
 import type { IdentityName } from '../identity.js';
-import type { Logger } from '../log.js';
+import type { Log } from '../log-lines.js';
 import type { Notifier } from './notify.js';
 import { writeDaemonState, type IdentityState } from './state.js';
 
@@ -63,7 +63,7 @@ export function statusText(views: IdentityView[]): string {
 
 export interface ReporterOptions {
   notifier: Notifier;
-  logger: Logger;
+  logger: Log;
   stateDir: () => string;
   now: () => Date;
 }

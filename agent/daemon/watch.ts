@@ -12,7 +12,7 @@ import { lstatSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
 import { watch } from 'chokidar';
 import { currentCertPath, type Identity, type IdentityName } from '../identity.js';
-import type { Logger } from '../log.js';
+import type { Log } from '../log-lines.js';
 import type { WriteObserver } from '../store/atomic.js';
 import { isCredentialFileName } from '../store/cert-store.js';
 import { systemClock } from '../time/clock.js';
@@ -116,7 +116,7 @@ export interface WatchOptions {
   identities: Identity[];
   bootstrapKubeconfig: string;
   selfWrites: SelfWrites;
-  logger: Logger;
+  logger: Log;
   onChange: (change: CredentialChange) => void;
   /** Events for one path closer together than this are reported once. */
   debounceMs?: number;
@@ -156,6 +156,9 @@ export async function watchCredentials(options: WatchOptions): Promise<Credentia
     if (before) clearTimeout(before.timer);
     const timer = setTimeout(() => {
       pending.delete(abs);
+      // Asked again once the events settled: a pass announces its writes over
+      // IPC, which may arrive after the file event it caused.
+      if (selfWrites.isOwn(abs, undefined, kind)) return;
       options.onChange(change);
     }, debounceMs);
     pending.set(abs, { change, timer });

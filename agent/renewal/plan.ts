@@ -7,6 +7,8 @@ import type { Assessment, NodeCredential } from '../credential/assess.js';
 import { ApiError, CsrRejectedError, NeedsBootstrapError, TimedOutError } from '../errors.js';
 import { MIN_RETRY_MS, nextDelay, retryAfterMs, type BackoffOptions } from '../time/backoff.js';
 import { isDue, renewalDeadline, type Validity } from './deadline.js';
+import type { Config } from '../config/types.js';
+import { identitiesFor } from '../config/identities.js';
 
 /** Renewal retries: 2 s doubling to 5 min; a denied CSR waits the full cap. */
 export const RENEW_BACKOFF: Readonly<BackoffOptions> = { initial: 2_000, factor: 2, cap: 300_000, jitter: 0.1 };
@@ -153,4 +155,25 @@ export function progressDue(
 ): number {
   const span = state.kind === 'sleeping' ? Math.min(Math.max(0, state.msUntilWake), limits.chunkMs) : limits.maxPassMs;
   return monotonicNow + span + limits.graceMs;
+}
+
+/** A sleeping loop shows progress at least this often, so liveness can tell asleep from stuck. */
+export const SLEEP_CHUNK_MS = 60_000;
+/** Slack on every liveness bound: an event loop under load is late, not stuck. */
+export const LIVENESS_GRACE_MS = 30_000;
+/** Beyond the CSR waits and hooks, what requests and disk writes of one pass may take. */
+const PASS_OVERHEAD_MS = 5 * 60_000;
+
+/**
+ * The longest one pass may take: CA discovery, retrying the CSR create, the
+ * CSR wait and retrying the proof (each bounded by waitTimeout), the hooks,
+ * and requests.
+ */
+export function passBoundMs(config: Config): number {
+  const hooks = Math.max(0, ...identitiesFor(config).map((i) => i.hooks.length));
+  return (4 * config.waitTimeout + hooks * config.renewal.hookTimeout) * 1000 + PASS_OVERHEAD_MS;
+}
+
+export function livenessLimits(config: Config): { chunkMs: number; maxPassMs: number; graceMs: number } {
+  return { chunkMs: SLEEP_CHUNK_MS, maxPassMs: passBoundMs(config), graceMs: LIVENESS_GRACE_MS };
 }

@@ -8,7 +8,7 @@ import { lstat, readdir } from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config/types.js';
 import { identitiesFor } from '../config/identities.js';
-import type { Logger } from '../log.js';
+import type { Log } from '../log-lines.js';
 import { errnoCode, isTempName, removeFileDurably } from './atomic.js';
 
 /** Every directory kubeboot writes into under `config`, without duplicates. */
@@ -25,7 +25,7 @@ export function writtenDirs(config: Config): string[] {
  * Removes leftover temp files (regular files and symlinks only) from `dirs`;
  * a missing directory is skipped. Returns the removed paths.
  */
-export async function sweepTempFiles(dirs: readonly string[], logger: Logger): Promise<string[]> {
+export async function sweepTempFiles(dirs: readonly string[], logger: Log): Promise<string[]> {
   const removed: string[] = [];
   for (const dir of dirs) {
     let names: string[];

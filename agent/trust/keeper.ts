@@ -15,7 +15,6 @@
  * from the watch cache (see `npm run bench:fleet` for what it costs).
  */
 import type { Dispatcher } from 'undici';
-import { Counter, Gauge, type Registry } from 'prom-client';
 import path from 'node:path';
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential } from '../credential/assess.js';
@@ -31,6 +30,7 @@ import { toPem } from '../pki/pem.js';
 import { readOptional, readOptionalOrProblem } from '../read-optional.js';
 import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
 import type { Clock } from '../time/clock.js';
+import type { MetricEvents } from '../daemon/metrics.js';
 import { sleepUntil } from '../time/timer.js';
 import { trustedBundle, type TrustBundle } from './bundle.js';
 import {
@@ -56,6 +56,13 @@ interface KeeperState {
   pending: Partial<Record<Consumer, { hash: string; at: string }>>;
   /** The signer CA last published, when this node first saw it, and who was already re-issued for it. */
   signer: { pin: string; since: string; attempted: IdentityName[] } | null;
+}
+
+/** Log and patch de-duplication, carried from one pass to the next (daemon/pass-protocol.ts). */
+export interface KeeperMemory {
+  lastRefusal: string | null;
+  lastAnnotation: string | null;
+  forbiddenLogged: boolean;
 }
 
 export interface RotationStatus {
@@ -85,7 +92,9 @@ export interface KeeperDeps {
   /** Runs restart commands one after another; true when all succeeded. */
   runCommands: (argvs: string[][], consumer: Consumer) => Promise<boolean>;
   observer?: WriteObserver | undefined;
-  registry: Registry;
+  metrics: Pick<MetricEvents, 'caBundleRefused' | 'caBundleRefusalCleared' | 'caBundleAdopted' | 'caRestart'>;
+  /** Told when the keeper goes to sleep (until when) and wakes (null): a pass ends only while everything sleeps. */
+  onSleep?: (until: Date | null) => void;
   /** Seam for tests: the chain the API server presents. */
   presented?: (endpoint: Endpoint, credential: ClientAuth) => Promise<Uint8Array[]>;
 }
@@ -102,10 +111,6 @@ export function serializer(): <T>(fn: () => Promise<T>) => Promise<T> {
 
 export class TrustKeeper {
   readonly #deps: KeeperDeps;
-  readonly #refusals: Counter<'reason'>;
-  readonly #adoptions: Counter;
-  readonly #restarts: Counter<'consumer' | 'result'>;
-  readonly #refused: Gauge<'reason'>;
   #state: KeeperState | null = null;
   #wake: (() => void) | null = null;
   #poked = false;
@@ -114,32 +119,18 @@ export class TrustKeeper {
   #forbiddenLogged = false;
   #status: RotationStatus | null = null;
 
-  constructor(deps: KeeperDeps) {
+  constructor(deps: KeeperDeps, memory?: KeeperMemory) {
     this.#deps = deps;
-    const registers = [deps.registry];
-    this.#refusals = new Counter({
-      name: 'kubeboot_ca_bundle_refusals_total',
-      help: 'Published CA bundles refused, by reason (unverified-source, node-writable-source, drops-presented-ca, expired, ...).',
-      labelNames: ['reason'],
-      registers,
-    });
-    this.#adoptions = new Counter({
-      name: 'kubeboot_ca_bundle_changes_total',
-      help: 'Published CA bundles adopted into the node files.',
-      registers,
-    });
-    this.#refused = new Gauge({
-      name: 'kubeboot_ca_bundle_refused',
-      help: '1 while the CA bundle published in kube-public/cluster-info is refused, by reason; absent otherwise.',
-      labelNames: ['reason'],
-      registers,
-    });
-    this.#restarts = new Counter({
-      name: 'kubeboot_ca_restarts_total',
-      help: 'Restarts of a consumer after a CA bundle change, by result.',
-      labelNames: ['consumer', 'result'],
-      registers,
-    });
+    if (memory) {
+      this.#lastRefusal = memory.lastRefusal;
+      this.#lastAnnotation = memory.lastAnnotation;
+      this.#forbiddenLogged = memory.forbiddenLogged;
+    }
+  }
+
+  /** What the next pass needs so it does not log, count or patch again what this one already did. */
+  get memory(): KeeperMemory {
+    return { lastRefusal: this.#lastRefusal, lastAnnotation: this.#lastAnnotation, forbiddenLogged: this.#forbiddenLogged };
   }
 
   get status(): RotationStatus | null {
@@ -179,12 +170,15 @@ export class TrustKeeper {
       this.#poked = false;
       woken.abort();
     }
+    const signal = AbortSignal.any([woken.signal, this.#deps.signal]);
+    if (!signal.aborted) this.#deps.onSleep?.(until);
     try {
-      await sleepUntil(until, this.#deps.clock, { signal: AbortSignal.any([woken.signal, this.#deps.signal]) });
+      await sleepUntil(until, this.#deps.clock, { signal });
     } catch {
-      // Poked or stopping.
+      // Poked, stopping, or the pass ends.
     } finally {
       this.#wake = null;
+      this.#deps.onSleep?.(null);
     }
   }
 
@@ -267,7 +261,7 @@ export class TrustKeeper {
           const key = `${decision.reason}|${published.caPem ?? ''}`;
           if (this.#lastRefusal !== key) {
             logger.error(`CA rotation: ${decision.message}`);
-            this.#refusals.inc({ reason: decision.reason });
+            this.#deps.metrics.caBundleRefused(decision.reason);
             // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
             await nodeWarning(
               client,
@@ -279,8 +273,6 @@ export class TrustKeeper {
             ).catch((err: Error) => logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
           }
           this.#lastRefusal = key;
-          this.#refused.reset();
-          this.#refused.set({ reason: decision.reason }, 1);
           await this.#report(config, client, current, decision.reason);
           // Restarts owed for the bundle already adopted stay due.
           const due = await this.#restartsDue(config, state);
@@ -293,12 +285,12 @@ export class TrustKeeper {
           logger.info(
             `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'})`,
           );
-          this.#adoptions.inc();
+          this.#deps.metrics.caBundleAdopted();
         }
       } else {
         this.#lastRefusal = null;
       }
-      this.#refused.reset();
+      this.#deps.metrics.caBundleRefusalCleared();
       await this.#apply(config, target, state);
       const due = await this.#restartsDue(config, state);
       const reissueAt = this.#reissue(config, published.signerPin, target, held, state, now);
@@ -384,7 +376,7 @@ export class TrustKeeper {
       if (!owed || new Date(owed.at) > now) continue;
       const argvs = consumer === 'kubelet' ? config.caRotation.kubeletRestart : config.caRotation.kubeProxyRestart;
       const ok = await this.#deps.runCommands(argvs, consumer);
-      this.#restarts.inc({ consumer, result: ok ? 'ok' : 'failed' });
+      this.#deps.metrics.caRestart(consumer, ok);
       if (ok) this.#deps.logger.info(`CA rotation: ${consumer} restarted for CA bundle ${owed.hash.slice(0, 12)}`);
       else this.#deps.logger.error(`CA rotation: restarting ${consumer} failed; it keeps the CA bundle it started with until it restarts`);
       // Once per change: a failed restart is reported, not repeated on every look.

@@ -148,7 +148,12 @@ if (toolsOrSkip(t, tools, true)) {
       /^#!\/bin\/sh\n[\s\S]*\nexec \/usr\/lib\/kubeboot\/node --disable-sigusr1 \$heap \/usr\/lib\/kubeboot\/kubeboot\.cjs "\$@"\n$/,
       'wrapper execs the shipped node, with SIGUSR1 unable to open an inspector',
     );
-    tt.match(script, /\n {2}run \| approver\) heap=--max-semi-space-size=1 ;;\n/, 'the long-running commands get a small young generation');
+    tt.match(
+      script,
+      /\n {2}run\) heap="--max-semi-space-size=1 --lite-mode" ;;\n/,
+      'the resting daemon gets a small young generation and lite mode',
+    );
+    tt.match(script, /\n {2}approver\) heap=--max-semi-space-size=1 ;;\n/, 'the approver gets a small young generation');
     tt.match(
       script,
       /if \[ -z "\$\{NODE_COMPILE_CACHE\+x\}" \] && \[ "\$\(id -u\)" = 0 \]; then\n\s+NODE_COMPILE_CACHE=\/var\/cache\/kubeboot\n/,

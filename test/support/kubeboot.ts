@@ -21,8 +21,8 @@ const launcher = readFileSync(new URL('../../packaging/files/kubeboot.sh', impor
  * the packaged one does.
  */
 export function launcherNodeFlags(command: string | undefined, script = launcher): string[] {
-  for (const [, commands, flags] of script.matchAll(/^\s+([\w |-]+)\) heap=(\S+) ;;$/gm)) {
-    if (commands!.split('|').some((c) => c.trim() === command)) return [flags!];
+  for (const [, commands, flags] of script.matchAll(/^\s+([\w |-]+)\) heap="?([^";]+)"? ;;$/gm)) {
+    if (commands!.split('|').some((c) => c.trim() === command)) return flags!.split(' ');
   }
   return [];
 }

@@ -91,8 +91,8 @@ async function suite(plane: NonNullable<Awaited<ReturnType<typeof controlPlaneOr
       const daemonPid = await node.numberProperty('kubeboot.service', 'MainPID');
       const argv = (await node.run(['cat', `/proc/${daemonPid}/cmdline`])).split('\0');
       t.same(
-        argv.slice(0, 4),
-        ['/usr/lib/kubeboot/node', '--disable-sigusr1', '--max-semi-space-size=1', '/usr/lib/kubeboot/kubeboot.cjs'],
+        argv.slice(0, 5),
+        ['/usr/lib/kubeboot/node', '--disable-sigusr1', '--max-semi-space-size=1', '--lite-mode', '/usr/lib/kubeboot/kubeboot.cjs'],
         "the daemon runs on the shipped node with the launcher's flags",
       );
 

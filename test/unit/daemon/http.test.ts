@@ -1,10 +1,13 @@
 import t, { type Test } from 'tap';
 import http from 'node:http';
 import net from 'node:net';
-import { Registry, Counter } from 'prom-client';
 import { silentLogger } from '../../../agent/log.js';
 import { isLoopbackListen, MAX_CONNECTIONS, startHttpServer, type Readiness } from '../../../agent/daemon/http.js';
 import { KubebootError } from '../../../agent/errors.js';
+import { EXPOSITION_CONTENT_TYPE } from '../../../agent/daemon/exposition.js';
+import { createMetrics } from '../../../agent/daemon/metrics.js';
+
+const noMetrics = () => ({ contentType: EXPOSITION_CONTENT_TYPE, body: '' });
 
 interface Got {
   status: number;
@@ -26,13 +29,11 @@ function get(port: number, path: string, method = 'GET'): Promise<Got> {
 }
 
 async function start(t: Test, state: { healthy: boolean; readiness: Readiness }) {
-  const registry = new Registry();
-  new Counter({ name: 'kubeboot_test_total', help: 'test', registers: [registry] }).inc(3);
   const server = await startHttpServer({
     port: 0,
     healthy: () => state.healthy,
     readiness: () => state.readiness,
-    registry,
+    metrics: async () => ({ contentType: EXPOSITION_CONTENT_TYPE, body: '# TYPE kubeboot_test_total counter\nkubeboot_test_total 3\n' }),
     logger: silentLogger(),
   });
   t.teardown(() => server.close());
@@ -59,7 +60,7 @@ t.test('healthz follows the daemon loop and readyz follows the certificates', as
   t.equal((await get(port, '/healthz')).status, 503);
 });
 
-t.test('metrics serves the given registry in Prometheus text format', async (t) => {
+t.test('metrics serves what the metrics function renders, with its content type', async (t) => {
   const {
     address: { port },
   } = await start(t, { healthy: true, readiness: { ready: true, detail: [] } });
@@ -67,6 +68,30 @@ t.test('metrics serves the given registry in Prometheus text format', async (t) 
   t.equal(res.status, 200);
   t.match(res.type, /^text\/plain; version=0\.0\.4/);
   t.match(res.body, /^kubeboot_test_total 3$/m);
+});
+
+t.test('metrics is rendered afresh at every scrape, synchronously or not; a failure answers 500', async (t) => {
+  const m = createMetrics({ certificates: () => [], processMetrics: false });
+  let fail = false;
+  const server = await startHttpServer({
+    port: 0,
+    readiness: () => ({ ready: true, detail: [] }),
+    metrics: () => {
+      if (fail) throw new Error('boom');
+      return { contentType: m.contentType, body: m.render() };
+    },
+    logger: silentLogger(),
+  });
+  t.teardown(() => server.close());
+  const port = server.address.port;
+  t.notMatch((await get(port, '/metrics')).body, /^kubeboot_renewals_total/m, 'nothing renewed yet');
+  m.recordRenewal('kubelet', new Date());
+  const res = await get(port, '/metrics');
+  t.equal(res.type, EXPOSITION_CONTENT_TYPE);
+  t.match(res.body, /^kubeboot_renewals_total\{identity="kubelet"\} 1$/m, 'the renewal shows at the next scrape');
+  fail = true;
+  t.equal((await get(port, '/metrics')).status, 500);
+  t.equal((await get(port, '/healthz')).status, 200, 'and the server keeps serving');
 });
 
 t.test('unknown paths are 404 and other methods 405', async (t) => {
@@ -81,13 +106,12 @@ t.test('unknown paths are 404 and other methods 405', async (t) => {
 });
 
 t.test('a readiness callback that throws answers 500 and the server keeps serving', async (t) => {
-  const registry = new Registry();
   const server = await startHttpServer({
     port: 0,
     readiness: () => {
       throw new Error('boom');
     },
-    registry,
+    metrics: noMetrics,
     logger: silentLogger(),
   });
   t.teardown(() => server.close());
@@ -101,7 +125,7 @@ t.test('a port already in use is reported with the address', async (t) => {
     port: first.address.port,
     healthy: () => true,
     readiness: () => ({ ready: true, detail: [] }),
-    registry: new Registry(),
+    metrics: noMetrics,
     logger: silentLogger(),
   }).then(
     () => null,
@@ -113,7 +137,7 @@ t.test('a port already in use is reported with the address', async (t) => {
 });
 
 t.test('close stops accepting connections', async (t) => {
-  const server = await startHttpServer({ port: 0, readiness: () => ({ ready: true, detail: [] }), registry: new Registry() });
+  const server = await startHttpServer({ port: 0, readiness: () => ({ ready: true, detail: [] }), metrics: noMetrics });
   const port = server.address.port;
   t.equal((await get(port, '/healthz')).status, 200);
   await server.close();

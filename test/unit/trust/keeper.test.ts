@@ -8,9 +8,9 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
-import { Registry } from 'prom-client';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import { identitiesFor } from '../../../agent/config/identities.js';
+import { createMetrics, type KubebootMetrics } from '../../../agent/daemon/metrics.js';
 import type { Config } from '../../../agent/config/types.js';
 import { assessNode, isNodeCredential, type NodeCredential } from '../../../agent/credential/assess.js';
 import type { IdentityName } from '../../../agent/identity.js';
@@ -41,7 +41,7 @@ interface Fixture {
   config: Config;
   keeper: TrustKeeper;
   clock: FakeClock;
-  registry: Registry;
+  metrics: KubebootMetrics;
   /** What the cluster publishes; change it between checks. */
   published: { caPem: string; signerPin?: string };
   /** What the API server presents, and whether nodes may write cluster-info. */
@@ -90,7 +90,7 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
     config,
     keeper: undefined as unknown as TrustKeeper,
     clock,
-    registry: new Registry(),
+    metrics: createMetrics({ certificates: () => [], processMetrics: false }),
     published: { caPem: ca1.certPem },
     server: { presented: serving1, nodeCanWrite: false, user: 'system:node:n1' },
     restarts: [],
@@ -159,7 +159,7 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
       f.restarts.push(...argvs.map((a) => a.join(' ')));
       return true;
     },
-    registry: f.registry,
+    metrics: f.metrics,
     presented: async () => [f.server.presented],
   });
   const check = keeper.check.bind(keeper);
@@ -178,6 +178,13 @@ async function kubeconfigCa(f: Fixture): Promise<string> {
   return (await parseClientKubeconfig(f.config.kubelet.kubeconfig, text, readOptional)).caPem!;
 }
 const hashOf = (pem: string) => trustedBundle(pem).hash;
+/** The samples of one metric family, as /metrics serves them. */
+const samples = (f: Fixture, name: string) =>
+  f.metrics
+    .render()
+    .split('\n')
+    .filter((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `))
+    .join('\n');
 
 t.test('old + new CA published: every file holds both, the kubelet restarts once at its slot', async (t) => {
   const f = await fixture(t);
@@ -198,6 +205,12 @@ t.test('old + new CA published: every file holds both, the kubelet restarts once
   await f.clock.tick(slot);
   await f.keeper.check();
   t.same(f.restarts, ['restart kubelet'], 'restarted at its slot');
+  t.equal(
+    samples(f, 'kubeboot_ca_restarts_total'),
+    'kubeboot_ca_restarts_total{consumer="kubelet",result="ok"} 1',
+    'the restart is counted',
+  );
+  t.equal(samples(f, 'kubeboot_ca_bundle_changes_total'), 'kubeboot_ca_bundle_changes_total 1', 'and the adoption');
   t.equal(f.annotations.at(-1)?.active, true, 'the Node says: in use');
   t.equal(f.annotations.at(-1)?.bundle, both);
   await f.keeper.check();
@@ -244,7 +257,7 @@ t.test('hostile bundles are refused, each with its reason, and nothing is writte
     await f.keeper.check();
     t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), `${c.name}: the kubeconfig keeps its CA`);
     t.same(f.restarts, [], `${c.name}: nothing restarted`);
-    const metric = await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refusals_total');
+    const metric = samples(f, 'kubeboot_ca_bundle_refusals_total');
     t.match(metric, `kubeboot_ca_bundle_refusals_total{reason="${c.reason}"} 1`, `${c.name}: counted as ${c.reason}`);
     t.equal(f.annotations.at(-1)?.refused, c.reason, `${c.name}: the Node tells the admin why`);
     t.equal(f.events.length, 1, `${c.name}: one Warning Event`);
@@ -252,16 +265,12 @@ t.test('hostile bundles are refused, each with its reason, and nothing is writte
     t.match(String(f.events[0]?.message), new RegExp(`^${c.reason}: kube-public/cluster-info: `), `${c.name}: the Event says why`);
     await f.keeper.check();
     t.equal(f.events.length, 1, `${c.name}: not repeated while the same bundle is refused`);
-    const gauge = await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refused');
+    const gauge = samples(f, 'kubeboot_ca_bundle_refused');
     t.match(gauge, `kubeboot_ca_bundle_refused{reason="${c.reason}"} 1`, `${c.name}: the alert's gauge is set`);
     f.published.caPem = ca1.certPem;
     f.server = { ...f.server, nodeCanWrite: false, user: 'system:node:n1' };
     await f.keeper.check();
-    t.notMatch(
-      await f.registry.getSingleMetricAsString('kubeboot_ca_bundle_refused'),
-      /\} 1/,
-      `${c.name}: and cleared once the cluster publishes an acceptable bundle`,
-    );
+    t.notMatch(samples(f, 'kubeboot_ca_bundle_refused'), /\} 1/, `${c.name}: and cleared once the cluster publishes an acceptable bundle`);
   }
 });
 
@@ -365,14 +374,16 @@ t.test('a restart owed is still carried out while a later bundle is refused', as
 
 t.test("the daemon's /metrics carries the CA rotation's series (what the alert reads)", async (t) => {
   const { Daemon } = await import('../../../agent/daemon/daemon.js');
+  const metrics = createMetrics({ certificates: () => [] });
   const daemon = new Daemon({
     config: defaultConfig('n1'),
     logger,
     signal: new AbortController().signal,
-    reload: async () => defaultConfig('n1'),
+    sink: { metrics, report: () => {}, progress: () => {} },
     env: {},
   });
-  const text = await daemon.metrics.registry.metrics();
+  t.ok(daemon.config.caRotation, 'a daemon built with these metrics');
+  const text = metrics.render();
   for (const name of [
     'kubeboot_ca_bundle_refused',
     'kubeboot_ca_bundle_refusals_total',

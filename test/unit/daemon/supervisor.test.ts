@@ -1,0 +1,454 @@
+// The resting daemon (daemon/supervisor.ts) driven with fake pass processes
+// and a fake clock: which pass starts when and with what, what it hears
+// from a pass, and how it stops one. The pass side runs for real in
+// test/e2e/daemon.test.ts.
+import { EventEmitter } from 'node:events';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { defaultConfig } from '../../../agent/config/defaults.js';
+import type { Config } from '../../../agent/config/types.js';
+import { pidFilePath } from '../../../agent/daemon/control.js';
+import {
+  EMPTY_CARRY,
+  type Carry,
+  type FromPass,
+  type IdentityViewWire,
+  type Nudge,
+  type ToPass,
+} from '../../../agent/daemon/pass-protocol.js';
+import { readDaemonState } from '../../../agent/daemon/state.js';
+import { Supervisor, type PassHandle } from '../../../agent/daemon/supervisor.js';
+import type { IdentityName } from '../../../agent/identity.js';
+import { createLogger } from '../../../agent/log.js';
+import { LIVENESS_GRACE_MS, passBoundMs } from '../../../agent/renewal/plan.js';
+import { FakeClock } from '../../../agent/time/clock.js';
+import { existsSync } from 'node:fs';
+
+const logger = createLogger({ level: 'error', format: 'json' });
+const DAY = 24 * 3_600_000;
+/** What a pass says it cost when it rests. */
+const usage = { cpuSeconds: 0.25, maxRssMiB: 60 };
+
+type Start = Extract<ToPass, { kind: 'start' }>;
+
+/** A pass process as the supervisor sees one: an IPC channel and an exit. */
+class FakePass extends EventEmitter {
+  readonly sent: ToPass[] = [];
+  readonly signals: (NodeJS.Signals | number | undefined)[] = [];
+  connected = true;
+  readonly pid: number;
+
+  constructor(pid: number) {
+    super();
+    this.pid = pid;
+  }
+
+  send(message: ToPass, callback?: (err: Error | null) => void): boolean {
+    this.sent.push(message);
+    callback?.(null);
+    return true;
+  }
+
+  kill(signal?: NodeJS.Signals | number): boolean {
+    this.signals.push(signal);
+    return true;
+  }
+
+  get start(): Start {
+    const first = this.sent[0];
+    if (first?.kind !== 'start') throw new Error(`the first message was ${first?.kind}`);
+    return first;
+  }
+
+  say(message: FromPass): void {
+    this.emit('message', message);
+  }
+
+  exit(code: number | null, signal: NodeJS.Signals | null = null): void {
+    this.connected = false;
+    this.emit('disconnect');
+    this.emit('exit', code, signal);
+  }
+}
+
+interface Fixture {
+  config: Config;
+  clock: FakeClock;
+  supervisor: Supervisor;
+  passes: FakePass[];
+  /** The pass running now (the last started). */
+  pass: () => FakePass;
+  running: Promise<number>;
+  stopper: AbortController;
+  /** Reloads return this configuration. */
+  reloaded: { config: Config };
+}
+
+async function supervisor(t: Test): Promise<Fixture> {
+  // Teardowns run in the order they were added, and t.testdir() adds the
+  // fixture's removal: the supervisor (pid file, status.json, watcher) must
+  // be stopped first.
+  const stopper = new AbortController();
+  const passes: FakePass[] = [];
+  let running: Promise<number> | null = null;
+  t.teardown(async () => {
+    stopper.abort();
+    // A pass asked to stop ends.
+    for (const p of passes) if (p.connected) p.exit(0);
+    await running;
+  });
+  const dir = t.testdir();
+  const config = defaultConfig('n1');
+  Object.assign(config, {
+    bootstrapKubeconfig: join(dir, 'bootstrap-kubelet.conf'),
+    stateDir: join(dir, 'state'),
+    listen: null,
+    waitTimeout: 60,
+  });
+  config.caRotation = { ...config.caRotation, enabled: false };
+  config.kubelet = { ...config.kubelet, kubeconfig: join(dir, 'kubelet.conf'), certDir: join(dir, 'kubelet-pki') };
+  config.kubeProxy = { ...config.kubeProxy, kubeconfig: join(dir, 'kube-proxy.conf'), certDir: join(dir, 'proxy-pki') };
+  config.kubeletServing = { ...config.kubeletServing, certDir: join(dir, 'kubelet-pki') };
+  const clock = new FakeClock(new Date('2025-06-01T00:00:00Z'));
+  const reloaded = { config };
+  const supervisor = new Supervisor({
+    config,
+    logger,
+    signal: stopper.signal,
+    reload: async () => reloaded.config,
+    startPass: () => {
+      const pass = new FakePass(1000 + passes.length);
+      passes.push(pass);
+      return pass as unknown as PassHandle;
+    },
+    env: {},
+    clock,
+  });
+  running = supervisor.run();
+  await until('the first pass to start', () => passes.length === 1);
+  return { config, clock, supervisor, passes, pass: () => passes.at(-1)!, running, stopper, reloaded };
+}
+
+/** Resolves once `probe` holds, letting the supervisor's promise chains run in between; not a sleep. */
+async function until(what: string, probe: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const end = performance.now() + timeoutMs;
+  while (performance.now() < end) {
+    if (await probe()) return;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+  throw new Error(`never saw: ${what}`);
+}
+
+/** A few turns of the event loop: enough for anything already due to have happened. */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 20; i++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Whether a promise has settled, without waiting for it. */
+function settled(p: Promise<unknown>): () => boolean {
+  let done = false;
+  void p.then(
+    () => (done = true),
+    () => (done = true),
+  );
+  return () => done;
+}
+
+/** One identity as a pass reports it: valid until `notAfter`, or without a certificate. */
+function view(name: IdentityName, notAfter: Date | null): IdentityViewWire {
+  return {
+    name,
+    validUntil: notAfter?.toISOString() ?? null,
+    expiredAt: notAfter?.toISOString() ?? null,
+    state: { nextRenewal: null, lastSuccess: null, lastError: null, pendingCsr: null, lastHooks: [] },
+  };
+}
+
+function carryWith(note: string): Carry {
+  return {
+    ...EMPTY_CARRY,
+    slots: {
+      kubelet: {
+        state: { nextRenewal: null, lastSuccess: note, lastError: null, pendingCsr: null, lastHooks: [] },
+        deadline: { certKey: note, at: '2025-06-04T00:00:00.000Z' },
+        attempt: 0,
+      },
+    },
+  };
+}
+
+const nudgesOf = (p: FakePass): Nudge[] => p.sent.flatMap((m) => (m.kind === 'nudge' ? [m.nudge] : []));
+
+t.test(
+  'the first pass joins, later ones do not; a report makes the daemon ready; a rest wakes the next pass at its time with the carry',
+  async (t) => {
+    const f = await supervisor(t);
+    const first = f.pass().start;
+    t.equal(first.joinFirst, true, 'the first pass may join');
+    t.same(first.nudges, [], 'nothing asked of it');
+    t.same(first.carry, EMPTY_CARRY, 'nothing carried yet');
+    t.equal(first.config.stateDir, f.config.stateDir, 'it gets the configuration');
+    t.ok(existsSync(pidFilePath(f.config.stateDir)), 'the daemon recorded its pid');
+    t.notOk(f.supervisor.readiness().ready, 'not ready before any report');
+
+    const notAfter = new Date(f.clock.now().getTime() + 5 * DAY);
+    const reported = carryWith('reported');
+    f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: reported });
+    t.ok(f.supervisor.readiness().ready, 'ready once the pass reports valid credentials');
+    t.match(f.supervisor.readiness().detail.join('\n'), /^kubelet: valid until /m);
+    await until('status.json', async () => (await readDaemonState(f.config.stateDir)) !== null);
+    t.ok((await readDaemonState(f.config.stateDir))?.identities.kubelet, 'the status file names the identities');
+
+    const rested = carryWith('rested');
+    const wake = new Date(f.clock.now().getTime() + 3_600_000);
+    f.pass().say({ kind: 'rest', until: wake.toISOString(), carry: rested, lastSeq: 0, usage });
+    f.pass().exit(0);
+    await until('the daemon to sleep', () => f.clock.pending > 0);
+    await f.clock.tick(3_600_000 - 1);
+    await settle();
+    t.equal(f.passes.length, 1, 'no pass before the time the last one asked for');
+    t.ok(f.supervisor.readiness().ready, 'still ready while resting');
+    t.ok(f.supervisor.healthy(), 'and healthy: its own sleep shows progress');
+    await f.clock.tick(1);
+    await until('the second pass', () => f.passes.length === 2);
+    const second = f.pass().start;
+    t.equal(second.joinFirst, false, 'a later pass does not join');
+    t.same(second.carry, rested, 'it gets what the last pass handed over');
+    t.same(second.nudges, [], 'and nothing else');
+    f.pass().say({ kind: 'report', views: [view('kubelet', null), view('kube-proxy', notAfter)], carry: rested });
+    t.notOk(f.supervisor.readiness().ready, 'a later report that the kubelet has no certificate is heard');
+  },
+);
+
+t.test('the views are re-checked against the clock: a certificate expiring while the daemon rests makes it unready', async (t) => {
+  const f = await supervisor(t);
+  const notAfter = new Date(f.clock.now().getTime() + 2 * 3_600_000);
+  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: EMPTY_CARRY });
+  f.pass().say({ kind: 'rest', until: new Date(notAfter.getTime() + 3_600_000).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().exit(0);
+  await until('the daemon to sleep', () => f.clock.pending > 0);
+  t.ok(f.supervisor.readiness().ready);
+  await f.clock.tick(2 * 3_600_000);
+  t.notOk(f.supervisor.readiness().ready, 'not ready once notAfter passed');
+  t.match(f.supervisor.readiness().detail.join('\n'), /^kubelet: expired at /m);
+});
+
+t.test('a nudge reaches the running pass; one it did not apply before resting goes to the next pass', async (t) => {
+  const f = await supervisor(t);
+  f.supervisor.nudge(['kubelet'], true);
+  const [nudge] = nudgesOf(f.pass());
+  t.same(nudge, { names: ['kubelet'], force: true, seq: 1 }, 'sent to the running pass, numbered');
+  // The pass had decided to rest before the nudge reached it.
+  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().exit(0);
+  await until('the next pass', () => f.passes.length === 2);
+  t.same(f.pass().start.nudges, [nudge], 'the next pass starts at once, with the nudge, though the last asked for a day');
+
+  // A nudge the pass applied is not handed on.
+  f.supervisor.nudge('all', false);
+  const [applied] = nudgesOf(f.pass());
+  t.same(applied, { names: 'all', force: false, seq: 2 });
+  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 2, usage });
+  f.pass().exit(0);
+  await until('the daemon to sleep', () => f.clock.pending > 0);
+  await settle();
+  t.equal(f.passes.length, 2, 'no pass for a nudge already applied');
+
+  // A nudge while resting wakes the daemon and starts a pass with it.
+  f.supervisor.nudge(['kube-proxy'], false);
+  await until('a pass for the nudge', () => f.passes.length === 3);
+  t.same(f.pass().start.nudges, [{ names: ['kube-proxy'], force: false, seq: 3 }]);
+
+  // After the rest message, a nudge waits for the next pass rather than reaching one that ends.
+  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 3, usage });
+  f.supervisor.nudge(['kubelet'], false);
+  t.same(nudgesOf(f.pass()), [], 'not sent to a pass that rests');
+  f.pass().exit(0);
+  await until('a pass for it', () => f.passes.length === 4);
+  t.same(f.pass().start.nudges, [{ names: ['kubelet'], force: false, seq: 4 }]);
+});
+
+t.test('SIGHUP: the reloaded configuration reaches the running pass with a forced renewal', async (t) => {
+  const f = await supervisor(t);
+  const next = structuredClone(f.config);
+  next.renewal = { ...next.renewal, margin: 3600 };
+  f.reloaded.config = next;
+  await f.supervisor.reloadAndRenew();
+  const message = f.pass().sent.at(-1);
+  t.match(message, { kind: 'config', seq: 1 }, 'sent as a config message');
+  t.equal(message?.kind === 'config' ? message.config.renewal.margin : null, 3600, 'with the new configuration');
+  t.equal(f.supervisor.config.renewal.margin, 3600);
+  // Not applied before the pass rested: the next pass renews everything, under the new configuration.
+  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().exit(0);
+  await until('the next pass', () => f.passes.length === 2);
+  t.same(f.pass().start.nudges, [{ names: 'all', force: true, seq: 1 }]);
+  t.equal(f.pass().start.config.renewal.margin, 3600);
+});
+
+t.test('a pass that ends without resting is started again after a back-off, with its nudges', async (t) => {
+  const f = await supervisor(t);
+  const notAfter = new Date(f.clock.now().getTime() + 5 * DAY);
+  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: carryWith('one') });
+  f.supervisor.nudge(['kube-proxy'], true);
+  f.pass().exit(1);
+  await until('the daemon to wait', () => f.clock.pending > 0);
+  t.notOk(settled(f.running)(), 'the daemon goes on: the pass had reported');
+  await f.clock.tick(4_999);
+  await settle();
+  t.equal(f.passes.length, 1, 'not before 5 s');
+  await f.clock.tick(1);
+  await until('the second pass', () => f.passes.length === 2);
+  t.same(f.pass().start.nudges, [{ names: ['kube-proxy'], force: true, seq: 1 }], 'the nudge it was sent is not lost');
+  t.same(f.pass().start.carry, carryWith('one'), 'with the last carry reported');
+  t.equal(f.pass().start.joinFirst, false);
+  t.ok(f.supervisor.readiness().ready, 'the last report stands meanwhile');
+
+  // Killed, again: the wait doubles.
+  f.pass().exit(null, 'SIGKILL');
+  await until('the daemon to wait', () => f.clock.pending > 0);
+  await f.clock.tick(9_999);
+  await settle();
+  t.equal(f.passes.length, 2, 'not before 10 s');
+  await f.clock.tick(1);
+  await until('the third pass', () => f.passes.length === 3);
+  t.same(f.pass().start.nudges, [{ names: ['kube-proxy'], force: true, seq: 1 }], 'still carrying the nudge');
+
+  // A pass that rests resets the back-off.
+  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 1, usage });
+  f.pass().exit(0);
+  f.supervisor.nudge('all', false);
+  await until('a pass for the nudge, at once', () => f.passes.length === 4);
+});
+
+t.test('the first pass ending with an error before any report ends the daemon with its code', async (t) => {
+  const f = await supervisor(t);
+  f.pass().exit(3);
+  t.equal(await f.running, 3, 'run() returns the exit code (a join that cannot work)');
+  t.equal(f.passes.length, 1, 'and starts no other pass');
+  t.notOk(existsSync(pidFilePath(f.config.stateDir)), 'the pid file is removed');
+});
+
+t.test('a later pass ending with an error before reporting does not end the daemon', async (t) => {
+  const f = await supervisor(t);
+  f.pass().say({ kind: 'rest', until: f.clock.now().toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().exit(0);
+  await until('the second pass', () => f.passes.length === 2);
+  f.pass().exit(3);
+  await until('the daemon to wait', () => f.clock.pending > 0);
+  t.notOk(settled(f.running)(), 'still running');
+  await f.clock.tick(5_000);
+  await until('the third pass', () => f.passes.length === 3);
+});
+
+t.test('healthy follows the progress a pass reports, on the monotonic clock', async (t) => {
+  const f = await supervisor(t);
+  const bound = passBoundMs(f.config) + LIVENESS_GRACE_MS;
+  t.ok(f.supervisor.healthy(), 'healthy as a pass starts');
+  await f.clock.tick(bound);
+  t.ok(f.supervisor.healthy(), 'within the bound of a pass that said nothing');
+  await f.clock.tick(1);
+  t.notOk(f.supervisor.healthy(), 'a pass silent past its bound is stuck');
+
+  f.pass().say({ kind: 'progress', msLeft: 60_000 });
+  t.ok(f.supervisor.healthy(), 'progress restores it');
+  await f.clock.tick(60_000);
+  t.ok(f.supervisor.healthy(), 'up to the bound it gave');
+  // The wall clock stepping does not matter: only the monotonic one counts.
+  f.clock.jump(-DAY);
+  t.ok(f.supervisor.healthy(), 'a wall-clock step changes nothing');
+  await f.clock.tick(1);
+  t.notOk(f.supervisor.healthy(), 'past it, unhealthy');
+  f.stopper.abort();
+  f.pass().exit(0);
+  await f.running;
+  t.notOk(f.supervisor.healthy(), 'never healthy once stopping');
+});
+
+t.test('metric messages from a pass land in the daemon’s /metrics, next to the TTL of the reported certificates', async (t) => {
+  const f = await supervisor(t);
+  const at = f.clock.now();
+  f.pass().say({ kind: 'metric', name: 'recordRenewal', args: ['kubelet', at.toISOString()] });
+  f.pass().say({ kind: 'metric', name: 'recordRenewalFailure', args: ['kube-proxy', 'denied'] });
+  f.pass().say({ kind: 'metric', name: 'caBundleRefused', args: ['expired'] });
+  const notAfter = new Date(at.getTime() + 3_600_000);
+  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', null)], carry: EMPTY_CARRY });
+  const text = f.supervisor.metrics.render();
+  t.match(text, /^kubeboot_renewals_total\{identity="kubelet"\} 1$/m);
+  t.match(
+    text,
+    new RegExp(`^kubeboot_last_success_timestamp_seconds\\{identity="kubelet"\\} ${at.getTime() / 1000}$`, 'm'),
+    'the date arrives as a date',
+  );
+  t.match(text, /^kubeboot_renewal_failures_total\{identity="kube-proxy",reason="denied"\} 1$/m);
+  t.match(text, /^kubeboot_ca_bundle_refused\{reason="expired"\} 1$/m);
+  t.match(text, /^kubeboot_certificate_ttl_seconds\{identity="kubelet"\} 3600$/m, 'the TTL of the reported certificate');
+  t.notMatch(text, /^kubeboot_certificate_ttl_seconds\{identity="kube-proxy"\}/m, 'none for an identity without one');
+  t.match(text, /^process_cpu_seconds_total /m, "and the daemon's own process series");
+
+  // Counters outlive the pass that counted.
+  f.pass().say({ kind: 'rest', until: at.toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().exit(0);
+  await until('the second pass', () => f.passes.length === 2);
+  f.pass().say({ kind: 'metric', name: 'recordRenewal', args: ['kubelet', at.toISOString()] });
+  t.match(f.supervisor.metrics.render(), /^kubeboot_renewals_total\{identity="kubelet"\} 2$/m, 'counted across passes');
+  t.match(f.supervisor.metrics.render(), /^kubeboot_passes_total 1$/m, 'the pass that rested is counted');
+  t.match(f.supervisor.metrics.render(), /^kubeboot_pass_cpu_seconds_total 0.25$/m, 'with the CPU it said it spent');
+});
+
+t.test('a file changed outside kubeboot nudges the running pass; a write the pass announced does not', async (t) => {
+  const f = await supervisor(t);
+  // The watcher is armed before the first pass starts.
+  const own = f.config.kubeProxy.kubeconfig;
+  f.pass().say({ kind: 'write', op: 'willWrite', path: own });
+  await writeFile(own, 'written by the pass\n');
+  f.pass().say({ kind: 'write', op: 'didWrite', path: own });
+  await writeFile(f.config.kubelet.kubeconfig, 'written by an operator\n');
+  await until('the nudge for the operator’s change', () => nudgesOf(f.pass()).length > 0);
+  await settle();
+  t.same(
+    nudgesOf(f.pass()).map((n) => n.names),
+    [['kubelet']],
+    "only the operator's change nudged the pass",
+  );
+  t.equal(nudgesOf(f.pass())[0]?.force, false, 'a look, not a forced renewal');
+});
+
+t.test('stopping: the running pass is asked to stop, and run() returns once it exits', async (t) => {
+  const f = await supervisor(t);
+  const pass = f.pass();
+  const done = settled(f.running);
+  f.stopper.abort();
+  t.same(pass.sent.at(-1), { kind: 'stop' }, 'the pass is asked to stop');
+  await f.clock.tick(29_999);
+  await settle();
+  t.notOk(done(), 'run() waits for the pass');
+  t.same(pass.signals, [], 'which has its grace period');
+  await f.clock.tick(1);
+  t.same(pass.signals, ['SIGKILL'], 'a pass still there after 30 s is killed');
+  t.notOk(done(), 'and still waited for');
+  pass.exit(null, 'SIGKILL');
+  t.equal(await f.running, 0, 'run() returns 0');
+  t.equal(f.passes.length, 1, 'no pass is started after a stop');
+  t.notOk(existsSync(pidFilePath(f.config.stateDir)), 'the pid file is removed');
+});
+
+t.test('stopping a pass that exits at once', async (t) => {
+  const f = await supervisor(t);
+  f.stopper.abort();
+  t.same(f.pass().sent.at(-1), { kind: 'stop' });
+  f.pass().exit(0);
+  t.equal(await f.running, 0);
+  t.equal(f.clock.pending, 0, 'the kill timer is cleared');
+});
+
+t.test('stopping while resting ends without a pass', async (t) => {
+  const f = await supervisor(t);
+  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().exit(0);
+  await until('the daemon to sleep', () => f.clock.pending > 0);
+  f.stopper.abort();
+  t.equal(await f.running, 0);
+  t.equal(f.passes.length, 1);
+});
