@@ -31,11 +31,8 @@ import {
 } from '../credential/assess.js';
 import { issueContext, issueCredential, type Issued, type RunDeps } from '../credential/issue.js';
 import { bootstrapRequester, clusterOf, explainBootstrapFailure, nodeRequester, type Requester } from '../credential/requester.js';
-import { runIdentityHooks } from '../credential/hooks.js';
-import { renewIdentity } from '../credential/renew.js';
-import type { Identity } from '../identity.js';
+import { finishRenewal, renewIdentity } from '../credential/renew.js';
 import { checkJoinSettings, joinCluster, joinRequested } from '../join/prepare.js';
-import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { finishBootstrap } from './cleanup.js';
 
 export interface IdentityOutcome {
@@ -167,14 +164,8 @@ export async function renewNode(pass: Pass, only: string | null): Promise<void> 
   }
   for (const own of allOf(node).filter((a) => only === null || a.identity.name === only)) {
     await renewIdentity(config, own, node.kubelet, deps);
-    await finishRenewed(pass, own.identity);
+    await finishRenewal(pass.config, own.identity, pass.deps);
   }
-}
-
-/** A renewed credential is on disk and proven: the older files beyond the few kept go, then the identity's hooks run. */
-async function finishRenewed(pass: Pass, identity: Identity): Promise<void> {
-  await pruneOld(identity, oldCredentialsToKeep(identity), { observer: pass.deps.observer });
-  await runIdentityHooks(identity, pass.deps.logger, { timeoutMs: pass.config.renewal.hookTimeout * 1000 });
 }
 
 /** The kubelet's credential, asked for with the bootstrap credential. */

@@ -6,7 +6,10 @@
  * The current files stay in place until the new certificate is proven.
  */
 import type { Config } from '../config/types.js';
+import type { Identity } from '../identity.js';
+import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import type { Assessment, NodeCredential } from './assess.js';
+import { runIdentityHooks, type HookResult } from './hooks.js';
 import { issueContext, issueCredential, type Issued, type RunDeps } from './issue.js';
 import { nodeRequester } from './requester.js';
 
@@ -19,4 +22,19 @@ export async function renewIdentity(config: Config, own: Assessment, node: NodeC
   } finally {
     await requester.client.close();
   }
+}
+
+/**
+ * After a renewed credential is on disk and proven, for `kubeboot renew` and
+ * the daemon alike: the older files beyond the few kept go, then the
+ * identity's hooks run (stopped with `deps.signal`).
+ */
+export async function finishRenewal(
+  config: Config,
+  identity: Identity,
+  deps: Pick<RunDeps, 'logger' | 'observer' | 'signal'>,
+): Promise<HookResult[]> {
+  await pruneOld(identity, oldCredentialsToKeep(identity), deps.observer ? { observer: deps.observer } : {});
+  if (identity.hooks.length === 0) return [];
+  return runIdentityHooks(identity, deps.logger, { timeoutMs: config.renewal.hookTimeout * 1000, signal: deps.signal });
 }

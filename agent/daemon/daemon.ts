@@ -17,8 +17,8 @@ import { deleteBootstrapNow, issueKubelet, openPass } from '../bootstrap/pass.js
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
-import { hookEnvironment, runHook, runIdentityHooks } from '../credential/hooks.js';
-import { renewIdentity } from '../credential/renew.js';
+import { hookEnvironment, runHook } from '../credential/hooks.js';
+import { finishRenewal, renewIdentity } from '../credential/renew.js';
 import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import type { Identity, IdentityName } from '../identity.js';
@@ -37,7 +37,6 @@ import {
 } from '../renewal/plan.js';
 import { readOptionalOrProblem } from '../read-optional.js';
 import type { WriteObserver } from '../store/atomic.js';
-import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { serializer, TrustKeeper } from '../trust/keeper.js';
@@ -414,7 +413,6 @@ export class Daemon {
 
   /** After a certificate landed: prune, record, hooks, and wake the identities that waited for the kubelet. */
   async #issued(identity: Identity, slot: Slot, issued: Issued, startedMonotonic: number): Promise<void> {
-    await pruneOld(identity, oldCredentialsToKeep(identity), this.#sink.observer ? { observer: this.#sink.observer } : {});
     const now = this.#clock.now();
     slot.attempt = 0;
     slot.seen = await this.#reassess(identity);
@@ -428,7 +426,9 @@ export class Daemon {
     this.#logger.info(
       `${identity.name}: certificate renewed in ${((this.#clock.monotonic() - startedMonotonic) / 1000).toFixed(1)}s, valid until ${issued.notAfter.toISOString()}`,
     );
-    await this.#runHooks(identity, slot);
+    const hooks = await finishRenewal(this.#config, identity, this.#runDeps());
+    slot.state.lastHooks = hooks.map((r) => ({ argv: r.argv, ok: r.ok, exitCode: r.exitCode, at: this.#clock.now().toISOString() }));
+    for (const r of hooks) if (!r.ok) this.#sink.metrics.recordHookFailure(identity.name);
     this.#trust.poke();
     if (identity.name === 'kubelet') {
       // Others may have been waiting for the kubelet's credential.
@@ -466,16 +466,6 @@ export class Daemon {
       );
     }
     return new Date(now.getTime() + plan.waitMs);
-  }
-
-  async #runHooks(identity: Identity, slot: Slot): Promise<void> {
-    if (identity.hooks.length === 0) return;
-    const results = await runIdentityHooks(identity, this.#logger, {
-      timeoutMs: this.#config.renewal.hookTimeout * 1000,
-      signal: this.#signal,
-    });
-    slot.state.lastHooks = results.map((r) => ({ argv: r.argv, ok: r.ok, exitCode: r.exitCode, at: this.#clock.now().toISOString() }));
-    for (const r of results) if (!r.ok) this.#sink.metrics.recordHookFailure(identity.name);
   }
 
   /** Restart commands of a CA rotation, one after another; false when one failed. */
