@@ -1,7 +1,7 @@
 /**
  * One pass of `kubeboot run`, in its own process: started by the resting
  * daemon (supervisor.ts) with the configuration and what the last pass
- * handed over, it runs the renewal loops (daemon.ts) until every identity
+ * handed over, it runs the renewal loops (loops.ts) until every identity
  * sleeps for longer than REST_AFTER_MS, says when to wake it again, and
  * ends. Everything it would tell the outside (readiness, metrics, its own
  * writes, liveness) goes to the daemon over the IPC channel.
@@ -18,7 +18,7 @@ import { createLogger, type Logger } from '../log.js';
 import type { WriteObserver } from '../store/atomic.js';
 import { systemClock } from '../time/clock.js';
 import { PASS_PID_FILE, removePidFile, writePidFile } from './control.js';
-import { Daemon } from './daemon.js';
+import { RenewalLoops } from './loops.js';
 import { forwardingMetrics, REST_AFTER_MS, type FromPass, type ToPass } from './pass-protocol.js';
 
 /** The first message, which every pass waits for before it reads anything. */
@@ -69,7 +69,7 @@ export async function runPassProcess(): Promise<number> {
     // --server/--token: the daemon's first pass joins and writes the bootstrap kubeconfig the loops then find.
     if (start.joinFirst && joinRequested(config)) await openPass(config, deps, { join: true });
     await recoverNode(config, deps);
-    const daemon = new Daemon({
+    const loops = new RenewalLoops({
       config,
       logger,
       signal: stop.signal,
@@ -92,14 +92,14 @@ export async function runPassProcess(): Promise<number> {
         observer,
       },
     });
-    for (const nudge of start.nudges) daemon.apply(nudge);
+    for (const nudge of start.nudges) loops.apply(nudge);
     deliver = (message: ToPass) => {
-      if (message.kind === 'nudge') daemon.apply(message.nudge);
-      else if (message.kind === 'config') daemon.reconfigure(message.config, message.seq);
+      if (message.kind === 'nudge') loops.apply(message.nudge);
+      else if (message.kind === 'config') loops.reconfigure(message.config, message.seq);
       else if (message.kind === 'stop') halt();
     };
     for (const message of early.splice(0)) deliver(message);
-    const end = await daemon.run();
+    const end = await loops.run();
     if (end.kind === 'resting') {
       const cpu = process.cpuUsage();
       const usage = { cpuSeconds: (cpu.user + cpu.system) / 1e6, maxRssMiB: process.resourceUsage().maxRSS / 1024 };

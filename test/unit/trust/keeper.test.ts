@@ -373,9 +373,9 @@ t.test('a restart owed is still carried out while a later bundle is refused', as
 });
 
 t.test("the daemon's /metrics carries the CA rotation's series (what the alert reads)", async (t) => {
-  const { Daemon } = await import('../../../agent/daemon/daemon.js');
+  const { RenewalLoops } = await import('../../../agent/daemon/loops.js');
   const metrics = createMetrics({ certificates: () => [] });
-  const daemon = new Daemon({
+  const daemon = new RenewalLoops({
     config: defaultConfig('n1'),
     logger,
     signal: new AbortController().signal,

@@ -46,7 +46,7 @@ import { nodeReadyOf, readinessOf, type IdentityView, type Readiness } from './r
 import type { IdentityState } from './state.js';
 
 /** Where the loops report to: the resting daemon, over IPC (pass-process.ts), or a test. */
-export interface DaemonSink {
+export interface LoopsSink {
   metrics: MetricEvents;
   /** The identities as they are now, after every step and CSR submission, with what the next pass needs. */
   report(views: IdentityView[], carry: Carry): void | Promise<void>;
@@ -57,13 +57,13 @@ export interface DaemonSink {
 }
 
 /** How `run()` ended: stopped (SIGTERM), or every loop asleep until `until`, handing over `carry`. */
-export type DaemonEnd = { kind: 'stopped' } | { kind: 'resting'; until: Date; carry: Carry; lastSeq: number };
+export type LoopsEnd = { kind: 'stopped' } | { kind: 'resting'; until: Date; carry: Carry; lastSeq: number };
 
-export interface DaemonOptions {
+export interface LoopsOptions {
   config: Config;
   logger: Logger;
   signal: AbortSignal;
-  sink: DaemonSink;
+  sink: LoopsSink;
   /** What the previous pass handed over; empty on the daemon's first. */
   carry?: Carry;
   /** End once every loop sleeps at least this long (ms); null never ends on its own. */
@@ -94,7 +94,7 @@ interface Slot {
   sleepingUntil: Date | null;
 }
 
-export class Daemon {
+export class RenewalLoops {
   #config: Config;
   readonly #logger: Logger;
   readonly #signal: AbortSignal;
@@ -102,7 +102,7 @@ export class Daemon {
   readonly #random: () => number;
   readonly #env: NodeJS.ProcessEnv;
   readonly #dispatcher: Dispatcher | undefined;
-  readonly #sink: DaemonSink;
+  readonly #sink: LoopsSink;
   readonly #restAfterMs: number | null;
   readonly #slots = new Map<IdentityName, Slot>();
   /**
@@ -125,7 +125,7 @@ export class Daemon {
   #lastSeq = 0;
   #trustSleepingUntil: Date | null = null;
 
-  constructor(options: DaemonOptions) {
+  constructor(options: LoopsOptions) {
     this.#config = options.config;
     this.#logger = options.logger;
     this.#signal = options.signal;
@@ -231,7 +231,7 @@ export class Daemon {
   }
 
   /** Until stopped, or until every loop sleeps long enough that the pass ends. */
-  async run(): Promise<DaemonEnd> {
+  async run(): Promise<LoopsEnd> {
     try {
       await Promise.all([...[...this.#slots.keys()].map((name) => this.#loop(name)), this.#trust.run()]);
     } finally {

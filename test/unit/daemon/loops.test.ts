@@ -8,7 +8,7 @@ import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
-import { Daemon, type DaemonEnd, type DaemonSink } from '../../../agent/daemon/daemon.js';
+import { RenewalLoops, type LoopsEnd, type LoopsSink } from '../../../agent/daemon/loops.js';
 import { createMetrics, type KubebootMetrics } from '../../../agent/daemon/metrics.js';
 import { createNotifier } from '../../../agent/daemon/notify.js';
 import { REST_AFTER_MS, type Carry } from '../../../agent/daemon/pass-protocol.js';
@@ -28,8 +28,8 @@ const SERVER = 'https://api.test:6443';
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const logger = createLogger({ level: 'error', format: 'json' });
 
-/** A DaemonSink that keeps what the daemon reports, as the resting daemon would receive it. */
-interface RecordingSink extends DaemonSink {
+/** A LoopsSink that keeps what the daemon reports, as the resting daemon would receive it. */
+interface RecordingSink extends LoopsSink {
   metrics: KubebootMetrics;
   reports: { views: IdentityView[]; carry: Carry }[];
   /** Each progress report: when (fake monotonic) and how long until the next is due. */
@@ -60,8 +60,8 @@ interface StartOptions {
 }
 
 interface Started {
-  daemon: Daemon;
-  running: Promise<DaemonEnd>;
+  daemon: RenewalLoops;
+  running: Promise<LoopsEnd>;
   sink: RecordingSink;
 }
 
@@ -83,7 +83,7 @@ async function node(t: Test, o: StartOptions & { kubeProxy: boolean }): Promise<
   // fixture's removal: the daemon must be stopped first, or it writes into
   // a directory being removed (ENOTEMPTY) and runs on with its files gone.
   const stopper = new AbortController();
-  const running: Promise<DaemonEnd>[] = [];
+  const running: Promise<LoopsEnd>[] = [];
   let agent: MockAgent | null = null;
   const stop = async () => {
     stopper.abort();
@@ -132,7 +132,7 @@ async function node(t: Test, o: StartOptions & { kubeProxy: boolean }): Promise<
   const clock = new FakeClock(new Date());
   const start = (s: StartOptions = {}): Started => {
     const sink = recordingSink(clock, config, s.publish);
-    const daemon = new Daemon({
+    const daemon = new RenewalLoops({
       config,
       logger,
       signal: stopper.signal,
