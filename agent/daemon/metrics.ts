@@ -6,6 +6,7 @@
  * exact when scraped rather than as of the last renewal.
  */
 import type { IdentityName } from '../identity.js';
+import type { CaRotationMetrics } from '../trust/keeper.js';
 import { systemClock } from '../time/clock.js';
 import { addProcessMetrics, EXPOSITION_CONTENT_TYPE, Exposition } from './exposition.js';
 
@@ -23,7 +24,7 @@ export interface MetricsOptions {
 }
 
 /** What a pass records: every method takes plain values, so a pass in another process sends them as they are. */
-export interface MetricEvents {
+export interface MetricEvents extends CaRotationMetrics {
   /** A certificate was issued and stored at `at`. */
   recordRenewal(identity: IdentityName, at: Date): void;
   /** `reason` is a short fixed word (denied, timeout, http-503, ...), never a message. */
@@ -34,12 +35,6 @@ export interface MetricEvents {
   csrPending(identity: IdentityName, at: Date): void;
   /** The identity's wait ended: issued, or the attempt failed. */
   csrSettled(identity: IdentityName): void;
-  /** A published CA bundle was refused for `reason` (and stays refused until adopted or cleared). */
-  caBundleRefused(reason: string): void;
-  /** The published bundle is no longer refused. */
-  caBundleRefusalCleared(): void;
-  caBundleAdopted(): void;
-  caRestart(consumer: string, ok: boolean): void;
 }
 
 export interface KubebootMetrics extends MetricEvents {

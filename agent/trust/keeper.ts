@@ -30,7 +30,6 @@ import { toPem } from '../pki/pem.js';
 import { readOptional, readOptionalOrProblem } from '../read-optional.js';
 import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
 import type { Clock } from '../time/clock.js';
-import type { MetricEvents } from '../daemon/metrics.js';
 import { sleepUntil } from '../time/timer.js';
 import { trustedBundle, type TrustBundle } from './bundle.js';
 import {
@@ -56,6 +55,16 @@ interface KeeperState {
   pending: Partial<Record<Consumer, { hash: string; at: string }>>;
   /** The signer CA last published, when this node first saw it, and who was already re-issued for it. */
   signer: { pin: string; since: string; attempted: IdentityName[] } | null;
+}
+
+/** What the keeper counts; the daemon's metrics (daemon/metrics.ts) serve them. */
+export interface CaRotationMetrics {
+  /** A published CA bundle was refused for `reason` (and stays refused until adopted or cleared). */
+  caBundleRefused(reason: string): void;
+  /** The published bundle is no longer refused. */
+  caBundleRefusalCleared(): void;
+  caBundleAdopted(): void;
+  caRestart(consumer: string, ok: boolean): void;
 }
 
 /** Log and patch de-duplication, carried from one pass to the next (daemon/pass-protocol.ts). */
@@ -92,7 +101,7 @@ export interface KeeperDeps {
   /** Runs restart commands one after another; true when all succeeded. */
   runCommands: (argvs: string[][], consumer: Consumer) => Promise<boolean>;
   observer?: WriteObserver | undefined;
-  metrics: Pick<MetricEvents, 'caBundleRefused' | 'caBundleRefusalCleared' | 'caBundleAdopted' | 'caRestart'>;
+  metrics: CaRotationMetrics;
   /** Told when the keeper goes to sleep (until when) and wakes (null): a pass ends only while everything sleeps. */
   onSleep?: (until: Date | null) => void;
   /** Seam for tests: the chain the API server presents. */
