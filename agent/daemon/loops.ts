@@ -280,7 +280,11 @@ export class RenewalLoops {
     while (!this.#stopping()) {
       const config = this.#config;
       const identity = identitiesFor(config).find((i) => i.name === name);
-      if (!identity) return;
+      if (!identity) {
+        // Gone from the configuration (SIGHUP): it no longer holds the pass up.
+        this.#slots.delete(name);
+        return;
+      }
       // One configuration per pass, taken with the renew-now flag before
       // anything awaits: a SIGHUP that lands mid-step renews on the next
       // pass, under the configuration it loaded.

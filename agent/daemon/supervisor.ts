@@ -38,7 +38,7 @@ import { createSelfWrites, watchCredentials, type CredentialWatcher } from './wa
 /** After a pass ended without finishing, the next one waits this long, doubling up to RESTART_CAP_MS. */
 const RESTART_INITIAL_MS = 5_000;
 const RESTART_CAP_MS = 5 * 60_000;
-/** A pass asked to stop that is still there after this long is killed (its writes are atomic). */
+/** A pass asked to stop, or at rest, that is still there after this long is killed (its writes are atomic). */
 const STOP_GRACE_MS = 30_000;
 
 /** One pass process, as the supervisor sees it (a ChildProcess started with an IPC channel). */
@@ -284,7 +284,8 @@ export class Supervisor {
       this.#running = null;
     }
     if (this.#o.signal.aborted) return null;
-    if (running.rested && end.code === 0) {
+    // A pass that rested did its work, even if it had to be killed on its way out.
+    if (running.rested) {
       this.#failures = 0;
       return null;
     }
@@ -324,6 +325,7 @@ export class Supervisor {
         // A nudge it had not applied when it decided to rest goes to the next pass.
         this.#pending = [...running.sent.filter((n) => n.seq > message.lastSeq), ...this.#pending];
         running.sent = [];
+        this.#killIfLingering(running);
         this.metrics.passEnded(message.usage.cpuSeconds);
         this.#logger.debug(
           `pass ended (${message.usage.cpuSeconds.toFixed(2)} s CPU, peak RSS ${message.usage.maxRssMiB.toFixed(0)} MiB); every identity sleeps; next pass at ${message.until}`,
@@ -341,7 +343,15 @@ export class Supervisor {
 
   #stopPass(running: Running): void {
     this.#send(running, { kind: 'stop' });
-    const timer = this.#clock.setTimeout(() => running.handle.kill('SIGKILL'), STOP_GRACE_MS);
+    this.#killIfLingering(running);
+  }
+
+  /** A pass that said it ends, or was asked to, and is still there after STOP_GRACE_MS is killed: the next one must be able to start. */
+  #killIfLingering(running: Running): void {
+    const timer = this.#clock.setTimeout(() => {
+      this.#logger.warn(`a pass (pid ${running.handle.pid}) was still there ${STOP_GRACE_MS / 1000}s after it ended its work; killing it`);
+      running.handle.kill('SIGKILL');
+    }, STOP_GRACE_MS);
     void running.exited.then(() => this.#clock.clearTimeout(timer));
   }
 

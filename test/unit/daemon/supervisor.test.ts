@@ -452,3 +452,21 @@ t.test('stopping while resting ends without a pass', async (t) => {
   t.equal(await f.running, 0);
   t.equal(f.passes.length, 1);
 });
+
+t.test('a pass that said it rests but does not exit is killed after 30 s, and the next one still starts', async (t) => {
+  const f = await supervisor(t);
+  const pass = f.pass();
+  const wake = new Date(f.clock.now().getTime() + 10 * 60_000);
+  pass.say({ kind: 'rest', until: wake.toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  await f.clock.tick(29_999);
+  await settle();
+  t.same(pass.signals, [], 'it has 30 s to exit');
+  await f.clock.tick(1);
+  t.same(pass.signals, ['SIGKILL'], 'then it is killed');
+  pass.exit(null, 'SIGKILL');
+  await settle();
+  t.equal(f.passes.length, 1, 'no pass before the time the rested one asked for');
+  await f.clock.tick(10 * 60_000);
+  await until('the next pass', () => f.passes.length === 2);
+  t.pass('the next pass starts at its time');
+});
