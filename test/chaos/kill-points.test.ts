@@ -2,10 +2,14 @@
 // control plane. After every kill the files on disk must still make sense
 // (no link to a missing or torn credential, no kubeconfig pointing nowhere),
 // and one clean rerun must finish with exactly one CSR per attempt chain and
-// no temp file left behind. `npm run test:chaos` runs many more points.
+// no temp file left behind. Then the same against `kubeboot run`: kill -9 of
+// its pass process (the daemon must start another by itself and finish the
+// job) and of the daemon (its orphaned pass must end by itself, and a new
+// daemon finish the job). `npm run test:chaos` runs many more points.
 import { execFile } from 'node:child_process';
 import { lstat, readdir, readFile, readlink, stat } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 import { parseClientKubeconfig } from '../../agent/kubeconfig/parse.js';
@@ -14,7 +18,7 @@ import { readOptional } from '../../agent/read-optional.js';
 import { splitCredential } from '../../agent/store/cert-store.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout } from '../support/kubeboot.js';
+import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
 import { prng } from '../support/prng.js';
 
 const run = promisify(execFile);
@@ -48,6 +52,59 @@ async function tempFiles(dirs: string[]): Promise<string[]> {
   for (const dir of dirs)
     for (const name of await readdir(dir).catch(() => [] as string[])) if (name.includes('.tmp-')) found.push(join(dir, name));
   return found;
+}
+
+/** A process as /proc shows it: the start time (field 22) tells it from a later one with the same pid. */
+interface Proc {
+  pid: number;
+  start: string;
+}
+
+/** State (field 3), parent (field 4) and start time (field 22) from /proc/<pid>/stat; null once the pid is gone. */
+async function procStat(pid: number): Promise<{ state: string; ppid: number; start: string } | null> {
+  try {
+    const text = await readFile(`/proc/${pid}/stat`, 'utf8');
+    // Field 2 (comm) is parenthesised and may hold spaces; fields 3… follow the last ')'.
+    const fields = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    return { state: fields[0]!, ppid: Number(fields[1]), start: fields[19]! };
+  } catch {
+    return null;
+  }
+}
+
+/** Whether `proc` still runs: neither gone nor a zombie (an orphan's reaper may be slow to reap it). */
+async function running(proc: Proc): Promise<boolean> {
+  const now = await procStat(proc.pid);
+  return now !== null && now.start === proc.start && now.state !== 'Z';
+}
+
+/**
+ * The pass processes (`kubeboot __pass`) `daemon` runs now. From /proc, not
+ * kubeboot-pass.pid: a pass writes that file only once it has its start
+ * message, and a SIGKILLed pass leaves it behind.
+ */
+async function passesOf(daemon: number): Promise<Proc[]> {
+  const found: Proc[] = [];
+  for (const name of await readdir('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    const pid = Number(name);
+    const s = await procStat(pid);
+    if (s === null || s.ppid !== daemon || s.state === 'Z') continue;
+    const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
+    if (argv.includes('__pass')) found.push({ pid, start: s.start });
+  }
+  return found;
+}
+
+/** Polls `probe` every 20 ms until it gives a value (process births and deaths have no event to wait on). */
+async function poll<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
+    if (performance.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await delay(20);
+  }
 }
 
 const plane = await controlPlaneOrSkip(t, { name: 'chaos' });
@@ -123,6 +180,185 @@ if (plane) {
       },
     );
   }
+
+  // kubeboot run: a resting daemon that forks a pass process (`kubeboot __pass`) for the work.
+  const runArgs = (node: NodeLayout) => ['run', '--config', node.config, '--listen', 'off'];
+  const passPidFile = (node: NodeLayout) => join(node.stateDir, 'kubeboot-pass.pid');
+  const failedPasses = (output: string) => output.match(/a renewal pass ended without finishing \([^)]*\)/g) ?? [];
+  /** The node's CSRs: the kubelet's (CN system:node:<name>) and any it filed with its own credential (kube-proxy's). */
+  const csrsFor = async (node: string) =>
+    (await plane.admin.listCsrs()).filter((c) => csrNode(c) === node || c.spec?.username === `system:node:${node}`);
+
+  /** `kubeboot run` on `node`; whatever is left of it is killed at the end of the test (a pass ends once its daemon is gone). */
+  function startDaemon(t: Test, node: NodeLayout): Running {
+    const daemon = startKubeboot(runArgs(node));
+    t.teardown(() => void (daemon.child.exitCode === null && daemon.child.signalCode === null && daemon.child.kill('SIGKILL')));
+    return daemon;
+  }
+
+  /** How far a bootstrap had got, from its files: what a kill point hit. */
+  const stage = async (node: NodeLayout) =>
+    (await lstat(join(node.kubeletCertDir, 'kubelet-client-current.pem')).catch(() => null))
+      ? 'certificate written'
+      : (await readOptional(join(node.stateDir, 'kubelet.key.pending'))) !== null
+        ? 'CSR pending'
+        : 'before the CSR';
+
+  /** Its first pass, once forked. */
+  const firstPass = (daemon: Running) => poll('the first pass', async () => (await passesOf(daemon.child.pid!))[0], 60_000);
+  const gone = (what: string, proc: Proc, timeoutMs: number) =>
+    poll(what, async () => ((await running(proc)) ? undefined : true), timeoutMs);
+
+  /** SIGTERM, then everything it (and its passes) printed: no secret in it, and how many passes ended without finishing. */
+  async function stopDaemon(t: Test, daemon: Running, when: string): Promise<number> {
+    daemon.child.kill('SIGTERM');
+    const end = await daemon.done;
+    assertNoSecrets(t, end.stdout + end.stderr, `${when}: kubeboot run`);
+    return failedPasses(end.stdout + end.stderr).length;
+  }
+
+  /** What must hold once the node is done: every identity valid, kubelet.conf works, as many CSRs as an undisturbed run, nothing left over. */
+  async function assertFinished(t: Test, node: NodeLayout, when: string, csrs: number): Promise<void> {
+    const status = await kubeboot(t, ['status', '--config', node.config, '--output', 'json']);
+    for (const s of JSON.parse(status.stdout).identities as { identity: string; expired: boolean | null; pendingCsr: unknown }[]) {
+      t.equal(s.expired, false, `${when}: kubeboot status shows ${s.identity} valid`);
+      t.equal(s.pendingCsr, null, `${when}: and no CSR pending for it`);
+    }
+    t.equal(await whoami(node.kubeletKubeconfig), `system:node:${node.name}`, `${when}: kubelet.conf works`);
+    t.equal((await csrsOf(node.name)).length, 1, `${when}: one CSR for the kubelet`);
+    const filed = (await csrsFor(node.name)).length;
+    t.equal(filed, csrs, `${when}: ${filed} CSR(s) in all, as an undisturbed run files`);
+    t.same(await tempFiles([node.kubeletCertDir, node.kubeProxyCertDir, node.stateDir, node.dir]), [], `${when}: no temp file left`);
+    await stat(node.bootstrapKubeconfig).then(
+      () => t.fail(`${when}: the bootstrap kubeconfig is gone`),
+      () => t.pass(`${when}: the bootstrap kubeconfig is gone`),
+    );
+  }
+
+  /** One undisturbed `kubeboot run` on a fresh node: how long its first pass lives, and how many CSRs it files. */
+  let reference: Promise<{ passMs: number; csrs: number }> | undefined;
+  const daemonReference = (t: Test) =>
+    (reference ??= (async () => {
+      const node = await nodeLayout(t.testdir(), 'chaos-run-ref');
+      await fresh(node);
+      const daemon = startDaemon(t, node);
+      const pass = await firstPass(daemon);
+      const started = performance.now();
+      await gone('the first pass to end', pass, 180_000);
+      const passMs = performance.now() - started;
+      await daemon.waitForOutput(/all credentials valid/, 60_000);
+      const csrs = (await csrsFor(node.name)).length;
+      if ((await stopDaemon(t, daemon, 'the reference run')) !== 0)
+        throw new Error(`the reference run had a pass fail:\n${daemon.output()}`);
+      t.comment(`reference kubeboot run: first pass ${Math.round(passMs)} ms, ${csrs} CSR(s)`);
+      return { passMs, csrs };
+    })());
+
+  // Each daemon phase draws its own stream from the seed, so `tap --grep` replays one alone.
+  t.test(
+    `kill -9 of the pass at ${POINTS} random moments of kubeboot run's first pass: the daemon starts another by itself, which finishes with no second CSR`,
+    async (t) => {
+      const random = prng(seed + 1);
+      const ref = await daemonReference(t);
+      let killed = 0;
+      let restedKills = 0;
+      for (let i = 0; i < POINTS; i++) {
+        const node = await nodeLayout(join(t.testdir(), String(i)), `chaos-pass-${i}`);
+        await fresh(node);
+        const daemon = startDaemon(t, node);
+        const pass = await firstPass(daemon);
+        const killAfter = Math.round(random() * ref.passMs * 1.2);
+        await delay(killAfter);
+        const midPass = await running(pass);
+        if (midPass) process.kill(pass.pid, 'SIGKILL');
+        // Reaped, not merely a zombie: the daemon logs how the pass ended in the turn it reaps it.
+        await poll(
+          'the daemon to reap the pass',
+          async () => ((await procStat(pass.pid))?.start === pass.start ? undefined : true),
+          10_000,
+        );
+        const at = await stage(node);
+        // A pass killed after it said it rests had done its work: the daemon counts it as finished.
+        const unfinished =
+          midPass &&
+          (await daemon.waitForOutput(/a renewal pass ended without finishing \(signal SIGKILL\)/, 5_000).then(
+            () => true,
+            () => false,
+          ));
+        const when = !midPass
+          ? `pass not killed at ${killAfter} ms (it had ended)`
+          : unfinished
+            ? `pass killed ${killAfter} ms in (${at})`
+            : `pass killed ${killAfter} ms in, after it said it rests (${at})`;
+        await assertConsistent(t, node, when);
+        if (unfinished) {
+          killed++;
+          t.match(
+            daemon.output(),
+            /ended without finishing \(signal SIGKILL\); starting another in 5s/,
+            `${when}: the daemon logged that the pass ended without finishing`,
+          );
+          const again = await poll(
+            'the daemon to start another pass',
+            async () => (await passesOf(daemon.child.pid!)).find((p) => p.pid !== pass.pid || p.start !== pass.start),
+            60_000,
+          );
+          await gone('the new pass to end', again, 180_000);
+          t.notOk(await readOptional(passPidFile(node)), `${when}: the new pass ended by itself (it removed its pid file)`);
+        } else if (midPass) restedKills++;
+        await daemon.waitForOutput(/all credentials valid/, 60_000);
+        t.equal(daemon.child.exitCode, null, `${when}: the same daemon still runs, all credentials valid`);
+        await assertFinished(t, node, when, ref.csrs);
+        t.equal(await stopDaemon(t, daemon, when), unfinished ? 1 : 0, `${when}: no other pass failed`);
+      }
+      t.comment(
+        `of ${POINTS} kill points: ${killed} stopped the first pass unfinished, ${restedKills} hit it after it said it rests, the others came after it ended`,
+      );
+    },
+  );
+
+  t.test(
+    `kill -9 of the daemon at ${POINTS} random moments of its first pass: the orphaned pass ends by itself, a new kubeboot run finishes with no second CSR`,
+    async (t) => {
+      const random = prng(seed + 2);
+      const ref = await daemonReference(t);
+      let orphans = 0;
+      for (let i = 0; i < POINTS; i++) {
+        const node = await nodeLayout(join(t.testdir(), String(i)), `chaos-daemon-${i}`);
+        await fresh(node);
+        const daemon = startDaemon(t, node);
+        const pass = await firstPass(daemon);
+        const killAfter = Math.round(random() * ref.passMs * 1.2);
+        await delay(killAfter);
+        const orphaned = await running(pass);
+        daemon.child.kill('SIGKILL');
+        const at = await stage(node);
+        const when = orphaned
+          ? `daemon killed ${killAfter} ms into its first pass (${at})`
+          : `daemon killed ${killAfter} ms after its first pass began (it had ended)`;
+        if (orphaned) {
+          orphans++;
+          const killedAt = performance.now();
+          const ended = await gone('the orphaned pass to end', pass, 60_000).catch(() => false);
+          t.ok(ended, `${when}: the orphaned pass ended by itself (${Math.round(performance.now() - killedAt)} ms)`);
+          if (!ended) process.kill(pass.pid, 'SIGKILL');
+        }
+        // Closes once the orphan has let go of the output it inherited.
+        const end = await daemon.done;
+        t.equal(end.signal, 'SIGKILL', `${when}: the daemon died by SIGKILL`);
+        assertNoSecrets(t, end.stdout + end.stderr, `${when}: kubeboot run`);
+        await assertConsistent(t, node, when);
+
+        const rerun = startDaemon(t, node);
+        await rerun.waitForOutput(/all credentials valid/, 120_000);
+        await poll('the new daemon to rest', async () => ((await passesOf(rerun.child.pid!)).length === 0 ? true : undefined), 180_000);
+        t.notOk(await readOptional(passPidFile(node)), `${when}: the new daemon's pass ended by itself (it removed its pid file)`);
+        await assertFinished(t, node, when, ref.csrs);
+        t.equal(await stopDaemon(t, rerun, when), 0, `${when}: no pass of the new daemon failed`);
+      }
+      t.comment(`${orphans} of ${POINTS} kills left an orphaned pass`);
+    },
+  );
 }
 
 /** The node a CSR is for, from its request's CN (system:node:<name>). */
