@@ -24,6 +24,16 @@ export interface Log {
   debug(message: string, meta?: Record<string, unknown>): unknown;
 }
 
+/** A Log that adds `fields` to every record (winston's `child`, for any Log). */
+export function withFields(log: Log, fields: Record<string, unknown>): Log {
+  return {
+    error: (message, meta) => log.error(message, { ...fields, ...meta }),
+    warn: (message, meta) => log.warn(message, { ...fields, ...meta }),
+    info: (message, meta) => log.info(message, { ...fields, ...meta }),
+    debug: (message, meta) => log.debug(message, { ...fields, ...meta }),
+  };
+}
+
 const SECRET_FIELD = /^(token|password|authorization|key|client-key-data|token-secret|bearer)$/i;
 /** Nested metadata (hook argv, error details) is scrubbed too, to a sane depth. */
 export function scrubValue(key: string, value: unknown, depth = 0): unknown {

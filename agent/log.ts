@@ -7,11 +7,21 @@
  * winston under them, for every command but the resting daemon.
  */
 import winston from 'winston';
-import { formatFor, journalLine, oneLine as escapeLine, redactRecord, textLine, type LogFormat, type LogRecord } from './log-lines.js';
+import {
+  formatFor,
+  journalLine,
+  oneLine as escapeLine,
+  redactRecord,
+  textLine,
+  type Log,
+  type LogFormat,
+  type LogRecord,
+} from './log-lines.js';
 
 export { isJournalStream, journalLine, MAX_LOG_STRING, resolveLogFormat, scrub, type Log, type LogFormat } from './log-lines.js';
 
-export type Logger = winston.Logger;
+/** What the modules that log take: four methods, which winston's logger and log-lines.ts's both have. */
+export type Logger = Log;
 
 const redact = winston.format((info) => redactRecord(info));
 
@@ -25,7 +35,7 @@ const oneLine = winston.format((info) => {
 
 export function createLogger(
   options: { level?: string; format?: LogFormat; stream?: NodeJS.WritableStream; env?: NodeJS.ProcessEnv } = {},
-): Logger {
+): winston.Logger {
   const stream = options.stream ?? process.stderr;
   const format = formatFor(stream, options.format, options.env ?? process.env);
   const last =
@@ -43,6 +53,6 @@ export function createLogger(
 }
 
 /** A logger that drops everything; for tests and pure callers. */
-export function silentLogger(): Logger {
+export function silentLogger(): winston.Logger {
   return winston.createLogger({ silent: true, transports: [new winston.transports.Console({ silent: true })] });
 }

@@ -100,11 +100,25 @@ export async function openPass(config: Config, deps: RunDeps, options: PassOptio
   return { config, deps, store, node, found };
 }
 
-/** Half-done swaps from a crash are put right before anything is judged (the daemon also does it once at start). */
+/**
+ * What a crash left half done is put right before anything is judged (each
+ * pass of the daemon does it first too): half-done swaps, and a pending key
+ * the current credential already holds — an issuance stopped between storing
+ * its credential and forgetting the key. Kept, that key would be reused by
+ * the next renewal and its CSR name would adopt the CSR already issued.
+ */
 export async function recoverNode(config: Config, deps: RunDeps): Promise<void> {
   const store = storeOf(deps);
   for (const identity of identitiesFor(config)) {
     for (const line of await store.recover(identity)) deps.logger.warn(`${identity.name}: ${line}`);
+    const pending = await store.pendingKey.load(config.stateDir, identity.name).catch(() => null);
+    if (pending === null) continue;
+    const current = await store.current(identity).catch(() => null);
+    if (current?.keyPem.trim() !== pending.trim()) continue;
+    await store.pendingKey.clear(config.stateDir, identity.name);
+    deps.logger.warn(
+      `${identity.name}: the pending key is the current credential's (its issuance was interrupted after the credential was stored); cleared`,
+    );
   }
 }
 

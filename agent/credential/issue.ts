@@ -9,6 +9,7 @@ import type { Config } from '../config/types.js';
 import { ApiError, CsrRejectedError, CsrUnusableError, IdentityMismatchError, KubebootError } from '../errors.js';
 import type { Identity, KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
+import { withFields } from '../log-lines.js';
 import { KubeClient } from '../kube/client.js';
 import { createCsr, waitForCertificate } from '../kube/csr-requests.js';
 import { whoAmI } from '../kube/whoami.js';
@@ -92,7 +93,7 @@ export interface Issued {
 }
 
 export async function issueCredential(identity: Identity, ctx: IssueContext): Promise<Issued> {
-  const log = ctx.logger.child({ identity: identity.name });
+  const log = withFields(ctx.logger, { identity: identity.name });
   const store = storeOf(ctx);
   const key = await keyFor(identity, ctx, store);
   const requestPem = await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses });

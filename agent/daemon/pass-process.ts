@@ -14,7 +14,7 @@ import { openPass, recoverNode } from '../bootstrap/pass.js';
 import type { Config } from '../config/types.js';
 import { KubebootError } from '../errors.js';
 import { joinRequested } from '../join/prepare.js';
-import { createLogger, type Logger } from '../log.js';
+import { createLogger } from '../log.js';
 import type { WriteObserver } from '../store/atomic.js';
 import { systemClock } from '../time/clock.js';
 import { PASS_PID_FILE, removePidFile, writePidFile } from './control.js';
@@ -61,7 +61,7 @@ export async function runPassProcess(): Promise<number> {
   let deliver = (message: ToPass): void => (message.kind === 'stop' ? halt() : void early.push(message));
   process.on('message', (message: ToPass) => deliver(message));
   const config: Config = start.config;
-  const logger: Logger = createLogger({ level: config.log.level, format: config.log.format });
+  const logger = createLogger({ level: config.log.level, format: config.log.format });
   if (config.log.level === 'debug') (await import('../kube/trace.js')).traceRequests(logger);
   await writePidFile(config.stateDir, PASS_PID_FILE);
   try {

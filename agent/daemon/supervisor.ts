@@ -25,6 +25,7 @@ import type { IdentityName } from '../identity.js';
 import type { Log } from '../log-lines.js';
 import { LIVENESS_GRACE_MS, passBoundMs, SLEEP_CHUNK_MS } from '../renewal/plan.js';
 import { ensureDir } from '../store/atomic.js';
+import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { removePidFile, writePidFile } from './control.js';
@@ -291,6 +292,10 @@ export class Supervisor {
     }
     // Ended without finishing: nothing it was asked is lost, and it is tried again after a back-off.
     this.#pending = [...running.sent, ...this.#pending];
+    // Its temp files (a kill lands between a write and its rename) would stay until the daemon restarts; no pass runs now.
+    await sweepTempFiles(writtenDirs(this.#config), this.#logger).catch((err: Error) =>
+      this.#logger.warn(`cannot remove the temp files of a pass that ended without finishing: ${err.message}`),
+    );
     if (first && !running.reported && end.code !== null && end.code !== 0) return end.code;
     this.#failures += 1;
     const waitMs = Math.min(RESTART_CAP_MS, RESTART_INITIAL_MS * 2 ** (this.#failures - 1));
