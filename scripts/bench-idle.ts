@@ -5,7 +5,8 @@
 // (`kubeboot renew` → SIGUSR2 → a pass), its CPU and peak RSS as the pass
 // reports them, and the wall time from the request to the pass at rest.
 //
-// Alone: npm run bench:idle   (KUBEBOOT_BENCH_IDLE_SECONDS, default 60)
+// Alone: npm run bench:idle   (KUBEBOOT_BENCH_IDLE_SECONDS, default 60; NODE_COMPILE_CACHE=DIR
+// runs kubeboot with a compile cache, as the packaged launcher does for root)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -38,14 +39,21 @@ async function idle(pid: number, seconds: number): Promise<{ rssMiB: number; cpu
 
 const PASS_ENDED = /pass ended \(([\d.]+) s CPU, peak RSS (\d+) MiB\)/g;
 
-export async function benchIdle(plane: ControlPlane, dir: string): Promise<[string, string][]> {
+export async function benchIdle(
+  plane: ControlPlane,
+  dir: string,
+  compileCache: string | null = process.env.NODE_COMPILE_CACHE ?? null,
+): Promise<[string, string][]> {
   const rows: [string, string][] = [];
   const node = await nodeLayout(join(dir, 'idle'), 'bench-idle');
   await handToken(plane, node, 'data');
   const flags = launcherNodeFlags('run').join(' ');
   // The status listener on, as by default: node:http is part of what a resting daemon holds.
   const listen = `127.0.0.1:${await freePort()}`;
-  const daemon = startKubeboot(['run', '--config', node.config, '--listen', listen, '--log-level', 'debug']);
+  const daemon = startKubeboot(
+    ['run', '--config', node.config, '--listen', listen, '--log-level', 'debug'],
+    compileCache ? { NODE_COMPILE_CACHE: compileCache } : {},
+  );
   try {
     const firstPass = await daemon.waitForOutput(/pass ended \([^)]*\)/);
     const bare = spawn(process.execPath, ['-e', 'setInterval(()=>{},1e9)'], { stdio: 'ignore' });
@@ -53,7 +61,7 @@ export async function benchIdle(plane: ControlPlane, dir: string): Promise<[stri
     bare.kill('SIGTERM');
     const ratio = d.rssMiB / b.rssMiB;
     rows.push([
-      `resting kubeboot run, ${IDLE_SECONDS} s after its first pass ended (node ${flags}, as packaged)`,
+      `resting kubeboot run, listening on ${listen}, ${IDLE_SECONDS} s after its first pass ended (node ${flags}${compileCache ? ', compile cache' : ''}, as packaged)`,
       `RSS ${d.rssMiB.toFixed(1)} MiB, CPU ${d.cpuSeconds.toFixed(2)} s`,
     ]);
     rows.push([
