@@ -216,16 +216,8 @@ export class RenewalLoops {
     return true;
   }
 
-  /** SIGHUP: the configuration the resting daemon re-read; every loop renews now under it. */
+  /** SIGHUP: the configuration the resting daemon re-read (and judged); every loop renews now under it. */
   reconfigure(next: Config, seq: number): boolean {
-    const before = identitiesFor(this.#config)
-      .map((i) => i.name)
-      .join(',');
-    const after = identitiesFor(next)
-      .map((i) => i.name)
-      .join(',');
-    if (before !== after)
-      this.#logger.warn(`the set of identities changed (${before} -> ${after}); restart kubeboot to add or remove identities`);
     this.#config = next;
     return this.apply({ names: 'all', force: true, seq });
   }

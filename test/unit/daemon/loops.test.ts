@@ -3,10 +3,8 @@
 // end to end in test/e2e/daemon.test.ts.
 import { mkdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
-import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { RenewalLoops, type LoopsEnd, type LoopsSink } from '../../../agent/daemon/loops.js';
 import { createMetrics, type KubebootMetrics } from '../../../agent/daemon/metrics.js';
@@ -22,6 +20,8 @@ import { storeCredential } from '../../../agent/store/cert-store.js';
 import { writeFileAtomic } from '../../../agent/store/atomic.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { listenNotifySocket } from '../../support/notify-socket.js';
+import { configIn } from '../../support/node-config.js';
+import { until } from '../../support/until.js';
 import { createCa, issueLeaf, signRequest, type CertAndKey } from '../../support/pki.js';
 
 const SERVER = 'https://api.test:6443';
@@ -92,22 +92,8 @@ async function node(t: Test, o: StartOptions & { kubeProxy: boolean }): Promise<
   };
   t.teardown(stop);
   const dir = t.testdir();
-  const config = defaultConfig('n1');
-  Object.assign(config, {
-    bootstrapKubeconfig: join(dir, 'bootstrap-kubelet.conf'),
-    stateDir: join(dir, 'state'),
-    listen: null,
-    waitTimeout: 60,
-  });
-  // The CA rotation's own loop is driven in test/unit/trust/keeper.test.ts.
-  config.caRotation = { ...config.caRotation, enabled: false };
-  config.kubelet = { ...config.kubelet, kubeconfig: join(dir, 'kubelet.conf'), certDir: join(dir, 'kubelet-pki') };
-  config.kubeProxy = {
-    ...config.kubeProxy,
-    enabled: o.kubeProxy,
-    kubeconfig: join(dir, 'kube-proxy.conf'),
-    certDir: join(dir, 'proxy-pki'),
-  };
+  const config = configIn(dir);
+  config.kubeProxy.enabled = o.kubeProxy;
   const ca = await createCa('unit-ca');
   const leaf = await issueLeaf(ca, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
   const kubelet = identitiesFor(config)[0]!;
@@ -190,16 +176,6 @@ function deadlineOf(n: Node, random: () => number): Date {
  * at tap's 20-minute timeout (seen once on a loaded machine).
  */
 const NEVER_IN_THIS_TEST_MS = 60_000;
-
-/** Resolves once `probe` holds, letting the daemon's promise chains run in between; not a sleep. */
-async function until(what: string, probe: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const end = performance.now() + timeoutMs;
-  while (performance.now() < end) {
-    if (await probe()) return;
-    await new Promise((resolve) => setImmediate(resolve));
-  }
-  throw new Error(`never saw: ${what}`);
-}
 
 t.test('READY waits only for the kubelet: kube-proxy pending does not hold the node back', async (t) => {
   // Abstract: no directory is used, so the node's fixture is still removed only after the daemon stopped.

@@ -4,9 +4,9 @@
 // test/e2e/daemon.test.ts.
 import { EventEmitter } from 'node:events';
 import { writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { defaultConfig } from '../../../agent/config/defaults.js';
+import { configIn } from '../../support/node-config.js';
+import { until } from '../../support/until.js';
 import type { Config } from '../../../agent/config/types.js';
 import { pidFilePath } from '../../../agent/daemon/control.js';
 import {
@@ -99,17 +99,7 @@ async function supervisor(t: Test): Promise<Fixture> {
     await running;
   });
   const dir = t.testdir();
-  const config = defaultConfig('n1');
-  Object.assign(config, {
-    bootstrapKubeconfig: join(dir, 'bootstrap-kubelet.conf'),
-    stateDir: join(dir, 'state'),
-    listen: null,
-    waitTimeout: 60,
-  });
-  config.caRotation = { ...config.caRotation, enabled: false };
-  config.kubelet = { ...config.kubelet, kubeconfig: join(dir, 'kubelet.conf'), certDir: join(dir, 'kubelet-pki') };
-  config.kubeProxy = { ...config.kubeProxy, kubeconfig: join(dir, 'kube-proxy.conf'), certDir: join(dir, 'proxy-pki') };
-  config.kubeletServing = { ...config.kubeletServing, certDir: join(dir, 'kubelet-pki') };
+  const config = configIn(dir);
   const clock = new FakeClock(new Date('2025-06-01T00:00:00Z'));
   const reloaded = { config };
   const supervisor = new Supervisor({
@@ -128,16 +118,6 @@ async function supervisor(t: Test): Promise<Fixture> {
   running = supervisor.run();
   await until('the first pass to start', () => passes.length === 1);
   return { config, clock, supervisor, passes, pass: () => passes.at(-1)!, running, stopper, reloaded };
-}
-
-/** Resolves once `probe` holds, letting the supervisor's promise chains run in between; not a sleep. */
-async function until(what: string, probe: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-  const end = performance.now() + timeoutMs;
-  while (performance.now() < end) {
-    if (await probe()) return;
-    await new Promise((resolve) => setImmediate(resolve));
-  }
-  throw new Error(`never saw: ${what}`);
 }
 
 /** A few turns of the event loop: enough for anything already due to have happened. */
