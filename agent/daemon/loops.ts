@@ -38,7 +38,7 @@ import {
 import { readOptionalOrProblem } from '../read-optional.js';
 import type { WriteObserver } from '../store/atomic.js';
 import { systemClock, type Clock } from '../time/clock.js';
-import { sleepUntil } from '../time/timer.js';
+import { delay } from '../time/timer.js';
 import { serializer, TrustKeeper } from '../trust/keeper.js';
 import type { MetricEvents } from './metrics.js';
 import { carriedCredential, EMPTY_CARRY, restoredCredential, type Carry, type Nudge } from './pass-protocol.js';
@@ -48,8 +48,11 @@ import type { IdentityState } from './state.js';
 /** Where the loops report to: the resting daemon, over IPC (pass-process.ts), or a test. */
 export interface LoopsSink {
   metrics: MetricEvents;
-  /** The identities as they are now, after every step and CSR submission, with what the next pass needs. */
-  report(views: IdentityView[], carry: Carry): void | Promise<void>;
+  /**
+   * The identities as they are now, after every step and CSR submission, with what the next pass needs
+   * and, per identity, the last numbered nudge a finished step has answered.
+   */
+  report(views: IdentityView[], carry: Carry, done: Partial<Record<IdentityName, number>>): void | Promise<void>;
   /** The earliest moment some loop must show progress again, in ms from now (liveness). */
   progress(msLeft: number): void;
   /** Announces every credential write, so the resting daemon's watcher knows kubeboot's own. */
@@ -92,6 +95,9 @@ interface Slot {
   renewerSaid?: string;
   /** While the loop sleeps: until when. */
   sleepingUntil: Date | null;
+  /** The last numbered nudge that reached this loop, and the last one a finished step began after. */
+  appliedSeq: number;
+  doneSeq: number;
 }
 
 export class RenewalLoops {
@@ -151,6 +157,8 @@ export class RenewalLoops {
         progressDue: this.#clock.monotonic() + passBoundMs(this.#config) + LIVENESS_GRACE_MS,
         ...(carried?.renewerSaid !== undefined ? { renewerSaid: carried.renewerSaid } : {}),
         sleepingUntil: null,
+        appliedSeq: 0,
+        doneSeq: 0,
       });
     }
     const passSignal = AbortSignal.any([this.#signal, this.#rest.signal]);
@@ -211,6 +219,8 @@ export class RenewalLoops {
   /** Wake identities now; `force` renews even a certificate that is not due. A numbered nudge is remembered as applied. */
   apply(nudge: Nudge): boolean {
     if (this.#rest.signal.aborted) return false;
+    for (const [name, slot] of this.#slots)
+      if (nudge.names === 'all' || nudge.names.includes(name)) slot.appliedSeq = Math.max(slot.appliedSeq, nudge.seq);
     this.nudge(nudge.names, nudge.force);
     this.#lastSeq = Math.max(this.#lastSeq, nudge.seq);
     return true;
@@ -282,6 +292,7 @@ export class RenewalLoops {
       // pass, under the configuration it loaded.
       const force = slot.force;
       slot.force = false;
+      const answering = slot.appliedSeq;
       this.#setProgressDue(slot, progressDue({ kind: 'working' }, this.#clock.monotonic(), livenessLimits(this.#config)));
       let wakeAt: Date;
       try {
@@ -290,6 +301,7 @@ export class RenewalLoops {
         if (this.#stopping()) return;
         wakeAt = this.#failed(identity, slot, err);
       }
+      slot.doneSeq = Math.max(slot.doneSeq, answering);
       if (name === 'kubelet' && slot.seen?.state === 'usable') await this.#seedClientCa(slot.seen.cluster?.caPem);
       await this.#publish();
       await this.#removeBootstrapWhenDone(config);
@@ -526,7 +538,9 @@ export class RenewalLoops {
           slot,
           progressDue({ kind: 'sleeping', msUntilWake: left }, this.#clock.monotonic(), livenessLimits(this.#config)),
         );
-        await sleepUntil(new Date(this.#clock.now().getTime() + Math.min(left, SLEEP_CHUNK_MS)), this.#clock, { signal });
+        // Monotonic chunks, the wall clock re-read after each: a clock stepped back lengthens the
+        // sleep by more chunks, never one chunk past its liveness bound.
+        await delay(Math.min(left, SLEEP_CHUNK_MS), this.#clock, { signal });
       }
     } catch {
       // Woken early, stopping or resting: the loop re-checks.
@@ -581,7 +595,9 @@ export class RenewalLoops {
    */
   #publish(): Promise<void> {
     this.#publishing = this.#publishing
-      .then(() => this.#sink.report(this.#views(), this.carry()))
+      .then(() =>
+        this.#sink.report(this.#views(), this.carry(), Object.fromEntries([...this.#slots].map(([n, slot]) => [n, slot.doneSeq]))),
+      )
       .catch((err: Error) => {
         this.#logger.warn(`cannot report the credentials' state: ${err.message}`);
       });

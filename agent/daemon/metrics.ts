@@ -40,6 +40,8 @@ export interface MetricEvents extends CaRotationMetrics {
 export interface KubebootMetrics extends MetricEvents {
   /** A pass process ended at rest, having spent `cpuSeconds`. */
   passEnded(cpuSeconds: number): void;
+  /** A pass process ended without finishing (a crash, a kill). */
+  passFailed(): void;
   readonly contentType: string;
   render(): string;
 }
@@ -101,6 +103,10 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     'kubeboot_passes_total',
     'Pass processes that ran to rest (each starts at a deadline, a file change, a signal or a CA check).',
   );
+  const passFailures = book.counter(
+    'kubeboot_pass_failures_total',
+    'Pass processes that ended without finishing (crashed or killed); each is retried after a back-off.',
+  );
   const passCpu = book.counter(
     'kubeboot_pass_cpu_seconds_total',
     'CPU time the pass processes spent; process_cpu_seconds_total is the resting daemon alone.',
@@ -127,6 +133,7 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     caBundleRefusalCleared: () => refused.reset(),
     caBundleAdopted: () => adoptions.inc(),
     caRestart: (consumer, ok) => restarts.inc({ consumer, result: ok ? 'ok' : 'failed' }),
+    passFailed: () => passFailures.inc(),
     passEnded(cpuSeconds) {
       passes.inc();
       passCpu.inc({}, cpuSeconds);

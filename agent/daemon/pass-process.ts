@@ -55,6 +55,19 @@ export async function runPassProcess(): Promise<number> {
   process.on('SIGTERM', halt);
   process.on('SIGINT', halt);
   process.on('disconnect', halt);
+  // Meant for the daemon (`systemctl kill -s HUP` reaches the whole cgroup): their default action would kill the pass.
+  process.on('SIGHUP', () => undefined);
+  process.on('SIGUSR2', () => undefined);
+  try {
+    return await runPass(stop, halt);
+  } finally {
+    // An IPC channel with listeners keeps the process alive, and the daemon waits for this one to exit,
+    // whether the pass rested or failed.
+    if (process.connected) process.disconnect();
+  }
+}
+
+async function runPass(stop: AbortController, halt: () => void): Promise<number> {
   const start = await startMessage();
   // Until the loops exist, a stop is carried out and anything else waits for them.
   const early: ToPass[] = [];
@@ -62,54 +75,56 @@ export async function runPassProcess(): Promise<number> {
   process.on('message', (message: ToPass) => deliver(message));
   const config: Config = start.config;
   const logger = createLogger({ level: config.log.level, format: config.log.format });
-  if (config.log.level === 'debug') (await import('../kube/trace.js')).traceRequests(logger);
-  await writePidFile(config.stateDir, PASS_PID_FILE);
   try {
-    const deps = { logger, clock: systemClock, signal: stop.signal, observer };
-    // --server/--token: the daemon's first pass joins and writes the bootstrap kubeconfig the loops then find.
-    if (start.joinFirst && joinRequested(config)) await openPass(config, deps, { join: true });
-    await recoverNode(config, deps);
-    const loops = new RenewalLoops({
-      config,
-      logger,
-      signal: stop.signal,
-      carry: start.carry,
-      restAfterMs: REST_AFTER_MS,
-      sink: {
-        metrics: forwardingMetrics((m) => void send(m)),
-        report: (views, carry) =>
-          send({
-            kind: 'report',
-            views: views.map((v) => ({
-              name: v.name,
-              validUntil: v.validUntil?.toISOString() ?? null,
-              expiredAt: v.expiredAt?.toISOString() ?? null,
-              state: v.state,
-            })),
-            carry,
-          }),
-        progress: (msLeft) => void send({ kind: 'progress', msLeft }),
-        observer,
-      },
-    });
-    for (const nudge of start.nudges) loops.apply(nudge);
-    deliver = (message: ToPass) => {
-      if (message.kind === 'nudge') loops.apply(message.nudge);
-      else if (message.kind === 'config') loops.reconfigure(message.config, message.seq);
-      else if (message.kind === 'stop') halt();
-    };
-    for (const message of early.splice(0)) deliver(message);
-    const end = await loops.run();
-    if (end.kind === 'resting') {
-      const cpu = process.cpuUsage();
-      const usage = { cpuSeconds: (cpu.user + cpu.system) / 1e6, maxRssMiB: process.resourceUsage().maxRSS / 1024 };
-      await send({ kind: 'rest', until: end.until.toISOString(), carry: end.carry, lastSeq: end.lastSeq, usage });
+    if (config.log.level === 'debug') (await import('../kube/trace.js')).traceRequests(logger);
+    await writePidFile(config.stateDir, PASS_PID_FILE);
+    try {
+      const deps = { logger, clock: systemClock, signal: stop.signal, observer };
+      // --server/--token: the daemon's first pass joins and writes the bootstrap kubeconfig the loops then find.
+      if (start.joinFirst && joinRequested(config)) await openPass(config, deps, { join: true });
+      await recoverNode(config, deps);
+      const loops = new RenewalLoops({
+        config,
+        logger,
+        signal: stop.signal,
+        carry: start.carry,
+        restAfterMs: REST_AFTER_MS,
+        sink: {
+          metrics: forwardingMetrics((m) => void send(m)),
+          report: (views, carry, done) =>
+            send({
+              kind: 'report',
+              views: views.map((v) => ({
+                name: v.name,
+                validUntil: v.validUntil?.toISOString() ?? null,
+                expiredAt: v.expiredAt?.toISOString() ?? null,
+                state: v.state,
+              })),
+              carry,
+              done,
+            }),
+          progress: (msLeft) => void send({ kind: 'progress', msLeft }),
+          observer,
+        },
+      });
+      for (const nudge of start.nudges) loops.apply(nudge);
+      deliver = (message: ToPass) => {
+        if (message.kind === 'nudge') loops.apply(message.nudge);
+        else if (message.kind === 'config') loops.reconfigure(message.config, message.seq);
+        else if (message.kind === 'stop') halt();
+      };
+      for (const message of early.splice(0)) deliver(message);
+      const end = await loops.run();
+      if (end.kind === 'resting') {
+        const cpu = process.cpuUsage();
+        const usage = { cpuSeconds: (cpu.user + cpu.system) / 1e6, maxRssMiB: process.resourceUsage().maxRSS / 1024 };
+        await send({ kind: 'rest', until: end.until.toISOString(), carry: end.carry, lastSeq: end.lastSeq, usage });
+      }
+      return 0;
+    } finally {
+      await removePidFile(config.stateDir, PASS_PID_FILE);
     }
-    return 0;
   } finally {
-    await removePidFile(config.stateDir, PASS_PID_FILE);
     await new Promise<void>((resolve) => logger.on('finish', resolve).end());
-    // An IPC channel with listeners keeps the process alive, and the daemon waits for this one to exit.
-    if (process.connected) process.disconnect();
   }
 }

@@ -104,7 +104,8 @@ type WireArgs<T extends unknown[]> = { [I in keyof T]: T[I] extends Date ? strin
 
 /** Pass → supervisor. */
 export type FromPass =
-  | { kind: 'report'; views: IdentityViewWire[]; carry: Carry }
+  /** `done`: per identity, the last nudge whose step has finished there (a crash after it must not repeat it). */
+  | { kind: 'report'; views: IdentityViewWire[]; carry: Carry; done: Partial<Record<IdentityName, number>> }
   /** The earliest moment some loop must show progress again, in ms from now (liveness). */
   | { kind: 'progress'; msLeft: number }
   | MetricMessage

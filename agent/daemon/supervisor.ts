@@ -27,7 +27,7 @@ import { LIVENESS_GRACE_MS, passBoundMs, SLEEP_CHUNK_MS } from '../renewal/plan.
 import { ensureDir } from '../store/atomic.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { systemClock, type Clock } from '../time/clock.js';
-import { sleepUntil } from '../time/timer.js';
+import { delay } from '../time/timer.js';
 import { removePidFile, writePidFile } from './control.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
@@ -39,6 +39,13 @@ import { createSelfWrites, watchCredentials, type CredentialWatcher } from './wa
 /** After a pass ended without finishing, the next one waits this long, doubling up to RESTART_CAP_MS. */
 const RESTART_INITIAL_MS = 5_000;
 const RESTART_CAP_MS = 5 * 60_000;
+/**
+ * After this many passes in a row ended without finishing (5 s + 10 s + … + 5 min:
+ * about 10 minutes of trying), the daemon reports itself unhealthy, so the
+ * watchdog restarts the unit and `systemctl status` shows it, rather than a
+ * node that looks fine while nothing renews.
+ */
+const FAILED_PASSES_UNHEALTHY = 7;
 /** A pass asked to stop, or at rest, that is still there after this long is killed (its writes are atomic). */
 const STOP_GRACE_MS = 30_000;
 
@@ -60,6 +67,8 @@ interface Running {
   handle: PassHandle;
   /** Nudges sent to it, kept until it says which it applied. */
   sent: Nudge[];
+  /** Per identity, the last nudge a finished step of this pass has answered. */
+  done: Partial<Record<IdentityName, number>>;
   /** Whether it said it rests (and so ended on purpose). */
   rested: boolean;
   reported: boolean;
@@ -86,7 +95,8 @@ export class Supervisor {
   /** No pass starts before this (monotonic ms): the back-off after one ended without finishing. */
   #notBefore = 0;
   #failures = 0;
-  #firstPass = true;
+  /** Until a pass has reported, each pass is the first: it joins with --server/--token. */
+  #reported = false;
   #running: Running | null = null;
   /** Monotonic time by which the running pass, or the daemon's own sleep, must show progress again. */
   #progressDue: number;
@@ -130,7 +140,7 @@ export class Supervisor {
 
   /** /healthz and the watchdog: the running pass, or the daemon's own sleep, showed progress within its bound. */
   healthy(): boolean {
-    return !this.#o.signal.aborted && this.#clock.monotonic() <= this.#progressDue;
+    return !this.#o.signal.aborted && this.#failures < FAILED_PASSES_UNHEALTHY && this.#clock.monotonic() <= this.#progressDue;
   }
 
   /** Wake identities now; `force` renews even a certificate that is not due. */
@@ -156,10 +166,15 @@ export class Supervisor {
       const after = identitiesFor(next)
         .map((i) => i.name)
         .join(',');
-      if (before !== after)
-        this.#logger.warn(`the set of identities changed (${before} -> ${after}); restart kubeboot to add or remove identities`);
-      this.#config = next;
-      this.#logger.info('configuration reloaded; renewing now');
+      if (before !== after) {
+        // The watcher and the directories follow the identities the daemon started with.
+        this.#logger.error(
+          `configuration reload refused: the set of identities changed (${before} -> ${after}); restart kubeboot to add or remove identities`,
+        );
+      } else {
+        this.#config = next;
+        this.#logger.info('configuration reloaded; renewing now');
+      }
     } catch (err) {
       this.#logger.error(`configuration reload failed, keeping the previous one: ${(err as Error).message}`);
     }
@@ -247,7 +262,8 @@ export class Supervisor {
       const left = this.#pending.length > 0 ? untilBackoff : Math.max(untilBackoff, untilWake);
       const chunk = Math.min(left, SLEEP_CHUNK_MS);
       this.#progressDue = nowMono + chunk + LIVENESS_GRACE_MS;
-      await sleepUntil(new Date(this.#clock.now().getTime() + chunk), this.#clock, { signal });
+      // Monotonic: a wall clock stepped back must not stretch a chunk past its liveness bound.
+      await delay(chunk, this.#clock, { signal });
     } catch {
       // Nudged or stopping: the loop re-checks.
     } finally {
@@ -261,8 +277,7 @@ export class Supervisor {
     this.#pending = [];
     this.#wakeAt = null;
     this.#progressDue = this.#clock.monotonic() + passBoundMs(this.#config) + LIVENESS_GRACE_MS;
-    const first = this.#firstPass;
-    this.#firstPass = false;
+    const first = !this.#reported;
     const handle = this.#o.startPass();
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
       handle.once('exit', (code, signal) => resolve({ code, signal }));
@@ -271,7 +286,7 @@ export class Supervisor {
         resolve({ code: null, signal: null });
       });
     });
-    const running: Running = { handle, sent: [...nudges], rested: false, reported: false, exited };
+    const running: Running = { handle, sent: [...nudges], done: {}, rested: false, reported: false, exited };
     this.#running = running;
     handle.on('message', (message: FromPass) => this.#onMessage(running, message));
     this.#send(running, { kind: 'start', config: this.#config, carry: this.#carry, nudges, joinFirst: first });
@@ -290,8 +305,10 @@ export class Supervisor {
       this.#failures = 0;
       return null;
     }
-    // Ended without finishing: nothing it was asked is lost, and it is tried again after a back-off.
-    this.#pending = [...running.sent, ...this.#pending];
+    // Ended without finishing: what it was asked and had not answered is kept (a forced renewal it
+    // already finished is not repeated), and it is tried again after a back-off.
+    this.#pending = [...running.sent.filter((n) => this.#unanswered(n, running.done)), ...this.#pending];
+    this.metrics.passFailed();
     // Its temp files (a kill lands between a write and its rename) would stay until the daemon restarts; no pass runs now.
     await sweepTempFiles(writtenDirs(this.#config), this.#logger).catch((err: Error) =>
       this.#logger.warn(`cannot remove the temp files of a pass that ended without finishing: ${err.message}`),
@@ -310,6 +327,8 @@ export class Supervisor {
     switch (message.kind) {
       case 'report':
         running.reported = true;
+        this.#reported = true;
+        running.done = message.done;
         this.#views = message.views;
         this.#carry = message.carry;
         this.#publish();
@@ -325,6 +344,7 @@ export class Supervisor {
         return;
       case 'rest':
         running.rested = true;
+        this.#reported = true;
         this.#carry = message.carry;
         this.#wakeAt = new Date(message.until);
         // A nudge it had not applied when it decided to rest goes to the next pass.
@@ -337,6 +357,12 @@ export class Supervisor {
         );
         return;
     }
+  }
+
+  /** Whether some identity a nudge names has not finished a step since it arrived. */
+  #unanswered(nudge: Nudge, done: Partial<Record<IdentityName, number>>): boolean {
+    const names = nudge.names === 'all' ? identitiesFor(this.#config).map((i) => i.name) : nudge.names;
+    return names.some((name) => (done[name] ?? 0) < nudge.seq);
   }
 
   #send(running: Running, message: ToPass): void {

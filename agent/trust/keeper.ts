@@ -72,6 +72,8 @@ export interface KeeperMemory {
   lastRefusal: string | null;
   lastAnnotation: string | null;
   forbiddenLogged: boolean;
+  /** When the next look is due (ISO): a pass started for another reason does not look again before. */
+  nextCheckAt?: string | null;
 }
 
 export interface RotationStatus {
@@ -127,6 +129,7 @@ export class TrustKeeper {
   #lastAnnotation: string | null = null;
   #forbiddenLogged = false;
   #status: RotationStatus | null = null;
+  #nextCheckAt: Date | null = null;
 
   constructor(deps: KeeperDeps, memory?: KeeperMemory) {
     this.#deps = deps;
@@ -134,12 +137,18 @@ export class TrustKeeper {
       this.#lastRefusal = memory.lastRefusal;
       this.#lastAnnotation = memory.lastAnnotation;
       this.#forbiddenLogged = memory.forbiddenLogged;
+      this.#nextCheckAt = memory.nextCheckAt ? new Date(memory.nextCheckAt) : null;
     }
   }
 
   /** What the next pass needs so it does not log, count or patch again what this one already did. */
   get memory(): KeeperMemory {
-    return { lastRefusal: this.#lastRefusal, lastAnnotation: this.#lastAnnotation, forbiddenLogged: this.#forbiddenLogged };
+    return {
+      lastRefusal: this.#lastRefusal,
+      lastAnnotation: this.#lastAnnotation,
+      forbiddenLogged: this.#forbiddenLogged,
+      nextCheckAt: this.#nextCheckAt?.toISOString() ?? null,
+    };
   }
 
   get status(): RotationStatus | null {
@@ -156,6 +165,8 @@ export class TrustKeeper {
   async run(): Promise<void> {
     const { clock, signal, logger } = this.#deps;
     if (!this.#deps.config().caRotation.enabled) return;
+    // A look the previous pass scheduled is kept (a poke, as after a renewal, still looks at once).
+    if (this.#nextCheckAt !== null && this.#nextCheckAt > clock.now()) await this.#sleep(this.#nextCheckAt);
     while (!signal.aborted) {
       const config = this.#deps.config();
       let wakeAt = new Date(clock.now().getTime() + config.caRotation.interval * 1000 * (0.8 + 0.4 * this.#deps.random()));
@@ -167,6 +178,7 @@ export class TrustKeeper {
         if (signal.aborted) return;
         logger.warn(`CA rotation: could not check ${WHAT}: ${(err as Error).message}; trying again at ${wakeAt.toISOString()}`);
       }
+      this.#nextCheckAt = wakeAt;
       await this.#sleep(wakeAt);
     }
   }

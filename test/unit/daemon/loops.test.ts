@@ -4,6 +4,7 @@
 import { mkdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import t, { type Test } from 'tap';
+import type { IdentityName } from '../../../agent/identity.js';
 import { MockAgent } from 'undici';
 import type { Config } from '../../../agent/config/types.js';
 import { RenewalLoops, type LoopsEnd, type LoopsSink } from '../../../agent/daemon/loops.js';
@@ -31,7 +32,7 @@ const logger = createLogger({ level: 'error', format: 'json' });
 /** A LoopsSink that keeps what the daemon reports, as the resting daemon would receive it. */
 interface RecordingSink extends LoopsSink {
   metrics: KubebootMetrics;
-  reports: { views: IdentityView[]; carry: Carry }[];
+  reports: { views: IdentityView[]; carry: Carry; done: Partial<Record<IdentityName, number>> }[];
   /** Each progress report: when (fake monotonic) and how long until the next is due. */
   progressed: { at: number; msLeft: number }[];
 }
@@ -41,8 +42,8 @@ function recordingSink(clock: FakeClock, config: Config, publish?: StartOptions[
     metrics: createMetrics({ certificates: () => [], now: () => clock.now(), processMetrics: false }),
     reports: [],
     progressed: [],
-    report: async (views, carry) => {
-      sink.reports.push({ views, carry });
+    report: async (views, carry, done) => {
+      sink.reports.push({ views, carry, done });
       await publish?.(views, config);
     },
     progress: (msLeft) => void sink.progressed.push({ at: clock.monotonic(), msLeft }),
@@ -312,6 +313,7 @@ t.test('a nudge applied before resting is honoured, and only applied nudges coun
   t.ok(api.signed(), 'the forced renewal happened before the pass rested');
   t.same(n.agent.pendingInterceptors(), [], 'create, list and proof');
   t.equal(end.lastSeq, 7, 'lastSeq is the nudge applied');
+  t.equal(n.sink.reports.at(-1)?.done.kubelet, 7, 'and the kubelet reported it answered: a crash now would not renew again');
   t.match(n.sink.metrics.render(), /^kubeboot_renewals_total\{identity="kubelet"\} 1$/m, 'the renewal reached the sink');
   const renewed = end.carry.slots.kubelet!;
   t.ok(renewed.state.lastSuccess, 'the carry records the success');

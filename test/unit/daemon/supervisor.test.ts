@@ -174,7 +174,7 @@ t.test(
 
     const notAfter = new Date(f.clock.now().getTime() + 5 * DAY);
     const reported = carryWith('reported');
-    f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: reported });
+    f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: reported, done: {} });
     t.ok(f.supervisor.readiness().ready, 'ready once the pass reports valid credentials');
     t.match(f.supervisor.readiness().detail.join('\n'), /^kubelet: valid until /m);
     await until('status.json', async () => (await readDaemonState(f.config.stateDir)) !== null);
@@ -196,7 +196,7 @@ t.test(
     t.equal(second.joinFirst, false, 'a later pass does not join');
     t.same(second.carry, rested, 'it gets what the last pass handed over');
     t.same(second.nudges, [], 'and nothing else');
-    f.pass().say({ kind: 'report', views: [view('kubelet', null), view('kube-proxy', notAfter)], carry: rested });
+    f.pass().say({ kind: 'report', views: [view('kubelet', null), view('kube-proxy', notAfter)], carry: rested, done: {} });
     t.notOk(f.supervisor.readiness().ready, 'a later report that the kubelet has no certificate is heard');
   },
 );
@@ -204,7 +204,7 @@ t.test(
 t.test('the views are re-checked against the clock: a certificate expiring while the daemon rests makes it unready', async (t) => {
   const f = await supervisor(t);
   const notAfter = new Date(f.clock.now().getTime() + 2 * 3_600_000);
-  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: EMPTY_CARRY });
+  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: EMPTY_CARRY, done: {} });
   f.pass().say({ kind: 'rest', until: new Date(notAfter.getTime() + 3_600_000).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
   f.pass().exit(0);
   await until('the daemon to sleep', () => f.clock.pending > 0);
@@ -270,7 +270,7 @@ t.test('SIGHUP: the reloaded configuration reaches the running pass with a force
 t.test('a pass that ends without resting is started again after a back-off, with its nudges', async (t) => {
   const f = await supervisor(t);
   const notAfter = new Date(f.clock.now().getTime() + 5 * DAY);
-  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: carryWith('one') });
+  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: carryWith('one'), done: {} });
   f.supervisor.nudge(['kube-proxy'], true);
   f.pass().exit(1);
   await until('the daemon to wait', () => f.clock.pending > 0);
@@ -353,7 +353,7 @@ t.test('metric messages from a pass land in the daemon’s /metrics, next to the
   f.pass().say({ kind: 'metric', name: 'recordRenewalFailure', args: ['kube-proxy', 'denied'] });
   f.pass().say({ kind: 'metric', name: 'caBundleRefused', args: ['expired'] });
   const notAfter = new Date(at.getTime() + 3_600_000);
-  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', null)], carry: EMPTY_CARRY });
+  f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', null)], carry: EMPTY_CARRY, done: {} });
   const text = f.supervisor.metrics.render();
   t.match(text, /^kubeboot_renewals_total\{identity="kubelet"\} 1$/m);
   t.match(
@@ -449,4 +449,76 @@ t.test('a pass that said it rests but does not exit is killed after 30 s, and th
   await f.clock.tick(10 * 60_000);
   await until('the next pass', () => f.passes.length === 2);
   t.pass('the next pass starts at its time');
+});
+
+t.test('a pass killed after it answered a forced renewal: that renewal is not repeated; one it had not answered is', async (t) => {
+  const f = await supervisor(t);
+  const notAfter = new Date(f.clock.now().getTime() + DAY);
+  f.supervisor.nudge(['kubelet'], true);
+  f.supervisor.nudge(['kube-proxy'], true);
+  const [kubelet, proxy] = nudgesOf(f.pass());
+  // The kubelet's step after nudge 1 finished; kube-proxy's has not.
+  f.pass().say({
+    kind: 'report',
+    views: [view('kubelet', notAfter), view('kube-proxy', notAfter)],
+    carry: EMPTY_CARRY,
+    done: { kubelet: kubelet!.seq, 'kube-proxy': 0 },
+  });
+  f.pass().exit(null, 'SIGKILL');
+  await until('the daemon to wait', () => f.clock.pending > 0);
+  await f.clock.tick(5_000);
+  await until('the second pass', () => f.passes.length === 2);
+  t.same(f.pass().start.nudges, [proxy], 'only the unanswered kube-proxy renewal goes to the next pass');
+});
+
+t.test('a first pass killed before it reported leaves the join to the next pass', async (t) => {
+  const f = await supervisor(t);
+  t.equal(f.pass().start.joinFirst, true);
+  f.pass().exit(null, 'SIGKILL');
+  await until('the daemon to wait', () => f.clock.pending > 0);
+  await f.clock.tick(5_000);
+  await until('the second pass', () => f.passes.length === 2);
+  t.equal(f.pass().start.joinFirst, true, 'the next pass joins (--server/--token) as the first would have');
+  f.pass().say({ kind: 'report', views: [view('kubelet', null), view('kube-proxy', null)], carry: EMPTY_CARRY, done: {} });
+  f.pass().exit(1);
+  await until('the daemon to wait', () => f.clock.pending > 0);
+  await f.clock.tick(10_000);
+  await until('the third pass', () => f.passes.length === 3);
+  t.equal(f.pass().start.joinFirst, false, 'once a pass has reported, later ones do not join again');
+});
+
+t.test(
+  'passes failing again and again: the daemon says so in /metrics, then turns unhealthy so the watchdog restarts the unit',
+  async (t) => {
+    const f = await supervisor(t);
+    f.pass().say({ kind: 'report', views: [view('kubelet', null), view('kube-proxy', null)], carry: EMPTY_CARRY, done: {} });
+    let wait = 5_000;
+    for (let failed = 1; failed <= 7; failed++) {
+      t.ok(f.supervisor.healthy(), `healthy with ${failed - 1} failed pass(es) in a row`);
+      f.pass().exit(1);
+      await until('the daemon to wait', () => f.clock.pending > 0 && f.passes.at(-1)!.connected === false);
+      if (failed === 7) break;
+      await f.clock.tick(wait);
+      await until(`pass ${failed + 1}`, () => f.passes.length === failed + 1);
+      wait = Math.min(300_000, wait * 2);
+    }
+    t.notOk(f.supervisor.healthy(), 'unhealthy after 7 failed passes in a row');
+    t.match(f.supervisor.metrics.render(), /^kubeboot_pass_failures_total 7$/m, 'each failure counted');
+  },
+);
+
+t.test('SIGHUP with a changed set of identities is refused: the running configuration stays', async (t) => {
+  const f = await supervisor(t);
+  const next = structuredClone(f.config);
+  next.kubeletServing.enabled = !f.config.kubeletServing.enabled;
+  f.reloaded.config = next;
+  await f.supervisor.reloadAndRenew();
+  t.equal(f.supervisor.config, f.config, 'the configuration is the one the daemon started with');
+  const last = f.pass().sent.at(-1);
+  t.equal(last?.kind, 'config', 'the renewal still happens');
+  t.equal(
+    last?.kind === 'config' ? last.config.kubeletServing.enabled : null,
+    f.config.kubeletServing.enabled,
+    'under the old configuration',
+  );
 });

@@ -411,3 +411,44 @@ t.test(
     t.equal(await readOptional(file), null, 'nothing is written with CA rotation off');
   },
 );
+
+t.test('a pass started for another reason keeps the look the previous pass scheduled; a poke still looks at once', async (t) => {
+  const clock = new FakeClock(new Date('2025-06-01T00:00:00Z'));
+  const config = defaultConfig('n1');
+  const stop = new AbortController();
+  t.teardown(() => stop.abort());
+  const deps = {
+    config: () => config,
+    logger,
+    clock,
+    random: () => 0.5,
+    signal: stop.signal,
+    nodeCredential: () => null,
+    serialize: serializer(),
+    reissue: () => undefined,
+    runCommands: async () => true,
+    metrics: createMetrics({ certificates: () => [], processMetrics: false }),
+  };
+  const due = new Date(clock.now().getTime() + 5 * 60_000);
+  const keeper = new TrustKeeper(deps, { lastRefusal: null, lastAnnotation: null, forbiddenLogged: false, nextCheckAt: due.toISOString() });
+  let looks = 0;
+  keeper.check = async () => {
+    looks++;
+    return null;
+  };
+  const running = keeper.run();
+  await clock.tick(5 * 60_000 - 1);
+  t.equal(looks, 0, 'no look before the time the last pass scheduled');
+  await clock.tick(1);
+  t.equal(looks, 1, 'one look at it');
+  t.equal(
+    keeper.memory.nextCheckAt,
+    new Date(due.getTime() + config.caRotation.interval * 1000).toISOString(),
+    'and the next is handed on',
+  );
+  keeper.poke();
+  await clock.tick(0);
+  t.equal(looks, 2, 'a poke (after a renewal) looks at once');
+  stop.abort();
+  await running;
+});
