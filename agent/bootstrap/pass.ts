@@ -18,6 +18,7 @@ import { BootstrapCredentialError, KubebootError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { ReadFile } from '../read-optional.js';
+import { splitCredential } from '../store/cert-store.js';
 import { storeOf, type Store } from '../store/store.js';
 import {
   allOf,
@@ -34,6 +35,7 @@ import { bootstrapRequester, clusterOf, explainBootstrapFailure, nodeRequester, 
 import { finishRenewal, renewIdentity } from '../credential/renew.js';
 import { checkJoinSettings, joinCluster, joinRequested } from '../join/prepare.js';
 import { finishBootstrap } from './cleanup.js';
+import type { Logger } from '../log.js';
 
 export interface IdentityOutcome {
   identity: string;
@@ -93,6 +95,7 @@ export async function openPass(config: Config, deps: RunDeps, options: PassOptio
   }
   await recoverNode(config, deps);
   const node = await assessNode(config, deps.clock.now(), undefined, store);
+  await forgetAnsweredKeys(config, node, store, deps.logger);
   if (found?.kind === 'absent' && node.kubelet.state !== 'usable') {
     const joined = await joinCluster(config, deps);
     if (joined !== null) found = { kind: 'kubeconfig', bootstrap: joined, joined: true };
@@ -100,26 +103,37 @@ export async function openPass(config: Config, deps: RunDeps, options: PassOptio
   return { config, deps, store, node, found };
 }
 
-/**
- * What a crash left half done is put right before anything is judged (each
- * pass of the daemon does it first too): half-done swaps, and a pending key
- * the current credential already holds — an issuance stopped between storing
- * its credential and forgetting the key. Kept, that key would be reused by
- * the next renewal and its CSR name would adopt the CSR already issued.
- */
+/** Half-done swaps from a crash are put right before anything is judged (each pass of the daemon does it first too). */
 export async function recoverNode(config: Config, deps: RunDeps): Promise<void> {
   const store = storeOf(deps);
   for (const identity of identitiesFor(config)) {
     for (const line of await store.recover(identity)) deps.logger.warn(`${identity.name}: ${line}`);
-    const pending = await store.pendingKey.load(config.stateDir, identity.name).catch(() => null);
-    if (pending === null) continue;
-    const current = await store.current(identity).catch(() => null);
-    if (current?.keyPem.trim() !== pending.trim()) continue;
-    await store.pendingKey.clear(config.stateDir, identity.name);
-    deps.logger.warn(
-      `${identity.name}: the pending key is the current credential's (its issuance was interrupted after the credential was stored); cleared`,
+  }
+}
+
+/**
+ * After a node was assessed: a pending key that a usable credential already
+ * holds is forgotten — an issuance stopped after its credential and
+ * kubeconfig were stored, before it forgot the key. Kept, that key would be
+ * reused by the next renewal and its CSR name would adopt the CSR already
+ * issued. A pending key whose credential is not usable yet (its first
+ * kubeconfig not written) stays: the next attempt adopts its CSR.
+ */
+export async function forgetAnsweredKeys(config: Config, node: NodeAssessment, store: Store, logger: Logger): Promise<void> {
+  for (const a of allOf(node)) {
+    if (a.state !== 'usable') continue;
+    const key = await store.pendingKey.load(config.stateDir, a.identity.name).catch(() => null);
+    if (key === null || onlyKey(key) !== onlyKey(a.keyPem)) continue;
+    await store.pendingKey.clear(config.stateDir, a.identity.name);
+    logger.warn(
+      `${a.identity.name}: the pending key is the current credential's (its issuance was interrupted after the credential was stored); cleared`,
     );
   }
+}
+
+/** The private key's PEM block of a key file or of a certificate-and-key bundle (the kubelet's `-current.pem`), whitespace aside. */
+function onlyKey(text: string): string {
+  return (splitCredential(text)?.keyPem ?? text).replace(/\s+/g, '');
 }
 
 /** `kubeboot bootstrap`, and a node with nothing to renew with: every identity that needs one gets a credential. */

@@ -13,7 +13,8 @@
  */
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
-import { deleteBootstrapNow, issueKubelet, openPass } from '../bootstrap/pass.js';
+import { deleteBootstrapNow, forgetAnsweredKeys, issueKubelet, openPass } from '../bootstrap/pass.js';
+import { storeOf } from '../store/store.js';
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
@@ -319,6 +320,7 @@ export class RenewalLoops {
   async #step(config: Config, identity: Identity, slot: Slot, force: boolean): Promise<Date> {
     const now = this.#clock.now();
     const node = await assessNode(config, now, this.#lastGoodKubelet?.cluster.caPem);
+    await forgetAnsweredKeys(config, node, storeOf(this.#runDeps()), this.#logger);
     const own = identity.name === 'kubelet' ? node.kubelet : node.others.find((a) => a.identity.name === identity.name)!;
     const requester = this.#requester(node.kubelet, now);
     slot.seen = own;
