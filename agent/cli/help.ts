@@ -193,11 +193,14 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     meanings: { ...FOR_THE_NODE, kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
   },
   'user-data': {
-    usage: 'kubeboot user-data [--create-token | --token TOKEN | --token-file PATH] [--repo-url URL --repo-key PATH] [options]',
+    usage:
+      'kubeboot user-data [--create-token | --token TOKEN | --token-file PATH] [--repo-url URL --repo-key PATH] [--output-file PATH] [options]',
     summary: `Cluster admin: print cloud-init user-data (or --format script) that writes kubeboot's config and the token (0600), adds the package repository and installs and starts kubeboot.
 Needs on the node: apt >= 2.4 (reads the armored key in signed-by=; Debian 12, Ubuntu 22.04) or rpm with dnf/yum (imports
 gpgkey= itself); no gpg and no curl. The token joins every node booted with it until it expires, and cloud-init keeps copies
-on each node: boot the pool within the token's TTL, then \`kubeboot token delete ID\` (printed on stderr).`,
+on each node: boot the pool within the token's TTL, then \`kubeboot token delete ID\` (printed on stderr).
+A --repo-url needs its --repo-key (exit 2 without), unless --unsafe-unsigned-repo turns the nodes' signature checks off;
+an http:// URL is accepted with a warning (metadata can be withheld or replayed, and the path sees what is installed).`,
     options: ['config', 'server', 'token', 'token-file', 'ca-cert-hash', ...LOG],
     meanings: { ...FOR_THE_NODE, kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
   },

@@ -4,7 +4,7 @@
  * kubeconfig (unless given), the token given or freshly created, the package
  * source with its key.
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { Config } from '../config/types.js';
@@ -14,8 +14,17 @@ import { bootstrapTokenProblem } from '../config/values.js';
 import { ExitCode, InputError, KubebootError } from '../errors.js';
 import type { Admin } from '../join/admin.js';
 import { tokenSpecFrom, type TokenFlags } from '../join/token.js';
-import { DEFAULT_TOKEN_FILE, joinCommand, renderCloudConfig, renderScript, type NodeJoin, type PackageRepo } from '../join/user-data.js';
+import {
+  DEFAULT_TOKEN_FILE,
+  joinCommand,
+  renderCloudConfig,
+  renderScript,
+  repoWarnings,
+  type NodeJoin,
+  type PackageRepo,
+} from '../join/user-data.js';
 import { caCertHash } from '../pki/pin.js';
+import { writeFileAtomic } from '../store/atomic.js';
 import { createToken, withAdmin, type Given } from './token.js';
 import { systemClock } from '../time/clock.js';
 
@@ -23,25 +32,53 @@ const CLI = 'command line';
 // Set by the dedicated flags: --set would contradict them.
 const RESERVED = new Set(['server', 'token', 'caCertHashes', 'configFile']);
 
+/** Where the command writes; `process` by default, a test passes its own. */
+export interface Streams {
+  stdout: { write(text: string): unknown };
+  stderr: { write(text: string): unknown };
+}
+
 export async function runUserData(
   command: 'user-data' | 'join-command',
   config: Config,
   given: Given,
   env: Record<string, string | undefined>,
+  io: Streams = process,
 ): Promise<number> {
   const settings = command === 'user-data' ? parseSets(Array.isArray(given.set) ? given.set : []) : {};
   const repo = command === 'user-data' ? await packageRepo(given) : null;
+  // Checked before a token is created that a failed write would leave behind.
+  const outputFile = command === 'user-data' ? await outputFileOf(given) : null;
   const { server, token, pins, expires } = await joinValues(command, config, given, env);
   if (command === 'join-command') {
-    process.stdout.write(joinCommand({ server, token, pins }) + '\n');
+    io.stdout.write(joinCommand({ server, token, pins }) + '\n');
     return ExitCode.ok;
   }
   const tokenFile = typeof settings.tokenFile === 'string' ? settings.tokenFile : DEFAULT_TOKEN_FILE;
   delete settings.tokenFile;
   const join: NodeJoin = { server, token, pins, settings, tokenFile, repo };
-  process.stdout.write(given.format === 'script' ? renderScript(join) : renderCloudConfig(join));
-  process.stderr.write(tokenReminder(token, expires));
+  const text = given.format === 'script' ? renderScript(join) : renderCloudConfig(join);
+  // It holds the token: created 0600 (never wider, not even before a chmod), whole or not at all.
+  if (outputFile !== null) await writeFileAtomic(outputFile, text, { mode: 0o600 });
+  else io.stdout.write(text);
+  for (const warning of repoWarnings(repo)) io.stderr.write(`kubeboot user-data: warning: ${warning}\n`);
+  io.stderr.write(tokenReminder(token, expires));
   return ExitCode.ok;
+}
+
+/** --output-file as an absolute path, in a directory that exists. */
+async function outputFileOf(given: Given): Promise<string | null> {
+  const raw = given['output-file'];
+  if (typeof raw !== 'string') return null;
+  if (raw === '') throw new InputError(CLI, '--output-file', 'expected a file path');
+  const file = path.resolve(raw);
+  const dir = path.dirname(file);
+  const isDir = await stat(dir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  if (!isDir) throw new InputError(CLI, '--output-file', `${dir} is not an existing directory`);
+  return file;
 }
 
 /**
@@ -147,11 +184,22 @@ export function parseSets(sets: string[]): Record<string, unknown> {
 async function packageRepo(given: Given): Promise<PackageRepo | null> {
   const url = typeof given['repo-url'] === 'string' ? given['repo-url'] : null;
   const keyFile = typeof given['repo-key'] === 'string' ? given['repo-key'] : null;
+  const unsigned = given['unsafe-unsigned-repo'] === true;
   if (url === null) {
     if (keyFile !== null) throw new InputError(CLI, '--repo-key', 'needs --repo-url');
+    if (unsigned) throw new InputError(CLI, '--unsafe-unsigned-repo', 'needs --repo-url');
     return null;
   }
   if (!/^(https?|file):\/\/\S+$/.test(url)) throw new InputError(CLI, '--repo-url', 'expected an http(s):// or file:// URL');
+  if (unsigned && keyFile !== null) throw new InputError(CLI, '--unsafe-unsigned-repo', 'cannot be combined with --repo-key');
+  // Without it apt refuses the source and yum would install whatever it is served.
+  if (!unsigned && keyFile === null) {
+    throw new InputError(
+      CLI,
+      '--repo-key',
+      "missing: give the repository's public signing key (npm run repo writes dist/repo/kubeboot-repo.asc), or --unsafe-unsigned-repo to install unverified packages",
+    );
+  }
   let keyText: string | null = null;
   if (keyFile !== null) {
     try {

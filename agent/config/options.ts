@@ -500,7 +500,14 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     flag: 'repo-key',
     commands: ['user-data'],
     metavar: 'PATH',
-    help: "user-data: the repository's ASCII-armored public signing key (the only key trusted for it)",
+    help: "user-data: the repository's ASCII-armored public signing key (the only key trusted for it); required with --repo-url",
+  },
+  {
+    flag: 'unsafe-unsigned-repo',
+    commands: ['user-data'],
+    type: 'bool',
+    metavar: '',
+    help: 'user-data: accept a --repo-url without --repo-key: the nodes then check no signature (apt trusted=yes, yum gpgcheck=0) (unsafe)',
   },
   {
     flag: 'repo-type',
@@ -514,6 +521,12 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     commands: ['user-data'],
     metavar: 'NAME',
     help: 'user-data: apt suite of --repo-url (default stable; component main)',
+  },
+  {
+    flag: 'output-file',
+    commands: ['user-data'],
+    metavar: 'PATH',
+    help: 'user-data: write the user-data to this file instead of stdout (0600, atomically: it holds the token)',
   },
 ];
 

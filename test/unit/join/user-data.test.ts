@@ -1,12 +1,13 @@
 // What `kubeboot user-data` renders: valid for cloud-init's own schema
 // checker, and a config file the node's loader accepts as it is.
 import { execFile } from 'node:child_process';
-import { readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
 import { parse } from 'yaml';
 import { parseSets, runUserData, tokenReminder } from '../../../agent/cli/user-data.js';
+import { ExitCode } from '../../../agent/errors.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import { loadConfig } from '../../../agent/config/load.js';
 import { joinCommand, renderCloudConfig, renderScript, type NodeJoin } from '../../../agent/join/user-data.js';
@@ -185,6 +186,107 @@ t.test('a token read from --token-file is checked as --token is, naming the file
   t.notMatch((err as Error).message, 'TOO-SHORT');
   await writeFile(file, `${TOKEN}\n`);
   await t.resolves(runUserData('join-command', config, {}, {}), 'a well-formed token in the file is used');
+});
+
+/** `kubeboot user-data ARGS` with a given server, token and pin, parsed as the CLI parses them, its output captured. */
+async function userData(t: Test, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  const argv = ['user-data', '--server', 'https://api.example:6443', '--token', TOKEN, '--ca-cert-hash', PIN, ...args];
+  const loaded = await loadConfig({ argv, env: {}, hostname: 'admin', cwd: t.testdirName, readFile: async () => null });
+  const out = { stdout: '', stderr: '' };
+  const code = await runUserData(
+    'user-data',
+    loaded.config,
+    loaded.extraFlags.given,
+    {},
+    {
+      stdout: { write: (s: string) => (out.stdout += s) },
+      stderr: { write: (s: string) => (out.stderr += s) },
+    },
+  );
+  return { code, ...out };
+}
+
+t.test('a --repo-url without --repo-key is refused with exit 2 naming --repo-key, for yum as for apt', async (t) => {
+  for (const type of ['yum', 'apt']) {
+    const err = await userData(t, ['--repo-type', type, '--repo-url', 'https://repo.example/kubeboot']).catch((e: Error) => e);
+    t.match(err, { code: ExitCode.badInput, message: /^command line: --repo-key: missing: .*--unsafe-unsigned-repo/ }, type);
+    t.notMatch((err as Error).message, '\n', 'one line');
+  }
+  await t.rejects(userData(t, ['--unsafe-unsigned-repo']), {
+    code: ExitCode.badInput,
+    message: 'command line: --unsafe-unsigned-repo: needs --repo-url',
+  });
+  const key = join(t.testdir({ 'repo.asc': KEY }), 'repo.asc');
+  await t.rejects(userData(t, ['--repo-url', 'https://repo.example/kubeboot', '--repo-key', key, '--unsafe-unsigned-repo']), {
+    code: ExitCode.badInput,
+    message: 'command line: --unsafe-unsigned-repo: cannot be combined with --repo-key',
+  });
+});
+
+t.test('--unsafe-unsigned-repo writes a repository with every signature check off, and says so on stderr', async (t) => {
+  const yum = await userData(t, ['--repo-type', 'yum', '--repo-url', 'https://repo.example/rpm', '--unsafe-unsigned-repo']);
+  t.equal(yum.code, 0);
+  const doc = parse(yum.stdout) as Record<string, unknown>;
+  t.same(doc.yum_repos, {
+    kubeboot: { name: 'kubeboot', baseurl: 'https://repo.example/rpm', enabled: true, gpgcheck: false, repo_gpgcheck: false },
+  });
+  t.notOk(
+    (doc.write_files as WriteFile[]).some((f) => f.path.includes('rpm-gpg')),
+    'no key file',
+  );
+  t.match(
+    yum.stderr,
+    /^kubeboot user-data: warning: --unsafe-unsigned-repo: nodes install kubeboot from https:\/\/repo\.example\/rpm checking no signature \(gpgcheck=0, repo_gpgcheck=0\); .*Give --repo-key instead\n/,
+  );
+  t.match(yum.stderr, 'kubeboot token delete abcdef', 'the token reminder still follows');
+
+  const apt = await userData(t, ['--repo-url', 'https://repo.example/kubeboot', '--unsafe-unsigned-repo', '--format', 'script']);
+  t.equal(apt.code, 0);
+  // Without trusted=yes apt would refuse the unsigned Release; signed-by would name a key that is not there.
+  t.match(apt.stdout, '\ndeb [trusted=yes] https://repo.example/kubeboot stable main\n');
+  t.notMatch(apt.stdout, 'signed-by');
+  t.match(
+    apt.stderr,
+    'warning: --unsafe-unsigned-repo: nodes install kubeboot from https://repo.example/kubeboot checking no signature (apt trusted=yes)',
+  );
+});
+
+t.test('an http:// --repo-url is accepted with a warning: signed packages, but the metadata can be withheld or replayed', async (t) => {
+  const key = join(t.testdir({ 'repo.asc': KEY }), 'repo.asc');
+  const out = await userData(t, ['--repo-type', 'yum', '--repo-url', 'http://repo.example/rpm', '--repo-key', key]);
+  t.equal(out.code, 0);
+  t.match((parse(out.stdout) as Record<string, unknown>).yum_repos, {
+    kubeboot: { baseurl: 'http://repo.example/rpm', gpgcheck: true, repo_gpgcheck: true },
+  });
+  t.match(
+    out.stderr,
+    /^kubeboot user-data: warning: --repo-url http:\/\/repo\.example\/rpm is plain HTTP: .*withhold or replay .*Prefer https:\/\/\n/,
+  );
+  t.notMatch(out.stderr, 'unsafe', 'the packages are still checked');
+  const https = await userData(t, ['--repo-url', 'https://repo.example/kubeboot', '--repo-key', key]);
+  t.notMatch(https.stderr, 'warning', 'no warning for https:// with its key');
+  const unsigned = await userData(t, ['--repo-url', 'http://repo.example/kubeboot', '--unsafe-unsigned-repo']);
+  t.match(unsigned.stderr, 'is plain HTTP: unsigned as well, so anyone on the path can replace the packages', 'no false comfort');
+});
+
+t.test('--output-file writes the user-data 0600, atomically, even under a permissive umask and over a world-readable file', async (t) => {
+  const dir = t.testdir({ 'user-data.yaml': 'old\n' });
+  const file = join(dir, 'user-data.yaml');
+  await chmod(file, 0o644);
+  const umask = process.umask(0);
+  t.teardown(() => process.umask(umask));
+  const out = await userData(t, ['--output-file', file]);
+  t.equal(out.code, 0);
+  t.equal(out.stdout, '', 'nothing on stdout');
+  t.match(out.stderr, 'kubeboot token delete abcdef');
+  t.equal((await stat(file)).mode & 0o777, 0o600, 'mode 0600: it holds the token');
+  const written = parse(await readFile(file, 'utf8')) as { write_files: WriteFile[] };
+  t.equal(written.write_files[1]!.content, `${TOKEN}\n`, 'the user-data, token included');
+  t.same(await readdir(dir), ['user-data.yaml'], 'no temp file left beside it');
+  await t.rejects(userData(t, ['--output-file', join(dir, 'missing', 'user-data.yaml')]), {
+    code: ExitCode.badInput,
+    message: `command line: --output-file: ${join(dir, 'missing')} is not an existing directory`,
+  });
 });
 
 t.test("the stderr reminder gives the token's id, its end and how to delete it, never the secret", async (t) => {
