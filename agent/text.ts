@@ -38,3 +38,23 @@ export function bounded(text: string, max: number): string {
 export function excerpt(text: string, max = 253): string {
   return escapeControl(bounded(text, max));
 }
+
+/**
+ * What a command prints: each line escaped, so the only line breaks are the
+ * ones between lines. Commands show the cluster's words (a Node's name and
+ * the annotation the node writes, a token Secret's description, an API
+ * server's message); a node must not steer the admin's terminal or forge a line.
+ */
+export function terminalLines(lines: readonly string[]): string {
+  return lines.map((line) => `${escapeControl(line)}\n`).join('');
+}
+
+/**
+ * `value` as indented JSON, safe on a terminal. JSON.stringify escapes C0
+ * controls but leaves DEL, C1 and U+2028/9 raw; its lines break only between
+ * tokens, so escaping each line writes those as \uXXXX: still valid JSON, and
+ * the same value.
+ */
+export function terminalJson(value: unknown): string {
+  return terminalLines(JSON.stringify(value, null, 2).split('\n'));
+}

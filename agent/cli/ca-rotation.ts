@@ -8,12 +8,28 @@
  */
 import { ExitCode, InputError, KubebootError } from '../errors.js';
 import { adminClient, explainAdminError, type Admin } from '../join/admin.js';
-import { bundleFromFile, parseSignerPin, publishTrust, readPublished, rotationProgress, type Progress } from '../join/ca-rotation.js';
+import { createPrivateKey, type KeyObject } from 'node:crypto';
+import { parseDuration } from '../config/values.js';
+import {
+  bundleFromFile,
+  parseSignerPin,
+  publishTrust,
+  readPublished,
+  reissueCount,
+  rotationProgress,
+  type Progress,
+  type Publication,
+} from '../join/ca-rotation.js';
+import { caCertHash } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
+import { terminalJson, terminalLines } from '../text.js';
 import { systemClock } from '../time/clock.js';
 import type { Given } from './token.js';
 
-const USAGE = 'ca-rotation publish BUNDLE.pem [--signer-ca-hash sha256:HEX] | status | retire BUNDLE.pem';
+const USAGE =
+  'ca-rotation publish BUNDLE.pem --ca-key CA.key [--signer-ca-hash sha256:HEX] [--valid-for DURATION] [--drop-join-ca] | status | retire BUNDLE.pem --ca-key CA.key';
+/** How long nodes accept a signed change by default: a rotation step is hours; a node away longer waits for a newer one. */
+const DEFAULT_VALID_FOR_S = 7 * 24 * 3600;
 
 export async function runCaRotation(
   positionals: string[],
@@ -37,16 +53,26 @@ export async function runCaRotation(
       case 'publish': {
         expect(1);
         const bundle = await readBundle(rest[0]!);
-        await publishTrust(admin.client, bundle, signerFlag).catch(doing('update kube-public/cluster-info'));
-        process.stdout.write(
-          `published ${bundle.cas.length} CA(s) in kube-public/cluster-info${signerFlag ? `; signer CA ${signerFlag}` : ''}; follow with: kubeboot ca-rotation status\n`,
+        const signing = await signingFlags(given, admin);
+        const done = await publishTrust(admin.client, { ...signing, bundle, signerPin: signerFlag }).catch(
+          doing('update kube-public/cluster-info'),
         );
+        process.stdout.write(
+          `published ${bundle.cas.length} CA(s) in kube-public/cluster-info${signerFlag ? `; signer CA ${signerFlag}` : ''}, signed by ${done.signedBy} (version ${done.version}); follow with: kubeboot ca-rotation status\n`,
+        );
+        warnDroppedJoinPins(done.droppedJoinPins);
+        if (signerFlag !== null && signerFlag !== done.previousSignerPin) {
+          const count = await reissueCount(admin.client, signerFlag).catch(doing('list Nodes'));
+          process.stdout.write(
+            `the signer moves to ${signerFlag}: ${count.certificates} certificate(s) on ${count.nodes} node(s) are re-issued under it, each node at its slot in its re-issue window\n`,
+          );
+        }
         return ExitCode.ok;
       }
       case 'status': {
         expect(0);
         const progress = await current(admin);
-        process.stdout.write(output === 'json' ? `${JSON.stringify(progress, null, 2)}\n` : renderProgress(progress));
+        process.stdout.write(output === 'json' ? terminalJson(progress) : renderProgress(progress));
         return progress.ready ? ExitCode.ok : ExitCode.other;
       }
       case 'retire': {
@@ -65,10 +91,15 @@ export async function runCaRotation(
             `not retiring: ${progress.nodes.filter((n) => n.lag !== null).length} node(s) are not ready (above); the old CA stays published`,
           );
         }
-        await publishTrust(admin.client, bundle, published.signerPin).catch(doing('update kube-public/cluster-info'));
-        process.stdout.write(
-          `published the final bundle (${bundle.cas.length} CA(s)); once \`kubeboot ca-rotation status\` shows every node on it, take the old CA out of the control plane's flags\n`,
+        // Retiring drops the old CA by design, the one old join commands pin among them: said, not refused.
+        const signing = { ...(await signingFlags(given, admin)), dropJoinCa: true };
+        const done = await publishTrust(admin.client, { ...signing, bundle, signerPin: published.signerPin }).catch(
+          doing('update kube-public/cluster-info'),
         );
+        process.stdout.write(
+          `published the final bundle (${bundle.cas.length} CA(s)), signed by ${done.signedBy} (version ${done.version}); once \`kubeboot ca-rotation status\` shows every node on it, take the old CA out of the control plane's flags\n`,
+        );
+        warnDroppedJoinPins(done.droppedJoinPins);
         return ExitCode.ok;
       }
       default:
@@ -77,6 +108,49 @@ export async function runCaRotation(
   } finally {
     await admin.client.close();
   }
+}
+
+/**
+ * --ca-key (read once, here; the key goes to the signature and nowhere else), --valid-for, --drop-join-ca,
+ * and the pin join commands carry by default (join-command, user-data: the admin kubeconfig's CA).
+ */
+async function signingFlags(given: Given, admin: Admin): Promise<Omit<Publication, 'bundle' | 'signerPin'>> {
+  const file = given['ca-key'];
+  if (typeof file !== 'string' || file === '')
+    throw new InputError(
+      'command line',
+      '--ca-key',
+      'missing: give the private key of a CA the nodes trust now (kubeadm: /etc/kubernetes/pki/ca.key); nodes add no CA without its signature',
+    );
+  const text = await readOptional(file);
+  if (text === null) throw new InputError(file, 'private key', 'file not found');
+  let caKey: KeyObject;
+  try {
+    caKey = createPrivateKey(text);
+  } catch {
+    // Never the parser's words: they may quote the key.
+    throw new InputError(file, 'private key', 'not an unencrypted PEM private key (PKCS#1, SEC1 or PKCS#8)');
+  }
+  let validFor = DEFAULT_VALID_FOR_S;
+  if (given['valid-for'] !== undefined) {
+    const parsed = parseDuration(given['valid-for']);
+    if (!parsed.ok || parsed.value < 60) throw new InputError('command line', '--valid-for', parsed.ok ? 'at least 1m' : parsed.problem);
+    validFor = parsed.value;
+  }
+  return {
+    caKey,
+    validForMs: validFor * 1000,
+    joinPins: admin.kubeconfig.caPem ? [caCertHash(admin.kubeconfig.caPem)] : [],
+    dropJoinCa: given['drop-join-ca'] === true,
+    now: () => systemClock.now(),
+  };
+}
+
+function warnDroppedJoinPins(pins: readonly string[]): void {
+  if (pins.length > 0)
+    process.stderr.write(
+      `warning: the published bundle no longer carries ${pins.join(', ')}: join commands and user-data pinning it fail from now on; make new ones (kubeboot join-command, kubeboot user-data)\n`,
+    );
 }
 
 async function readBundle(file: string) {
@@ -100,5 +174,5 @@ function renderProgress(p: Progress): string {
   ];
   for (const n of p.nodes) if (n.lag) lines.push(`  ${n.name}: ${n.lag}`);
   lines.push(p.ready ? 'every node is ready for the next step' : 'not every node is ready yet');
-  return `${lines.join('\n')}\n`;
+  return terminalLines(lines);
 }

@@ -14,6 +14,7 @@ import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
 import { joinRequested, joinSource } from '../join/prepare.js';
 import { systemClock } from '../time/clock.js';
+import { terminalLines } from '../text.js';
 
 interface Line {
   ok: boolean;
@@ -129,8 +130,14 @@ export async function runCheck(
   }
 
   // A missing credential that bootstrap will obtain is work to do, not a failure.
-  for (const line of lines)
-    out.write(`${line.ok ? 'ok  ' : line.kind === 'credential' && canBootstrap ? 'todo' : 'FAIL'} ${line.what}: ${line.detail}\n`);
+  // A detail may hold the API server's words: a Status message, the user and groups SelfSubjectReview names.
+  out.write(
+    terminalLines(
+      lines.map(
+        (line) => `${line.ok ? 'ok  ' : line.kind === 'credential' && canBootstrap ? 'todo' : 'FAIL'} ${line.what}: ${line.detail}`,
+      ),
+    ),
+  );
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
   const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && canBootstrap));
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);

@@ -178,9 +178,10 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     },
   },
   'ca-rotation': {
-    usage: 'kubeboot ca-rotation publish BUNDLE.pem [--signer-ca-hash sha256:HEX] | status [--output json] | retire BUNDLE.pem [options]',
+    usage:
+      'kubeboot ca-rotation publish BUNDLE.pem --ca-key CA.key [--signer-ca-hash sha256:HEX] [--valid-for DURATION] [--drop-join-ca] | status [--output json] | retire BUNDLE.pem --ca-key CA.key [options]',
     summary:
-      'Cluster admin: publish a CA bundle in kube-public/cluster-info, show how many nodes trust it and hold certificates under the signer CA (and which lag, why), retire the old CA only when every node is ready. status exits 0 only when every node is ready.',
+      'Cluster admin: publish a CA bundle in kube-public/cluster-info, signed with the key of a CA the nodes trust now (nodes add no CA without that signature), show how many nodes trust it and hold certificates under the signer CA (and which lag, why), retire the old CA only when every node is ready. status exits 0 only when every node is ready.',
     options: [...LOG],
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',

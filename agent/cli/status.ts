@@ -10,6 +10,7 @@ import { describePending, pendingCsr } from '../credential/pending-csr.js';
 import { systemClock } from '../time/clock.js';
 import { readOptionalOrProblem } from '../read-optional.js';
 import { kubeletRenewer, type KubeletRenewer } from '../renewal/owner.js';
+import { terminalJson, terminalLines } from '../text.js';
 
 export interface IdentityStatus {
   identity: string;
@@ -73,34 +74,41 @@ export async function collectStatus(config: Config, now = systemClock.now()): Pr
 
 export async function runStatus(config: Config, output: 'text' | 'json', out: NodeJS.WritableStream = process.stdout): Promise<number> {
   const statuses = await collectStatus(config);
-  if (output === 'json') {
-    out.write(JSON.stringify({ identities: statuses }, null, 2) + '\n');
-  } else {
-    for (const s of statuses) {
-      out.write(`${s.identity}:\n`);
-      if (s.error) out.write(`  error:        ${s.error}\n`);
-      if (s.subject) {
-        out.write(
-          `  subject:      ${s.subject}\n  issuer:       ${s.issuer}\n  not after:    ${s.notAfter}${s.expired ? ' (EXPIRED)' : ''}\n  file:         ${s.certificateFile}\n`,
+  // The last error and the certificate's names carry the API server's and the signer's words.
+  out.write(output === 'json' ? terminalJson({ identities: statuses }) : terminalLines(statusLines(statuses)));
+  return statuses.every((s) => s.subject !== null && s.expired === false) ? ExitCode.ok : ExitCode.other;
+}
+
+function statusLines(statuses: IdentityStatus[]): string[] {
+  const lines: string[] = [];
+  for (const s of statuses) {
+    lines.push(`${s.identity}:`);
+    if (s.error) lines.push(`  error:        ${s.error}`);
+    if (s.subject)
+      lines.push(
+        `  subject:      ${s.subject}`,
+        `  issuer:       ${s.issuer}`,
+        `  not after:    ${s.notAfter}${s.expired ? ' (EXPIRED)' : ''}`,
+        `  file:         ${s.certificateFile}`,
+      );
+    lines.push(`  current link: ${s.currentLink}`);
+    if (s.kubeconfig) lines.push(`  kubeconfig:   ${s.kubeconfig}`);
+    if (s.pendingCsr) lines.push(`  pending:      ${s.pendingCsr.description}`);
+    if (s.renewedBy) lines.push(`  renewed by:   ${s.renewedBy.by}: ${s.renewedBy.why}`);
+    if (s.renewedBy?.warning) lines.push(`  warning:      ${s.renewedBy.warning}`);
+    if (s.daemon) {
+      lines.push(
+        `  next renewal: ${s.daemon.nextRenewal ?? 'not scheduled'}`,
+        `  last success: ${s.daemon.lastSuccess ?? 'never'}`,
+        `  last error:   ${s.daemon.lastError ?? 'none'}`,
+      );
+      for (const hook of s.daemon.lastHooks)
+        lines.push(
+          `  hook:         ${hook.argv.join(' ')} -> ${hook.ok ? 'ok' : `failed (exit ${hook.exitCode ?? 'signal'})`} at ${hook.at}`,
         );
-      }
-      out.write(`  current link: ${s.currentLink}\n`);
-      if (s.kubeconfig) out.write(`  kubeconfig:   ${s.kubeconfig}\n`);
-      if (s.pendingCsr) out.write(`  pending:      ${s.pendingCsr.description}\n`);
-      if (s.renewedBy) out.write(`  renewed by:   ${s.renewedBy.by}: ${s.renewedBy.why}\n`);
-      if (s.renewedBy?.warning) out.write(`  warning:      ${s.renewedBy.warning}\n`);
-      if (s.daemon) {
-        out.write(
-          `  next renewal: ${s.daemon.nextRenewal ?? 'not scheduled'}\n  last success: ${s.daemon.lastSuccess ?? 'never'}\n  last error:   ${s.daemon.lastError ?? 'none'}\n`,
-        );
-        for (const hook of s.daemon.lastHooks)
-          out.write(
-            `  hook:         ${hook.argv.join(' ')} -> ${hook.ok ? 'ok' : `failed (exit ${hook.exitCode ?? 'signal'})`} at ${hook.at}\n`,
-          );
-      }
     }
   }
-  return statuses.every((s) => s.subject !== null && s.expired === false) ? ExitCode.ok : ExitCode.other;
+  return lines;
 }
 
 /** An identity's status when no certificate could be read: why, and every certificate field empty. */

@@ -19,6 +19,7 @@ import {
   type TokenSpec,
   type TokenSummary,
 } from '../join/token.js';
+import { excerpt, terminalJson, terminalLines } from '../text.js';
 import { systemClock } from '../time/clock.js';
 
 export type Given = Record<string, string | string[] | boolean>;
@@ -43,14 +44,14 @@ export async function runToken(
         createToken(admin, spec, systemClock.now()),
       );
       process.stdout.write(
-        output === 'json' ? JSON.stringify({ token: created.token.token, ...created.summary }, null, 2) + '\n' : `${created.token.token}\n`,
+        output === 'json' ? terminalJson({ token: created.token.token, ...created.summary }) : `${created.token.token}\n`,
       );
       return ExitCode.ok;
     }
     case 'list': {
       expect(0, 'list');
       const tokens = await withAdmin(given, env, 'list bootstrap tokens in kube-system', listTokens);
-      process.stdout.write(output === 'json' ? JSON.stringify(tokens, null, 2) + '\n' : renderTable(tokens));
+      process.stdout.write(output === 'json' ? terminalJson(tokens) : renderTable(tokens));
       return ExitCode.ok;
     }
     case 'delete': {
@@ -116,19 +117,22 @@ async function listTokens(admin: Admin): Promise<TokenSummary[]> {
     .sort((a, b) => a.id.localeCompare(b.id));
 }
 
+/** Every cell is the Secret's text (anyone who can write Secrets in kube-system wrote it): bounded and escaped before the columns are measured. */
 function renderTable(tokens: TokenSummary[]): string {
   const rows = [['ID', 'EXPIRES', 'USAGES', 'GROUPS', 'DESCRIPTION']];
   for (const t of tokens)
-    rows.push([t.id, t.expires ?? '<never>', t.usages.join(',') || '<none>', t.groups.join(',') || '<none>', t.description ?? '']);
+    rows.push(
+      [t.id, t.expires ?? '<never>', t.usages.join(',') || '<none>', t.groups.join(',') || '<none>', t.description ?? ''].map((cell) =>
+        excerpt(cell),
+      ),
+    );
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return (
-    rows
-      .map((r) =>
-        r
-          .map((cell, i) => cell.padEnd(widths[i]!))
-          .join('  ')
-          .trimEnd(),
-      )
-      .join('\n') + '\n'
+  return terminalLines(
+    rows.map((r) =>
+      r
+        .map((cell, i) => cell.padEnd(widths[i]!))
+        .join('  ')
+        .trimEnd(),
+    ),
   );
 }

@@ -417,6 +417,25 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     help: 'ca-rotation publish: the CA the cluster signer now issues under (its pin); nodes then re-issue every certificate under it',
   },
   {
+    flag: 'ca-key',
+    commands: ['ca-rotation'],
+    metavar: 'PATH',
+    help: 'ca-rotation publish, retire: the private key of a CA the nodes trust now (kubeadm: /etc/kubernetes/pki/ca.key); signs what is published, read once, never written or logged',
+  },
+  {
+    flag: 'valid-for',
+    commands: ['ca-rotation'],
+    metavar: 'DURATION',
+    help: 'ca-rotation publish, retire: how long nodes accept the signed change (default 168h); a node that looks later waits for a newer one',
+  },
+  {
+    flag: 'drop-join-ca',
+    commands: ['ca-rotation'],
+    type: 'bool',
+    metavar: '',
+    help: 'ca-rotation publish: publish a bundle without the CA your join commands pin (every join command and user-data made before then fails)',
+  },
+  {
     flag: 'identity',
     commands: ['renew', 'wait'],
     values: ['kubelet', 'kube-proxy', 'kubelet-serving'],

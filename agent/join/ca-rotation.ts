@@ -5,13 +5,17 @@
  * finished only when every node is ready for the next one.
  */
 import { parse, stringify } from 'yaml';
-import { InputError, KubebootError } from '../errors.js';
+import { createPublicKey, type KeyObject } from 'node:crypto';
+import { ExitCode, InputError, KubebootError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
 import { CLUSTER_INFO } from '../kube/discovery.js';
 import { expectObject } from '../kube/objects.js';
-import { NODE_ANNOTATION, readPublishedTrust, SIGNER_ANNOTATION } from '../kube/trust-requests.js';
+import { NODE_ANNOTATION, readPublishedTrust, SIGNER_ANNOTATION, STATEMENT_JWS_KEY, STATEMENT_KEY } from '../kube/trust-requests.js';
+import { publicKeyDerOfCertificate, samePublicKey } from '../pki/keys.js';
 import { canonicalPin } from '../pki/pin-format.js';
-import { checkBundle, type TrustBundle } from '../trust/bundle.js';
+import { checkBundle, trustedBundle, type TrustBundle } from '../trust/bundle.js';
+import { nextStatement, signStatement, verifyStatement } from '../trust/statement.js';
+import { excerpt } from '../text.js';
 
 interface ConfigMap {
   kind?: string;
@@ -26,33 +30,127 @@ export function bundleFromFile(file: string, pem: string, now: Date): TrustBundl
   return checked.bundle;
 }
 
+/** What the admin publishes, and with which key it is signed. */
+export interface Publication {
+  bundle: TrustBundle;
+  signerPin: string | null;
+  /** The private key of a CA in the bundle published now (the nodes' current trust). Never logged or written. */
+  caKey: KeyObject;
+  /** How long nodes accept the statement for adding a CA. */
+  validForMs: number;
+  /** The pins join commands and user-data carry (--ca-cert-hash; by default the admin kubeconfig's CA). */
+  joinPins: readonly string[];
+  /** The admin knows the new bundle drops a CA join commands pin. */
+  dropJoinCa: boolean;
+  now: () => Date;
+}
+
+export interface Published {
+  version: number;
+  /** Pin of the CA whose key signed. */
+  signedBy: string;
+  /** Join pins the new bundle no longer carries: every join command made with them fails from now on. */
+  droppedJoinPins: string[];
+  /** The signer pin that was published before this one. */
+  previousSignerPin: string | null;
+}
+
+/** Pure: the CA of `bundle` whose public key is `key`'s, or null. */
+export function caOfKey(key: KeyObject, bundle: TrustBundle): { pin: string; at: number } | null {
+  const spki = createPublicKey(key).export({ type: 'spki', format: 'der' });
+  const at = bundle.cas.findIndex((ca) => samePublicKey(spki, publicKeyDerOfCertificate(ca.pem)));
+  return at < 0 ? null : { pin: bundle.pins[at]!, at };
+}
+
 /**
- * Replaces the CA bundle of cluster-info's kubeconfig and the signer
- * annotation (null removes it), with the resourceVersion read, so a
- * concurrent change (the bootstrapsigner adding a signature) is retried, not
- * overwritten. The bootstrapsigner re-signs the new kubeconfig by itself.
+ * Replaces the CA bundle of cluster-info's kubeconfig, the signer annotation
+ * (null removes it) and the signed trust statement over both
+ * (trust/statement.ts), with the resourceVersion read, so a concurrent change
+ * (the bootstrapsigner adding a signature) is retried, not overwritten. The
+ * bootstrapsigner re-signs the new kubeconfig by itself. Refused before
+ * anything is written when the key is no CA's the nodes trust now, or when
+ * the bundle drops a CA join commands pin without `dropJoinCa`.
  */
-export async function publishTrust(client: KubeClient, bundle: TrustBundle, signerPin: string | null): Promise<void> {
+export async function publishTrust(client: KubeClient, p: Publication): Promise<Published> {
+  const { bundle, signerPin } = p;
   if (signerPin !== null && !bundle.pins.includes(signerPin))
-    throw new KubebootError(`the signer CA ${signerPin} is not in the bundle; publish a bundle that contains it`);
+    throw new KubebootError(`the signer CA ${signerPin} is not in the bundle; publish a bundle that contains it`, ExitCode.badInput);
   for (let attempt = 0; ; attempt++) {
     const cm = expectObject<ConfigMap>((await client.request('GET', CLUSTER_INFO)).body, 'ConfigMap', 'cluster-info');
     const doc = parse(cm.data?.kubeconfig ?? '') as { clusters?: { cluster?: Record<string, string> }[] } | null;
     const cluster = doc?.clusters?.[0]?.cluster;
     if (!doc || !cluster) throw new KubebootError('kube-public/cluster-info: data.kubeconfig has no cluster to put the CA bundle in');
+    const now = p.now();
+    const trusted = publishedBundle(cluster['certificate-authority-data'], now);
+    const signer = caOfKey(p.caKey, trusted);
+    if (signer === null)
+      throw new KubebootError(
+        `--ca-key: the key of no CA in the bundle published now (${trusted.pins.join(', ')}); nodes trust only those and would refuse the change: sign with one of their keys`,
+        ExitCode.badInput,
+      );
+    const dropped = p.joinPins.filter((pin) => trusted.pins.includes(pin) && !bundle.pins.includes(pin));
+    if (dropped.length > 0 && !p.dropJoinCa)
+      throw new KubebootError(
+        `the new bundle drops ${dropped.join(', ')}, the CA your join commands and user-data pin (--ca-cert-hash): every one made before would fail; keep it in the bundle, or pass --drop-join-ca and make new ones`,
+        ExitCode.badInput,
+      );
+    // The version to go past: only from a statement this very key signed (anyone who may write the ConfigMap
+    // can put a CA of hers in the bundle and a statement of hers beside it); else the clock's, which is ahead.
+    const previous = verifyStatement({
+      signed: { payload: cm.data?.[STATEMENT_KEY] ?? null, jws: cm.data?.[STATEMENT_JWS_KEY] ?? null },
+      trusted: trustedBundle(trusted.cas[signer.at]!.pem),
+      now,
+    });
+    const statement = nextStatement(bundle, signerPin, previous.ok ? previous.statement.version : 0, now, p.validForMs);
+    const signed = signStatement(statement, p.caKey, signer.pin);
     cluster['certificate-authority-data'] = Buffer.from(bundle.pem, 'utf8').toString('base64');
     const annotations = { ...(cm.metadata.annotations ?? {}) };
+    const previousSignerPin = previous.ok ? previous.statement.signerPin : null;
     if (signerPin === null) delete annotations[SIGNER_ANNOTATION];
     else annotations[SIGNER_ANNOTATION] = signerPin;
     const updated = {
       ...cm,
       metadata: { ...cm.metadata, annotations },
-      data: { ...cm.data, kubeconfig: stringify(doc, { lineWidth: 0 }) },
+      data: { ...cm.data, kubeconfig: stringify(doc, { lineWidth: 0 }), [STATEMENT_KEY]: signed.payload, [STATEMENT_JWS_KEY]: signed.jws },
     };
     const res = await client.request('PUT', CLUSTER_INFO, { body: updated, accept: [409] });
-    if (res.status !== 409) return;
+    if (res.status !== 409) return { version: statement.version, signedBy: signer.pin, droppedJoinPins: dropped, previousSignerPin };
     if (attempt >= 5) throw new KubebootError('kube-public/cluster-info kept changing while it was updated; try again');
   }
+}
+
+/** The bundle cluster-info publishes now, read as nodes trust it (an expired CA still counts: it may sign its successor). */
+function publishedBundle(caData: string | undefined, now: Date): TrustBundle {
+  const pem = Buffer.from(caData ?? '', 'base64').toString('utf8');
+  const checked = checkBundle(pem, now, 'kube-public/cluster-info');
+  if (checked.ok) return checked.bundle;
+  try {
+    return trustedBundle(pem);
+  } catch {
+    throw new KubebootError(`${checked.message}: nothing to sign against; repair data.kubeconfig first`);
+  }
+}
+
+/**
+ * Certificates every node will re-issue when the signer moves to `signerPin`:
+ * those its annotation says hang from another CA, counted per node.
+ */
+export async function reissueCount(client: KubeClient, signerPin: string): Promise<{ nodes: number; certificates: number }> {
+  const list = (await client.request<NodeList>('GET', '/api/v1/nodes')).body;
+  let nodes = 0;
+  let certificates = 0;
+  for (const node of list.items) {
+    let status: { issuers?: Record<string, string | null> };
+    try {
+      status = JSON.parse(node.metadata.annotations?.[NODE_ANNOTATION] ?? '{}') as typeof status;
+    } catch {
+      continue;
+    }
+    const stale = Object.values(status.issuers ?? {}).filter((pin) => pin !== signerPin).length;
+    if (stale > 0) nodes++;
+    certificates += stale;
+  }
+  return { nodes, certificates };
 }
 
 export interface NodeProgress {
@@ -78,11 +176,18 @@ interface NodeList {
   items: { metadata: { name: string; annotations?: Record<string, string> } }[];
 }
 
-/** Every Node's state against the published bundle and signer, from its annotation. */
+/** Longest `lag` shown: a refusal reason is a word, but the node writes its annotation and can make it 256 KiB. */
+const MAX_LAG = 512;
+
+/**
+ * Every Node's state against the published bundle and signer, from its
+ * annotation. Each node writes its own annotation: its words (and its name)
+ * come back bounded and escaped, whoever prints or logs them.
+ */
 export async function rotationProgress(client: KubeClient, bundle: TrustBundle, signerPin: string | null): Promise<Progress> {
   const list = (await client.request<NodeList>('GET', '/api/v1/nodes')).body;
   const nodes = list.items.map((node): NodeProgress => {
-    const name = node.metadata.name;
+    const name = excerpt(node.metadata.name);
     const raw = node.metadata.annotations?.[NODE_ANNOTATION];
     if (!raw)
       return {
@@ -92,19 +197,23 @@ export async function rotationProgress(client: KubeClient, bundle: TrustBundle, 
         underSigner: false,
         lag: `no ${NODE_ANNOTATION} annotation (kubeboot not running, too old, or CA rotation off)`,
       };
-    let status: { bundle?: string; active?: boolean; issuers?: Record<string, string | null>; refused?: string | null };
+    let status: { bundle?: string; active?: boolean; issuers?: Record<string, string | null>; refused?: unknown } | null;
     try {
       status = JSON.parse(raw) as typeof status;
     } catch {
-      return { name, trusts: false, active: false, underSigner: false, lag: `${NODE_ANNOTATION} is not JSON` };
+      status = null;
     }
+    if (typeof status !== 'object' || status === null)
+      return { name, trusts: false, active: false, underSigner: false, lag: `${NODE_ANNOTATION} is not a JSON object` };
     const trusts = status.bundle === bundle.hash;
     const active = trusts && status.active === true;
     const issuers = Object.entries(status.issuers ?? {});
     const stale = signerPin === null ? [] : issuers.filter(([, pin]) => pin !== signerPin).map(([identity]) => identity);
     const underSigner = signerPin !== null && issuers.length > 0 && stale.length === 0;
-    const lag = status.refused
-      ? `refuses the published bundle: ${status.refused}`
+    // A string, as kubeboot writes it; anything else as JSON (`${…}` on {"toString":1} would throw).
+    const refused = typeof status.refused === 'string' ? status.refused : status.refused ? JSON.stringify(status.refused) : null;
+    const lag = refused
+      ? `refuses the published bundle: ${refused}`
       : !trusts
         ? 'has not picked up the published bundle yet'
         : !active
@@ -112,7 +221,7 @@ export async function rotationProgress(client: KubeClient, bundle: TrustBundle, 
           : signerPin !== null && !underSigner
             ? `still holds ${stale.join(', ') || 'no'} certificate(s) from another CA (re-issued at its slot in the window)`
             : null;
-    return { name, trusts, active, underSigner, lag };
+    return { name, trusts, active, underSigner, lag: lag === null ? null : excerpt(lag, MAX_LAG) };
   });
   return {
     nodes,

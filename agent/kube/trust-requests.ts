@@ -14,14 +14,19 @@ export const CLUSTER_INFO_NAMESPACE = 'kube-public';
 export const CLUSTER_INFO_NAME = 'cluster-info';
 /** On cluster-info: the pin of the CA the cluster's signer issues under (set by `kubeboot ca-rotation signer`). */
 export const SIGNER_ANNOTATION = 'kubeboot.io/signer-ca-hash';
+/** In cluster-info's data: the signed trust statement (agent/trust/statement.ts) and its detached JWS. */
+export const STATEMENT_KEY = 'kubeboot-trust';
+export const STATEMENT_JWS_KEY = 'kubeboot-trust.jws';
 /** On each Node: what its kubeboot trusts and holds, for `kubeboot ca-rotation status`. */
 export const NODE_ANNOTATION = 'kubeboot.io/ca-rotation';
 
 export interface PublishedTrust {
   /** The CA bundle of cluster-info's kubeconfig; null when cluster-info has none. */
   caPem: string | null;
-  /** A canonical pin, or null when not published or not a pin. */
+  /** The annotation's canonical pin, or null when not published or not a pin: for people; nodes follow the signed statement's. */
   signerPin: string | null;
+  /** The trust statement and its detached JWS (trust/statement.ts), as published; nulls when absent. */
+  signed: { payload: string | null; jws: string | null };
 }
 
 interface ConfigMap {
@@ -53,25 +58,59 @@ export async function readPublishedTrust(client: KubeClient, signal?: AbortSigna
     }
   }
   const annotation = cm.metadata?.annotations?.[SIGNER_ANNOTATION];
-  return { caPem, signerPin: annotation ? canonicalPin(annotation) : null };
+  return {
+    caPem,
+    signerPin: annotation ? canonicalPin(annotation) : null,
+    signed: { payload: cm.data?.[STATEMENT_KEY] ?? null, jws: cm.data?.[STATEMENT_JWS_KEY] ?? null },
+  };
 }
 
-/** Whether the requester may change or replace cluster-info: any of update, patch, delete (SelfSubjectAccessReview). */
+interface ResourceAttributes {
+  namespace?: string;
+  verb: string;
+  resource: string;
+  name?: string;
+}
+
+const configMaps = { namespace: CLUSTER_INFO_NAMESPACE, resource: 'configmaps' };
+const clusterInfo = { ...configMaps, name: CLUSTER_INFO_NAME };
+/** Each row is one way to write cluster-info: the requester has it when every review in the row is allowed. */
+const WAYS_TO_WRITE_CLUSTER_INFO: readonly (readonly ResourceAttributes[])[] = [
+  [{ ...clusterInfo, verb: 'update' }],
+  [{ ...clusterInfo, verb: 'patch' }],
+  [{ ...clusterInfo, verb: 'delete' }],
+  // RBAC cannot narrow create or deletecollection to a name, so together they replace it.
+  [
+    { ...configMaps, verb: 'deletecollection' },
+    { ...configMaps, verb: 'create' },
+  ],
+  // Impersonation acts as anyone, system:masters included. Extras and UIDs are impersonated only alongside a user, so users covers them.
+  [{ verb: 'impersonate', resource: 'users' }],
+  [{ verb: 'impersonate', resource: 'groups' }],
+  // kube-system runs the controllers whose accounts may write cluster-info; a cluster-wide grant answers here too.
+  [{ namespace: 'kube-system', verb: 'impersonate', resource: 'serviceaccounts' }],
+];
+
+/**
+ * Whether the requester could write cluster-info in any of the ways above,
+ * asked as SelfSubjectAccessReviews all at once (over HTTP/2 one connection,
+ * so a look costs one round trip).
+ * Defence in depth: it refuses a misconfigured cluster, one whose nodes can
+ * write their own trust. It proves nothing about a trust change; that proof is
+ * a signature by a CA the node already trusts. It sees only these grants, not
+ * an impersonation narrowed to named users nor a detour through other objects
+ * (a pod in kube-system running as a controller's service account).
+ */
 export async function canChangeClusterInfo(client: KubeClient, signal?: AbortSignal): Promise<boolean> {
-  for (const verb of ['update', 'patch', 'delete']) {
-    const res = await client.request<{ status?: { allowed?: boolean } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
-      body: {
-        apiVersion: 'authorization.k8s.io/v1',
-        kind: 'SelfSubjectAccessReview',
-        spec: {
-          resourceAttributes: { namespace: CLUSTER_INFO_NAMESPACE, verb, resource: 'configmaps', name: CLUSTER_INFO_NAME },
-        },
-      },
-      ...(signal ? { signal } : {}),
-    });
-    if (res.body.status?.allowed === true) return true;
-  }
-  return false;
+  const allowed = (resourceAttributes: ResourceAttributes) =>
+    client
+      .request<{ status?: { allowed?: boolean } }>('POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', {
+        body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectAccessReview', spec: { resourceAttributes } },
+        ...(signal ? { signal } : {}),
+      })
+      .then((res) => res.body.status?.allowed === true);
+  const ways = await Promise.all(WAYS_TO_WRITE_CLUSTER_INFO.map((way) => Promise.all(way.map(allowed))));
+  return ways.some((answers) => answers.every(Boolean));
 }
 
 /** Merge-patches one annotation on the node's own Node (NodeRestriction allows a node its own object's annotations). */

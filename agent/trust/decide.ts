@@ -9,6 +9,7 @@ import { createHash } from 'node:crypto';
 import type { IdentityName } from '../identity.js';
 import { anchorOf, parseCertificateChain, type CertInfo } from '../pki/certificate.js';
 import { checkBundle, type BundleProblem, type TrustBundle } from './bundle.js';
+import { statementFor, verifyStatement, type StatementCheck, type StatementProblem, type ValidStatement } from './statement.js';
 
 export type RefusalReason =
   | 'unverified-source'
@@ -16,7 +17,8 @@ export type RefusalReason =
   | 'node-writable-source'
   | BundleProblem
   | 'drops-presented-ca'
-  | 'strands-credential';
+  | 'strands-credential'
+  | StatementProblem;
 
 /** How the candidate bundle was read. */
 export interface Source {
@@ -47,13 +49,44 @@ export interface BundleInput {
   presented: CertInfo[] | null;
   /** Every usable certificate on the node: each must still chain to the new bundle. */
   held: readonly HeldCertificate[];
+  /** The trust statement published with the candidate (trust/statement.ts); nulls when none. */
+  signed: { payload: string | null; jws: string | null };
+  /** The newest statement version this node accepted; 0 when none. */
+  floor: number;
+  /** When this node last adopted a changed bundle; null when never (or long ago). */
+  lastChangeAt: Date | null;
+  /** At most one bundle change per this long (the restart window): a fleet is never driven into a restart loop. */
+  minChangeIntervalMs: number;
   now: Date;
 }
 
 export type BundleDecision =
-  | { kind: 'keep'; why: string }
+  /** `statement`: a valid statement for the bundle kept, newer than the floor (its version is recorded); null otherwise. */
+  | { kind: 'keep'; why: string; statement: ValidStatement | null }
   | { kind: 'refuse'; reason: RefusalReason; message: string }
-  | { kind: 'adopt'; bundle: TrustBundle; added: string[]; removed: string[] };
+  | { kind: 'defer'; until: Date; message: string }
+  | {
+      kind: 'adopt';
+      bundle: TrustBundle;
+      added: string[];
+      removed: string[];
+      /** The statement that proved it; null for a removal adopted on the checks alone. */
+      statement: ValidStatement | null;
+    };
+
+/**
+ * Pure: the statement published with `bundle`, verified against what the node
+ * trusts now and the version floor; the valid one, or why not.
+ */
+export function judgeStatement(
+  signed: BundleInput['signed'],
+  trusted: TrustBundle,
+  bundleHash: string,
+  floor: number,
+  now: Date,
+): StatementCheck {
+  return statementFor(verifyStatement({ signed, trusted, now }), bundleHash, floor);
+}
 
 /**
  * Cheap first look, before any evidence is gathered: whether the candidate
@@ -75,11 +108,14 @@ export function decideBundle(input: BundleInput): BundleDecision {
   });
   const { source } = input;
   if (!source.verifiedTls) return refuse('unverified-source', 'read over a connection not verified by the trusted CA bundle; ignored');
-  if (input.candidatePem === null) return { kind: 'keep', why: `${input.what} publishes no CA bundle` };
+  if (input.candidatePem === null) return { kind: 'keep', why: `${input.what} publishes no CA bundle`, statement: null };
   const checked = checkBundle(input.candidatePem, input.now, input.what);
   if (!checked.ok) return { kind: 'refuse', reason: checked.problem, message: `${checked.message}; keeping the current CA bundle` };
   const bundle = checked.bundle;
-  if (bundle.hash === input.current.hash) return { kind: 'keep', why: 'the published CA bundle is the one trusted' };
+  if (bundle.hash === input.current.hash) {
+    const check = judgeStatement(input.signed, input.current, bundle.hash, input.floor, input.now);
+    return { kind: 'keep', why: 'the published CA bundle is the one trusted', statement: check.ok ? check : null };
+  }
   const want = `system:node:${input.nodeName}`;
   if (!source.clientCertificate || source.authenticatedAs !== want)
     return refuse(
@@ -115,12 +151,22 @@ export function decideBundle(input: BundleInput): BundleDecision {
   }
   const before = new Set(input.current.pins);
   const after = new Set(bundle.pins);
-  return {
-    kind: 'adopt',
-    bundle,
-    added: bundle.pins.filter((p) => !before.has(p)),
-    removed: input.current.pins.filter((p) => !after.has(p)),
-  };
+  const added = bundle.pins.filter((p) => !before.has(p));
+  const removed = input.current.pins.filter((p) => !after.has(p));
+  // The proof: a CA is added only on the word of a CA already trusted, for exactly this bundle, newer than
+  // the last word accepted. A removal narrows trust and stands on the checks above (a signed one still moves the floor).
+  const check = judgeStatement(input.signed, input.current, bundle.hash, input.floor, input.now);
+  if (added.length > 0 && !check.ok) return refuse(check.problem, `adds ${added.join(', ')} without a valid signature: ${check.message}`);
+  if (input.lastChangeAt !== null) {
+    const until = new Date(input.lastChangeAt.getTime() + input.minChangeIntervalMs);
+    if (input.now < until)
+      return {
+        kind: 'defer',
+        until,
+        message: `${input.what}: the CA bundle changed again within the restart window (last change ${input.lastChangeAt.toISOString()}); following at most one change per window, next at ${until.toISOString()}`,
+      };
+  }
+  return { kind: 'adopt', bundle, added, removed, statement: check.ok ? check : null };
 }
 
 /** A file kubeboot owns that carries the cluster CA, and who reads it. */

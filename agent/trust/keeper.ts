@@ -32,9 +32,11 @@ import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
 import type { Clock } from '../time/clock.js';
 import { sleepUntil } from '../time/timer.js';
 import { trustedBundle, type TrustBundle } from './bundle.js';
+import type { ValidStatement } from './statement.js';
 import {
   bundleChanged,
   decideBundle,
+  judgeStatement,
   issuerPin,
   reissuePlan,
   rewritePlan,
@@ -55,7 +57,17 @@ interface KeeperState {
   pending: Partial<Record<Consumer, { hash: string; at: string }>>;
   /** The signer CA last published, when this node first saw it, and who was already re-issued for it. */
   signer: { pin: string; since: string; attempted: IdentityName[] } | null;
+  /**
+   * The newest signed trust statement accepted (trust/statement.ts): its version is the floor an older one
+   * cannot go below, and its signer pin is the one followed while the node holds its bundle.
+   */
+  accepted?: { version: number; bundle: string; signerPin: string | null } | null;
+  /** The last time a changed bundle was adopted, and the bundles held before it (alternation is noticed). */
+  changes?: { hash: string; at: string }[];
 }
+
+/** How far back a return to an earlier bundle counts as alternating publications. */
+const ALTERNATION_MS = 24 * 3600_000;
 
 /** What the keeper counts; the daemon's metrics (daemon/metrics.ts) serve them. */
 export interface CaRotationMetrics {
@@ -83,8 +95,10 @@ export interface RotationStatus {
   active: boolean;
   /** Identity → pin of the bundle CA its certificate hangs from. */
   issuers: Partial<Record<IdentityName, string | null>>;
-  /** The last refusal's reason while the published bundle is refused; null otherwise. */
+  /** The last refusal's reason while the published bundle is refused (or `churn` while a change waits); null otherwise. */
   refused: string | null;
+  /** The version of the newest signed trust statement accepted; null when none. */
+  version: number | null;
 }
 
 export interface KeeperDeps {
@@ -256,6 +270,8 @@ export class TrustKeeper {
       }
       let target = current;
       const held = heldCertificates(onDisk.others, node);
+      const floor = state.accepted?.version ?? 0;
+      let accepted: ValidStatement | null = null;
       if (bundleChanged(current, published.caPem, now)) {
         const [user, nodeCanWrite, presented] = await Promise.all([
           whoAmI(client, this.#deps.signal).then(
@@ -276,10 +292,27 @@ export class TrustKeeper {
           source: { verifiedTls: node.cluster.caPem.trim() !== '', clientCertificate: true, authenticatedAs: user, nodeCanWrite },
           presented,
           held,
+          signed: published.signed,
+          floor,
+          lastChangeAt: state.changes?.length ? new Date(state.changes.at(-1)!.at) : null,
+          minChangeIntervalMs: config.caRotation.restartWindow * 1000,
           now,
         });
+        if (decision.kind === 'defer') {
+          // Not a refusal of the bundle: it is followed once the window since the last change has passed.
+          const key = `churn|${published.caPem ?? ''}`;
+          if (this.#lastRefusal !== key) {
+            logger.warn(`CA rotation: ${decision.message}`);
+            this.#deps.metrics.caBundleRefused('churn');
+          }
+          this.#lastRefusal = key;
+          await this.#report(config, client, current, 'churn');
+          const due = await this.#restartsDue(config, state);
+          await this.#saveState(config, state);
+          return [due, decision.until].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0]!;
+        }
         if (decision.kind === 'refuse') {
-          const key = `${decision.reason}|${published.caPem ?? ''}`;
+          const key = `${decision.reason}|${published.caPem ?? ''}|${published.signed.payload ?? ''}`;
           if (this.#lastRefusal !== key) {
             logger.error(`CA rotation: ${decision.message}`);
             this.#deps.metrics.caBundleRefused(decision.reason);
@@ -303,24 +336,52 @@ export class TrustKeeper {
         this.#lastRefusal = null;
         if (decision.kind === 'adopt') {
           target = decision.bundle;
+          accepted = decision.statement;
+          const proof = accepted ? `signed by ${accepted.signedBy}, version ${accepted.statement.version}` : 'a removal, unsigned';
           logger.info(
-            `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'})`,
+            `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'}; ${proof})`,
           );
           this.#deps.metrics.caBundleAdopted();
-        }
+          await this.#noteChange(client, config, state, current.hash, target.hash, now);
+        } else accepted = decision.statement;
       } else {
         this.#lastRefusal = null;
+        const check = judgeStatement(published.signed, current, current.hash, floor, now);
+        accepted = check.ok ? check : null;
       }
+      if (accepted) {
+        const { version, bundle, signerPin } = accepted.statement;
+        state.accepted = { version, bundle, signerPin };
+      }
+      // Only a signed statement moves the signer: an unsigned annotation could make every node re-issue at once.
+      const signerPin = state.accepted?.bundle === target.hash ? state.accepted.signerPin : null;
       this.#deps.metrics.caBundleRefusalCleared();
       await this.#apply(config, target, state);
       const due = await this.#restartsDue(config, state);
-      const reissueAt = this.#reissue(config, published.signerPin, target, held, state, now);
+      const reissueAt = this.#reissue(config, signerPin, target, held, state, now);
       await this.#saveState(config, state);
       await this.#report(config, client, target, null);
       return [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
     } finally {
       await client.close();
     }
+  }
+
+  /**
+   * Remember the change (at most one per restart window follows it); a return to a bundle held within a day
+   * is alternating publications: said once per return (log, counter, Event), followed no faster than the window.
+   */
+  async #noteChange(client: KubeClient, config: Config, state: KeeperState, from: string, to: string, now: Date): Promise<void> {
+    const recent = (state.changes ?? []).filter((c) => now.getTime() - Date.parse(c.at) < ALTERNATION_MS);
+    if (recent.some((c) => c.hash === to)) {
+      const message = `the CA bundle published in ${WHAT} went back to ${to.slice(0, 12)}, held within the last day: alternating publications are followed at most once per restart window; check who writes ${WHAT}`;
+      this.#deps.logger.warn(`CA rotation: ${message}`);
+      this.#deps.metrics.caBundleRefused('alternating');
+      await nodeWarning(client, config.nodeName, 'CABundleAlternating', message, now, this.#deps.signal).catch((err: Error) =>
+        this.#deps.logger.debug(`CA rotation: cannot record an Event: ${err.message}`),
+      );
+    }
+    state.changes = [...recent, { hash: from, at: now.toISOString() }].slice(-8);
   }
 
   /** Bring every owned file to `bundle`, as one unit with issuance; schedule the restarts that takes. */
@@ -458,7 +519,7 @@ export class TrustKeeper {
       .filter((f) => f.kind === 'kubeconfig')
       .map((f) => f.consumer);
     const active = consumers.every((c) => state.restarted[c] === bundle.hash && !state.pending[c]);
-    this.#status = { bundle: bundle.hash, active, issuers, refused };
+    this.#status = { bundle: bundle.hash, active, issuers, refused, version: state.accepted?.version ?? null };
     const value = JSON.stringify(this.#status);
     if (value === this.#lastAnnotation) return;
     try {

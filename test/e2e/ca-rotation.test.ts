@@ -13,6 +13,7 @@
 // (kubeletServing, CSRs approved by the test as an admin), and kubeboot's
 // kubelet restart hook restarting that process. The other two run `kubeboot
 // run` alone, their restart hook a line in a file.
+import { createPrivateKey } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { appendFile, readdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
@@ -28,6 +29,7 @@ import { readOptional } from '../../agent/read-optional.js';
 import { trustedBundle } from '../../agent/trust/bundle.js';
 import { issuerPin } from '../../agent/trust/decide.js';
 import { x509 } from '../../agent/pki/x509.js';
+import { nextStatement, signStatement } from '../../agent/trust/statement.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
@@ -64,6 +66,15 @@ if (plane && net) {
   const bundle12 = trustedBundle(ca1Pem + ca2.certPem).pem;
   const ca2Pin = trustedBundle(ca2.certPem).pins[0]!;
   const ca1Body = ca1Pem.split('\n').slice(1, -2).join('\n');
+  // The admin's CA keys, as kubeadm keeps ca.key: `kubeboot ca-rotation publish --ca-key` signs with them.
+  const ca1Key = join(plane.dir, 'ca1.key');
+  await writeFile(ca1Key, plane.caKeyPem, { mode: 0o600 });
+  const rogue = await createCa('rogue-ca');
+  /** The ConfigMap's data as published at a step, for replaying it later as an attacker would. */
+  const snapshots: Record<string, Record<string, string>> = {};
+  const snapshot = async (name: string) => {
+    snapshots[name] = (await plane.admin.request<KubeObject>('GET', CLUSTER_INFO)).body.data as Record<string, string>;
+  };
   let adminCaPem = ca1Pem;
   let adminCert = await plane.mintClientCert({ commonName: 'kubeboot-admin', organizations: ['system:masters'] });
   /** The product's client as the admin uses it for `kubeboot ca-rotation` (agent/join/ca-rotation.ts). */
@@ -84,33 +95,87 @@ if (plane && net) {
     return kubeboot(t, ['ca-rotation', ...args, '--kubeconfig', file]);
   };
 
-  /** What an attacker (or a careless admin) puts in cluster-info: any text as its CA bundle. */
-  async function publishRaw(pem: string): Promise<void> {
+  /**
+   * What an attacker (or a careless admin) puts in cluster-info: any text as its CA bundle, with no trust
+   * statement or the one given; written by the admin, or by `as` (a client with less than admin rights).
+   */
+  async function publishRaw(pem: string, signed?: { payload: string; jws: string }, as?: KubeClient): Promise<void> {
     const cm = (await plane!.admin.request<KubeObject>('GET', CLUSTER_INFO)).body;
     const doc = parse(cm.data.kubeconfig);
     doc.clusters[0].cluster['certificate-authority-data'] = Buffer.from(pem).toString('base64');
     cm.data.kubeconfig = stringify(doc);
+    delete cm.data['kubeboot-trust'];
+    delete cm.data['kubeboot-trust.jws'];
+    if (signed) Object.assign(cm.data, { 'kubeboot-trust': signed.payload, 'kubeboot-trust.jws': signed.jws });
+    if (as) {
+      await as.request('PUT', CLUSTER_INFO, { body: cm });
+      return;
+    }
     const res = await plane!.admin.request('PUT', CLUSTER_INFO, cm);
     if (res.status !== 200) throw new Error(`PUT cluster-info: ${res.status}`);
   }
+  /** Puts back a snapshot's data whole (kubeconfig and statement), as an attacker replaying it would. */
+  async function replay(data: Record<string, string>): Promise<void> {
+    const cm = (await plane!.admin.request<KubeObject>('GET', CLUSTER_INFO)).body;
+    cm.data = { ...data };
+    const res = await plane!.admin.request('PUT', CLUSTER_INFO, cm);
+    if (res.status !== 200) throw new Error(`PUT cluster-info: ${res.status}`);
+  }
+  /** A statement over `pem` signed by `by` (any key: an attacker signs with hers), as new as she likes. */
+  const signedBy = (by: { certPem: string; keyPem: string }, pem: string) =>
+    signStatement(
+      { ...nextStatement(trustedBundle(pem), null, 0, new Date(), 3600_000), version: Math.floor(Date.now() / 1000) + 86400 },
+      createPrivateKey(by.keyPem),
+      trustedBundle(by.certPem).pins[0]!,
+    );
 
   const annotation = async (name: string) => {
     const node = (await plane.admin.request<KubeObject>('GET', `/api/v1/nodes/${name}`)).body;
     const raw = (node.metadata.annotations as Record<string, string> | undefined)?.['kubeboot.io/ca-rotation'];
     return raw ? (JSON.parse(raw) as { bundle: string; active: boolean; refused: string | null; issuers: Record<string, string> }) : null;
   };
-  const everyNode = (what: string, probe: (a: NonNullable<Awaited<ReturnType<typeof annotation>>>) => boolean) =>
-    plane.admin.waitFor(
-      what,
-      async () => {
-        for (const name of NODES) {
-          const a = await annotation(name);
-          if (!a || !probe(a)) return undefined;
-        }
-        return true;
-      },
-      STEP_MS,
-    );
+  /** Waits until every node's annotation passes `probe`; a timeout says what each node reported last. */
+  const everyNode = async (
+    what: string,
+    probe: (a: NonNullable<Awaited<ReturnType<typeof annotation>>>) => boolean,
+    which: readonly string[] = NODES,
+  ) => {
+    const last: Record<string, unknown> = {};
+    try {
+      await plane.admin.waitFor(
+        what,
+        async () => {
+          for (const name of which) {
+            const a = await annotation(name);
+            last[name] = a;
+            if (!a || !probe(a)) return undefined;
+          }
+          return true;
+        },
+        STEP_MS,
+      );
+    } catch (err) {
+      const logs = daemons.map(
+        (d, i) =>
+          `${NODES[i]}: ${d
+            .output()
+            .split('\n')
+            .filter((l) => /CA rotation|pass|error/.test(l))
+            .slice(-8)
+            .join(' | ')}`,
+      );
+      throw new Error(
+        `${(err as Error).message}; the nodes said ${JSON.stringify(last)}; their last CA rotation lines: ${logs.join(' || ')}`,
+      );
+    }
+  };
+  /** Both files a node keeps the cluster CA in (kubelet.conf and the kubelet's client-CA file) hold exactly `hash`. */
+  const everyNodeTrusts = async (t: Test, hash: string, what: string) => {
+    for (const node of nodes) {
+      t.equal(trustedBundle(await kubeconfigCa(node)).hash, hash, `${what}: ${node.name}'s kubelet.conf`);
+      t.equal(trustedBundle(await readFile(join(node.dir, 'client-ca.crt'), 'utf8')).hash, hash, `${what}: ${node.name}'s client-CA file`);
+    }
+  };
   const kubeconfigCa = async (node: NodeLayout) =>
     (await parseClientKubeconfig(node.kubeletKubeconfig, (await readOptional(node.kubeletKubeconfig))!, readOptional)).caPem!;
 
@@ -255,6 +320,29 @@ if (plane && net) {
         reason: 'node-writable-source',
         undo: () => grantNodesWrite(false),
       },
+      {
+        // The attack of issue 26: a user holding only get/update on kube-public/cluster-info adds her CA.
+        name: 'a CA added by a user who may only write cluster-info, unsigned',
+        publish: async () => {
+          const writer = await clusterInfoWriter();
+          try {
+            await publishRaw(ca1Pem + rogue.certPem, undefined, writer);
+          } finally {
+            await writer.close();
+          }
+        },
+        reason: 'unsigned',
+      },
+      {
+        name: 'a CA added with a statement signed by that CA itself',
+        publish: () => publishRaw(ca1Pem + rogue.certPem, signedBy(rogue, ca1Pem + rogue.certPem)),
+        reason: 'untrusted-signer',
+      },
+      {
+        name: "a CA added next to a statement the admin's CA signed for another bundle",
+        publish: () => publishRaw(ca1Pem + rogue.certPem, signedBy({ certPem: ca1Pem, keyPem: plane.caKeyPem }, bundle12)),
+        reason: 'signature-mismatch',
+      },
       { name: 'a bundle dropping the CA the API server presents', publish: () => publishRaw(ca2.certPem), reason: 'drops-presented-ca' },
       { name: 'a bundle with a leaf certificate', publish: () => publishRaw(ca1Pem + leaf), reason: 'not-ca' },
       { name: 'a bundle with an expired CA', publish: () => publishRaw(ca1Pem + expired), reason: 'expired' },
@@ -276,7 +364,7 @@ if (plane && net) {
             `${name}: a Warning Event on its Node says why`,
           );
       }
-      for (const node of nodes) t.equal(trustedBundle(await kubeconfigCa(node)).hash, hash1, `${c.name}: ${node.name} keeps CA 1 only`);
+      await everyNodeTrusts(t, hash1, `${c.name}: CA 1 only`);
       await publishRaw(ca1Pem);
       await c.undo?.();
       await everyNode(`every node to accept CA 1 again after ${c.name}`, (a) => a.refused === null && a.bundle === hash1);
@@ -295,7 +383,12 @@ if (plane && net) {
     const gone = await offline.done;
     assertNoSecrets(t, gone.stdout + gone.stderr, 'kubeboot run (rot-3, before going offline)');
     const published = Date.now();
-    t.equal((await caRotation(t, 'publish', bundleFile)).code, 0, 'kubeboot ca-rotation publish ca-bundle.crt');
+    t.equal((await caRotation(t, 'publish', bundleFile)).code, 2, 'kubeboot ca-rotation publish without --ca-key: refused (exit 2)');
+    const signedPublish = await caRotation(t, 'publish', bundleFile, '--ca-key', ca1Key);
+    t.equal(signedPublish.code, 0, 'kubeboot ca-rotation publish ca-bundle.crt --ca-key ca.key');
+    assertNoSecrets(t, signedPublish.stdout + signedPublish.stderr, 'kubeboot ca-rotation publish');
+    t.notOk((signedPublish.stdout + signedPublish.stderr).includes(plane.caKeyPem.split('\n')[1]!), 'publish never prints the CA key');
+    await snapshot('both, signed by CA 1');
     await plane.admin.waitFor(
       'rot-1 and rot-2 to use CA 1 + CA 2',
       async () => {
@@ -372,11 +465,15 @@ if (plane && net) {
     await writeFile(ca2Key, ca2.keyPem, { mode: 0o600 });
     await plane.restart('kube-controller-manager', { 'cluster-signing-cert-file': ca2Cert, 'cluster-signing-key-file': ca2Key });
     steps.signerSwitched = Date.now();
-    t.equal(
-      (await caRotation(t, 'publish', bundleFile, '--signer-ca-hash', ca2Pin)).code,
-      0,
-      'kubeboot ca-rotation publish --signer-ca-hash',
+    // Signed by CA 2 this time: the nodes trust it since step 1.
+    const signerPublish = await caRotation(t, 'publish', bundleFile, '--signer-ca-hash', ca2Pin, '--ca-key', ca2Key);
+    t.equal(signerPublish.code, 0, 'kubeboot ca-rotation publish --signer-ca-hash --ca-key ca2.key');
+    t.match(
+      signerPublish.stdout,
+      /the signer moves to sha256:[0-9a-f]{64}: \d+ certificate\(s\) on 3 node\(s\) are re-issued/,
+      'and says how many certificates every node re-issues',
     );
+    await snapshot('both with the signer, signed by CA 2');
     await plane.admin.waitFor(
       'every node to hold certificates under CA 2',
       async () => ((await withAdmin((c) => rotationProgress(c, both, ca2Pin))).ready ? true : undefined),
@@ -385,8 +482,9 @@ if (plane && net) {
 
     // 5. Retire CA 1: nodes first, then the control plane.
     steps.retired = Date.now();
-    const retired = await caRotation(t, 'retire', ca2Cert);
+    const retired = await caRotation(t, 'retire', ca2Cert, '--ca-key', ca2Key);
     t.equal(retired.code, 0, `kubeboot ca-rotation retire: every node was ready (${retired.stderr.trim()})`);
+    t.match(retired.stderr, /join commands and user-data pinning it fail from now on/, 'retire says the old join pin stops working');
     await plane.admin.waitFor(
       'every node to trust and use CA 2 only',
       async () => ((await withAdmin((c) => rotationProgress(c, only2, ca2Pin))).ready ? true : undefined),
@@ -466,6 +564,41 @@ if (plane && net) {
     );
   });
 
+  t.test('after the rotation: an older signed bundle and the retired CA are refused, and nothing changes', async (t) => {
+    const only2Hash = only2.hash;
+    const before = await Promise.all(nodes.map((n) => restarts(n)));
+    const cases: { name: string; publish: () => Promise<void>; reason: string }[] = [
+      {
+        name: 'the step-4 ConfigMap replayed whole (CA 1 + CA 2, a statement CA 2 signed, an older version)',
+        publish: () => replay(snapshots['both with the signer, signed by CA 2']!),
+        reason: 'replayed',
+      },
+      {
+        name: 'the step-1 ConfigMap replayed whole (signed by CA 1, retired since)',
+        publish: () => replay(snapshots['both, signed by CA 1']!),
+        reason: 'untrusted-signer',
+      },
+      {
+        name: "the retired CA's key signing CA 1 back in, as new as it likes",
+        publish: () => publishRaw(bundle12, signedBy({ certPem: ca1Pem, keyPem: plane.caKeyPem }, bundle12)),
+        reason: 'untrusted-signer',
+      },
+    ];
+    for (const c of cases) {
+      await c.publish();
+      // rot-3 (the node restarted mid-rotation) was seen to stop looking for minutes after the API server's last
+      // restart: a liveness gap of the pass, not of this rule (docs/testing.md); whether it looks or not, it
+      // must not adopt, which the files show below. rot-1 and rot-2 must say why they refuse.
+      await everyNode(`rot-1 and rot-2 to refuse ${c.name}`, (a) => a.refused === c.reason, ['rot-1', 'rot-2']);
+      await everyNodeTrusts(t, only2Hash, `${c.name}: CA 2 alone`);
+    }
+    // The admin puts the final bundle back, signed anew.
+    t.equal((await caRotation(t, 'publish', join(plane.dir, 'ca2.crt'), '--ca-key', join(plane.dir, 'ca2.key'))).code, 0);
+    await everyNode('rot-1 and rot-2 to accept CA 2 alone again', (a) => a.refused === null && a.bundle === only2Hash, ['rot-1', 'rot-2']);
+    t.same(await Promise.all(nodes.map((n) => restarts(n))), before, 'no node restarted anything');
+    for (const [i, daemon] of daemons.entries()) t.equal(daemon.child.exitCode, null, `${NODES[i]}: kubeboot still runs`);
+  });
+
   t.test('every request was authenticated; no bootstrap token was used after the join', async (t) => {
     const events = (await readFile(plane.auditLog!, 'utf8'))
       .split('\n')
@@ -493,27 +626,38 @@ if (plane && net) {
     }
   });
 
+  const ROLES = '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles';
+  const BINDINGS = '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings';
+
+  /** A Role in kube-public on cluster-info alone, with these verbs, bound to one subject. */
+  async function grantClusterInfo(name: string, verbs: string[], subject: { kind: 'User' | 'Group'; name: string }): Promise<void> {
+    expectCreated(
+      await plane!.admin.request('POST', ROLES, {
+        metadata: { name },
+        rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: ['cluster-info'], verbs }],
+      }),
+    );
+    expectCreated(
+      await plane!.admin.request('POST', BINDINGS, {
+        metadata: { name },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name },
+        subjects: [{ apiGroup: 'rbac.authorization.k8s.io', ...subject }],
+      }),
+    );
+  }
+
+  /** A user bound to exactly get and update on kube-public/cluster-info: no pods, secrets, nodes or CSRs. */
+  async function clusterInfoWriter(): Promise<KubeClient> {
+    if ((await plane!.admin.request('GET', `${ROLES}/cluster-info-writer`)).status === 404)
+      await grantClusterInfo('cluster-info-writer', ['get', 'update'], { kind: 'User', name: 'mallory' });
+    const cert = await plane!.mintClientCert({ commonName: 'mallory' });
+    return new KubeClient({ server: plane!.server, caPem: adminCaPem }, { kind: 'client-certificate', ...cert });
+  }
+
   async function grantNodesWrite(on: boolean): Promise<void> {
-    const role = '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/roles';
-    const binding = '/apis/rbac.authorization.k8s.io/v1/namespaces/kube-public/rolebindings';
-    if (!on) {
-      await plane!.admin.request('DELETE', `${binding}/careless-node-write`);
-      await plane!.admin.request('DELETE', `${role}/careless-node-write`);
-      return;
-    }
-    expectCreated(
-      await plane!.admin.request('POST', role, {
-        metadata: { name: 'careless-node-write' },
-        rules: [{ apiGroups: [''], resources: ['configmaps'], resourceNames: ['cluster-info'], verbs: ['update', 'patch'] }],
-      }),
-    );
-    expectCreated(
-      await plane!.admin.request('POST', binding, {
-        metadata: { name: 'careless-node-write' },
-        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'careless-node-write' },
-        subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:nodes' }],
-      }),
-    );
+    if (on) return grantClusterInfo('careless-node-write', ['update', 'patch'], { kind: 'Group', name: 'system:nodes' });
+    await plane!.admin.request('DELETE', `${BINDINGS}/careless-node-write`);
+    await plane!.admin.request('DELETE', `${ROLES}/careless-node-write`);
   }
 }
 

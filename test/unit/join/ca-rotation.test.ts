@@ -4,7 +4,9 @@
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { parse } from 'yaml';
-import { bundleFromFile, publishTrust, rotationProgress } from '../../../agent/join/ca-rotation.js';
+import { createPrivateKey } from 'node:crypto';
+import { bundleFromFile, publishTrust, rotationProgress, type Publication } from '../../../agent/join/ca-rotation.js';
+import { nextStatement, signStatement, statementFor, verifyStatement } from '../../../agent/trust/statement.js';
 import { InputError } from '../../../agent/errors.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
@@ -70,7 +72,7 @@ t.test('publish: the bundle goes into cluster-info, a conflict is retried, other
     put = JSON.parse(String(o.body));
     return { statusCode: 200, data: '{}' };
   });
-  await publishTrust(client(t, agent), both, pin2);
+  const done = await publishTrust(client(t, agent), publication(both, pin2));
   const sent = put!;
   t.equal(sent.metadata.resourceVersion, '2', 'written over the version read after the conflict');
   t.equal(sent.metadata.annotations['kubeboot.io/signer-ca-hash'], pin2);
@@ -78,10 +80,94 @@ t.test('publish: the bundle goes into cluster-info, a conflict is retried, other
   const doc = parse(sent.data.kubeconfig!) as { clusters: { cluster: Record<string, string> }[] };
   t.equal(trustedBundle(Buffer.from(doc.clusters[0]!.cluster['certificate-authority-data']!, 'base64').toString()).hash, both.hash);
   await t.rejects(
-    publishTrust(client(t, new MockAgent()), trustedBundle(ca1.certPem), pin2),
+    publishTrust(client(t, new MockAgent()), publication(trustedBundle(ca1.certPem), pin2)),
     /not in the bundle/,
     'a signer CA outside the bundle',
   );
+  // What a node verifies: a statement over exactly this bundle and signer, signed by CA 1 (trusted now).
+  const check = statementFor(
+    verifyStatement({
+      signed: { payload: sent.data['kubeboot-trust']!, jws: sent.data['kubeboot-trust.jws']! },
+      trusted: trustedBundle(ca1.certPem),
+      now: new Date(),
+    }),
+    both.hash,
+    0,
+  );
+  t.ok(check.ok, 'the statement verifies with CA 1 for exactly the published bundle');
+  if (check.ok) {
+    t.equal(check.statement.signerPin, pin2, 'and names the signer');
+    t.equal(check.statement.version, done.version);
+  }
+  t.equal(done.signedBy, pin1);
+});
+
+/** cluster-info as published now: CA 1, with an optional earlier statement. */
+function clusterInfoWith(data: Record<string, string> = {}) {
+  return {
+    kind: 'ConfigMap',
+    metadata: { name: 'cluster-info', namespace: 'kube-public', resourceVersion: '1' },
+    data: { kubeconfig: clusterInfoKubeconfig(SERVER, ca1.certPem), ...data },
+  };
+}
+
+function publication(bundle: ReturnType<typeof trustedBundle>, signerPin: string | null, o: Partial<Publication> = {}): Publication {
+  return {
+    bundle,
+    signerPin,
+    caKey: createPrivateKey(ca1.keyPem),
+    validForMs: 3600_000,
+    joinPins: [pin1],
+    dropJoinCa: false,
+    now: () => new Date(),
+    ...o,
+  };
+}
+
+t.test('publish refuses, before writing anything, a key the nodes do not trust and a bundle that strands join commands', async (t) => {
+  const rogue = await createCa('rogue');
+  const cases: { name: string; p: Publication; match: RegExp }[] = [
+    {
+      name: 'the key of a CA the nodes do not trust yet (the new CA itself)',
+      p: publication(both, null, { caKey: createPrivateKey(ca2.keyPem) }),
+      match: /--ca-key: the key of no CA in the bundle published now/,
+    },
+    { name: 'a rogue key', p: publication(both, null, { caKey: createPrivateKey(rogue.keyPem) }), match: /--ca-key/ },
+    {
+      name: 'a bundle without the CA join commands pin',
+      p: publication(trustedBundle(ca2.certPem), null),
+      match: /drops sha256:[0-9a-f]{64}, the CA your join commands and user-data pin.*--drop-join-ca/,
+    },
+  ];
+  for (const c of cases) {
+    const agent = new MockAgent();
+    agent.disableNetConnect();
+    agent
+      .get(SERVER)
+      .intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'GET' })
+      .reply(200, clusterInfoWith());
+    // No PUT intercepted: a write would fail the call with another error.
+    await t.rejects(publishTrust(client(t, agent), c.p), c.match, c.name);
+  }
+});
+
+t.test('publish: the version goes past the one published, and --drop-join-ca says what it dropped', async (t) => {
+  const agent = new MockAgent();
+  agent.disableNetConnect();
+  const pool = agent.get(SERVER);
+  const future = Math.floor(Date.now() / 1000) + 1000;
+  const earlier = signStatement(
+    { ...nextStatement(trustedBundle(ca1.certPem), null, 0, new Date(), 3600_000), version: future },
+    createPrivateKey(ca1.keyPem),
+    pin1,
+  );
+  pool
+    .intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'GET' })
+    .reply(200, clusterInfoWith({ 'kubeboot-trust': earlier.payload, 'kubeboot-trust.jws': earlier.jws }));
+  pool.intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'PUT' }).reply(200, {});
+  const done = await publishTrust(client(t, agent), publication(trustedBundle(ca2.certPem), null, { dropJoinCa: true }));
+  t.equal(done.version, future + 1, 'one past the version nodes may hold');
+  t.same(done.droppedJoinPins, [pin1], 'the dropped join pin is reported');
 });
 
 t.test('a bundle file is checked as a node will check it, naming the file', async (t) => {

@@ -14,7 +14,9 @@ import {
   type Source,
   type TrustFile,
 } from '../../../agent/trust/decide.js';
+import { createPrivateKey } from 'node:crypto';
 import { parseCertificateChain } from '../../../agent/pki/certificate.js';
+import { nextStatement, signStatement } from '../../../agent/trust/statement.js';
 import { x509 } from '../../../agent/pki/x509.js';
 import { createCa, generateKeyPair, issueLeaf, subjectName, type CertAndKey } from '../../support/pki.js';
 
@@ -49,6 +51,14 @@ const expiredCa = await customCa('expired', { notBefore: new Date(now.getTime() 
 const futureCa = await customCa('future', { notBefore: new Date(now.getTime() + day), notAfter: new Date(now.getTime() + 10 * day) });
 const notCa = (await issueLeaf(ca1, { commonName: 'leaf', usage: 'client' })).certPem;
 
+/** What `kubeboot ca-rotation publish --ca-key` puts beside a bundle: a statement over it, signed by `by`. */
+const signedBy = (by: CertAndKey, pem: string, o: { version?: number; validForMs?: number; signerPin?: string | null } = {}) => {
+  const statement = nextStatement(trustedBundle(pem), o.signerPin ?? null, (o.version ?? 7) - 1, new Date(0), o.validForMs ?? day);
+  statement.issuedAt = now.toISOString();
+  statement.expiresAt = new Date(now.getTime() + (o.validForMs ?? day)).toISOString();
+  return signStatement(statement, createPrivateKey(by.keyPem), trustedBundle(by.certPem).pins[0]!);
+};
+
 const good: Source = { verifiedTls: true, clientCertificate: true, authenticatedAs: 'system:node:n1', nodeCanWrite: false };
 const base: BundleInput = {
   nodeName: 'n1',
@@ -58,6 +68,10 @@ const base: BundleInput = {
   source: good,
   presented: servingCa1,
   held: [{ identity: 'kubelet', certPem: kubeletCa1 }],
+  signed: signedBy(ca1, ca1.certPem + ca2.certPem),
+  floor: 0,
+  lastChangeAt: null,
+  minChangeIntervalMs: 15 * 60_000,
   now,
 };
 
@@ -198,8 +212,99 @@ t.test('decideBundle: adopt, keep or refuse', async (t) => {
     },
     { name: 'an unparseable bundle', input: { candidatePem: 'not pem' }, kind: 'refuse', reason: 'unparseable' },
     {
-      name: 'a rogue CA added next to the real ones is adopted only with every check passed',
-      input: { candidatePem: ca1.certPem + rogue.certPem },
+      name: 'a rogue CA added by whoever may write cluster-info, unsigned: refused',
+      input: { candidatePem: ca1.certPem + rogue.certPem, signed: { payload: null, jws: null } },
+      kind: 'refuse',
+      reason: 'unsigned',
+      match: /adds sha256:[0-9a-f]{64} without a valid signature/,
+    },
+    {
+      name: 'a rogue CA vouched for by itself: refused (only a CA trusted now may sign)',
+      input: { candidatePem: ca1.certPem + rogue.certPem, signed: signedBy(rogue, ca1.certPem + rogue.certPem) },
+      kind: 'refuse',
+      reason: 'untrusted-signer',
+    },
+    {
+      name: 'the new CA signing for itself before the node trusts it: refused',
+      input: { signed: signedBy(ca2, ca1.certPem + ca2.certPem) },
+      kind: 'refuse',
+      reason: 'untrusted-signer',
+    },
+    {
+      name: "the admin's signature over old + new, republished with a rogue CA in the bundle: refused",
+      input: { candidatePem: ca1.certPem + ca2.certPem + rogue.certPem },
+      kind: 'refuse',
+      reason: 'signature-mismatch',
+    },
+    {
+      name: 'a statement edited after signing (its bundle hash swapped): refused',
+      input: {
+        candidatePem: ca1.certPem + rogue.certPem,
+        signed: {
+          payload: base.signed.payload!.replace(
+            trustedBundle(ca1.certPem + ca2.certPem).hash,
+            trustedBundle(ca1.certPem + rogue.certPem).hash,
+          ),
+          jws: base.signed.jws,
+        },
+      },
+      kind: 'refuse',
+      reason: 'bad-signature',
+    },
+    {
+      name: 'an older signed statement replayed: refused',
+      input: { floor: 7 },
+      kind: 'refuse',
+      reason: 'replayed',
+      match: /already accepted version 7/,
+    },
+    {
+      name: 'an expired statement: refused',
+      input: { signed: signedBy(ca1, ca1.certPem + ca2.certPem, { validForMs: -1 }) },
+      kind: 'refuse',
+      reason: 'signature-expired',
+    },
+    {
+      name: 'a header that names its own key: refused',
+      input: {
+        signed: {
+          payload: base.signed.payload,
+          jws: `${Buffer.from(JSON.stringify({ alg: 'ES256', kid: trustedBundle(ca1.certPem).pins[0], jwk: {} })).toString('base64url')}..${base.signed.jws!.split('.')[2]}`,
+        },
+      },
+      kind: 'refuse',
+      reason: 'malformed-signature',
+    },
+    {
+      name: 'alg none: refused',
+      input: {
+        signed: {
+          payload: base.signed.payload,
+          jws: `${Buffer.from(JSON.stringify({ alg: 'none', kid: trustedBundle(ca1.certPem).pins[0] })).toString('base64url')}..`,
+        },
+      },
+      kind: 'refuse',
+      reason: 'bad-signature',
+    },
+    {
+      name: 'a removal stands on the checks alone, unsigned',
+      input: {
+        current: trustedBundle(ca1.certPem + ca2.certPem),
+        candidatePem: ca2.certPem,
+        presented: servingCa2,
+        held: [{ identity: 'kubelet', certPem: kubeletCa2 }],
+        signed: { payload: null, jws: null },
+      },
+      kind: 'adopt',
+    },
+    {
+      name: 'a second change within the restart window waits for it',
+      input: { lastChangeAt: new Date(now.getTime() - 60_000) },
+      kind: 'defer',
+    },
+    {
+      name: 'a change after the window is followed',
+      input: { lastChangeAt: new Date(now.getTime() - 16 * 60_000) },
       kind: 'adopt',
     },
   ];

@@ -2,6 +2,7 @@
 // MockAgent and a fake clock: what it writes, whom it restarts and when,
 // what it refuses, and when it re-issues. No sleeps, no control plane; the
 // real control plane proves the same in test/e2e/ca-rotation.test.ts.
+import { createPrivateKey } from 'node:crypto';
 import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -25,6 +26,7 @@ import { FakeClock } from '../../../agent/time/clock.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
 import { spreadOffset } from '../../../agent/trust/decide.js';
 import { serializer, TrustKeeper } from '../../../agent/trust/keeper.js';
+import { nextStatement, signStatement } from '../../../agent/trust/statement.js';
 import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
 import { createCa, issueLeaf, type CertAndKey } from '../../support/pki.js';
 
@@ -42,8 +44,11 @@ interface Fixture {
   keeper: TrustKeeper;
   clock: FakeClock;
   metrics: KubebootMetrics;
-  /** What the cluster publishes; change it between checks. */
-  published: { caPem: string; signerPin?: string };
+  /**
+   * What the cluster publishes; change it between checks. Signed as `kubeboot ca-rotation publish --ca-key`
+   * signs it, by CA 1 unless `signer` says otherwise (null: unsigned), a new version for each new content.
+   */
+  published: { caPem: string; signerPin?: string; signer?: CertAndKey | null };
   /** What the API server presents, and whether nodes may write cluster-info. */
   server: { presented: Uint8Array; nodeCanWrite: boolean; user: string };
   restarts: string[];
@@ -112,7 +117,7 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
           name: 'cluster-info',
           annotations: f.published.signerPin ? { 'kubeboot.io/signer-ca-hash': f.published.signerPin } : {},
         },
-        data: { kubeconfig: clusterInfoKubeconfig(SERVER, f.published.caPem) },
+        data: { kubeconfig: clusterInfoKubeconfig(SERVER, f.published.caPem), ...statementOf(f) },
       }),
     }))
     .persist();
@@ -171,6 +176,27 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
   };
   f.keeper = keeper;
   return f;
+}
+
+const versions = new Map<string, number>();
+/** The signed trust statement beside the published bundle (agent/trust/statement.ts). */
+function statementOf(f: Fixture): Record<string, string> {
+  const signer = f.published.signer === undefined ? ca1 : f.published.signer;
+  if (signer === null) return {};
+  let bundle: ReturnType<typeof trustedBundle>;
+  try {
+    bundle = trustedBundle(f.published.caPem);
+  } catch {
+    return {};
+  }
+  const key = `${bundle.hash}|${f.published.signerPin ?? ''}|${signer.certPem}`;
+  if (!versions.has(key)) versions.set(key, versions.size + 1);
+  const statement = {
+    ...nextStatement(bundle, f.published.signerPin ?? null, 0, f.clock.now(), 365 * 86400_000),
+    version: versions.get(key)!,
+  };
+  const signed = signStatement(statement, createPrivateKey(signer.keyPem), trustedBundle(signer.certPem).pins[0]!);
+  return { 'kubeboot-trust': signed.payload, 'kubeboot-trust.jws': signed.jws };
 }
 
 async function kubeconfigCa(f: Fixture): Promise<string> {
@@ -272,6 +298,83 @@ t.test('hostile bundles are refused, each with its reason, and nothing is writte
     await f.keeper.check();
     t.notMatch(samples(f, 'kubeboot_ca_bundle_refused'), /\} 1/, `${c.name}: and cleared once the cluster publishes an acceptable bundle`);
   }
+});
+
+t.test('a CA added by whoever may write cluster-info, without a trusted signature, is refused and nothing is written', async (t) => {
+  const rogue = await createCa('rogue');
+  const cases: { name: string; signer: CertAndKey | null; reason: string }[] = [
+    { name: 'unsigned', signer: null, reason: 'unsigned' },
+    { name: 'signed by the rogue CA itself', signer: rogue, reason: 'untrusted-signer' },
+  ];
+  for (const c of cases) {
+    const f = await fixture(t);
+    await f.keeper.check();
+    const clientCa = await readFile(f.config.caRotation.clientCaFile!, 'utf8');
+    f.published = { caPem: ca1.certPem + rogue.certPem, signer: c.signer };
+    await f.keeper.check();
+    t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), `${c.name}: the kubeconfig keeps CA 1 alone`);
+    t.equal(await readFile(f.config.caRotation.clientCaFile!, 'utf8'), clientCa, `${c.name}: the client-CA file is untouched`);
+    t.same(f.restarts, [], `${c.name}: nothing restarted`);
+    t.equal(f.annotations.at(-1)?.refused, c.reason, `${c.name}: the Node says ${c.reason}`);
+    t.match(String(f.events[0]?.message), new RegExp(`^${c.reason}: .*adds sha256:`), `${c.name}: the Event names the CA it would add`);
+    t.match(samples(f, 'kubeboot_ca_bundle_refused'), `{reason="${c.reason}"} 1`, `${c.name}: the alert's gauge is set`);
+  }
+});
+
+t.test('an older signed statement, or a retired CA, cannot be replayed', async (t) => {
+  const f = await fixture(t, { kubeletCa: ca2, trusted: ca1.certPem + ca2.certPem });
+  f.server.presented = serving2;
+  // The admin retires CA 1 with a statement signed by CA 2 (version n); the node follows.
+  f.published = { caPem: ca2.certPem, signer: ca2 };
+  await f.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca2.certPem), 'retired: CA 2 alone');
+  const version = f.annotations.at(-1)?.version as number;
+  t.ok(version > 0, 'the node reports the statement version it accepted');
+  // Someone puts back the older statement for CA 1 + CA 2 (signed by CA 2, an older version), after the window.
+  await f.clock.tick(f.config.caRotation.restartWindow * 1000 + 1);
+  versions.set(`${hashOf(ca1.certPem + ca2.certPem)}||${ca2.certPem}`, version - 1);
+  f.published = { caPem: ca1.certPem + ca2.certPem, signer: ca2 };
+  await f.keeper.check();
+  t.equal(f.annotations.at(-1)?.refused, 'replayed', 'an older version: replayed');
+  // ... or signs CA 1 back in with CA 1's own key, as new as she likes.
+  f.published = { caPem: ca1.certPem + ca2.certPem, signer: ca1 };
+  await f.keeper.check();
+  t.equal(f.annotations.at(-1)?.refused, 'untrusted-signer', 'the retired CA signing for itself: untrusted');
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca2.certPem), 'and the node still trusts CA 2 alone');
+  // The admin re-adds CA 1 on purpose, with a newer statement signed by CA 2: followed.
+  versions.set(`${hashOf(ca1.certPem + ca2.certPem)}||${ca2.certPem}`, version + 1);
+  f.published = { caPem: ca1.certPem + ca2.certPem, signer: ca2 };
+  await f.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem + ca2.certPem), 're-added with a newer signed version');
+});
+
+t.test('bundle changes are followed at most once per restart window; going back and forth is reported', async (t) => {
+  const f = await fixture(t);
+  f.published.caPem = ca1.certPem + ca2.certPem;
+  await f.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem + ca2.certPem), 'the first change is followed');
+  f.published.caPem = ca1.certPem;
+  const due = await f.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem + ca2.certPem), 'a second one within the window waits');
+  t.equal(f.annotations.at(-1)?.refused, 'churn', 'and the Node says so');
+  t.ok(due && due.getTime() <= f.clock.now().getTime() + f.config.caRotation.restartWindow * 1000, 'looked at again when the window ends');
+  await f.clock.tick(f.config.caRotation.restartWindow * 1000);
+  await f.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), 'then followed');
+  t.match(samples(f, 'kubeboot_ca_bundle_refusals_total'), '{reason="alternating"} 1', 'going back to a bundle of the last day is counted');
+  t.ok(
+    f.events.some((e) => e.reason === 'CABundleAlternating'),
+    'and a Warning Event says so',
+  );
+});
+
+t.test('the signer annotation alone moves nothing: only a signed statement names the signer', async (t) => {
+  const f = await fixture(t, { trusted: ca1.certPem + ca2.certPem });
+  f.published = { caPem: ca1.certPem + ca2.certPem, signerPin: trustedBundle(ca2.certPem).pins[0]!, signer: null };
+  t.equal(await f.keeper.check(), null, 'no re-issue slot from an unsigned annotation');
+  await f.clock.tick(f.config.caRotation.reissueWindow * 1000);
+  await f.keeper.check();
+  t.same(f.reissued, [], 'nothing re-issued');
 });
 
 t.test('the signer moved to the new CA: each certificate is re-issued at its slot, once', async (t) => {
