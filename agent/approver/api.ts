@@ -70,7 +70,10 @@ export async function decideCsr(
   signal?: AbortSignal,
 ): Promise<DecisionWrite> {
   const condition = { type, status: 'True', reason: APPROVER_REASON, message };
-  const body = { ...csr, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] } };
+  // The approval strategy takes only the conditions from the body, and the spec as stored: a
+  // request too large to keep (retain.ts) is sent as '' and the stored one stays.
+  const { oversizedRequest: _, ...object } = csr;
+  const body = { ...object, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] } };
   const res = await client.request('PUT', `${objectPath(CSR_PATH, csr.metadata.name)}/approval`, { body, accept: [404, 409], signal });
   if (res.status === 409) return { kind: 'conflict' };
   if (res.status === 404) return { kind: 'not-found' };

@@ -9,12 +9,14 @@
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
 import { decideCsr, getNode, subjectAccessReview, warnOnCsr, type DecisionWrite } from './api.js';
+import { cachedApiServerFacts, readApiServerFacts, type ApiServerFacts } from './apiserver.js';
 import { isSettled, isUnissued, type ApproverCsr } from './csr-facts.js';
 import { AUTHORIZED_RULE, decide, type Decision } from './decide.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
 import type { ApproverMetrics } from './metrics.js';
 import type { ApproverPolicy } from './policy.js';
+import { decidedSigners } from './retain.js';
 import { excerpt } from '../text.js';
 import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 
@@ -38,6 +40,10 @@ export interface ApproverOptions {
   retryMs?: number;
   /** The informer's resync, the lease and every re-check run on it. */
   clock?: Clock;
+  /** Seam for tests: the API server's names and addresses (default: read from the cluster, apiserver.ts). */
+  apiServer?: () => Promise<ApiServerFacts>;
+  /** The bound on what the CSR cache keeps (retain.ts); default MAX_CACHE_BYTES. */
+  maxCacheBytes?: number;
 }
 
 export class Approver {
@@ -61,6 +67,8 @@ export class Approver {
   /** Requesters with a decision in flight. */
   readonly #busy = new Set<string>();
   #signal: AbortSignal | null = null;
+  /** The API server's names and addresses, re-read at most once a minute. */
+  readonly #apiServer: () => Promise<ApiServerFacts>;
 
   constructor(client: KubeClient, opts: ApproverOptions, logger: Logger, metrics: ApproverMetrics) {
     this.#client = client;
@@ -68,6 +76,7 @@ export class Approver {
     this.#logger = logger;
     this.#metrics = metrics;
     this.#clock = opts.clock ?? systemClock;
+    this.#apiServer = opts.apiServer ?? cachedApiServerFacts(() => readApiServerFacts(client, this.#signal ?? undefined), this.#clock);
     this.informer = new CsrInformer(
       client,
       {
@@ -75,9 +84,12 @@ export class Approver {
         onChange: (name) => this.#changed(name),
         onDelete: (csr) => this.#forget(csr),
         clock: this.#clock,
+        signers: decidedSigners(opts.policy),
+        ...(opts.maxCacheBytes !== undefined ? { maxCacheBytes: opts.maxCacheBytes } : {}),
       },
       logger,
     );
+    metrics.csrCache(() => ({ bytes: this.informer.cache.bytes, full: this.informer.full }));
     this.leader = new LeaderElector(
       client,
       {
@@ -155,7 +167,9 @@ export class Approver {
       names.delete(name);
       if (names.size === 0) this.#queue.delete(requester);
       const csr = this.informer.cache.get(name);
-      if (csr === undefined) continue;
+      // A cache out of sync (a failed list, or emptied past its bound and re-listing) may miss
+      // the CSR that blocks this one; the list that syncs it looks at everything again.
+      if (csr === undefined || !this.informer.synced) continue;
       if (!this.leader.isLeader()) {
         this.#logger.debug('not the leader; CSR left to the leader', { csr: excerpt(name) });
         continue;
@@ -235,6 +249,7 @@ export class Approver {
       node: (name) => getNode(this.#client, name, signal),
       allowed: (c, subresource) => subjectAccessReview(this.#client, c, subresource, signal),
       sameRequester: (c) => this.informer.cache.sameRequester(c),
+      apiServer: this.#apiServer,
     });
     if (decision.kind === 'ignore') return;
     // The look-ups took time; a leader that lost its lease meanwhile must not act.

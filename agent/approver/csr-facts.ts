@@ -6,9 +6,14 @@ import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import type { CsrFacts } from './policy.js';
 import type { RequestFacts } from './request.js';
 
-/** The fields kube-controller-manager's approver also reads: the requester's uid and extra. */
+/**
+ * The fields kube-controller-manager's approver also reads (the requester's
+ * uid and extra), and what retain.ts kept of a spec.request too large to keep.
+ */
 export type ApproverCsr = CertificateSigningRequest & {
   spec: CertificateSigningRequest['spec'] & { uid?: string; extra?: Record<string, string[]> };
+  /** Set when spec.request (then '') was over MAX_REQUEST_BYTES: its size and CN, never sent back to the API. */
+  oversizedRequest?: { bytes: number; commonName: string | null };
 };
 
 export function hasCondition(csr: ApproverCsr, ...types: string[]): boolean {

@@ -3,15 +3,19 @@
  * list's resourceVersion; a watch that ends is resumed from the last
  * resourceVersion seen; 410 Gone (or any failure) re-lists. Every object
  * that changes, and every object again each resync period, is handed to
- * `onChange` by name; the cache is the informer's own.
+ * `onChange` by name; the cache is the informer's own. What it keeps of each
+ * CSR is retain.ts's, bounded in total: past `maxCacheBytes` it empties the
+ * cache and is not in sync (so not ready, and not leading) until a re-list fits.
  */
-import { ApiError, ResponseTooLargeError, UnexpectedObjectError, WatchExpiredError } from '../errors.js';
+import { ApiError, KubebootError, ResponseTooLargeError, UnexpectedObjectError, WatchExpiredError } from '../errors.js';
 import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import { expectObject } from '../kube/objects.js';
 import type { Logger } from '../log.js';
 import { CsrCache } from './cache.js';
 import type { ApproverCsr } from './csr-facts.js';
 import { sleep } from './leader.js';
+import { POLICIES } from './policy.js';
+import { MAX_CACHE_BYTES, retain, retainedBytes } from './retain.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { every } from '../time/timer.js';
 
@@ -26,7 +30,18 @@ export interface InformerOptions {
   watchTimeoutSeconds?: number;
   /** The resync period and the re-list back-off run on it. */
   clock?: Clock;
+  /** Signers whose pending CSRs are decided, kept whole (retain.ts); default every policy's. */
+  signers?: ReadonlySet<string>;
+  /** Most bytes (retainedBytes) the cache holds; default MAX_CACHE_BYTES. */
+  maxCacheBytes?: number;
 }
+
+/** The cache went past its bound: it was emptied, and the informer re-lists until what it keeps fits. */
+export class CacheFullError extends KubebootError {
+  override readonly name = 'CacheFullError';
+}
+
+const size = (bytes: number): string => (bytes < 1 << 20 ? `${Math.ceil(bytes / 1024)} KiB` : `${(bytes / (1 << 20)).toFixed(1)} MiB`);
 
 interface CsrList {
   kind: 'CertificateSigningRequestList';
@@ -46,21 +61,32 @@ export const LIST_PAGE_SIZE = 500;
 export const LIST_PAGE_BYTES = 8 << 20;
 
 export class CsrInformer {
-  readonly cache = new CsrCache();
+  readonly cache = new CsrCache(retainedBytes);
   #synced = false;
   /** Why the last list failed, while it has not succeeded since. */
   #listError: string | null = null;
+  /** The cache went past maxCacheBytes and no list has fitted since. */
+  #full = false;
   #markSynced!: () => void;
   /** Resolves once the first list has completed. */
   readonly whenSynced = new Promise<void>((resolve) => (this.#markSynced = resolve));
   readonly #client: KubeClient;
   readonly #opts: InformerOptions;
   readonly #logger: Logger;
+  readonly #signers: ReadonlySet<string>;
+  readonly #maxBytes: number;
 
   constructor(client: KubeClient, opts: InformerOptions, logger: Logger) {
     this.#client = client;
     this.#opts = opts;
     this.#logger = logger;
+    this.#signers = opts.signers ?? new Set(Object.values(POLICIES).map((p) => p.signerName));
+    this.#maxBytes = opts.maxCacheBytes ?? MAX_CACHE_BYTES;
+  }
+
+  /** The cache went past its bound, and no re-list has fitted since (a metric, and the reason on /readyz). */
+  get full(): boolean {
+    return this.#full;
   }
 
   /** The cache follows the server: a list has completed and no list has failed since. */
@@ -81,7 +107,7 @@ export class CsrInformer {
   remember(csr: ApproverCsr): void {
     const cached = this.cache.get(csr.metadata.name);
     if (cached !== undefined && cached.metadata.uid !== undefined && cached.metadata.uid !== csr.metadata.uid) return;
-    this.cache.set(csr);
+    this.cache.set(retain(csr, this.#signers));
   }
 
   async run(signal: AbortSignal): Promise<void> {
@@ -101,7 +127,8 @@ export class CsrInformer {
             continue;
           }
           failures++;
-          this.#logger.warn('CSR list/watch failed; re-listing', { error: (err as Error).message, attempt: failures });
+          if (err instanceof CacheFullError) this.#logger.warn(`${err.message}; not ready, not leading`, { attempt: failures });
+          else this.#logger.warn('CSR list/watch failed; re-listing', { error: (err as Error).message, attempt: failures });
           // 1 s, 2 s, 4 s ... up to 30 s, like the reflector's backoff.
           await sleep(Math.min(30_000, 1000 * 2 ** Math.min(failures - 1, 5)), signal, clock);
         }
@@ -120,33 +147,52 @@ export class CsrInformer {
     for (const name of this.cache.keys()) this.#opts.onChange(name);
   }
 
+  /** Keeps what retain.ts keeps of a CSR the server sent; past the bound, empties the cache and throws CacheFullError. */
+  #ingest(csr: ApproverCsr): void {
+    this.cache.set(retain(csr, this.#signers));
+    if (this.cache.bytes <= this.#maxBytes) return;
+    const held = this.cache.size;
+    for (const cached of [...this.cache.values()]) this.#delete(cached.metadata.name, cached);
+    const message = `CSR cache full: the ${held} CSRs kept took over ${size(this.#maxBytes)}; emptied, re-listing until they fit`;
+    this.#full = true;
+    this.#synced = false;
+    this.#listError = message;
+    throw new CacheFullError(message);
+  }
+
   async #list(signal: AbortSignal): Promise<string> {
-    let listed: { items: ApproverCsr[]; resourceVersion: string };
+    const seen = new Set<string>();
+    let resourceVersion: string;
     try {
-      listed = await this.#listPages(signal);
+      // Each page is kept as it comes, so a list holds one page whole at most. A paged list is
+      // a snapshot from its first page: what this process wrote meanwhile (remember) is newer
+      // and stays (the cache keeps the newer of the same object).
+      resourceVersion = await this.#listPages(signal, (csr) => {
+        seen.add(csr.metadata.name);
+        this.#ingest(csr);
+      });
     } catch (err) {
       this.#synced = false;
       this.#listError = (err as Error).message;
       throw err;
     }
-    const seen = new Set<string>();
-    // A paged list is a snapshot from its first page: what this process wrote meanwhile
-    // (remember) is newer and stays (the cache keeps the newer of the same object).
-    for (const csr of listed.items) {
-      seen.add(csr.metadata.name);
-      this.cache.set(csr);
-    }
     for (const csr of [...this.cache.values()]) if (!seen.has(csr.metadata.name)) this.#delete(csr.metadata.name, csr);
+    if (this.#full)
+      this.#logger.info('CSR cache fits again; ready', {
+        csrs: this.cache.size,
+        kept: size(this.cache.bytes),
+        limit: size(this.#maxBytes),
+      });
+    this.#full = false;
     this.#synced = true;
     this.#listError = null;
     this.#markSynced();
     this.#resync();
-    return listed.resourceVersion;
+    return resourceVersion;
   }
 
-  /** Every CSR, in pages (limit/continue) that each fit LIST_PAGE_BYTES. */
-  async #listPages(signal: AbortSignal): Promise<{ items: ApproverCsr[]; resourceVersion: string }> {
-    const items: ApproverCsr[] = [];
+  /** Hands every CSR to `each`, in pages (limit/continue) that each fit LIST_PAGE_BYTES; returns the list's resourceVersion. */
+  async #listPages(signal: AbortSignal, each: (csr: ApproverCsr) => void): Promise<string> {
     let limit = LIST_PAGE_SIZE;
     let token: string | undefined;
     for (;;) {
@@ -166,9 +212,9 @@ export class CsrInformer {
         this.#logger.info('a CSR list page was too large; asking for smaller pages', { limit });
         continue;
       }
-      items.push(...(Array.isArray(page.items) ? page.items : []));
+      for (const csr of Array.isArray(page.items) ? page.items : []) each(csr);
       token = page.metadata?.continue || undefined;
-      if (token === undefined) return { items, resourceVersion: page.metadata.resourceVersion };
+      if (token === undefined) return page.metadata.resourceVersion;
       // Small pages were needed for big CSRs; the ones after may be small again.
       limit = Math.min(LIST_PAGE_SIZE, limit * 2);
     }
@@ -194,7 +240,7 @@ export class CsrInformer {
         const name = event.object.metadata.name;
         if (event.type === 'DELETED') this.#delete(name, event.object);
         else {
-          this.cache.set(event.object);
+          this.#ingest(event.object);
           this.#opts.onChange(name);
         }
       }

@@ -8,6 +8,8 @@ export interface ApproverMetrics {
   /** Seconds from the CSR's creationTimestamp to its approval. */
   approvalLatency(seconds: number): void;
   leader(leading: boolean): void;
+  /** Where the CSR cache gauges are read from at each scrape. */
+  csrCache(read: () => { bytes: number; full: boolean }): void;
 }
 
 export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}): ApproverMetrics {
@@ -27,10 +29,28 @@ export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}
   });
   const leader = new Gauge({ name: 'kubeboot_approver_leader', help: '1 while this approver holds the lease', registers: [registry] });
   leader.set(0);
+  let cache = () => ({ bytes: 0, full: false });
+  new Gauge({
+    name: 'kubeboot_approver_csr_cache_bytes',
+    help: 'Bytes the CSR cache counts for what it keeps (JSON plus a per-CSR overhead; bounded, see docs/approver.md)',
+    registers: [registry],
+    collect() {
+      this.set(cache().bytes);
+    },
+  });
+  new Gauge({
+    name: 'kubeboot_approver_csr_cache_full',
+    help: '1 while the CSR cache is over its bound: emptied, not ready and not leading until a re-list fits',
+    registers: [registry],
+    collect() {
+      this.set(cache().full ? 1 : 0);
+    },
+  });
   return {
     registry,
     decision: (signer, decision, rule) => decisions.inc({ signer, decision, rule }),
     approvalLatency: (seconds) => latency.observe(Math.max(0, seconds)),
     leader: (leading) => leader.set(leading ? 1 : 0),
+    csrCache: (read) => (cache = read),
   };
 }

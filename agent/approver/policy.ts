@@ -10,6 +10,7 @@ import { BlockList, isIP } from 'node:net';
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_SERVING_SIGNER } from '../identity.js';
 import { excerpt } from '../text.js';
+import type { ApiServerFacts } from './apiserver.js';
 import { keyAlgorithmName, type RequestFacts } from './request.js';
 
 export interface ApproverPolicy {
@@ -51,6 +52,8 @@ export interface World {
    * older. Neither issued, denied nor failed.
    */
   blocking: string[];
+  /** The API server's names and addresses (apiserver.ts); null for a policy that does not read them. */
+  apiServer: ApiServerFacts | null;
 }
 
 export interface RuleInput {
@@ -302,6 +305,61 @@ function canonical(ip: string): string {
   return isIP(ip) === 6 ? new URL(`http://[${ip}]/`).hostname.replace(/^\[|\]$/g, '') : ip;
 }
 
+/**
+ * Why `name` can never be a node's certificate name, or null. A node picks
+ * its own name (whoever holds a pool's user-data does), so `kubernetes`,
+ * `kubernetes.default.svc` or the API server's host name would otherwise be
+ * a serving certificate every client of the cluster CA accepts for the API
+ * server.
+ */
+export function reservedNameProblem(name: string, apiServer: ApiServerFacts | null): string | null {
+  const n = name.toLowerCase().replace(/\.$/, '');
+  if (n === 'kubernetes' || n.startsWith('kubernetes.')) return `${show(name)} is the API server's Service name`;
+  if (n.endsWith('.svc') || n.includes('.svc.')) return `${show(name)} is a cluster Service name (*.svc)`;
+  if (n === 'localhost' || n.endsWith('.localhost') || n === 'localhost.localdomain') return `${show(name)} names the local host`;
+  if (apiServer?.names.includes(n)) return `${show(name)} is one of the API server's names`;
+  return null;
+}
+
+const reservedNames: Rule = {
+  name: 'reserved-names',
+  summary:
+    "neither the node name nor any DNS SAN is the API server's (`kubernetes`, `kubernetes.*`, a name in its serving certificate or URL), a cluster Service name (`*.svc`, `*.svc.*`) or `localhost`",
+  check: ({ csr, world, nodeName }) => {
+    for (const name of [nodeName ?? '', ...csr.request!.dnsNames]) {
+      const problem = reservedNameProblem(name, world.apiServer);
+      if (problem !== null) return problem;
+    }
+    return null;
+  },
+};
+
+/** Addresses no node serves on for others: loopback, unspecified, link-local (the cloud's metadata service among them). */
+const NEVER_SERVING = (() => {
+  const b = new BlockList();
+  b.addSubnet('127.0.0.0', 8, 'ipv4');
+  b.addSubnet('0.0.0.0', 8, 'ipv4');
+  b.addSubnet('169.254.0.0', 16, 'ipv4');
+  b.addAddress('::1', 'ipv6');
+  b.addAddress('::', 'ipv6');
+  b.addSubnet('fe80::', 10, 'ipv6');
+  return b;
+})();
+
+const notApiServerIps: Rule = {
+  name: 'not-api-server-ips',
+  summary:
+    "no IP SAN is loopback, unspecified or link-local, nor one of the API server's addresses (its serving certificate's IP SANs, the `kubernetes` Service's cluster IPs and Endpoints): a Node's `status.addresses` are what its kubelet says",
+  check: ({ csr, world }) => {
+    const theirs = new Set(world.apiServer?.ips ?? []);
+    for (const ip of csr.request!.ipAddresses) {
+      if (NEVER_SERVING.check(ip, isIP(ip) === 6 ? 'ipv6' : 'ipv4')) return `IP SAN ${ip} is loopback, unspecified or link-local`;
+      if (theirs.has(canonical(ip))) return `IP SAN ${ip} is the API server's`;
+    }
+    return null;
+  },
+};
+
 const noEmailUriSans: Rule = {
   name: 'no-email-uri-sans',
   summary: 'no email, URI or other SANs',
@@ -318,7 +376,9 @@ export const KUBELET_SERVING_RULES: readonly Rule[] = [
   nodeExists,
   servingSubject,
   hasSan,
+  reservedNames,
   dnsSans,
+  notApiServerIps,
   ipSans,
   noEmailUriSans,
   usagesRule('server auth'),

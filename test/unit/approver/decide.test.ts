@@ -40,6 +40,7 @@ function lookups(opts: { allowed?: boolean; all?: ApproverCsr[] } = {}): Lookups
     node: async (name) => (name === 'n1' ? { name, addresses: [] } : null),
     allowed: async (_c, sub) => (reviews.push(sub), opts.allowed ?? true),
     sameRequester: () => opts.all ?? [],
+    apiServer: async () => ({ names: ['api.example'], ips: ['10.96.0.1'] }),
   };
 }
 

@@ -1,11 +1,24 @@
 // The CSR informer against a mocked API: list, watch from the list's
-// resourceVersion, re-list on 410 Gone (dropping what disappeared), resume.
+// resourceVersion, re-list on 410 Gone (dropping what disappeared), resume;
+// and what it keeps is bounded, whatever the CSRs bring.
 import t from 'tap';
 import { MockAgent } from 'undici';
+import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { CSR_PATH, CsrInformer } from '../../../agent/approver/informer.js';
+import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import { decidedSigners, retain, retainedBytes } from '../../../agent/approver/retain.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { createLogger, silentLogger } from '../../../agent/log.js';
+import { FakeClock } from '../../../agent/time/clock.js';
+import { capturingLogger, until } from '../../support/fake-time.js';
 import { PassThrough } from 'node:stream';
+
+const defaultPolicy: ApproverPolicy = {
+  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
+  maxExpirationSeconds: 86_400,
+  keyAlgorithms: ['ecdsa-p256'],
+  serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
+};
 
 const server = 'https://api.test';
 const csr = (name: string, rv: string) => ({
@@ -143,4 +156,90 @@ t.test('one CSR larger than a page still fits: a page of one may take what one o
   await informer.run(stop.signal);
   t.ok(informer.synced, 'synced');
   t.same([...informer.cache.keys()], ['huge']);
+});
+
+t.test('past maxCacheBytes it empties the cache and is not in sync, saying why, until a re-list fits', async (t) => {
+  const mock = new MockAgent();
+  mock.disableNetConnect();
+  t.teardown(() => mock.close());
+  const pool = mock.get(server);
+  // Pending kube-proxy CSRs of nodes, each kept whole and counted at about 9 KiB: four fit in 40,000 bytes.
+  const pending = (name: string) => ({
+    kind: 'CertificateSigningRequest',
+    metadata: { name, uid: `u-${name}`, resourceVersion: '5' },
+    spec: { request: 'A'.repeat(8000), signerName: 'kubernetes.io/kube-apiserver-client', username: `system:node:${name}` },
+  });
+  const names = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+  pool.intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' }).reply(200, list('10', names('a', 6).map(pending)));
+  pool.intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' }).reply(200, list('20', names('b', 3).map(pending)));
+  pool
+    .intercept({ path: (p) => p.includes('watch=true') && p.includes('resourceVersion=20&'), method: 'GET' })
+    .reply(200, lines(...names('c', 3).map((n) => ({ type: 'ADDED', object: pending(n) }))));
+  pool.intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' }).reply(200, list('30', names('d', 2).map(pending)));
+  pool
+    .intercept({ path: (p) => p.includes('watch=true') && p.includes('resourceVersion=30&'), method: 'GET' })
+    .reply(200, '')
+    .delay(600_000);
+  const clock = new FakeClock();
+  const { logger, lines: logged } = capturingLogger();
+  const deleted: string[] = [];
+  const informer = new CsrInformer(
+    new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
+    { resyncMs: 3_600_000, clock, maxCacheBytes: 40_000, onChange: () => undefined, onDelete: (csr) => deleted.push(csr.metadata.name) },
+    logger,
+  );
+  const stop = new AbortController();
+  const running = informer.run(stop.signal);
+  // The list's fifth CSR takes it past the bound; the re-list waits its back-off (1 s).
+  await until(() => informer.full && clock.pending === 2, 'the first list to overflow');
+  t.notOk(informer.synced, 'not in sync: not ready, and it stands aside from the lease');
+  t.equal(
+    informer.notSyncedBecause,
+    'CSR cache full: the 5 CSRs kept took over 40 KiB; emptied, re-listing until they fit',
+    '/readyz says why',
+  );
+  t.equal(informer.cache.size, 0, 'emptied, not grown');
+  t.same(deleted, names('a', 5), 'what it held is reported gone');
+  t.match(logged, [{ level: 'warn', message: `${informer.notSyncedBecause}; not ready, not leading` }], 'one log line says so');
+  clock.advance(1000);
+  // The re-list fits; the watch then brings three more, past the bound again.
+  await until(() => logged.some((l) => l.message === 'CSR cache fits again; ready'), 'the re-list to fit');
+  await until(() => informer.full && clock.pending === 2, 'the watch to overflow');
+  t.match(informer.notSyncedBecause, /^CSR cache full: the 5 CSRs kept/, 'a watch event past the bound does the same');
+  clock.advance(1000);
+  await until(() => informer.synced, 'a re-list that fits');
+  t.notOk(informer.full, 'no longer full');
+  t.same([...informer.cache.keys()], names('d', 2), 'it holds what the server has');
+  t.equal(informer.cache.bytes, 2 * retainedBytes(retain(pending('d0') as ApproverCsr, decidedSigners(defaultPolicy))), 'and counts it');
+  stop.abort();
+  await running;
+});
+
+t.test("a flood of another signer's 1 MB CSRs, listed and watched, costs the cache about a kilobyte each", async (t) => {
+  const mock = new MockAgent();
+  mock.disableNetConnect();
+  t.teardown(() => mock.close());
+  const pool = mock.get(server);
+  const request = 'I'.repeat(1_333_336);
+  const foreign = (name: string) => ({
+    ...csr(name, '5'),
+    spec: { request, signerName: 'example.com/foreign', username: 'system:bootstrap:x' },
+  });
+  pool.intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' }).reply(200, list('10', ['l0', 'l1', 'l2', 'l3', 'l4'].map(foreign)));
+  pool
+    .intercept({ path: (p) => p.includes('watch=true'), method: 'GET' })
+    .reply(200, lines(...['w0', 'w1', 'w2', 'w3', 'w4'].map((n) => ({ type: 'ADDED', object: foreign(n) }))));
+  const stop = new AbortController();
+  const informer = new CsrInformer(
+    new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
+    { resyncMs: 3_600_000, onChange: () => (informer.cache.size === 10 ? stop.abort() : undefined) },
+    silentLogger(),
+  );
+  await informer.run(stop.signal);
+  t.equal(informer.cache.size, 10, 'every CSR is in the cache');
+  t.ok(informer.cache.bytes < 10 * 1500, `10 MB of requests counted as ${informer.cache.bytes} bytes`);
+  t.ok(
+    [...informer.cache.values()].every((c) => c.spec.request === ''),
+    'no request is kept',
+  );
 });

@@ -11,3 +11,17 @@ t.test('decisions are counted by signer, decision and rule; the leader gauge fol
   t.match(text, 'kubeboot_approver_leader 1');
   t.match(text, 'kubeboot_approver_approval_latency_seconds_bucket{le="1"} 1');
 });
+
+t.test('the CSR cache gauges read the cache at each scrape', async (t) => {
+  const m = createApproverMetrics({ defaultMetrics: false });
+  const cache = { bytes: 1234, full: false };
+  m.csrCache(() => cache);
+  const before = await m.registry.metrics();
+  t.match(before, 'kubeboot_approver_csr_cache_bytes 1234\n');
+  t.match(before, 'kubeboot_approver_csr_cache_full 0\n');
+  cache.full = true;
+  cache.bytes = 0;
+  const after = await m.registry.metrics();
+  t.match(after, 'kubeboot_approver_csr_cache_bytes 0\n');
+  t.match(after, 'kubeboot_approver_csr_cache_full 1\n', 'emptied past its bound: full, nothing held');
+});

@@ -44,6 +44,7 @@ const world = (over: Partial<World> = {}): World => ({
     ],
   },
   blocking: [],
+  apiServer: { names: ['api.example', 'kube-apiserver.internal'], ips: ['10.96.0.1', '10.0.0.2'] },
   ...over,
 });
 
@@ -175,8 +176,41 @@ t.test('kubelet serving rules', async (t) => {
         { dnsNames: ['kubernetes.default.svc'] },
         { node: { name: 'n1', addresses: [{ type: 'InternalDNS', address: 'kubernetes.default.svc' }] } },
       ),
-      'dns-sans',
+      'reserved-names',
     ],
+    // Issue 27's attack: a token holder names her node after the API server and lists its address as her own.
+    ...(
+      [
+        'kubernetes.default.svc',
+        'kubernetes',
+        'kube-dns.kube-system.svc.cluster.local',
+        'localhost',
+        'api.example',
+        'API.example.',
+      ] as const
+    ).map((name): [string, RuleInput, string] => [
+      `a node named ${name}`,
+      servingInput(
+        { username: `system:node:${name}` },
+        { subject: { commonName: `system:node:${name}`, organizations: ['system:nodes'] }, dnsNames: [name], ipAddresses: ['127.0.0.1'] },
+        {
+          node: { name, addresses: [{ type: 'InternalIP', address: '127.0.0.1' }] },
+        },
+      ),
+      'reserved-names',
+    ]),
+    [
+      'a loopback IP the Node lists as its own, inside --serving-ip-cidr',
+      servingInput({}, { ipAddresses: ['127.0.0.1'] }, { node: { name: 'n1', addresses: [{ type: 'InternalIP', address: '127.0.0.1' }] } }),
+      'not-api-server-ips',
+    ],
+    [
+      "the API server's address, which the Node lists as its own",
+      servingInput({}, { ipAddresses: ['10.0.0.2'] }, { node: { name: 'n1', addresses: [{ type: 'InternalIP', address: '10.0.0.2' }] } }),
+      'not-api-server-ips',
+    ],
+    ["the kubernetes Service's cluster IP", servingInput({}, { ipAddresses: ['10.96.0.1'] }), 'not-api-server-ips'],
+    ['the link-local metadata address', servingInput({}, { ipAddresses: ['169.254.169.254'] }), 'not-api-server-ips'],
     ['a wildcard under the node suffix', servingInput({}, { dnsNames: ['*.nodes.example'] }), 'dns-sans'],
     ["an IP not among the Node's addresses", servingInput({}, { ipAddresses: ['10.0.0.6'] }), 'ip-sans'],
     ['a Node IP outside the configured CIDRs', servingInput({}, { ipAddresses: ['203.0.113.9'] }), 'ip-sans'],

@@ -48,7 +48,12 @@ t.test('decide reports a refused request as a request-signature violation naming
     keyAlgorithms: ['ecdsa-p256'],
     serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
   };
-  const lookups = { node: async (name: string) => ({ name, addresses: [] }), allowed: async () => true, sameRequester: () => [] };
+  const lookups = {
+    node: async (name: string) => ({ name, addresses: [] }),
+    allowed: async () => true,
+    sameRequester: () => [],
+    apiServer: async () => ({ names: [], ips: [] }),
+  };
   const [twoCns] = await ambiguousCsrPems();
   const csr = {
     metadata: { name: 'two-cns', uid: 'u1', creationTimestamp: '2026-12-01T00:00:00Z' },

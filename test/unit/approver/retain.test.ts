@@ -1,0 +1,159 @@
+// What the approver keeps of a CSR (retain.ts): what a decision reads, never
+// what a requester chose to send, so 250 CSRs of 1 MB each cost it kilobytes.
+import { webcrypto } from 'node:crypto';
+import t from 'tap';
+import { MockAgent } from 'undici';
+import { decideCsr } from '../../../agent/approver/api.js';
+import { blocks, isSettled, isUnissued, type ApproverCsr } from '../../../agent/approver/csr-facts.js';
+import { decide, type Lookups } from '../../../agent/approver/decide.js';
+import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import { CERTIFICATE_NOT_KEPT, decidedSigners, MAX_REQUEST_BYTES, retain, retainedBytes } from '../../../agent/approver/retain.js';
+import { KubeClient } from '../../../agent/kube/client.js';
+import { x509 } from '../../../agent/pki/x509.js';
+import { craftCsrPem } from '../../support/approver.js';
+
+const policy: ApproverPolicy = {
+  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
+  maxExpirationSeconds: 86_400,
+  keyAlgorithms: ['ecdsa-p256'],
+  serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
+};
+const signers = decidedSigners(policy);
+const CLIENT = 'kubernetes.io/kube-apiserver-client';
+const NODE = { username: 'system:node:n1', groups: ['system:nodes', 'system:authenticated'] };
+const BOOTSTRAP = { username: 'system:bootstrap:abcdef', groups: ['system:bootstrappers', 'system:authenticated'] };
+const b64 = (text: string) => Buffer.from(text).toString('base64');
+
+function csr(over: { spec?: Partial<ApproverCsr['spec']>; metadata?: Record<string, unknown>; status?: ApproverCsr['status'] } = {}) {
+  return {
+    kind: 'CertificateSigningRequest',
+    metadata: { name: 'c1', uid: 'u1', resourceVersion: '7', creationTimestamp: '2026-01-01T00:00:00Z', ...over.metadata },
+    spec: { request: '', signerName: CLIENT, usages: ['digital signature', 'client auth'], ...NODE, ...over.spec },
+    ...(over.status ? { status: over.status } : {}),
+  } as ApproverCsr;
+}
+
+/** A signed PKCS#10 request of about `bytes`, carried in an attribute every parser reads past (unstructuredName). */
+async function bigCsrPem(cn: string, bytes: number): Promise<string> {
+  const keys = (await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, [
+    'sign',
+    'verify',
+  ])) as webcrypto.CryptoKeyPair;
+  const value = Buffer.from('x'.repeat(bytes));
+  const der = new Uint8Array([0x0c, 0x83, value.length >> 16, (value.length >> 8) & 0xff, value.length & 0xff, ...value]);
+  const request = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: [{ CN: [cn] }],
+    keys,
+    signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' },
+    attributes: [new x509.Attribute('1.2.840.113549.1.9.2', [der])],
+  });
+  return request.toString('pem');
+}
+
+const lookups: Lookups = {
+  node: async (name) => (name === 'n1' ? { name, addresses: [] } : null),
+  allowed: async () => true,
+  sameRequester: () => [],
+  apiServer: async () => ({ names: [], ips: [] }),
+};
+
+t.test("another signer's CSR keeps its name, age, requester and signer, and nothing it brought", async (t) => {
+  const flood = csr({
+    metadata: {
+      annotations: { padding: 'a'.repeat(200_000) },
+      ownerReferences: [{ apiVersion: 'v1', kind: 'Node', name: '<'.repeat(100_000), uid: 'x' }],
+      managedFields: [{ manager: 'curl', operation: 'Update' }],
+    },
+    spec: { request: b64('#'.repeat(1_000_000)), signerName: 'example.com/foreign', ...BOOTSTRAP },
+  });
+  const kept = retain(flood, signers);
+  t.same(kept, {
+    kind: 'CertificateSigningRequest',
+    metadata: { name: 'c1', uid: 'u1', resourceVersion: '7', creationTimestamp: '2026-01-01T00:00:00Z' },
+    spec: { request: '', signerName: 'example.com/foreign', username: BOOTSTRAP.username },
+    status: { conditions: [] },
+  });
+  t.ok(retainedBytes(kept) < 2048, `counted as ${retainedBytes(kept)} bytes, against ${JSON.stringify(flood).length} sent`);
+  const serving = csr({ spec: { request: b64('#'.repeat(1000)), signerName: 'kubernetes.io/kubelet-serving' } });
+  t.equal(retain(serving, signers).spec.request, '', 'kubelet-serving is another signer while serving approval is off');
+  t.equal(retain(serving, decidedSigners({ ...policy, serving: { ...policy.serving, enabled: true } })).spec.request, serving.spec.request);
+});
+
+t.test('a settled CSR of its own signers keeps exactly what isSettled, isUnissued and blocks read', async (t) => {
+  const request = b64(await craftCsrPem({ cn: 'system:kube-proxy' }));
+  const approved = { type: 'Approved', status: 'True', reason: 'KubebootApprover', message: 'm'.repeat(1000) };
+  const cases = [
+    csr({ spec: { request }, status: { conditions: [approved] } }),
+    csr({ spec: { request }, status: { conditions: [approved], certificate: b64('c'.repeat(5000)) } }),
+    csr({ spec: { request }, status: { conditions: [{ type: 'Denied', status: 'True', message: 'no' }] } }),
+    csr({ spec: { request }, status: { conditions: [{ type: 'Failed', status: 'True', message: 'signer' }] } }),
+  ];
+  const newer = csr({ metadata: { name: 'c2', uid: 'u2', creationTimestamp: '2026-01-02T00:00:00Z' }, spec: { request } });
+  for (const whole of cases) {
+    const kept = retain(whole, signers);
+    const what = `${whole.status?.conditions?.[0]?.type}${whole.status?.certificate ? ', issued' : ''}`;
+    t.equal(kept.spec.request, '', `${what}: no request`);
+    t.same(
+      [isSettled(kept), isUnissued(kept), blocks(kept, newer)],
+      [isSettled(whole), isUnissued(whole), blocks(whole, newer)],
+      `${what}: read the same`,
+    );
+    if (whole.status?.certificate) t.equal(kept.status?.certificate, CERTIFICATE_NOT_KEPT, `${what}: the certificate's bytes are not kept`);
+  }
+});
+
+t.test(
+  'a pending CSR of its own signers is kept as sent (the /approval write sends its metadata back), but for managedFields',
+  async (t) => {
+    const whole = csr({
+      metadata: { labels: { team: 'a' }, annotations: { note: 'b' }, managedFields: [{ manager: 'kubeboot' }] },
+      spec: { request: b64(await craftCsrPem({ cn: 'system:kube-proxy' })) },
+    });
+    const { managedFields: _, ...metadata } = whole.metadata as Record<string, unknown>;
+    t.same(retain(whole, signers), { ...whole, metadata });
+  },
+);
+
+t.test(`a request over ${MAX_REQUEST_BYTES} bytes is not kept: it fails request-signature naming its size`, async (t) => {
+  const pem = await bigCsrPem('system:kube-proxy', MAX_REQUEST_BYTES);
+  const whole = csr({ spec: { request: b64(pem) } });
+  const kept = retain(whole, signers);
+  t.equal(kept.spec.request, '', 'its bytes are gone');
+  t.same(kept.oversizedRequest, { bytes: pem.length, commonName: 'system:kube-proxy' }, 'its size and CN are kept');
+  t.ok(retainedBytes(kept) < 4096, `counted as ${retainedBytes(kept)} bytes`);
+  t.equal((await decide(whole, policy, lookups)).kind, 'approve', 'whole, every rule passed: a size no kubelet or kubeboot sends');
+  const decision = await decide(kept, policy, lookups);
+  t.match(decision, { kind: 'violation', rule: 'request-signature' });
+  t.match(decision.kind === 'violation' ? decision.message : '', `spec.request is ${pem.length} bytes, more than the ${MAX_REQUEST_BYTES}`);
+
+  // Recognised as before from its CN: a bootstrap token asking for kube-proxy's name is reported.
+  const fromToken = csr({ spec: { request: b64(pem), ...BOOTSTRAP } });
+  t.match(await decide(retain(fromToken, signers), policy, lookups), { kind: 'violation', rule: 'requester-is-node' });
+  t.match(await decide(fromToken, policy, lookups), { kind: 'violation', rule: 'requester-is-node' }, 'as when it was kept whole');
+  const unreadable = csr({ spec: { request: b64('#'.repeat(MAX_REQUEST_BYTES + 1)), ...BOOTSTRAP } });
+  t.same(
+    await decide(retain(unreadable, signers), policy, lookups),
+    { kind: 'ignore', why: 'not-ours' },
+    "a token's request that is no CSR at all is none of its business, as before",
+  );
+});
+
+t.test('the /approval write sends the CSR as the API server sent it, with spec.request empty when it was not kept', async (t) => {
+  const mock = new MockAgent();
+  mock.disableNetConnect();
+  t.teardown(() => mock.close());
+  let sent: Record<string, unknown> = {};
+  mock
+    .get('https://api.test')
+    .intercept({ path: '/apis/certificates.k8s.io/v1/certificatesigningrequests/c1/approval', method: 'PUT' })
+    .reply(200, (o) => ((sent = JSON.parse(String(o.body))), sent));
+  const client = new KubeClient({ server: 'https://api.test', caPem: null }, { kind: 'anonymous' }, mock);
+  const kept = retain(csr({ metadata: { labels: { team: 'a' } }, spec: { request: b64('#'.repeat(MAX_REQUEST_BYTES + 1)) } }), signers);
+  await decideCsr(client, kept, 'Denied', 'too large');
+  t.notOk('oversizedRequest' in sent, 'nothing of retain.ts goes to the API server');
+  t.match(sent, {
+    metadata: { labels: { team: 'a' }, resourceVersion: '7' },
+    spec: { request: '' },
+    status: { conditions: [{ type: 'Denied' }] },
+  });
+});
