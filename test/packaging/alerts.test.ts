@@ -31,6 +31,7 @@ if (toolsOrSkip(t, ['apt-get', 'dpkg-deb'], false)) {
     t.same(
       alerts.sort(),
       [
+        'KubebootApproverCsrCacheFull',
         'KubebootApproverDown',
         'KubebootApproverNoLeader',
         'KubebootApproverSlowApprovals',
