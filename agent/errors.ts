@@ -11,6 +11,8 @@ export const ExitCode = {
   badInput: 2,
   csrRejected: 3,
   timedOut: 4,
+  /** kube-public/cluster-info carries no signature for the join token: deleted, expired or mistyped; only a new token helps. */
+  tokenNotSigned: 5,
 } as const;
 export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
 

@@ -58,3 +58,20 @@ export function terminalLines(lines: readonly string[]): string {
 export function terminalJson(value: unknown): string {
   return terminalLines(JSON.stringify(value, null, 2).split('\n'));
 }
+
+/**
+ * Rows of cells as aligned columns (two spaces apart), one line each: every
+ * cell is bounded and escaped (excerpt) before the columns are measured, so
+ * the cluster's text can neither forge a line nor skew the others. Pass the
+ * lines to terminalLines.
+ */
+export function columns(rows: readonly (readonly string[])[]): string[] {
+  const shown = rows.map((r) => r.map((cell) => excerpt(cell)));
+  const widths = (shown[0] ?? []).map((_, i) => Math.max(...shown.map((r) => (r[i] ?? '').length)));
+  return shown.map((r) =>
+    r
+      .map((cell, i) => cell.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd(),
+  );
+}

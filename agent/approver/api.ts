@@ -1,10 +1,13 @@
 /**
- * The approver's API calls: Node look-up, SubjectAccessReview, the
- * /approval subresource and Events. Each is one request; errors propagate
- * (the worker retries the CSR later).
+ * The approver's API calls: Node look-up, the records of
+ * agent/kube/join-bindings.ts and the claims on them, SubjectAccessReview,
+ * the /approval subresource and Events. Each is one request; errors
+ * propagate (the worker retries the CSR later).
  */
 import { dns1123SubdomainProblem } from '../config/values.js';
+import { ApiError, KubebootError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
+import { BINDINGS_NAMESPACE } from '../kube/join-bindings.js';
 import { expectObject, objectPath } from '../kube/objects.js';
 import type { ApproverCsr } from './csr-facts.js';
 import { CSR_PATH } from './informer.js';
@@ -14,17 +17,81 @@ export const APPROVER_REASON = 'KubebootApprover';
 export const EVENT_SOURCE = 'kubeboot-approver';
 
 const NODES = '/api/v1/nodes';
+const RECORDS = `/api/v1/namespaces/${BINDINGS_NAMESPACE}/configmaps`;
+/** Where the approver's access to the records is granted. */
+const RECORDS_MANIFEST = 'packaging/manifests/approver/node-identity.yaml';
+
+export interface NodeFacts {
+  name: string;
+  addresses: NodeAddress[];
+  labels: Record<string, string>;
+}
 
 /** The Node named `name`, or null when there is none; anything but that Node read back is an error. */
-export async function getNode(
-  client: KubeClient,
-  name: string,
-  signal?: AbortSignal,
-): Promise<{ name: string; addresses: NodeAddress[] } | null> {
+export async function getNode(client: KubeClient, name: string, signal?: AbortSignal): Promise<NodeFacts | null> {
   const res = await client.request('GET', objectPath(NODES, name), { accept: [404], signal });
   if (res.status === 404) return null;
-  const node = expectObject<{ kind: 'Node'; metadata: { name: string }; status?: { addresses?: NodeAddress[] } }>(res.body, 'Node', name);
-  return { name: node.metadata.name, addresses: node.status?.addresses ?? [] };
+  const node = expectObject<{
+    kind: 'Node';
+    metadata: { name: string; labels?: Record<string, string> };
+    status?: { addresses?: NodeAddress[] };
+  }>(res.body, 'Node', name);
+  return { name: node.metadata.name, addresses: node.status?.addresses ?? [], labels: node.metadata.labels ?? {} };
+}
+
+/** A ConfigMap of agent/kube/join-bindings.ts, as far as the approver reads it. */
+export interface RecordConfigMap {
+  kind: 'ConfigMap';
+  metadata: { name: string; resourceVersion?: string; annotations?: Record<string, string> };
+  data?: Record<string, string>;
+}
+
+function forbidden(err: unknown, what: string): never {
+  if (err instanceof ApiError && err.status === 403)
+    throw new KubebootError(
+      `the approver may not ${what} (apply ${RECORDS_MANIFEST}): no kubelet client CSR is approved without it`,
+      undefined,
+      { cause: err },
+    );
+  throw err;
+}
+
+/** `kubeboot/<name>`, or null when there is none. Forbidden fails closed, naming the manifest that grants it. */
+export async function getRecord(client: KubeClient, name: string, signal?: AbortSignal): Promise<RecordConfigMap | null> {
+  try {
+    const res = await client.request('GET', objectPath(RECORDS, name), { accept: [404], signal });
+    return res.status === 404 ? null : expectObject<RecordConfigMap>(res.body, 'ConfigMap', name);
+  } catch (err) {
+    return forbidden(err, `read ConfigMap ${BINDINGS_NAMESPACE}/${name}`);
+  }
+}
+
+/** A spend written before an approval: a JSON merge patch of one record, made on the resourceVersion read. */
+export interface Claim {
+  /** ConfigMap in `kubeboot`. */
+  name: string;
+  resourceVersion: string;
+  patch: { metadata?: { annotations: Record<string, string> }; data?: Record<string, string> };
+}
+
+/**
+ * Writes the claim only if the record is still as read (the resourceVersion
+ * in a merge patch is a precondition): false when it changed or went
+ * meanwhile (409, 404), and the CSR must be decided again on what it now says.
+ */
+export async function writeClaim(client: KubeClient, claim: Claim, signal?: AbortSignal): Promise<boolean> {
+  const body = { ...claim.patch, metadata: { ...claim.patch.metadata, resourceVersion: claim.resourceVersion } };
+  try {
+    const res = await client.request('PATCH', objectPath(RECORDS, claim.name), {
+      body,
+      contentType: 'application/merge-patch+json',
+      accept: [404, 409],
+      signal,
+    });
+    return res.status !== 404 && res.status !== 409;
+  } catch (err) {
+    return forbidden(err, `update ConfigMap ${BINDINGS_NAMESPACE}/${claim.name}`);
+  }
 }
 
 /** matches sarapprove.go authorize(): the review is for the CSR's own user, uid, groups and extra. */

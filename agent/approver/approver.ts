@@ -8,7 +8,8 @@
  */
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
-import { decideCsr, getNode, subjectAccessReview, warnOnCsr, type DecisionWrite } from './api.js';
+import { KubebootError } from '../errors.js';
+import { decideCsr, getNode, getRecord, subjectAccessReview, warnOnCsr, writeClaim, type DecisionWrite } from './api.js';
 import { cachedApiServerFacts, readApiServerFacts, type ApiServerFacts } from './apiserver.js';
 import { isSettled, isUnissued, type ApproverCsr } from './csr-facts.js';
 import { AUTHORIZED_RULE, decide, type Decision } from './decide.js';
@@ -28,7 +29,14 @@ function logFields(csr: ApproverCsr): { csr: string; requester: string; signer: 
 /** Rules whose outcome changes without the CSR changing (a Node appears, RBAC is granted, the older CSR is issued). */
 const TRANSIENT_RULES = new Set(['node-exists', AUTHORIZED_RULE, 'one-unissued-per-node']);
 
-/** Decisions in flight at once: each is three API round trips (Node, SubjectAccessReview, /approval). */
+/** Decisions of one CSR in a row whose claims met a record changed meanwhile (409), before it is retried later. */
+const SPEND_ATTEMPTS = 3;
+
+/**
+ * Decisions in flight at once: each is three API round trips (Node,
+ * SubjectAccessReview, /approval), a kubelet client CSR's up to three more
+ * (its records, and the claim on each).
+ */
 const WORKERS = 8;
 
 export interface ApproverOptions {
@@ -245,17 +253,39 @@ export class Approver {
 
   async #handle(csr: ApproverCsr): Promise<void> {
     const signal = this.#signal ?? undefined;
-    const decision = await decide(csr, this.#opts.policy, {
-      node: (name) => getNode(this.#client, name, signal),
-      allowed: (c, subresource) => subjectAccessReview(this.#client, c, subresource, signal),
-      sameRequester: (c) => this.informer.cache.sameRequester(c),
-      apiServer: this.#apiServer,
-    });
-    if (decision.kind === 'ignore') return;
-    // The look-ups took time; a leader that lost its lease meanwhile must not act.
-    if (!this.leader.isLeader()) return;
-    if (decision.kind === 'approve') return this.#approve(csr, decision);
-    return this.#violation(csr, decision);
+    for (let attempt = 1; ; attempt++) {
+      const decision = await decide(csr, this.#opts.policy, {
+        node: (name) => getNode(this.#client, name, signal),
+        allowed: (c, subresource) => subjectAccessReview(this.#client, c, subresource, signal),
+        sameRequester: (c) => this.informer.cache.sameRequester(c),
+        apiServer: this.#apiServer,
+        record: (name) => getRecord(this.#client, name, signal),
+      });
+      if (decision.kind === 'ignore') return;
+      // The look-ups took time; a leader that lost its lease meanwhile must not act.
+      if (!this.leader.isLeader()) return;
+      if (decision.kind === 'violation') return this.#violation(csr, decision);
+      if (await this.#spend(csr, decision)) return this.#approve(csr, decision);
+      if (attempt >= SPEND_ATTEMPTS) throw new KubebootError(`the records this CSR spends changed ${attempt} times while it was decided`);
+    }
+  }
+
+  /**
+   * Writes what the approval spends (a token's name, a replacement mark),
+   * each on the resourceVersion it was decided on, before the approval: two
+   * approvers deciding two CSRs of one token never both spend its last name.
+   * False when a record changed meanwhile: the CSR is decided again on what
+   * it now says. A claim written and an approval that then fails is retried
+   * as the same CSR, which its own claims still allow.
+   */
+  async #spend(csr: ApproverCsr, decision: Extract<Decision, { kind: 'approve' }>): Promise<boolean> {
+    for (const claim of decision.claims) {
+      if (!(await writeClaim(this.#client, claim, this.#signal ?? undefined))) {
+        this.#logger.info(`ConfigMap kubeboot/${claim.name} changed while deciding; deciding again`, logFields(csr));
+        return false;
+      }
+    }
+    return true;
   }
 
   async #approve(csr: ApproverCsr, decision: Extract<Decision, { kind: 'approve' }>): Promise<void> {

@@ -59,6 +59,8 @@ export function blocks(other: ApproverCsr, csr: ApproverCsr): boolean {
 export function csrFacts(csr: ApproverCsr, request: RequestFacts | string): CsrFacts {
   return {
     name: csr.metadata.name,
+    uid: csr.metadata.uid ?? '',
+    created: csr.metadata.creationTimestamp,
     signerName: csr.spec.signerName,
     username: csr.spec.username ?? '',
     groups: csr.spec.groups ?? [],

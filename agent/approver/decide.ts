@@ -2,20 +2,37 @@
  * One decision about one CSR: recognise it, look up what the rules need,
  * run the rules, then ask the API server whether the requester may have
  * this kind of certificate (a SubjectAccessReview, as kube-controller-
- * manager's csrapproving controller does). The lookups are injected, so the
- * whole decision runs in unit tests without a cluster.
+ * manager's csrapproving controller does). An approval of a bootstrap
+ * token's kubelet client CSR carries what it spends (the claims the caller
+ * writes first). The lookups are injected, so the whole decision runs in
+ * unit tests without a cluster.
  */
 import { KubebootError } from '../errors.js';
+import {
+  bindingName,
+  ISSUED_ANNOTATION,
+  parseBinding,
+  parseReplacements,
+  parseRevocations,
+  REPLACEMENTS,
+  REVOCATIONS,
+} from '../kube/join-bindings.js';
+import type { Claim, RecordConfigMap } from './api.js';
 import type { ApiServerFacts } from './apiserver.js';
 import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr-facts.js';
 import {
+  applicable,
   AUTHORIZED_RULE,
   evaluate,
-  nodeNameOf,
+  nodeNameFor,
   POLICIES,
   recognize,
+  requesterKind,
+  subresourceFor,
+  tokenIdOf,
   type ApproverPolicy,
-  type NodeAddress,
+  type CsrFacts,
+  type NodeRecords,
   type PolicyName,
   type World,
 } from './policy.js';
@@ -24,17 +41,84 @@ import { oversizedRequestProblem } from './retain.js';
 
 export type Decision =
   | { kind: 'ignore'; why: 'not-ours' | 'settled' }
-  | { kind: 'approve'; policy: PolicyName; message: string }
+  /** `claims`: to be written, in order, before the approval (empty but for a bootstrap token's kubelet client CSR). */
+  | { kind: 'approve'; policy: PolicyName; message: string; claims: Claim[] }
   | { kind: 'violation'; policy: PolicyName; rule: string; message: string };
 
 export interface Lookups {
-  node(name: string): Promise<{ name: string; addresses: NodeAddress[] } | null>;
+  node(name: string): Promise<World['node']>;
   /** SubjectAccessReview as the CSR's requester for `create certificatesigningrequests/<subresource>`. */
   allowed(csr: ApproverCsr, subresource: string): Promise<boolean>;
   /** The CSRs the informer knows of the same requester and signer, for the one-unissued-per-node rule. */
   sameRequester(csr: ApproverCsr): Iterable<ApproverCsr>;
-  /** The API server's names and addresses (apiserver.ts), for the serving rules. */
+  /** The API server's names and addresses (apiserver.ts), for the serving and kubelet client rules. */
   apiServer(): Promise<ApiServerFacts>;
+  /** A record of agent/kube/join-bindings.ts, `kubeboot/<name>`, or null when there is none. */
+  record(name: string): Promise<RecordConfigMap | null>;
+}
+
+/** The records, parsed for the rules, and the ConfigMaps they came from (for the claims). */
+interface ReadRecords {
+  records: NodeRecords;
+  binding: RecordConfigMap | null;
+  replacements: RecordConfigMap | null;
+}
+
+/** Plain GETs, each only when a rule of this requester reads it: no informer for them yet. */
+async function readRecords(facts: CsrFacts, nodeName: string, nodeExists: boolean, lookups: Lookups): Promise<ReadRecords> {
+  const tokenId = tokenIdOf(facts.username);
+  if (requesterKind(facts) === 'bootstrap' && tokenId !== null) {
+    const binding = await lookups.record(bindingName(tokenId));
+    const replacements = nodeExists ? await lookups.record(REPLACEMENTS) : null;
+    // A revoked name is not re-joined by a new token either, until `kubeboot node unrevoke`.
+    const revocations = await lookups.record(REVOCATIONS);
+    return {
+      records: {
+        binding: binding === null ? null : parseBinding(tokenId, binding),
+        replacement: parseReplacements(replacements?.data).get(nodeName) ?? null,
+        revocation: parseRevocations(revocations?.data).get(nodeName) ?? null,
+      },
+      binding,
+      replacements,
+    };
+  }
+  const revocations = await lookups.record(REVOCATIONS);
+  return {
+    records: { binding: null, replacement: null, revocation: parseRevocations(revocations?.data).get(nodeName) ?? null },
+    binding: null,
+    replacements: null,
+  };
+}
+
+function versionOf(cm: RecordConfigMap): string {
+  const rv = cm.metadata.resourceVersion;
+  // Without it the write would be unconditional, and two approvers could both spend the last name.
+  if (!rv) throw new KubebootError(`ConfigMap ${cm.metadata.name} came without a resourceVersion; nothing is spent without one`);
+  return rv;
+}
+
+/**
+ * What approving this CSR spends, unless it is already spent on it (the same
+ * CSR decided again after a failed approval write): the token's name, and
+ * the replacement mark of the Node it takes over.
+ */
+function claimsOf(facts: CsrFacts, nodeName: string, read: ReadRecords): Claim[] {
+  const claims: Claim[] = [];
+  const { binding, replacement } = read.records;
+  if (read.binding !== null && binding !== null && !('problem' in binding) && binding.issued[nodeName] !== facts.uid) {
+    const issued = JSON.stringify({ ...binding.issued, [nodeName]: facts.uid });
+    claims.push({
+      name: read.binding.metadata.name,
+      resourceVersion: versionOf(read.binding),
+      patch: { metadata: { annotations: { [ISSUED_ANNOTATION]: issued } } },
+    });
+  }
+  const mark = read.replacements?.data?.[nodeName];
+  if (read.replacements !== null && mark !== undefined && replacement !== null && replacement.claimedBy !== facts.uid) {
+    const claimed = JSON.stringify({ ...(JSON.parse(mark) as object), claimedBy: facts.uid });
+    claims.push({ name: REPLACEMENTS, resourceVersion: versionOf(read.replacements), patch: { data: { [nodeName]: claimed } } });
+  }
+  return claims;
 }
 
 export { AUTHORIZED_RULE } from './policy.js';
@@ -78,26 +162,37 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
   const policyName = recognize({ ...facts, request: facts.request ?? keptSubject(csr) }, policy);
   if (policyName === null) return { kind: 'ignore', why: 'not-ours' };
   const spec = POLICIES[policyName];
-  const nodeName = nodeNameOf(facts.username);
+  const nodeName = nodeNameFor(spec, facts);
+  const node = nodeName !== null ? await lookups.node(nodeName) : null;
+  // Read only when the rules that need them can be reached: a requester of neither kind fails first.
+  const read =
+    policyName === 'kubelet-client' && nodeName !== null && requesterKind(facts) !== null
+      ? await readRecords(facts, nodeName, node !== null, lookups)
+      : null;
   const world: World = {
-    node: nodeName !== null ? await lookups.node(nodeName) : null,
+    node,
     blocking: [...lookups.sameRequester(csr)].filter((other) => blocks(other, csr)).map((other) => other.metadata.name),
-    apiServer: policyName === 'kubelet-serving' ? await lookups.apiServer() : null,
+    apiServer: policyName !== 'kube-proxy-client' ? await lookups.apiServer() : null,
+    records: read?.records ?? null,
   };
   const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
   if (!verdict.ok)
     return { kind: 'violation', policy: policyName, rule: verdict.rule, message: `${policyName} rule ${verdict.rule}: ${verdict.problem}` };
-  if (!(await lookups.allowed(csr, spec.subresource))) {
+  const subresource = subresourceFor(spec, facts);
+  if (!(await lookups.allowed(csr, subresource))) {
     return {
       kind: 'violation',
       policy: policyName,
       rule: AUTHORIZED_RULE,
-      message: `${policyName} rule ${AUTHORIZED_RULE}: SubjectAccessReview denies ${facts.username} create certificatesigningrequests/${spec.subresource} (grant it with RBAC)`,
+      message: `${policyName} rule ${AUTHORIZED_RULE}: SubjectAccessReview denies ${facts.username} create certificatesigningrequests/${subresource} (grant it with RBAC)`,
     };
   }
   return {
     kind: 'approve',
     policy: policyName,
-    message: `${policyName}: every rule passed (${spec.rules.map((r) => r.name).join(', ')}) and ${facts.username} may create certificatesigningrequests/${spec.subresource}`,
+    message: `${policyName}: every rule passed (${applicable(spec.rules, facts)
+      .map((r) => r.name)
+      .join(', ')}) and ${facts.username} may create certificatesigningrequests/${subresource}`,
+    claims: read !== null && nodeName !== null ? claimsOf(facts, nodeName, read) : [],
   };
 }

@@ -8,7 +8,17 @@
  */
 import { BlockList, isIP } from 'node:net';
 import { dns1123SubdomainProblem } from '../config/values.js';
-import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_SERVING_SIGNER } from '../identity.js';
+import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER } from '../identity.js';
+import {
+  bindingAllows,
+  bindingName,
+  BINDINGS_NAMESPACE,
+  REVOCATIONS,
+  type Replacement,
+  type Revocation,
+  type TokenBinding,
+} from '../kube/join-bindings.js';
+import { reservedNameProblem } from '../pki/names.js';
 import { excerpt } from '../text.js';
 import type { ApiServerFacts } from './apiserver.js';
 import { keyAlgorithmName, type RequestFacts } from './request.js';
@@ -20,13 +30,27 @@ export interface ApproverPolicy {
   /** `ecdsa-p256`, `rsa-2048`, ...; RSA below 2048 bits is refused whatever this says. */
   keyAlgorithms: string[];
   serving: { enabled: boolean; dnsSuffixes: string[]; ipCidrs: string[] };
+  /** Absent or not enabled: kubelet client CSRs are left to kube-controller-manager, as before. */
+  kubeletClient?: KubeletClientPolicy;
 }
 
-export type PolicyName = 'kube-proxy-client' | 'kubelet-serving';
+export interface KubeletClientPolicy {
+  enabled: boolean;
+  /** --unsafe-approve-unbound-tokens: a token with no binding may have any name (kube-controller-manager's prefix check). */
+  unboundTokens: boolean;
+  /** --protect-nodes: `key` or `key=value`; an existing Node with such a label is never issued to a bootstrap token. */
+  protectNodes: string[];
+}
+
+export type PolicyName = 'kube-proxy-client' | 'kubelet-serving' | 'kubelet-client';
 
 /** The parts of a CertificateSigningRequest the rules read. */
 export interface CsrFacts {
   name: string;
+  /** metadata.uid: what a token's binding and a replacement mark are spent on. */
+  uid: string;
+  /** metadata.creationTimestamp (RFC 3339, whole seconds). */
+  created: string | undefined;
   signerName: string;
   username: string;
   groups: string[];
@@ -44,8 +68,8 @@ export interface NodeAddress {
 
 /** What the cluster says about the requester, looked up before the rules run. */
 export interface World {
-  /** The Node named by the requester, or null when there is none. */
-  node: { name: string; addresses: NodeAddress[] } | null;
+  /** The Node the certificate is for (PolicySpec.node), or null when there is none. */
+  node: { name: string; addresses: NodeAddress[]; labels?: Record<string, string> } | null;
   /**
    * Other CSRs of the same policy and requester that stand before this one:
    * approved but not yet issued (whatever their name or age), or pending and
@@ -54,11 +78,26 @@ export interface World {
   blocking: string[];
   /** The API server's names and addresses (apiserver.ts); null for a policy that does not read them. */
   apiServer: ApiServerFacts | null;
+  /** kubelet-client only (null otherwise): what agent/kube/join-bindings.ts's records say of this token and name. */
+  records: NodeRecords | null;
+}
+
+export interface NodeRecords {
+  /** First issue: the token's binding (`kubeboot/token-<id>`), why it cannot be trusted, or null when there is none. */
+  binding: TokenBinding | { problem: string } | null;
+  /** First issue: the replacement mark of the name, read when that Node exists. */
+  replacement: Replacement | null;
+  /** Renewal: the node's revocation. */
+  revocation: Revocation | null;
 }
 
 export interface RuleInput {
   csr: CsrFacts;
-  /** From the requester `system:node:<n>`; null when the requester is not a node. */
+  /**
+   * The node the certificate is for (PolicySpec.node): the requester's
+   * `system:node:<n>`, or the CN's for kubelet-client (whose first
+   * requester is a bootstrap token); null when that is not a valid Node name.
+   */
   nodeName: string | null;
   world: World;
   policy: ApproverPolicy;
@@ -68,11 +107,17 @@ export interface Rule {
   name: string;
   /** Its row in docs/approver.md's rule table (renderRuleTables; test/unit/docs.test.ts keeps them in sync). */
   summary: string;
+  /** Runs only for this kind of requester (a policy with two: kubelet-client); absent: always. */
+  only?: RequesterKind;
   check(input: RuleInput): string | null;
 }
 
 export const NODE_USER_PREFIX = 'system:node:';
 export const NODES_GROUP = 'system:nodes';
+export const BOOTSTRAP_USER_PREFIX = 'system:bootstrap:';
+export const BOOTSTRAPPERS_GROUP = 'system:bootstrappers';
+/** Labels of a control-plane Node (kubeadm sets the first; `master` before 1.24): never issued to a bootstrap token. */
+export const CONTROL_PLANE_LABELS = ['node-role.kubernetes.io/control-plane', 'node-role.kubernetes.io/master'] as const;
 const MIN_RSA_BITS = 2048;
 
 /**
@@ -86,6 +131,21 @@ export function nodeNameOf(username: string): string | null {
   if (!username.startsWith(NODE_USER_PREFIX)) return null;
   const name = username.slice(NODE_USER_PREFIX.length);
   return dns1123SubdomainProblem(name) === null ? name : null;
+}
+
+/** matches cluster-bootstrap: the user `system:bootstrap:<id>` of a token `<id>.<secret>`, id `[a-z0-9]{6}`; anything else → null. */
+export function tokenIdOf(username: string): string | null {
+  const id = username.startsWith(BOOTSTRAP_USER_PREFIX) ? username.slice(BOOTSTRAP_USER_PREFIX.length) : '';
+  return /^[a-z0-9]{6}$/.test(id) ? id : null;
+}
+
+/** A bootstrap token (a node's first credential) or a node itself (renewal). */
+export type RequesterKind = 'bootstrap' | 'node';
+
+export function requesterKind(csr: Pick<CsrFacts, 'username' | 'groups'>): RequesterKind | null {
+  if (tokenIdOf(csr.username) !== null && csr.groups.includes(BOOTSTRAPPERS_GROUP)) return 'bootstrap';
+  if (nodeNameOf(csr.username) !== null && csr.groups.includes(NODES_GROUP)) return 'node';
+  return null;
 }
 
 /** Untrusted values in a rule's message: each bounded and escaped, and at most ten of them. */
@@ -161,17 +221,22 @@ const expiration: Rule = {
 /**
  * Exactly `digital signature` and the purpose, plus `key encipherment` where
  * it is allowed: for a kube-proxy client CSR (only kubeboot asks for those)
- * with an RSA key, as kubeboot and the kubelet request it; for a kubelet
- * serving CSR with any key, as upstream's ValidateKubeletServingCSR accepts,
- * because older kubelets ask for it with ECDSA keys too.
+ * with an RSA key, as kubeboot requests it; for a kubelet's client or serving
+ * CSR with any key, as upstream's ValidateKubeletClientCSR and
+ * ValidateKubeletServingCSR accept, because the kubelet asks for it with
+ * ECDSA keys too (bootstrap.go always does).
  */
-function usagesRule(purpose: 'client auth' | 'server auth'): Rule {
-  const anyKeyMayEncipher = purpose === 'server auth';
+function usagesRule(purpose: 'client auth' | 'server auth', keyEncipherment: 'rsa' | 'any'): Rule {
+  const anyKeyMayEncipher = keyEncipherment === 'any';
+  const [who, upstream] =
+    purpose === 'server auth'
+      ? ['older kubelets ask', 'ValidateKubeletServingCSR']
+      : ["the kubelet's bootstrap asks", 'ValidateKubeletClientCSR'];
   return {
     name: 'usages',
     summary: anyKeyMayEncipher
-      ? "exactly `digital signature`, `server auth` (+ `key encipherment` optionally, for any key: older kubelets ask for it with ECDSA keys, and upstream's `ValidateKubeletServingCSR` accepts both sets)"
-      : 'exactly `digital signature`, `client auth` (+ `key encipherment` for RSA keys)',
+      ? `exactly \`digital signature\`, \`${purpose}\` (+ \`key encipherment\` optionally, for any key: ${who} for it with ECDSA keys, and upstream's \`${upstream}\` accepts both sets)`
+      : `exactly \`digital signature\`, \`${purpose}\` (+ \`key encipherment\` for RSA keys)`,
     check: ({ csr }) => {
       const required = ['digital signature', purpose];
       const allowed = anyKeyMayEncipher || csr.request?.key.kind === 'rsa' ? [...required, 'key encipherment'] : required;
@@ -227,7 +292,7 @@ export const KUBE_PROXY_RULES: readonly Rule[] = [
   nodeExists,
   proxySubject,
   noSans,
-  usagesRule('client auth'),
+  usagesRule('client auth', 'rsa'),
   keyAlgorithm,
   expiration,
   oneUnissuedPerNode,
@@ -305,21 +370,8 @@ function canonical(ip: string): string {
   return isIP(ip) === 6 ? new URL(`http://[${ip}]/`).hostname.replace(/^\[|\]$/g, '') : ip;
 }
 
-/**
- * Why `name` can never be a node's certificate name, or null. A node picks
- * its own name (whoever holds a pool's user-data does), so `kubernetes`,
- * `kubernetes.default.svc` or the API server's host name would otherwise be
- * a serving certificate every client of the cluster CA accepts for the API
- * server.
- */
-export function reservedNameProblem(name: string, apiServer: ApiServerFacts | null): string | null {
-  const n = name.toLowerCase().replace(/\.$/, '');
-  if (n === 'kubernetes' || n.startsWith('kubernetes.')) return `${show(name)} is the API server's Service name`;
-  if (n.endsWith('.svc') || n.includes('.svc.')) return `${show(name)} is a cluster Service name (*.svc)`;
-  if (n === 'localhost' || n.endsWith('.localhost') || n === 'localhost.localdomain') return `${show(name)} names the local host`;
-  if (apiServer?.names.includes(n)) return `${show(name)} is one of the API server's names`;
-  return null;
-}
+// Moved to pki/names.ts so `kubeboot token create --node` refuses the same names without importing the approver.
+export { reservedNameProblem };
 
 const reservedNames: Rule = {
   name: 'reserved-names',
@@ -381,17 +433,143 @@ export const KUBELET_SERVING_RULES: readonly Rule[] = [
   notApiServerIps,
   ipSans,
   noEmailUriSans,
-  usagesRule('server auth'),
+  usagesRule('server auth', 'any'),
   keyAlgorithm,
   expiration,
+];
+
+// ---- kubelet client ----
+
+const clientRequester: Rule = {
+  name: 'requester',
+  summary:
+    'a bootstrap token (`system:bootstrap:<id>` in group `system:bootstrappers`: first issue) or a node (`system:node:<n>` in group `system:nodes`, `<n>` a valid Node name: renewal)',
+  check: ({ csr }) =>
+    requesterKind(csr) !== null
+      ? null
+      : `requester ${show(csr.username)} (groups ${list(csr.groups)}) is neither a bootstrap token in ${BOOTSTRAPPERS_GROUP} nor a node in ${NODES_GROUP}`,
+};
+
+const clientSubject: Rule = {
+  name: 'subject',
+  summary: "CN `system:node:<n>`, `<n>` a valid Node name (for a renewal the requester's own), O exactly `system:nodes`",
+  check: ({ csr, nodeName }) => {
+    const { commonName, organizations } = csr.request!.subject;
+    if (nodeName === null)
+      return commonName.startsWith(NODE_USER_PREFIX)
+        ? `CN ${show(commonName)}: the node name ${dns1123SubdomainProblem(commonName.slice(NODE_USER_PREFIX.length))}`
+        : `CN ${show(commonName)} is not ${NODE_USER_PREFIX}<node name>`;
+    if (requesterKind(csr) === 'node' && commonName !== csr.username)
+      return `CN ${show(commonName)} is not the requester's own ${show(csr.username)}`;
+    return sameList(organizations, [NODES_GROUP]) ? null : `O ${list(organizations)} is not [${NODES_GROUP}]`;
+  },
+};
+
+const reservedNodeName: Rule = {
+  name: 'reserved-names',
+  summary:
+    "the node name is not the API server's (`kubernetes`, `kubernetes.*`, a name in its serving certificate or URL), a cluster Service name (`*.svc`, `*.svc.*`) or `localhost`",
+  check: ({ world, nodeName }) => reservedNameProblem(nodeName!, world.apiServer),
+};
+
+const tokenBound: Rule = {
+  name: 'token-bound',
+  only: 'bootstrap',
+  summary:
+    "the token's binding `kubeboot/token-<id>` (`kubeboot token create --node/--pool`) allows `<n>`: one of its names or under its prefix, within its max-nodes, and a name it was spent on only for that same CSR; a token with no binding only under `--unsafe-approve-unbound-tokens`",
+  check: ({ csr, nodeName, world, policy }) => {
+    const binding = world.records!.binding;
+    const where = `${BINDINGS_NAMESPACE}/${bindingName(tokenIdOf(csr.username)!)}`;
+    if (binding === null)
+      return policy.kubeletClient?.unboundTokens === true
+        ? null
+        : `token ${tokenIdOf(csr.username)} has no binding ${where} (make tokens with kubeboot token create --node or --pool; --unsafe-approve-unbound-tokens approves unbound ones for any name)`;
+    if ('problem' in binding) return `the binding ${where} cannot be trusted: ${binding.problem}`;
+    if (csr.uid === '') return 'the CSR has no uid to spend the token on';
+    return bindingAllows(binding, nodeName!, csr.uid);
+  },
+};
+
+const noTakeover: Rule = {
+  name: 'no-takeover',
+  only: 'bootstrap',
+  summary:
+    'no Node `<n>` exists, unless the admin marked it as being replaced (`kubeboot node replace`: `kubeboot/replacements`) before this CSR was made and no other CSR has claimed the mark (the first one wins)',
+  check: ({ csr, nodeName, world }) => {
+    if (world.node === null) return null;
+    const mark = world.records!.replacement;
+    const live = `Node ${nodeName} exists: a bootstrap token never takes over a registered node's name`;
+    if (mark === null) return `${live} (kubeboot node replace ${nodeName} marks it as being replaced)`;
+    if (mark.claimedBy === csr.uid) return null;
+    if (mark.claimedBy !== null) return `${live}; its replacement mark was claimed by the CSR with uid ${show(mark.claimedBy)}`;
+    // A CSR filed before the mark (an attacker's, pending since) must not win it: the replacement machine boots after.
+    const marked = Math.floor(Date.parse(mark.at) / 1000) * 1000;
+    return Date.parse(csr.created ?? '') >= marked
+      ? null
+      : `${live}; this CSR was made before it was marked as being replaced (at ${show(mark.at)})`;
+  },
+};
+
+/** `key` (the label is set) or `key=value`, as --protect-nodes takes them. */
+function hasLabel(labels: Readonly<Record<string, string>>, requirement: string): boolean {
+  const at = requirement.indexOf('=');
+  return at < 0 ? Object.hasOwn(labels, requirement) : labels[requirement.slice(0, at)] === requirement.slice(at + 1);
+}
+
+const notControlPlane: Rule = {
+  name: 'not-control-plane',
+  only: 'bootstrap',
+  summary:
+    'an existing Node `<n>` has neither `node-role.kubernetes.io/control-plane` nor `node-role.kubernetes.io/master`, nor a label of `--protect-nodes`: such a name is never issued to a bootstrap token, marked as being replaced or not',
+  check: ({ nodeName, world, policy }) => {
+    const labels = world.node?.labels ?? {};
+    const protectedBy = [...CONTROL_PLANE_LABELS, ...(policy.kubeletClient?.protectNodes ?? [])].find((r) => hasLabel(labels, r));
+    return protectedBy === undefined
+      ? null
+      : `Node ${nodeName} is protected (${show(protectedBy)}): its name is never issued to a bootstrap token; join it with an admin-approved CSR`;
+  },
+};
+
+const notRevoked: Rule = {
+  name: 'not-revoked',
+  summary:
+    "the node has no entry in `kubeboot/revocations` (`kubeboot node revoke`): a revoked identity is never renewed (it dies at its certificate's notAfter), nor issued again to any token until `kubeboot node unrevoke`",
+  check: ({ nodeName, world }) => {
+    const revoked = world.records!.revocation;
+    if (revoked === null) return null;
+    const at = revoked.at ? ` at ${show(revoked.at)}` : '';
+    return `node ${nodeName} was revoked${at}${revoked.reason ? `: ${show(revoked.reason)}` : ''} (${BINDINGS_NAMESPACE}/${REVOCATIONS})`;
+  },
+};
+
+export const KUBELET_CLIENT_RULES: readonly Rule[] = [
+  clientRequester,
+  requestSignature,
+  clientSubject,
+  noSans,
+  usagesRule('client auth', 'any'),
+  keyAlgorithm,
+  expiration,
+  reservedNodeName,
+  tokenBound,
+  noTakeover,
+  notControlPlane,
+  notRevoked,
 ];
 
 export interface PolicySpec {
   name: PolicyName;
   signerName: string;
   rules: readonly Rule[];
-  /** Virtual subresource of certificatesigningrequests the requester must be allowed to `create`. */
-  subresource: string;
+  /**
+   * Virtual subresource of certificatesigningrequests the requester must be
+   * allowed to `create`; one per kind of requester where a policy has two.
+   */
+  subresource: string | Readonly<Record<RequesterKind, string>>;
+  /** Whose Node the rules read: the requester's (`system:node:<n>`), or the one the certificate is for (its CN). */
+  node: 'requester' | 'subject';
+  /** Whether this approver decides the policy's CSRs at all. */
+  enabled(policy: ApproverPolicy): boolean;
 }
 
 export const POLICIES: Record<PolicyName, PolicySpec> = {
@@ -400,21 +578,46 @@ export const POLICIES: Record<PolicyName, PolicySpec> = {
     signerName: KUBE_APISERVER_CLIENT_SIGNER,
     rules: KUBE_PROXY_RULES,
     subresource: 'kubeproxyclient',
+    node: 'requester',
+    enabled: () => true,
   },
   'kubelet-serving': {
     name: 'kubelet-serving',
     signerName: KUBELET_SERVING_SIGNER,
     rules: KUBELET_SERVING_RULES,
     subresource: 'selfnodeserving',
+    node: 'requester',
+    enabled: (policy) => policy.serving.enabled,
+  },
+  // As kube-controller-manager's nodeclient/selfnodeclient, under kubeboot's own names, so RBAC
+  // bindings decide which approver a cluster uses (packaging/manifests/approver/node-grants.yaml).
+  'kubelet-client': {
+    name: 'kubelet-client',
+    signerName: KUBELET_CLIENT_SIGNER,
+    rules: KUBELET_CLIENT_RULES,
+    subresource: { bootstrap: 'kubebootnodeclient', node: 'kubebootselfnodeclient' },
+    node: 'subject',
+    enabled: (policy) => policy.kubeletClient?.enabled === true,
   },
 };
+
+/** The subresource the SubjectAccessReview asks about, for a CSR that passed the rules (so its requester has a kind). */
+export function subresourceFor(spec: PolicySpec, csr: Pick<CsrFacts, 'username' | 'groups'>): string {
+  return typeof spec.subresource === 'string' ? spec.subresource : spec.subresource[requesterKind(csr) ?? 'node'];
+}
+
+/** The node the certificate is for (RuleInput.nodeName). */
+export function nodeNameFor(spec: PolicySpec, csr: Pick<CsrFacts, 'username' | 'request'>): string | null {
+  return nodeNameOf(spec.node === 'requester' ? csr.username : (csr.request?.subject.commonName ?? ''));
+}
 
 /**
  * Which policy a CSR falls under, or null when it is none of the approver's
  * business (left untouched). A CSR is ours when it is for one of our signers
- * and either comes from a node or asks for the identity we issue, so a
- * bootstrap token asking for `system:kube-proxy` is reported, while a user's
- * own client CSR for kube-apiserver-client is left to whoever handles it.
+ * and either comes from a node (or, for the kubelet client, a bootstrap
+ * token) or asks for the identity we issue, so a bootstrap token asking for
+ * `system:kube-proxy` is reported, while a user's own client CSR for
+ * kube-apiserver-client is left to whoever handles it.
  */
 export function recognize(
   csr: Pick<CsrFacts, 'signerName' | 'username' | 'groups' | 'request'>,
@@ -425,14 +628,27 @@ export function recognize(
   if (csr.signerName === KUBE_APISERVER_CLIENT_SIGNER && (fromNode || cn === policy.kubeProxy.commonName)) return 'kube-proxy-client';
   if (policy.serving.enabled && csr.signerName === KUBELET_SERVING_SIGNER && (fromNode || cn?.startsWith(NODE_USER_PREFIX) === true))
     return 'kubelet-serving';
+  const fromBootstrap = csr.username.startsWith(BOOTSTRAP_USER_PREFIX) || csr.groups.includes(BOOTSTRAPPERS_GROUP);
+  if (
+    POLICIES['kubelet-client'].enabled(policy) &&
+    csr.signerName === KUBELET_CLIENT_SIGNER &&
+    (fromNode || fromBootstrap || cn?.startsWith(NODE_USER_PREFIX) === true)
+  )
+    return 'kubelet-client';
   return null;
 }
 
 export type Verdict = { ok: true } | { ok: false; rule: string; problem: string };
 
+/** The rules that run for this CSR: all of them, but for a rule of the other kind of requester. */
+export function applicable(rules: readonly Rule[], csr: Pick<CsrFacts, 'username' | 'groups'>): Rule[] {
+  const kind = requesterKind(csr);
+  return rules.filter((rule) => rule.only === undefined || rule.only === kind);
+}
+
 /** Runs the rules in order; the first failure is the verdict. */
 export function evaluate(rules: readonly Rule[], input: RuleInput): Verdict {
-  for (const rule of rules) {
+  for (const rule of applicable(rules, input.csr)) {
     const problem = rule.check(input);
     if (problem !== null) return { ok: false, rule: rule.name, problem };
   }
@@ -442,16 +658,27 @@ export function evaluate(rules: readonly Rule[], input: RuleInput): Verdict {
 /** The rule the SubjectAccessReview is reported as. */
 export const AUTHORIZED_RULE = 'authorized';
 
+const REQUESTER_KINDS: Record<RequesterKind, string> = { bootstrap: 'first issue', node: 'renewal' };
+
 /** The last check of every policy, made by the caller (decide.ts) once every rule has passed. */
 export function authorizedSummary(spec: PolicySpec): string {
-  return `a SubjectAccessReview as the CSR's user, uid, groups and extra allows \`create\` on \`certificatesigningrequests/${spec.subresource}\``;
+  const on =
+    typeof spec.subresource === 'string'
+      ? `\`certificatesigningrequests/${spec.subresource}\``
+      : Object.entries(spec.subresource)
+          .map(([kind, sub]) => `\`certificatesigningrequests/${sub}\` (${REQUESTER_KINDS[kind as RequesterKind]})`)
+          .join(' or ');
+  return `a SubjectAccessReview as the CSR's user, uid, groups and extra allows \`create\` on ${on}`;
 }
 
 /** docs/approver.md's rule tables: each policy's rules in the order they run, the first failure being the one reported. */
 export function renderRuleTables(): string {
   return Object.values(POLICIES)
     .map((spec) => {
-      const rows = [...spec.rules.map((r) => [r.name, r.summary]), [AUTHORIZED_RULE, authorizedSummary(spec)]];
+      const rows = [
+        ...spec.rules.map((r) => [r.name, r.only === undefined ? r.summary : `${REQUESTER_KINDS[r.only]} only: ${r.summary}`]),
+        [AUTHORIZED_RULE, authorizedSummary(spec)],
+      ];
       return [
         `**${spec.name}** (signer \`${spec.signerName}\`)`,
         '',

@@ -41,7 +41,7 @@ const COMMON_NAME = '2.5.4.3';
 export function decidedSigners(policy: ApproverPolicy): Set<string> {
   return new Set(
     Object.values(POLICIES)
-      .filter((spec) => spec.name !== 'kubelet-serving' || policy.serving.enabled)
+      .filter((spec) => spec.enabled(policy))
       .map((spec) => spec.signerName),
   );
 }

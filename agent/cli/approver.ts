@@ -8,6 +8,7 @@ import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { Approver } from '../approver/approver.js';
 import { connect } from '../approver/connect.js';
+import { kcmBindingsMonitor, kcmBindingsProblem, kcmNodeClientBindings } from '../approver/kcm-bindings.js';
 import { createApproverMetrics } from '../approver/metrics.js';
 import type { ApproverPolicy } from '../approver/policy.js';
 import type { Config } from '../config/types.js';
@@ -16,6 +17,7 @@ import { createNotifier, startWatchdog } from '../daemon/notify.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { readOptional } from '../read-optional.js';
+import { systemClock } from '../time/clock.js';
 
 export function approverPolicy(config: Config): ApproverPolicy {
   const a = config.approver;
@@ -24,6 +26,7 @@ export function approverPolicy(config: Config): ApproverPolicy {
     maxExpirationSeconds: a.maxExpiration,
     keyAlgorithms: a.keyAlgorithms,
     serving: { enabled: a.kubeletServing, dnsSuffixes: a.servingDnsSuffixes, ipCidrs: a.servingIpCidrs },
+    kubeletClient: { enabled: a.kubeletClient, unboundTokens: a.unsafeApproveUnboundTokens, protectNodes: a.protectNodes },
   };
 }
 
@@ -35,7 +38,22 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
       "serving approval is on without --serving-ip-cidr: IP SANs are checked only against the Node's own status.addresses, which its kubelet writes; set the node network CIDRs",
     );
   }
+  if (a.unsafeApproveUnboundTokens)
+    logger.warn(
+      a.kubeletClient
+        ? "--unsafe-approve-unbound-tokens: a bootstrap token with no kubeboot/token-<id> binding gets a kubelet certificate for any node name not yet registered, as many as it asks for; whoever reads a node pool's user-data can mint node identities"
+        : '--unsafe-approve-unbound-tokens has no effect without --approve-kubelet-client',
+    );
   const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: process.env, readFile: readOptional });
+  const kcm = a.kubeletClient ? kcmBindingsMonitor(() => kcmNodeClientBindings(client, signal), systemClock) : null;
+  try {
+    const problem = kcm === null ? null : kcmBindingsProblem(await kcm.look());
+    if (problem !== null) logger.warn(problem);
+  } catch (err) {
+    logger.warn(
+      `could not list ClusterRoleBindings to find kube-controller-manager's own kubelet client approval (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,
+    );
+  }
   // matches client-go's leader-election identity: hostname plus a unique suffix, so two processes on one host differ.
   const identity = `${os.hostname()}_${randomUUID()}`;
   const metrics = createApproverMetrics();
@@ -70,6 +88,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
         detail: [
           `csr cache: ${approver.informer.synced ? `synced (${approver.informer.cache.size} CSRs)` : `not synced: ${approver.informer.notSyncedBecause ?? ''}; not taking part in leader election`}`,
           `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`,
+          ...(kcm === null ? [] : [kcm.detail()]),
         ],
       }),
       metrics: async () => ({ contentType: metrics.registry.contentType, body: await metrics.registry.metrics() }),
@@ -83,6 +102,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     lease: `${a.leaseNamespace}/${a.leaseName}`,
     kubeProxySubject: { commonName: config.kubeProxy.commonName, organizations: config.kubeProxy.organizations },
     kubeletServing: a.kubeletServing,
+    kubeletClient: a.kubeletClient,
     denyViolations: a.denyViolations,
   });
   const watchdog = startWatchdog(notifier, { env: process.env, healthy: () => !signal.aborted });

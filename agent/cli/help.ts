@@ -12,8 +12,10 @@ export const EXIT_CODES_HELP = `Exit codes:
   2  bad configuration or input (the message names the file and the field)
   3  a CSR was denied or failed (the message carries the reason)
   4  timed out waiting for a CSR to be approved and signed
-  (token, user-data, join-command: 1 = cluster unreachable or the admin credential refused or forbidden,
-   2 = no or bad admin kubeconfig, invalid --groups/--usages/--ttl, unknown token id)`;
+  5  no signature for the join token in kube-public/cluster-info: deleted, expired or mistyped (make a new token)
+  (token, user-data, join-command, node: 1 = cluster unreachable, the admin credential refused or forbidden,
+   or no namespace kubeboot for a binding or node record; 2 = no or bad admin kubeconfig, invalid --groups/--usages/--ttl/
+   --node/--pool/--max-nodes or node name, unknown token id, unrevoke of a node not revoked)`;
 
 export function helpText(): string {
   return `kubeboot — TLS bootstrap and certificate rotation for Kubernetes worker nodes
@@ -34,7 +36,11 @@ Commands:
 
 Cluster admin commands (use the admin kubeconfig, like kubectl):
   token create|list|delete ID
-              make, show (never the secret) or delete bootstrap tokens (Secrets in kube-system)
+              make, show (never the secret) or delete bootstrap tokens (Secrets in kube-system);
+              create --node NAME or --pool PREFIX --max-nodes N binds a token to the names it may join
+  node replace|revoke|unrevoke NAME | list
+              mark a node as being replaced (its re-join under the same name), revoke or unrevoke its identity
+              (pending CSRs denied now, renewals refused), list every node's identity, expiry, renewer, state
   user-data   print cloud-init user-data (or --format script) that installs kubeboot and joins a node
   ca-rotation publish|status|retire
               rotate the cluster CA with no node touched: publish the bundle, follow every node's progress,
@@ -94,6 +100,9 @@ const APPROVER = [
   'max-expiration',
   'allowed-key-algorithm',
   'approve-kubelet-serving',
+  'approve-kubelet-client',
+  'unsafe-approve-unbound-tokens',
+  'protect-nodes',
   'serving-dns-suffix',
   'serving-ip-cidr',
   'deny-violations',
@@ -169,12 +178,30 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     },
   },
   token: {
-    usage: 'kubeboot token create|list|delete ID [options]',
-    summary: 'Cluster admin: make a bootstrap token (prints only the token), list them (never the secret), delete one.',
+    usage: 'kubeboot token create [--node NAME | --pool PREFIX --max-nodes N] | list | delete ID [options]',
+    summary: `Cluster admin: make a bootstrap token (prints only the token), list them (never the secret) with what each may join, delete one.
+--node/--pool write the binding kubeboot/token-<id> (a ConfigMap kubeboot approver reads) before the token, and delete
+removes it after the token; without the namespace kubeboot nothing is made (docs/node-identity.md).`,
     options: [...LOG],
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
       ttl: 'create: lifetime of the new token (default 1h; 0 only with --no-expiry)',
+    },
+  },
+  node: {
+    usage: 'kubeboot node replace NAME | revoke NAME [--reason TEXT] [--delete-node] | unrevoke NAME | list [--output json] [options]',
+    summary: `Cluster admin: the node records kubeboot approver reads (ConfigMaps kubeboot/replacements and kubeboot/revocations).
+replace: the next CSR for system:node:NAME from a token bound to NAME may take over the existing Node (a replaced machine).
+revoke: kubeboot approver renews no kubelet client certificate of NAME any more; its pending CSRs are denied now;
+a certificate already issued lives to its notAfter, which it prints. list: each Node (and revoked name), its identity,
+the expiry of its newest kubelet client certificate a CSR still shows ("unknown" once the CSRs are gone), who renews it,
+revoked or not, a replacement mark. Holds only once kube-controller-manager's auto-approval bindings are gone (revoke warns).`,
+    options: [...LOG],
+    meanings: {
+      kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
+      reason: 'revoke: why; recorded with the revocation and in the message of the CSRs it denies',
+      'delete-node': 'revoke: also delete the Node object',
+      output: 'list: text or json',
     },
   },
   'ca-rotation': {
@@ -188,18 +215,19 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     },
   },
   'join-command': {
-    usage: 'kubeboot join-command [--create-token | --token TOKEN | --token-file PATH] [options]',
+    usage: 'kubeboot join-command [--create-token [--node NAME] | --token TOKEN | --token-file PATH] [options]',
     summary: 'Cluster admin: print `kubeboot bootstrap --server … --token … --ca-cert-hash …` for a node that already has the package.',
     options: ['config', 'server', 'token', 'token-file', 'ca-cert-hash', ...LOG],
     meanings: { ...FOR_THE_NODE, kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
   },
   'user-data': {
     usage:
-      'kubeboot user-data [--create-token | --token TOKEN | --token-file PATH] [--repo-url URL --repo-key PATH] [--output-file PATH] [options]',
+      'kubeboot user-data [--create-token [--node NAME | --pool PREFIX --max-nodes N] | --token TOKEN | --token-file PATH] [--repo-url URL --repo-key PATH] [--output-file PATH] [options]',
     summary: `Cluster admin: print cloud-init user-data (or --format script) that writes kubeboot's config and the token (0600), adds the package repository and installs and starts kubeboot.
 Needs on the node: apt >= 2.4 (reads the armored key in signed-by=; Debian 12, Ubuntu 22.04) or rpm with dnf/yum (imports
-gpgkey= itself); no gpg and no curl. The token joins every node booted with it until it expires, and cloud-init keeps copies
-on each node: boot the pool within the token's TTL, then \`kubeboot token delete ID\` (printed on stderr).
+gpgkey= itself); no gpg and no curl. An unbound token joins every node booted with it until it expires (--node and --pool
+bind it to names), and cloud-init keeps copies on each node: boot the pool within the token's TTL, then
+\`kubeboot token delete ID\` (printed on stderr).
 A --repo-url needs its --repo-key (exit 2 without), unless --unsafe-unsigned-repo turns the nodes' signature checks off;
 an http:// URL is accepted with a warning (metadata can be withheld or replayed, and the path sees what is installed).`,
     options: ['config', 'server', 'token', 'token-file', 'ca-cert-hash', ...LOG],

@@ -74,6 +74,13 @@ async function main(argv: string[]): Promise<number> {
           loaded.extraFlags.output,
           process.env,
         );
+      case 'node':
+        return await (await import('./node.js')).runNode(
+          loaded.positionals,
+          loaded.extraFlags.given,
+          loaded.extraFlags.output,
+          process.env,
+        );
       case 'ca-rotation':
         return await (await import('./ca-rotation.js')).runCaRotation(
           loaded.positionals,

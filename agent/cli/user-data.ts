@@ -13,7 +13,7 @@ import { OPTIONS, type OptionSpec } from '../config/options.js';
 import { bootstrapTokenProblem } from '../config/values.js';
 import { ExitCode, InputError, KubebootError } from '../errors.js';
 import type { Admin } from '../join/admin.js';
-import { tokenSpecFrom, type TokenFlags } from '../join/token.js';
+import { bindingSpecFrom, tokenSpecFrom, type BindingFlags, type BindingSpec, type TokenFlags } from '../join/token.js';
 import {
   DEFAULT_TOKEN_FILE,
   joinCommand,
@@ -25,6 +25,7 @@ import {
 } from '../join/user-data.js';
 import { caCertHash } from '../pki/pin.js';
 import { writeFileAtomic } from '../store/atomic.js';
+import { terminalLines } from '../text.js';
 import { createToken, withAdmin, type Given } from './token.js';
 import { systemClock } from '../time/clock.js';
 
@@ -49,7 +50,8 @@ export async function runUserData(
   const repo = command === 'user-data' ? await packageRepo(given) : null;
   // Checked before a token is created that a failed write would leave behind.
   const outputFile = command === 'user-data' ? await outputFileOf(given) : null;
-  const { server, token, pins, expires } = await joinValues(command, config, given, env);
+  const { server, token, pins, expires, binding, notes } = await joinValues(command, config, given, env);
+  io.stderr.write(terminalLines(notes.map((n) => `kubeboot ${command}: ${n}`)));
   if (command === 'join-command') {
     io.stdout.write(joinCommand({ server, token, pins }) + '\n');
     return ExitCode.ok;
@@ -62,7 +64,7 @@ export async function runUserData(
   if (outputFile !== null) await writeFileAtomic(outputFile, text, { mode: 0o600 });
   else io.stdout.write(text);
   for (const warning of repoWarnings(repo)) io.stderr.write(`kubeboot user-data: warning: ${warning}\n`);
-  io.stderr.write(tokenReminder(token, expires));
+  io.stderr.write(tokenReminder(token, expires, binding));
   return ExitCode.ok;
 }
 
@@ -82,16 +84,21 @@ async function outputFileOf(given: Given): Promise<string | null> {
 }
 
 /**
- * The token's life, on stderr so the user-data on stdout stays clean: it
- * joins every node booted with this user-data until it expires, and the
- * nodes keep copies (cloud-init's cache; a cloud's metadata service serves
- * it for the instance's life), so it should end when the pool has booted.
+ * The token's life, on stderr so the user-data on stdout stays clean: an
+ * unbound token joins every node booted with this user-data until it
+ * expires, a bound one the names it is bound to; either way the nodes keep
+ * copies (cloud-init's cache; a cloud's metadata service serves it for the
+ * instance's life), so it should end when the pool has booted.
  */
-export function tokenReminder(token: string, expires: string | null | undefined): string {
+export function tokenReminder(token: string, expires: string | null | undefined, binding: BindingSpec | null = null): string {
   const id = token.slice(0, token.indexOf('.'));
   const until = expires === undefined ? 'until it expires' : expires === null ? 'forever (--no-expiry)' : `until ${expires}`;
+  const joins =
+    binding === null
+      ? `joins any node booted with this user-data ${until}`
+      : `authenticates ${until} and is bound to ${'names' in binding ? `node ${binding.names.join(', ')}` : `at most ${binding.maxNodes} nodes named ${binding.prefix}*`}: kubeboot approver issues each name from it once (kube-controller-manager, while its auto-approval is bound, does not check: docs/node-identity.md)`;
   return (
-    `kubeboot user-data: bootstrap token ${id} joins any node booted with this user-data ${until}; ` +
+    `kubeboot user-data: bootstrap token ${id} ${joins}; ` +
     'cloud-init keeps copies of it on every node (/var/lib/cloud/instances/<id>/) and a cloud may serve it from its metadata service. ' +
     `Boot the pool within the token's TTL, then: kubeboot token delete ${id}\n`
   );
@@ -104,25 +111,36 @@ async function joinValues(
   config: Config,
   given: Given,
   env: Record<string, string | undefined>,
-): Promise<{ server: string; token: string; pins: string[]; expires?: string | null }> {
+): Promise<{ server: string; token: string; pins: string[]; expires?: string | null; binding: BindingSpec | null; notes: string[] }> {
   const create = given['create-token'] === true;
   const token = config.token ?? (config.tokenFile !== null ? await readTokenFile(config.tokenFile) : null);
   if (create && token !== null) throw new InputError(CLI, '--create-token', 'cannot be combined with --token or --token-file');
   if (!create && token === null)
     throw new InputError(CLI, '--token', 'missing: give --token, --token-file or KUBEBOOT_TOKEN, or --create-token');
-  const tokenFlags = ['ttl', 'expiry', 'usages', 'groups', 'description'].filter((f) => given[f] !== undefined);
+  const tokenFlags = ['ttl', 'expiry', 'usages', 'groups', 'description', 'node', 'pool', 'max-nodes'].filter(
+    (f) => given[f] !== undefined,
+  );
   if (!create && tokenFlags.length > 0)
     throw new InputError(CLI, `--${tokenFlags[0] === 'expiry' ? 'no-expiry' : tokenFlags[0]}`, 'only with --create-token');
   // A description makes `kubeboot token list` say what the token was made for.
   const tokenSpec = create ? tokenSpecFrom({ description: `kubeboot ${command}`, ...(given as TokenFlags) }) : null;
+  const binding = create ? bindingSpecFrom(given as BindingFlags) : null;
   const needAdmin = create || config.server === null || config.caCertHashes.length === 0;
-  if (!needAdmin) return { server: (config.server as string).replace(/\/$/, ''), token: token as string, pins: config.caCertHashes };
+  if (!needAdmin)
+    return { server: (config.server as string).replace(/\/$/, ''), token: token as string, pins: config.caCertHashes, binding, notes: [] };
   return withAdmin(given, env, create ? 'create a bootstrap token Secret in kube-system' : 'read the cluster', async (admin: Admin) => {
     const server = config.server ?? admin.kubeconfig.server;
     const pins = config.caCertHashes.length > 0 ? config.caCertHashes : [pinOf(admin)];
-    if (tokenSpec === null) return { server: server.replace(/\/$/, ''), token: token as string, pins };
-    const created = await createToken(admin, tokenSpec, systemClock.now());
-    return { server: server.replace(/\/$/, ''), token: created.token.token, pins, expires: created.summary.expires };
+    if (tokenSpec === null) return { server: server.replace(/\/$/, ''), token: token as string, pins, binding, notes: [] };
+    const created = await createToken(admin, tokenSpec, systemClock.now(), binding);
+    return {
+      server: server.replace(/\/$/, ''),
+      token: created.token.token,
+      pins,
+      expires: created.summary.expires,
+      binding,
+      notes: created.notes,
+    };
   });
 }
 

@@ -18,6 +18,7 @@ import {
   dns1123SubdomainProblem,
   formatDuration,
   ipProblem,
+  labelRequirementProblem,
   serverUrlProblem,
   signerNameProblem,
 } from './values.js';
@@ -349,6 +350,23 @@ export const OPTIONS: readonly OptionSpec[] = [
     type: 'bool',
     help: 'approver: also approve kubelet serving CSRs (signer kubernetes.io/kubelet-serving)',
   }),
+  opt('approve-kubelet-client', {
+    key: 'approver.kubeletClient',
+    type: 'bool',
+    help: "approver: also approve kubelet client CSRs (signer kubernetes.io/kube-apiserver-client-kubelet): first issue only for the names a bootstrap token is bound to, never a live or control-plane Node's; renewal while the node is not revoked",
+  }),
+  opt('unsafe-approve-unbound-tokens', {
+    key: 'approver.unsafeApproveUnboundTokens',
+    type: 'bool',
+    help: 'approver: UNSAFE: with --approve-kubelet-client, a bootstrap token with no binding (kubeboot/token-<id>) gets any node name not yet registered, as many as it asks for',
+  }),
+  opt('protect-nodes', {
+    key: 'approver.protectNodes',
+    type: 'strings',
+    metavar: 'LABEL',
+    check: labelRequirementProblem,
+    help: 'approver: never issue the name of an existing Node with this label (key or key=value, repeatable) to a bootstrap token; the control-plane role labels always count',
+  }),
   opt('serving-dns-suffix', {
     key: 'approver.servingDnsSuffixes',
     type: 'strings',
@@ -395,20 +413,21 @@ export const COMMANDS = [
   'join-command',
   'user-data',
   'ca-rotation',
+  'node',
 ] as const;
 export type Command = (typeof COMMANDS)[number];
 /** The cluster admin's commands that make bootstrap tokens: they run on the admin's machine, not on a node. */
 export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
 /** Commands that need no node name of their own. */
-export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig', 'ca-rotation'];
+export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig', 'ca-rotation', 'node'];
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   {
     flag: 'output',
-    commands: ['status', 'token', 'ca-rotation'],
+    commands: ['status', 'token', 'ca-rotation', 'node'],
     values: ['text', 'json'],
     metavar: 'text|json',
-    help: 'status, token, ca-rotation status: output format',
+    help: 'status, token, ca-rotation status, node list: output format',
   },
   {
     flag: 'signer-ca-hash',
@@ -450,9 +469,9 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   },
   {
     flag: 'kubeconfig',
-    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver', 'ca-rotation'],
+    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver', 'ca-rotation', 'node'],
     metavar: 'PATH',
-    help: 'token, join-command, user-data, approver-kubeconfig: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
+    help: 'token, join-command, user-data, approver-kubeconfig, ca-rotation, node: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
   },
   {
     flag: 'ttl',
@@ -487,6 +506,37 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     commands: ADMIN_COMMANDS,
     metavar: 'TEXT',
     help: 'token create, --create-token: a description stored with the token',
+  },
+  {
+    flag: 'node',
+    commands: ADMIN_COMMANDS,
+    metavar: 'NAME',
+    help: 'token create, --create-token: bind the new token to this one node: kubeboot approver issues it only the kubelet identity system:node:NAME, once (a Node of that name needs kubeboot node replace NAME first)',
+  },
+  {
+    flag: 'pool',
+    commands: ADMIN_COMMANDS,
+    metavar: 'PREFIX',
+    help: 'token create, --create-token: bind the new token to node names starting with PREFIX (an autoscaling group), each name issued once, at most --max-nodes of them',
+  },
+  {
+    flag: 'max-nodes',
+    commands: ADMIN_COMMANDS,
+    metavar: 'N',
+    help: 'token create, --create-token: with --pool (required): how many nodes the token may join',
+  },
+  {
+    flag: 'reason',
+    commands: ['node'],
+    metavar: 'TEXT',
+    help: 'node revoke: why, recorded with the revocation and in the message of the CSRs it denies',
+  },
+  {
+    flag: 'delete-node',
+    commands: ['node'],
+    type: 'bool',
+    metavar: '',
+    help: 'node revoke: also delete the Node object',
   },
   {
     flag: 'create-token',

@@ -89,6 +89,9 @@ export interface Config {
     maxExpiration: number;
     keyAlgorithms: string[];
     kubeletServing: boolean;
+    kubeletClient: boolean;
+    unsafeApproveUnboundTokens: boolean;
+    protectNodes: string[];
     servingDnsSuffixes: string[];
     servingIpCidrs: string[];
     denyViolations: boolean;

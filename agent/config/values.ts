@@ -116,6 +116,25 @@ export function cidrProblem(raw: string): string | null {
   return ok ? null : `expected a CIDR like 10.0.0.0/8 or fd00::/64, got ${quote(raw)}`;
 }
 
+const LABEL_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+
+/**
+ * One label requirement, `key` (the label is set) or `key=value`: matches
+ * apimachinery's label key (an optional DNS-1123 prefix and `/`, then a name
+ * of at most 63 characters) and value (empty, or such a name).
+ */
+export function labelRequirementProblem(raw: string): string | null {
+  const [key = '', value, ...rest] = raw.split('=');
+  const slash = key.lastIndexOf('/');
+  const prefix = slash < 0 ? null : key.slice(0, slash);
+  const ok =
+    rest.length === 0 &&
+    LABEL_NAME.test(key.slice(slash + 1)) &&
+    (prefix === null || dns1123SubdomainProblem(prefix) === null) &&
+    (value === undefined || value === '' || LABEL_NAME.test(value));
+  return ok ? null : `expected a label key or key=value like node-role.kubernetes.io/control-plane, got ${quote(raw)}`;
+}
+
 /** An API server URL for joining: https, a host, no path or credentials (as a bootstrap kubeconfig's server). */
 export function serverUrlProblem(raw: string): string | null {
   let url: URL;

@@ -71,11 +71,8 @@ export function explainAdminError(err: unknown, admin: Admin, doing: string): un
       `the cluster at ${where} rejected the admin credential (401 Unauthorized) while trying to ${doing}`,
       ExitCode.other,
     );
-  if (err instanceof ApiError && err.status === 403) {
-    return new KubebootError(
-      `forbidden to ${doing} at ${where}: the admin kubeconfig's user needs access to Secrets in kube-system (${err.message})`,
-      ExitCode.other,
-    );
-  }
+  // The API's message names the verb, resource and namespace the user lacks.
+  if (err instanceof ApiError && err.status === 403)
+    return new KubebootError(`forbidden to ${doing} at ${where}: ${err.message}`, ExitCode.other);
   return err;
 }

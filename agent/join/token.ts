@@ -6,7 +6,9 @@
  */
 import { randomInt } from 'node:crypto';
 import { InputError } from '../errors.js';
-import { parseDuration, quote } from '../config/values.js';
+import { dns1123SubdomainProblem, parseDuration, quote } from '../config/values.js';
+import type { TokenBinding } from '../kube/join-bindings.js';
+import { reservedNameProblem } from '../pki/names.js';
 
 export const TOKEN_SECRET_TYPE = 'bootstrap.kubernetes.io/token';
 export const TOKEN_NAMESPACE = 'kube-system';
@@ -148,4 +150,65 @@ export function tokenSpecFrom(flags: TokenFlags): TokenSpec {
   }
   const description = typeof flags.description === 'string' ? flags.description : null;
   return { ttlSeconds, usages: [...new Set(usages)] as TokenUsage[], groups: [...new Set(groups)], description };
+}
+
+/** What a new token may join (the binding of agent/kube/join-bindings.ts): one node's name, or a pool's prefix and size. */
+export type BindingSpec = { names: string[] } | { prefix: string; maxNodes: number };
+
+export interface BindingFlags {
+  node?: string | string[] | boolean;
+  pool?: string | string[] | boolean;
+  'max-nodes'?: string | string[] | boolean;
+}
+
+/**
+ * Why `name` cannot be a kubelet identity, or null: not a Node name, or a
+ * name kubeboot approver never issues (`reserved-names`). `apiServerNames`:
+ * names the API server is known by (the admin kubeconfig's host).
+ */
+export function nodeNameProblem(name: string, apiServerNames: readonly string[] = []): string | null {
+  return dns1123SubdomainProblem(name) ?? reservedNameProblem(name, { names: apiServerNames.map((n) => n.toLowerCase()) });
+}
+
+/** --node, --pool, --max-nodes → what the token may join; null for none of them (an unbound token, as before). */
+export function bindingSpecFrom(flags: BindingFlags, apiServerNames: readonly string[] = []): BindingSpec | null {
+  const node = typeof flags.node === 'string' ? flags.node : null;
+  const pool = typeof flags.pool === 'string' ? flags.pool : null;
+  const max = typeof flags['max-nodes'] === 'string' ? flags['max-nodes'] : null;
+  if (node !== null && pool !== null) throw new InputError(CLI, '--pool', 'cannot be combined with --node');
+  if (max !== null && pool === null) throw new InputError(CLI, '--max-nodes', 'only with --pool (a --node token joins one node)');
+  if (node !== null) {
+    const problem = nodeNameProblem(node, apiServerNames);
+    if (problem !== null) throw new InputError(CLI, '--node', problem);
+    return { names: [node] };
+  }
+  if (pool === null) return null;
+  // The pool's names are `<prefix><anything>`: the shortest is one character longer.
+  if (dns1123SubdomainProblem(`${pool}0`) !== null)
+    throw new InputError(
+      CLI,
+      '--pool',
+      `${quote(pool)} cannot begin a Node name (lowercase letters, digits, '-' and '.', starting with a letter or digit, at most 252 characters)`,
+    );
+  const reserved = reservedNameProblem(`${pool}0`, { names: [] });
+  if (reserved !== null) throw new InputError(CLI, '--pool', `names ${pool}* are never issued: ${reserved}`);
+  if (max === null) throw new InputError(CLI, '--max-nodes', 'required with --pool: how many nodes the token may join');
+  const maxNodes = /^[1-9][0-9]{0,8}$/.test(max) ? Number(max) : Number.NaN;
+  if (Number.isNaN(maxNodes)) throw new InputError(CLI, '--max-nodes', `expected a whole number from 1, got ${quote(max)}`);
+  return { prefix: pool, maxNodes };
+}
+
+/** What `token list` says a token may join, and how much of that it has used. */
+export interface BindingView {
+  /** `node-1`, `pool-a-*`, `<unbound>`, or `<unusable: why>` (then the approver approves nothing from it). */
+  joins: string;
+  /** `<issued>/<max>`; empty without a usable binding. */
+  spent: string;
+}
+
+export function bindingView(binding: TokenBinding | { problem: string } | null): BindingView {
+  if (binding === null) return { joins: '<unbound>', spent: '' };
+  if ('problem' in binding) return { joins: `<unusable: ${binding.problem}>`, spent: '' };
+  const spent = `${Object.keys(binding.issued).length}/${binding.maxNodes}`;
+  return { joins: binding.kind === 'names' ? binding.names.join(',') : `${binding.prefix}*`, spent };
 }

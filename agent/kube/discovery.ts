@@ -4,10 +4,19 @@
  * from it is trusted until (1) the detached JWS made with our bootstrap token
  * verifies, and (2) the CA it names matches an operator-supplied pin. Then the
  * same object is fetched again over TLS verified against that CA and must be
- * identical. The bootstrap token is never sent during discovery.
+ * identical. The requests are kubeadm's (cmd/kubeadm/app/discovery/token):
+ * anonymous GETs every 5 s.
+ *
+ * Unlike kubeadm, a wait for a signature that is not coming is cut short.
+ * While cluster-info lacks the token's signature, kubeboot asks the API
+ * server whether the token authenticates (a SelfSubjectReview), over TLS
+ * verified against a CA the operator pinned — where the CSR would send the
+ * token anyway; without a pin it asks nothing. A token refused for
+ * REFUSED_GRACE_MS, or no signature after SIGNATURE_WAIT_MS, ends discovery
+ * with exit 5 (ExitCode.tokenNotSigned).
  */
 import type { Dispatcher } from 'undici';
-import { KubebootError, ExitCode } from '../errors.js';
+import { ApiError, KubebootError, ExitCode } from '../errors.js';
 import { parseYaml } from '../config/yaml.js';
 import type { Logger } from '../log.js';
 import { verifyDetachedJws } from '../pki/jws.js';
@@ -15,10 +24,32 @@ import { pinnedCertificates } from '../pki/pin.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { pause } from '../time/timer.js';
 import { KubeClient } from './client.js';
+import { whoAmI } from './whoami.js';
 
 export const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
 /** cluster-info is a kubeconfig and a few signatures; it arrives over unverified TLS, so anyone on the path could send more. */
 export const CLUSTER_INFO_MAX_BYTES = 1 << 20;
+/** Between attempts: kubeadm's DiscoveryRetryInterval. */
+export const RETRY_MS = 5_000;
+/**
+ * The longest cluster-info may lack the token's signature. The bootstrapsigner
+ * re-signs on every Secret event: measured against kube-apiserver and
+ * kube-controller-manager 1.34, a new token was signed within 200 ms and a
+ * deleted one's signature gone within 30 ms. Two minutes leave room for a busy
+ * controller manager. kubeadm waits its whole discovery timeout (5 min), then
+ * says the same: the token is invalid or expired, create a new one.
+ */
+export const SIGNATURE_WAIT_MS = 2 * 60_000;
+/**
+ * How long the API server may refuse the token before it is believed: it
+ * authenticates bootstrap tokens from an informer's cache of Secrets, which
+ * trails a new Secret (measured: a new token authenticated at the first try,
+ * ~20 ms after its POST, on an idle 1.34 apiserver; a loaded one lags more).
+ * kube-apiserver caches no failure (its token failure cache TTL is 0), so an
+ * early 401 does not stick; it caches a success for 10 s, so a token used just
+ * before it was deleted still authenticates that long.
+ */
+export const REFUSED_GRACE_MS = 15_000;
 
 export interface DiscoveryInput {
   server: string;
@@ -58,27 +89,119 @@ export async function discoverClusterCa(input: DiscoveryInput): Promise<string> 
     input.dispatcher,
   );
   try {
+    let unsigned: UnsignedWait | null = null;
     for (;;) {
       const outcome = await tryDiscovery(unverified, input);
       if (outcome.ca) {
         await confirmOverVerifiedTls(input, outcome.ca, outcome.kubeconfig);
         return outcome.ca;
       }
-      if (clock.monotonic() + 5_000 > deadline) {
+      let waitingFor = outcome.waitingFor;
+      const now = clock.monotonic();
+      if (outcome.unsigned !== undefined) {
+        const probe = await probeToken(input, outcome.unsigned);
+        unsigned = observeUnsigned(unsigned, probe, now);
+        const verdict = signatureVerdict(unsigned, now, deadline);
+        if (verdict !== null) throw tokenNotSigned(input, unsigned, verdict, now);
+        if (probe !== 'unknown') waitingFor += `; ${input.server} ${probe === 'refused' ? 'refuses the token (401)' : 'accepts the token'}`;
+      }
+      if (now + RETRY_MS > deadline) {
         throw new KubebootError(
-          `CA discovery from ${input.server}: ${outcome.waitingFor}; gave up after ${Math.round(input.timeoutMs / 1000)}s`,
+          `CA discovery from ${input.server}: ${waitingFor}; gave up after ${Math.round(input.timeoutMs / 1000)}s`,
           ExitCode.timedOut,
         );
       }
-      input.logger.info(`CA discovery: ${outcome.waitingFor}; retrying in 5s`);
-      await pause(5_000, clock, input.signal);
+      input.logger.info(`CA discovery: ${waitingFor}; retrying in ${RETRY_MS / 1000}s`);
+      await pause(RETRY_MS, clock, input.signal);
     }
   } finally {
     await unverified.close();
   }
 }
 
-type Attempt = { ca: string; kubeconfig: string; waitingFor?: never } | { ca?: never; kubeconfig?: never; waitingFor: string };
+/** `unsigned`: cluster-info's kubeconfig, read without the token's signature. */
+type Attempt =
+  | { ca: string; kubeconfig: string; waitingFor?: never; unsigned?: never }
+  | { ca?: never; kubeconfig?: never; waitingFor: string; unsigned?: string };
+
+/** What the API server said of the token: `unknown` when it was not asked (no pin) or gave no answer. */
+type TokenProbe = 'authenticates' | 'refused' | 'unknown';
+
+/** What discovery has seen while cluster-info lacked the token's signature (monotonic ms). */
+interface UnsignedWait {
+  /** First seen without the signature. */
+  since: number;
+  /** Refused (401) at every probe since then; null once a probe was not refused. */
+  refusedSince: number | null;
+  /** Some probe authenticated it: the token lives, only its signature is missing. */
+  authenticated: boolean;
+}
+
+function observeUnsigned(wait: UnsignedWait | null, probe: TokenProbe, now: number): UnsignedWait {
+  const refusedSince = wait?.refusedSince ?? null;
+  return {
+    since: wait?.since ?? now,
+    refusedSince: probe === 'refused' ? (refusedSince ?? now) : probe === 'authenticates' ? null : refusedSince,
+    authenticated: (wait?.authenticated ?? false) || probe === 'authenticates',
+  };
+}
+
+/** Null: keep waiting. Otherwise why no signature is coming: the token is refused, or the wait is over. */
+function signatureVerdict(wait: UnsignedWait, now: number, deadline: number): 'refused' | 'unsigned' | null {
+  if (wait.refusedSince !== null && now - wait.refusedSince >= REFUSED_GRACE_MS) return 'refused';
+  if (now + RETRY_MS > Math.min(wait.since + SIGNATURE_WAIT_MS, deadline)) return 'unsigned';
+  return null;
+}
+
+const NEW_TOKEN =
+  'make a new token (kubeboot token create, or kubeboot join-command --create-token for the whole join line) and join with it';
+
+/** One line naming the token by its id only; the secret stays out of every message. */
+function tokenNotSigned(input: DiscoveryInput, wait: UnsignedWait, verdict: 'refused' | 'unsigned', now: number): KubebootError {
+  const waited = `${Math.round((now - wait.since) / 1000)}s`;
+  const why =
+    verdict === 'refused'
+      ? `: deleted, expired or mistyped (${input.server} refuses it: 401 Unauthorized)`
+      : wait.authenticated
+        ? ` after ${waited}, though ${input.server} accepts the token: it was made without usage-bootstrap-signing, or the bootstrapsigner controller of kube-controller-manager is not running`
+        : `: deleted, expired or mistyped (none after ${waited})`;
+  return new KubebootError(
+    `no signature for token ${input.tokenId} in kube-public/cluster-info${why}; ${NEW_TOKEN}`,
+    ExitCode.tokenNotSigned,
+  );
+}
+
+/**
+ * Whether the API server accepts the token, asked over TLS verified against
+ * the CAs of the unsigned cluster-info that a pin names: the token goes only
+ * where the CSR would send it. Any answer but 401 means it authenticated
+ * (authorization and routing come after authentication).
+ */
+async function probeToken(input: DiscoveryInput, kubeconfig: string): Promise<TokenProbe> {
+  if (input.pins.length === 0) return 'unknown';
+  let pinned: string;
+  try {
+    const found = pinnedCertificates(caFromClusterInfo(kubeconfig), input.pins);
+    if (found.count === 0) return 'unknown';
+    pinned = found.pinned;
+  } catch {
+    return 'unknown';
+  }
+  const client = new KubeClient(
+    { server: input.server, caPem: pinned, tlsServerName: input.tlsServerName },
+    { kind: 'token', token: `${input.tokenId}.${input.tokenSecret}` },
+    input.dispatcher,
+  );
+  try {
+    await whoAmI(client, input.signal);
+    return 'authenticates';
+  } catch (err) {
+    if (!(err instanceof ApiError) || err.status >= 500) return 'unknown';
+    return err.status === 401 ? 'refused' : 'authenticates';
+  } finally {
+    await client.close();
+  }
+}
 
 async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<Attempt> {
   let configMap: ConfigMap;
@@ -96,7 +219,10 @@ async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<
   if (!kubeconfig) return { waitingFor: 'kube-public/cluster-info has no kubeconfig' };
   const jws = configMap.data?.[`jws-kubeconfig-${input.tokenId}`];
   if (!jws)
-    return { waitingFor: `kube-public/cluster-info is not yet signed for token ${input.tokenId} (the bootstrapsigner controller adds it)` };
+    return {
+      waitingFor: `kube-public/cluster-info is not yet signed for token ${input.tokenId} (the bootstrapsigner controller adds it)`,
+      unsigned: kubeconfig,
+    };
   if (!verifyDetachedJws(jws, kubeconfig, input.tokenId, input.tokenSecret)) {
     throw new KubebootError(
       `kube-public/cluster-info at ${input.server}: signature for token ${input.tokenId} does not verify; refusing its CA`,

@@ -3,6 +3,7 @@
  */
 import { isIP } from 'node:net';
 import type { Subject } from '../identity.js';
+import { excerpt } from '../text.js';
 import { x509 } from './x509.js';
 
 /**
@@ -70,4 +71,22 @@ export function altNamesOf(extensions: readonly x509.Extension[]): AltNames {
     }
   }
   return { dnsNames, ipAddresses };
+}
+
+/**
+ * Why `name` can never be a node's certificate name, or null. A node picks
+ * its own name (whoever holds a pool's user-data does), so `kubernetes`,
+ * `kubernetes.default.svc` or the API server's host name would otherwise be
+ * a serving certificate every client of the cluster CA accepts for the API
+ * server. `apiServer.names`: its names in lower case (the approver's
+ * ApiServerFacts; `kubeboot token create` passes the admin kubeconfig's host).
+ */
+export function reservedNameProblem(name: string, apiServer: { readonly names: readonly string[] } | null): string | null {
+  const n = name.toLowerCase().replace(/\.$/, '');
+  const show = excerpt(name);
+  if (n === 'kubernetes' || n.startsWith('kubernetes.')) return `${show} is the API server's Service name`;
+  if (n.endsWith('.svc') || n.includes('.svc.')) return `${show} is a cluster Service name (*.svc)`;
+  if (n === 'localhost' || n.endsWith('.localhost') || n === 'localhost.localdomain') return `${show} names the local host`;
+  if (apiServer?.names.includes(n)) return `${show} is one of the API server's names`;
+  return null;
 }

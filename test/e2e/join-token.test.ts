@@ -1,12 +1,16 @@
 // `kubeboot token create|list|delete` against a real control plane: the
-// tokens it makes are the ones kube-apiserver authenticates, and nothing it
-// prints besides `create`'s own line carries a secret.
+// tokens it makes are the ones kube-apiserver authenticates, nothing it
+// prints besides `create`'s own line carries a secret, and a node joined
+// with a token that is gone is told so quickly, with nothing left on disk.
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
+import { SIGNATURE_WAIT_MS } from '../../agent/kube/discovery.js';
+import { caCertHash } from '../../agent/pki/pin.js';
 import { waitFor } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { kubeClient } from '../support/http.js';
-import { forbid, kubeboot } from '../support/kubeboot.js';
+import { forbid, kubeboot, nodeLayout } from '../support/kubeboot.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
 
 const TOKEN = /^([a-z0-9]{6})\.([a-z0-9]{16})$/;
@@ -82,12 +86,13 @@ if (plane) {
       const text = await kubeboot(t, ['token', 'list', ...admin]);
       t.equal(text.code, 0);
       const row = text.stdout.split('\n').find((l) => l.startsWith(id));
-      t.match(row, /authentication,signing\s+system:bootstrappers:pool-a\s+pool a$/);
+      t.match(row, /authentication,signing\s+system:bootstrappers:pool-a\s+<unbound>\s+pool a$/, 'made without --node/--pool: unbound');
       t.match(row, /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z/);
       const json = await kubeboot(t, ['token', 'list', ...admin, '--output', 'json']);
       const entry = (JSON.parse(json.stdout) as { id: string }[]).find((e) => e.id === id);
       t.match(entry, { id, usages: ['authentication', 'signing'], groups: ['system:bootstrappers:pool-a'], description: 'pool a' });
-      t.same(Object.keys(entry ?? {}).sort(), ['description', 'expires', 'groups', 'id', 'usages'], 'no secret field');
+      t.same(Object.keys(entry ?? {}).sort(), ['binding', 'description', 'expires', 'groups', 'id', 'usages'], 'no secret field');
+      t.equal((entry as { binding?: unknown } | undefined)?.binding, null, 'no binding');
       // kubeboot() already failed the test if the secret appeared anywhere in the output.
     });
 
@@ -180,5 +185,83 @@ if (plane) {
       90_000,
     );
     t.equal(gone, true);
+  });
+
+  const clusterInfo = async () =>
+    (await plane.admin.request<{ data: Record<string, string> }>('GET', '/api/v1/namespaces/kube-public/configmaps/cluster-info')).body
+      .data;
+  /** `kubeboot bootstrap --server --token --ca-cert-hash` on an empty node, timed. */
+  const joinByFlags = async (t: Test, name: string, token: string, extra: string[] = []) => {
+    const node = await nodeLayout(t.testdir(), name);
+    const started = Date.now();
+    const result = await kubeboot(t, [
+      'bootstrap',
+      '--config',
+      node.config,
+      '--server',
+      plane.server,
+      '--token',
+      token,
+      '--ca-cert-hash',
+      caCertHash(plane.caPem),
+      ...extra,
+    ]);
+    return { node, result, ms: Date.now() - started, last: result.stderr.trimEnd().split('\n').at(-1) ?? '' };
+  };
+  /** Every file under the node's directory that holds `secret`. */
+  const holding = async (dir: string, secret: string) => {
+    const found: string[] = [];
+    for (const e of await readdir(dir, { recursive: true, withFileTypes: true }))
+      if (e.isFile() && (await readFile(join(e.parentPath, e.name), 'utf8')).includes(secret)) found.push(join(e.parentPath, e.name));
+    return found;
+  };
+  const NEW_TOKEN =
+    'make a new token (kubeboot token create, or kubeboot join-command --create-token for the whole join line) and join with it';
+
+  t.test('a deleted token given as join flags ends with exit 5 in seconds, naming its id, and leaves no token on the node', async (t) => {
+    const { token, id, secret } = await created(t, ['--ttl', '10m']);
+    await waitFor('the bootstrapsigner to sign cluster-info for the token', async () =>
+      (await clusterInfo())[`jws-kubeconfig-${id}`] ? true : undefined,
+    );
+    t.equal((await kubeboot(t, ['token', 'delete', id, ...admin])).code, 0);
+    // A deleted token keeps its signature until the bootstrapsigner re-signs: wait for that, as a node joining later would see it.
+    await waitFor('the bootstrapsigner to drop the deleted token’s signature', async () =>
+      (await clusterInfo())[`jws-kubeconfig-${id}`] ? undefined : true,
+    );
+
+    const { node, result, ms, last } = await joinByFlags(t, 'join-deleted-token', token);
+    t.equal(result.code, 5, `exit 5; stderr:\n${result.stderr}`);
+    t.equal(
+      last,
+      `kubeboot: no signature for token ${id} in kube-public/cluster-info: deleted, expired or mistyped (${plane.server} refuses it: 401 Unauthorized); ${NEW_TOKEN}`,
+    );
+    t.ok(ms < SIGNATURE_WAIT_MS, `within the ${SIGNATURE_WAIT_MS / 1000}s bound: ${ms} ms`);
+    t.ok(ms < 40_000, `a refused token is believed after 15 s of 401s, not the whole bound: ${ms} ms`);
+    t.notMatch(result.stdout + result.stderr, secret, 'the secret is never printed');
+    await t.rejects(stat(node.bootstrapKubeconfig), { code: 'ENOENT' }, 'no bootstrap kubeconfig');
+    await t.rejects(stat(node.kubeletKubeconfig), { code: 'ENOENT' }, 'no kubelet kubeconfig');
+    t.same(await holding(node.dir, secret), [], 'no file on the node holds the token');
+    t.same(
+      (await plane.admin.listCsrs()).filter((c) => c.spec?.username === `system:bootstrap:${id}`),
+      [],
+      'no CSR',
+    );
+  });
+
+  t.test('a token that authenticates but cannot sign is waited for up to the bound, then told apart', async (t) => {
+    const { token, id, secret } = await created(t, ['--ttl', '10m', '--usages', 'authentication']);
+    await waitFor('the token to authenticate', async () => ((await reviewAs(token)).status === 201 ? true : undefined), 30_000);
+    // waitTimeout under the 2-minute bound ends the wait sooner, with the same verdict.
+    const { node, result, ms, last } = await joinByFlags(t, 'join-unsigned-token', token, ['--wait-timeout', '20s']);
+    t.equal(result.code, 5, `exit 5; stderr:\n${result.stderr}`);
+    t.match(
+      last,
+      new RegExp(
+        `^kubeboot: no signature for token ${id} in kube-public/cluster-info after \\d+s, though ${plane.server.replace(/\./g, '\\.')} accepts the token: it was made without usage-bootstrap-signing, or the bootstrapsigner controller of kube-controller-manager is not running; `,
+      ),
+    );
+    t.ok(ms >= 15_000 && ms < 40_000, `waited for the timeout, not the refusal grace: ${ms} ms`);
+    t.match(result.stderr, `${plane.server} accepts the token`, 'the wait says the token authenticates');
+    t.same(await holding(node.dir, secret), [], 'no file on the node holds the token');
   });
 }

@@ -15,6 +15,7 @@ const kinds: Record<string, { plural: string; namespaced: boolean }> = {
   Role: { plural: 'roles', namespaced: true },
   RoleBinding: { plural: 'rolebindings', namespaced: true },
   ConfigMap: { plural: 'configmaps', namespaced: true },
+  Namespace: { plural: 'namespaces', namespaced: false },
   ServiceAccount: { plural: 'serviceaccounts', namespaced: true },
 };
 

@@ -4,6 +4,7 @@ import t from 'tap';
 import { POLICIES, renderRuleTables } from '../../agent/approver/policy.js';
 import { COMMAND_FLAGS, COMMANDS, OPTIONS, renderOptionsReference } from '../../agent/config/options.js';
 import { COMMAND_HELP, commandHelpText, helpText } from '../../agent/cli/help.js';
+import { ExitCode } from '../../agent/errors.js';
 
 const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
 const reference = await readFile(new URL('../../docs/reference.md', import.meta.url), 'utf8');
@@ -25,7 +26,7 @@ t.test('--help lists every flag and every exit code the docs document; the READM
   const help = helpText();
   for (const spec of OPTIONS.filter((o) => o.flag !== null))
     t.match(help, `--${spec.type === 'bool' ? '[no-]' : ''}${spec.flag}`, `--help shows --${spec.flag}`);
-  for (const code of ['0', '1', '2', '3', '4']) {
+  for (const code of Object.values(ExitCode).map(String)) {
     t.match(reference, new RegExp(`\\n\\| ${code} \\|`), `docs/reference.md documents exit code ${code}`);
     t.match(readme, new RegExp(`\\b${code}\\s+\\(`), `the README names exit code ${code}`);
     t.match(help, new RegExp(`\\n  ${code}  `), `--help documents exit code ${code}`);

@@ -2,6 +2,7 @@
 // SubjectAccessReview, with the cluster look-ups faked.
 import t from 'tap';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
+import type { RecordConfigMap } from '../../../agent/approver/api.js';
 import { decide, type Lookups } from '../../../agent/approver/decide.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { keyAlgorithmName, requestFacts } from '../../../agent/approver/request.js';
@@ -41,6 +42,7 @@ function lookups(opts: { allowed?: boolean; all?: ApproverCsr[] } = {}): Lookups
     allowed: async (_c, sub) => (reviews.push(sub), opts.allowed ?? true),
     sameRequester: () => opts.all ?? [],
     apiServer: async () => ({ names: ['api.example'], ips: ['10.96.0.1'] }),
+    record: async () => null,
   };
 }
 
@@ -140,4 +142,132 @@ t.test('a Node look-up that answers another Node is no Node (defence behind getN
   const l = { ...lookups(), node: async () => ({ name: 'someone-else', addresses: [] }) };
   const d = await decide(await csr('x', { cn: 'system:kube-proxy' }), policy, l);
   t.same(d.kind === 'violation' ? d.rule : d.kind, 'node-exists');
+});
+
+// ---- kubelet client (--approve-kubelet-client) ----
+
+const clientPolicy: ApproverPolicy = { ...policy, kubeletClient: { enabled: true, unboundTokens: false, protectNodes: [] } };
+const KUBELET = {
+  signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+  usages: ['digital signature', 'key encipherment', 'client auth'],
+};
+const bootstrapper = { username: 'system:bootstrap:abcdef', groups: ['system:bootstrappers', 'system:authenticated'] };
+
+const configMap = (name: string, rv: string, data: Record<string, string>, annotations: Record<string, string> = {}): RecordConfigMap => ({
+  kind: 'ConfigMap',
+  metadata: { name, resourceVersion: rv, annotations },
+  data,
+});
+
+/** The records as `kubeboot token create --node w1` and `kubeboot node replace` write them, and which were read. */
+function clientLookups(
+  o: { records?: Record<string, RecordConfigMap>; nodes?: Record<string, Record<string, string>> } = {},
+): Lookups & { reviews: string[]; read: string[] } {
+  const read: string[] = [];
+  const base = lookups();
+  return {
+    ...base,
+    read,
+    node: async (name) => (o.nodes?.[name] ? { name, addresses: [], labels: o.nodes[name] } : null),
+    record: async (name) => (read.push(name), o.records?.[name] ?? null),
+  };
+}
+
+const w1Binding = (issued = '{}') =>
+  configMap('token-abcdef', '7', { 'token-id': 'abcdef', names: 'w1', 'max-nodes': '1' }, { 'kubeboot.io/issued': issued });
+
+t.test("a bootstrap token's kubelet client CSR for its bound name is approved, spending the name with the version read", async (t) => {
+  const l = clientLookups({ records: { 'token-abcdef': w1Binding() } });
+  const d = await decide(
+    await csr('first', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }),
+    clientPolicy,
+    l,
+  );
+  t.match(d, {
+    kind: 'approve',
+    policy: 'kubelet-client',
+    message:
+      /token-bound, no-takeover, not-control-plane, not-revoked\) and system:bootstrap:abcdef may create certificatesigningrequests\/kubebootnodeclient$/,
+  });
+  t.same(d.kind === 'approve' ? d.claims : null, [
+    { name: 'token-abcdef', resourceVersion: '7', patch: { metadata: { annotations: { 'kubeboot.io/issued': '{"w1":"uid-first"}' } } } },
+  ]);
+  t.same(l.reviews, ['kubebootnodeclient'], 'the SubjectAccessReview is for the bootstrap subresource');
+  t.same(l.read, ['token-abcdef', 'revocations'], 'no Node of that name: the replacements are not read');
+});
+
+t.test('the same CSR decided again after its claim was written spends nothing more', async (t) => {
+  const l = clientLookups({ records: { 'token-abcdef': w1Binding('{"w1":"uid-again"}') } });
+  const d = await decide(
+    await csr('again', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }),
+    clientPolicy,
+    l,
+  );
+  t.same(d.kind === 'approve' ? d.claims : d, []);
+});
+
+t.test('taking over a Node marked as being replaced claims the mark too, keeping what the admin wrote', async (t) => {
+  const marked = JSON.stringify({ at: '2025-12-31T00:00:00Z', by: 'admin' });
+  const l = clientLookups({
+    nodes: { w1: {} },
+    records: { 'token-abcdef': w1Binding(), replacements: configMap('replacements', '12', { w1: marked, w2: '{"at":"x"}' }) },
+  });
+  const d = await decide(
+    await csr('replace', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }),
+    clientPolicy,
+    l,
+  );
+  t.same(d.kind === 'approve' ? d.claims.map((c) => [c.name, c.resourceVersion, c.patch]) : d, [
+    ['token-abcdef', '7', { metadata: { annotations: { 'kubeboot.io/issued': '{"w1":"uid-replace"}' } } }],
+    ['replacements', '12', { data: { w1: '{"at":"2025-12-31T00:00:00Z","by":"admin","claimedBy":"uid-replace"}' } }],
+  ]);
+  t.same(l.read, ['token-abcdef', 'replacements', 'revocations']);
+});
+
+t.test('a live Node without a mark is refused (no-takeover) before anything is spent or reviewed', async (t) => {
+  const l = clientLookups({ nodes: { w1: {} }, records: { 'token-abcdef': w1Binding() } });
+  const d = await decide(
+    await csr('takeover', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }),
+    clientPolicy,
+    l,
+  );
+  t.match(d, { kind: 'violation', rule: 'no-takeover', message: /^kubelet-client rule no-takeover: Node w1 exists/ });
+  t.same(l.reviews, []);
+});
+
+t.test('a renewal reads only the revocations and is reviewed for kubebootselfnodeclient', async (t) => {
+  const node = { username: 'system:node:w1', groups: ['system:nodes', 'system:authenticated'] };
+  const l = clientLookups({ records: { 'token-abcdef': w1Binding() } });
+  const d = await decide(await csr('renew', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...node }), clientPolicy, l);
+  t.match(d, { kind: 'approve', claims: [] });
+  t.same([l.read, l.reviews], [['revocations'], ['kubebootselfnodeclient']]);
+  const revoked = clientLookups({
+    records: { revocations: configMap('revocations', '3', { w1: '{"at":"2026-12-01T00:00:00Z","reason":"stolen"}' }) },
+  });
+  const r = await decide(
+    await csr('renew2', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...node }),
+    clientPolicy,
+    revoked,
+  );
+  t.match(r, { kind: 'violation', rule: 'not-revoked', message: /node w1 was revoked at 2026-12-01T00:00:00Z: stolen/ });
+});
+
+t.test('kubelet client CSRs are not ours without --approve-kubelet-client', async (t) => {
+  const l = clientLookups({ records: { 'token-abcdef': w1Binding() } });
+  t.same(await decide(await csr('off', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }), policy, l), {
+    kind: 'ignore',
+    why: 'not-ours',
+  });
+  t.same(l.read, []);
+});
+
+t.test('a record the approver may not read fails the decision (closed), it is never taken as absent', async (t) => {
+  const l = {
+    ...clientLookups(),
+    record: async () => Promise.reject(new Error('the approver may not read ConfigMap kubeboot/token-abcdef')),
+  };
+  await t.rejects(
+    decide(await csr('forbidden', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }), clientPolicy, l),
+    /may not read/,
+  );
 });

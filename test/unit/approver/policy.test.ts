@@ -4,7 +4,10 @@ import t from 'tap';
 import {
   evaluate,
   KUBE_PROXY_RULES,
+  KUBELET_CLIENT_RULES,
   KUBELET_SERVING_RULES,
+  nodeNameOf,
+  renderRuleTables,
   recognize,
   allowedDnsNames,
   type ApproverPolicy,
@@ -13,6 +16,7 @@ import {
   type World,
 } from '../../../agent/approver/policy.js';
 import type { RequestFacts } from '../../../agent/approver/request.js';
+import type { TokenBinding } from '../../../agent/kube/join-bindings.js';
 
 const policy: ApproverPolicy = {
   kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
@@ -45,6 +49,7 @@ const world = (over: Partial<World> = {}): World => ({
   },
   blocking: [],
   apiServer: { names: ['api.example', 'kube-apiserver.internal'], ips: ['10.96.0.1', '10.0.0.2'] },
+  records: null,
   ...over,
 });
 
@@ -52,6 +57,8 @@ function proxyInput(csr: Partial<CsrFacts> = {}, req: Partial<RequestFacts> = {}
   return {
     csr: {
       name: 'x',
+      uid: 'uid-x',
+      created: '2026-12-01T10:00:00Z',
       signerName: 'kubernetes.io/kube-apiserver-client',
       username: 'system:node:n1',
       groups: ['system:nodes', 'system:authenticated'],
@@ -275,5 +282,226 @@ t.test('recognition: only our signers, and only node requesters or our kube-prox
     }),
     null,
     'serving left alone unless opted in',
+  );
+});
+
+// ---- kubelet client (--approve-kubelet-client) ----
+
+const clientPolicy: ApproverPolicy = {
+  ...policy,
+  kubeletClient: { enabled: true, unboundTokens: false, protectNodes: ['example.com/tier=db'] },
+};
+const bound = (over: Partial<TokenBinding> = {}): TokenBinding =>
+  ({ kind: 'names', tokenId: 'abcdef', names: ['w1'], maxNodes: 1, issued: {}, ...over }) as TokenBinding;
+
+/** A bootstrap token's first kubelet client CSR for `w1`, no such Node yet, its binding allowing exactly that name. */
+function clientInput(
+  csr: Partial<CsrFacts> = {},
+  req: Partial<RequestFacts> = {},
+  w: Partial<World> = {},
+  records: Partial<NonNullable<World['records']>> = {},
+): RuleInput {
+  const request_ = request({ subject: { commonName: 'system:node:w1', organizations: ['system:nodes'] }, ...req });
+  return {
+    csr: {
+      name: 'node-csr-x',
+      uid: 'uid-x',
+      created: '2026-12-01T10:00:00Z',
+      signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+      username: 'system:bootstrap:abcdef',
+      groups: ['system:bootstrappers', 'system:authenticated'],
+      usages: ['digital signature', 'client auth'],
+      expirationSeconds: undefined,
+      request: request_,
+      requestProblem: null,
+      ...csr,
+    },
+    nodeName: nodeNameOf(request_.subject.commonName),
+    world: world({ node: null, records: { binding: bound(), replacement: null, revocation: null, ...records }, ...w }),
+    policy: clientPolicy,
+  };
+}
+
+/** A node renewing its own kubelet client certificate. */
+const renewal = (records: Partial<NonNullable<World['records']>> = {}, req: Partial<RequestFacts> = {}) =>
+  clientInput({ username: 'system:node:w1', groups: ['system:nodes', 'system:authenticated'] }, req, {}, records);
+
+const liveNode = (labels: Record<string, string> = {}) => ({ node: { name: 'w1', addresses: [], labels } });
+const mark = (over: { at?: string; claimedBy?: string | null } = {}) => ({ at: '2026-12-01T09:59:59.500Z', claimedBy: null, ...over });
+
+t.test('kubelet client rules: first issue from a bootstrap token, renewal by the node itself', async (t) => {
+  const passes: [string, RuleInput][] = [
+    ['a node-bound token asking for its name', clientInput()],
+    ['key encipherment with ECDSA, as the kubelet asks', clientInput({ usages: ['digital signature', 'key encipherment', 'client auth'] })],
+    ['a pool token under its prefix', clientInput({}, {}, {}, { binding: bound({ kind: 'prefix', prefix: 'w', maxNodes: 2 } as never) })],
+    ['the same CSR decided again after it spent the name', clientInput({}, {}, {}, { binding: bound({ issued: { w1: 'uid-x' } }) })],
+    [
+      'an unbound token under --unsafe-approve-unbound-tokens',
+      {
+        ...clientInput({}, {}, {}, { binding: null }),
+        policy: { ...clientPolicy, kubeletClient: { ...clientPolicy.kubeletClient!, unboundTokens: true } },
+      },
+    ],
+    ['an existing Node marked as being replaced before the CSR', clientInput({}, {}, liveNode(), { replacement: mark() })],
+    ['the mark already claimed by this CSR', clientInput({}, {}, liveNode(), { replacement: mark({ claimedBy: 'uid-x' }) })],
+    ['a renewal of its own name', renewal()],
+    [
+      'a control-plane node renewing its own (no binding, a live Node: first-issue rules do not run)',
+      {
+        ...renewal({ binding: null }),
+        world: world({
+          ...liveNode({ 'node-role.kubernetes.io/control-plane': '' }),
+          records: { binding: null, replacement: null, revocation: null },
+        }),
+      },
+    ],
+  ];
+  for (const [what, input] of passes) t.same(evaluate(KUBELET_CLIENT_RULES, input), { ok: true }, `${what} passes`);
+
+  const cases: [string, RuleInput, string][] = [
+    [
+      'a service account',
+      clientInput({ username: 'system:serviceaccount:kube-system:x', groups: ['system:serviceaccounts'] }),
+      'requester',
+    ],
+    ['a bootstrap user outside system:bootstrappers', clientInput({ groups: ['system:authenticated'] }), 'requester'],
+    ['a bootstrap user with a malformed token id', clientInput({ username: 'system:bootstrap:ABCDEF' }), 'requester'],
+    ['a node outside system:nodes', clientInput({ username: 'system:node:w1', groups: ['system:authenticated'] }), 'requester'],
+    ['bad self-signature', clientInput({}, { signatureValid: false }), 'request-signature'],
+    ['CN not a node', clientInput({}, { subject: { commonName: 'system:kube-proxy', organizations: ['system:nodes'] } }), 'subject'],
+    ['CN an invalid node name', clientInput({}, { subject: { commonName: 'system:node:.', organizations: ['system:nodes'] } }), 'subject'],
+    ['O missing', clientInput({}, { subject: { commonName: 'system:node:w1', organizations: [] } }), 'subject'],
+    [
+      'O with system:masters',
+      clientInput({}, { subject: { commonName: 'system:node:w1', organizations: ['system:nodes', 'system:masters'] } }),
+      'subject',
+    ],
+    [
+      "a renewal asking for another node's name",
+      renewal({}, { subject: { commonName: 'system:node:w2', organizations: ['system:nodes'] } }),
+      'subject',
+    ],
+    ['a DNS SAN', clientInput({}, { dnsNames: ['w1'] }), 'no-sans'],
+    ['server auth', clientInput({ usages: ['digital signature', 'server auth'] }), 'usages'],
+    ['RSA 1024', clientInput({ usages: ['digital signature', 'key encipherment', 'client auth'] }, rsa(1024)), 'key-algorithm'],
+    ['expiration above the cap', clientInput({ expirationSeconds: 86_401 }), 'expiration'],
+    ...['kubernetes.default.svc', 'localhost', 'kubernetes', 'api.example'].map((name): [string, RuleInput, string] => [
+      `the name ${name}`,
+      clientInput(
+        {},
+        { subject: { commonName: `system:node:${name}`, organizations: ['system:nodes'] } },
+        {},
+        {
+          binding: bound({ names: [name] }),
+        },
+      ),
+      'reserved-names',
+    ]),
+    ['an unbound token', clientInput({}, {}, {}, { binding: null }), 'token-bound'],
+    [
+      'a binding that cannot be trusted',
+      clientInput({}, {}, {}, { binding: { problem: 'max-nodes "x" is not a whole number ≥ 1' } }),
+      'token-bound',
+    ],
+    ['a name the token is not bound to', clientInput({}, {}, {}, { binding: bound({ names: ['w2'] }) }), 'token-bound'],
+    [
+      'a second name from a spent node-bound token',
+      clientInput({}, {}, {}, { binding: bound({ names: ['w0', 'w1'], issued: { w0: 'uid-0' } }) }),
+      'token-bound',
+    ],
+    [
+      'its own name again, for another CSR (another key)',
+      clientInput({}, {}, {}, { binding: bound({ issued: { w1: 'uid-other' } }) }),
+      'token-bound',
+    ],
+    [
+      'a pool token past max-nodes',
+      clientInput(
+        {},
+        {},
+        {},
+        {
+          binding: bound({ kind: 'prefix', prefix: 'w', maxNodes: 2, issued: { wa: 'u1', wb: 'u2' } } as never),
+        },
+      ),
+      'token-bound',
+    ],
+    [
+      'a pool token outside its prefix',
+      clientInput({}, {}, {}, { binding: bound({ kind: 'prefix', prefix: 'pool-', maxNodes: 2 } as never) }),
+      'token-bound',
+    ],
+    ['a live Node of that name', clientInput({}, {}, liveNode()), 'no-takeover'],
+    ['a mark claimed by another CSR', clientInput({}, {}, liveNode(), { replacement: mark({ claimedBy: 'uid-first' }) }), 'no-takeover'],
+    [
+      'a CSR made before the mark',
+      clientInput({ created: '2026-12-01T09:59:58Z' }, {}, liveNode(), { replacement: mark() }),
+      'no-takeover',
+    ],
+    ['a mark whose time does not parse', clientInput({}, {}, liveNode(), { replacement: mark({ at: 'yesterday' }) }), 'no-takeover'],
+    [
+      'a control-plane Node, marked',
+      clientInput({}, {}, liveNode({ 'node-role.kubernetes.io/control-plane': '' }), { replacement: mark() }),
+      'not-control-plane',
+    ],
+    [
+      'a master Node, marked',
+      clientInput({}, {}, liveNode({ 'node-role.kubernetes.io/master': '' }), { replacement: mark() }),
+      'not-control-plane',
+    ],
+    [
+      'a Node matching --protect-nodes, marked',
+      clientInput({}, {}, liveNode({ 'example.com/tier': 'db' }), { replacement: mark() }),
+      'not-control-plane',
+    ],
+    ['a revoked node renewing', renewal({ revocation: { at: '2026-12-01T00:00:00Z', reason: 'stolen' } }), 'not-revoked'],
+    [
+      "a new token for a revoked node's name",
+      clientInput({}, {}, {}, { revocation: { at: '2026-12-01T00:00:00Z', reason: 'stolen' } }),
+      'not-revoked',
+    ],
+  ];
+  for (const [what, input, rule] of cases) {
+    const verdict = evaluate(KUBELET_CLIENT_RULES, input);
+    t.equal(verdict.ok ? 'passed' : verdict.rule, rule, `${what}: fails ${rule}`);
+  }
+  t.same(
+    evaluate(KUBELET_CLIENT_RULES, clientInput({}, {}, liveNode({ 'example.com/tier': 'web' }), { replacement: mark() })),
+    { ok: true },
+    '--protect-nodes key=value matches only that value',
+  );
+});
+
+t.test('the first failure names the spent token and what it joined', async (t) => {
+  const verdict = evaluate(KUBELET_CLIENT_RULES, clientInput({}, {}, {}, { binding: bound({ issued: { w1: 'uid-other' } }) }));
+  t.match(verdict, { ok: false, rule: 'token-bound', problem: 'token abcdef was already spent on w1' });
+  const unbound = evaluate(KUBELET_CLIENT_RULES, clientInput({}, {}, {}, { binding: null }));
+  t.match(unbound, { problem: /no binding kubeboot\/token-abcdef .*--unsafe-approve-unbound-tokens/ });
+});
+
+t.test('recognition of kubelet client CSRs only with --approve-kubelet-client', async (t) => {
+  const r = (username: string, groups: string[], p: ApproverPolicy) =>
+    recognize(
+      {
+        signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+        username,
+        groups,
+        request: request({ subject: { commonName: 'system:node:w1', organizations: ['system:nodes'] } }),
+      },
+      p,
+    );
+  t.equal(r('system:bootstrap:abcdef', ['system:bootstrappers'], policy), null, 'left to kube-controller-manager by default');
+  t.equal(r('system:bootstrap:abcdef', ['system:bootstrappers'], clientPolicy), 'kubelet-client', 'a bootstrap token');
+  t.equal(r('system:node:w1', ['system:nodes'], clientPolicy), 'kubelet-client', 'a renewal');
+  t.equal(r('alice', [], clientPolicy), 'kubelet-client', 'anyone asking for a node name (then refused under requester)');
+});
+
+t.test('the rule table marks the rules of one kind of requester and names both subresources', async (t) => {
+  const table = renderRuleTables();
+  t.match(table, '| `token-bound` | first issue only: ');
+  t.notMatch(table, '| `not-revoked` | renewal only: ', 'a revocation holds for a new token too');
+  t.match(
+    table,
+    '`certificatesigningrequests/kubebootnodeclient` (first issue) or `certificatesigningrequests/kubebootselfnodeclient` (renewal)',
   );
 });

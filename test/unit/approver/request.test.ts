@@ -53,6 +53,7 @@ t.test('decide reports a refused request as a request-signature violation naming
     allowed: async () => true,
     sameRequester: () => [],
     apiServer: async () => ({ names: [], ips: [] }),
+    record: async () => null,
   };
   const [twoCns] = await ambiguousCsrPems();
   const csr = {

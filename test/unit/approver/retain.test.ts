@@ -55,6 +55,7 @@ const lookups: Lookups = {
   allowed: async () => true,
   sameRequester: () => [],
   apiServer: async () => ({ names: [], ips: [] }),
+  record: async () => null,
 };
 
 t.test("another signer's CSR keeps its name, age, requester and signer, and nothing it brought", async (t) => {

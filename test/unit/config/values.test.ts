@@ -1,5 +1,12 @@
 import t from 'tap';
-import { formatDuration, parseDuration, parseListen, parsePin, dns1123SubdomainProblem } from '../../../agent/config/values.js';
+import {
+  formatDuration,
+  parseDuration,
+  parseListen,
+  parsePin,
+  dns1123SubdomainProblem,
+  labelRequirementProblem,
+} from '../../../agent/config/values.js';
 
 t.test('durations are whole seconds or Go-like h/m/s', async (t) => {
   const cases: [unknown, number][] = [
@@ -37,4 +44,11 @@ t.test('node names follow DNS-1123 subdomain rules', async (t) => {
   for (const bad of ['', '-a', 'a-', 'a..b', 'A', 'a_b', `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.${'d'.repeat(63)}`]) {
     t.not(dns1123SubdomainProblem(bad), null, bad);
   }
+});
+
+t.test('--protect-nodes takes one label requirement each: key or key=value', async (t) => {
+  for (const ok of ['node-role.kubernetes.io/control-plane', 'tier', 'example.com/tier=db', 'a=', 'A_b.c=X-1'])
+    t.equal(labelRequirementProblem(ok), null, ok);
+  for (const bad of ['', '=db', 'a=b=c', 'Example..com/x', '/x', 'x/', 'a b', 'tier!=db', `${'x'.repeat(64)}`, 'a=-b'])
+    t.match(labelRequirementProblem(bad), /expected a label key or key=value/, JSON.stringify(bad));
 });

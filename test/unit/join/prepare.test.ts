@@ -1,8 +1,9 @@
 // The decisions `kubeboot bootstrap|run --server --token` makes before any
 // request: what is missing, what already exists, what is refused.
-import { writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
+import { MockAgent } from 'undici';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { ExitCode } from '../../../agent/errors.js';
@@ -11,7 +12,11 @@ import { renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
 import { parseBootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
 import { silentLogger } from '../../../agent/log.js';
 import { readOptional } from '../../../agent/read-optional.js';
-import { systemClock } from '../../../agent/time/clock.js';
+import { caCertHash } from '../../../agent/pki/pin.js';
+import { FakeClock, systemClock } from '../../../agent/time/clock.js';
+import { runOn } from '../../support/fake-time.js';
+import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
+import { createCa } from '../../support/pki.js';
 
 const deps = { logger: silentLogger(), clock: systemClock };
 const joining = (config: Config) => openPass(config, deps, { join: true });
@@ -87,4 +92,37 @@ t.test('the rendered bootstrap kubeconfig reads back with its CA and credential'
     readOptional,
   );
   t.match(inline, { tokenFile: null, auth: { kind: 'bootstrap-token', token: TOKEN } });
+});
+
+t.test('a token cluster-info has no signature for ends the join with exit 5, and nothing holding the token is written', async (t) => {
+  const api = 'https://api.test:6443';
+  const ca = await createCa('cluster-ca');
+  for (const via of ['--token', '--token-file'] as const) {
+    const dir = join(t.testdir(), via);
+    await mkdir(dir);
+    const agent = new MockAgent();
+    agent.disableNetConnect();
+    t.teardown(() => agent.close());
+    const pool = agent.get(api);
+    pool
+      .intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'GET' })
+      .reply(200, JSON.stringify({ data: { kubeconfig: clusterInfoKubeconfig(api, ca.certPem) } }))
+      .persist();
+    pool.intercept({ path: '/apis/authentication.k8s.io/v1/selfsubjectreviews', method: 'POST' }).reply(401, '{}').persist();
+    const tokenFile = join(dir, 'bootstrap-token');
+    if (via === '--token-file') await writeFile(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
+    const config = nodeConfig(dir, {
+      server: api,
+      ...(via === '--token' ? { token: TOKEN } : { tokenFile }),
+      caCertHashes: [caCertHash(ca.certPem)],
+    });
+    const clock = new FakeClock();
+    const err = await runOn(clock, openPass(config, { logger: silentLogger(), clock, dispatcher: agent }, { join: true }));
+    t.match(err, { code: ExitCode.tokenNotSigned, message: /^no signature for token abcdef in kube-public\/cluster-info: / }, via);
+    t.equal(await readOptional(config.bootstrapKubeconfig), null, `${via}: no bootstrap kubeconfig`);
+    const files = (await readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile());
+    const holding = [];
+    for (const f of files) if ((await readFile(join(f.parentPath, f.name), 'utf8')).includes('0123456789abcdef')) holding.push(f.name);
+    t.same(holding, via === '--token' ? [] : ['bootstrap-token'], `${via}: the secret is on disk only in a token file the operator gave`);
+  }
 });

@@ -1,6 +1,14 @@
 import t from 'tap';
 import { ExitCode } from '../../../agent/errors.js';
-import { generateToken, parseTokenId, summarize, tokenSecret, tokenSpecFrom } from '../../../agent/join/token.js';
+import {
+  bindingSpecFrom,
+  bindingView,
+  generateToken,
+  parseTokenId,
+  summarize,
+  tokenSecret,
+  tokenSpecFrom,
+} from '../../../agent/join/token.js';
 
 t.test('a token is [a-z0-9]{6}.[a-z0-9]{16} drawn uniformly from the 36-letter alphabet', async (t) => {
   const draws: number[] = [];
@@ -95,4 +103,44 @@ t.test('token delete takes an id or a whole token, and uses only the id', async 
   t.equal(parseTokenId('abcdef'), 'abcdef');
   t.equal(parseTokenId('abcdef.0123456789abcdef'), 'abcdef');
   t.throws(() => parseTokenId('ABCDEF'), { message: 'command line: token id: expected 6 characters [a-z0-9], got "ABCDEF"' });
+});
+
+t.test('--node and --pool bind a token; names the approver never issues are refused here too', async (t) => {
+  t.equal(bindingSpecFrom({}), null, 'neither: an unbound token, as before');
+  t.same(bindingSpecFrom({ node: 'worker-7' }), { names: ['worker-7'] });
+  t.same(bindingSpecFrom({ pool: 'pool-a-', 'max-nodes': '20' }), { prefix: 'pool-a-', maxNodes: 20 });
+  const bad: [Parameters<typeof bindingSpecFrom>[0], string][] = [
+    [{ node: 'a', pool: 'b' }, 'command line: --pool: cannot be combined with --node'],
+    [{ node: 'a', 'max-nodes': '2' }, 'command line: --max-nodes: only with --pool (a --node token joins one node)'],
+    [{ pool: 'pool-a-' }, 'command line: --max-nodes: required with --pool: how many nodes the token may join'],
+    [{ pool: 'pool-a-', 'max-nodes': '0' }, 'command line: --max-nodes: expected a whole number from 1, got "0"'],
+    [{ pool: 'pool-a-', 'max-nodes': '1e3' }, 'command line: --max-nodes: expected a whole number from 1, got "1e3"'],
+    [
+      { node: 'Worker_1' },
+      `command line: --node: "Worker_1" is not a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)`,
+    ],
+    [{ node: 'kubernetes' }, "command line: --node: kubernetes is the API server's Service name"],
+    [{ node: 'kubernetes.default.svc' }, "command line: --node: kubernetes.default.svc is the API server's Service name"],
+    [{ node: 'db.prod.svc.cluster.local' }, 'command line: --node: db.prod.svc.cluster.local is a cluster Service name (*.svc)'],
+    [{ node: 'localhost' }, 'command line: --node: localhost names the local host'],
+    [
+      { pool: '-x', 'max-nodes': '2' },
+      `command line: --pool: "-x" cannot begin a Node name (lowercase letters, digits, '-' and '.', starting with a letter or digit, at most 252 characters)`,
+    ],
+    [
+      { pool: 'kubernetes.', 'max-nodes': '2' },
+      "command line: --pool: names kubernetes.* are never issued: kubernetes.0 is the API server's Service name",
+    ],
+  ];
+  for (const [flags, message] of bad) t.throws(() => bindingSpecFrom(flags), { name: 'InputError', message, code: ExitCode.badInput });
+  t.throws(() => bindingSpecFrom({ node: 'api.example' }, ['API.example']), {
+    message: "command line: --node: api.example is one of the API server's names",
+  });
+});
+
+t.test('a binding is shown as what it joins and how much of it is spent', async (t) => {
+  t.same(bindingView(null), { joins: '<unbound>', spent: '' });
+  t.same(bindingView({ problem: 'both names and prefix are set' }), { joins: '<unusable: both names and prefix are set>', spent: '' });
+  t.same(bindingView({ kind: 'names', tokenId: 'abcdef', names: ['n1'], maxNodes: 1, issued: { n1: 'u' } }), { joins: 'n1', spent: '1/1' });
+  t.same(bindingView({ kind: 'prefix', tokenId: 'abcdef', prefix: 'p-', maxNodes: 5, issued: {} }), { joins: 'p-*', spent: '0/5' });
 });

@@ -175,6 +175,23 @@ t.test('token settings without --create-token are refused rather than ignored', 
   await t.rejects(runUserData('join-command', config, { 'create-token': true }, {}), {
     message: 'command line: --create-token: cannot be combined with --token or --token-file',
   });
+  await t.rejects(runUserData('join-command', config, { node: 'worker-7' }, {}), {
+    message: 'command line: --node: only with --create-token',
+  });
+  await t.rejects(runUserData('user-data', config, { pool: 'pool-a-', 'max-nodes': '3' }, {}), {
+    message: 'command line: --pool: only with --create-token',
+  });
+});
+
+t.test('--create-token --node/--pool is checked before any kubeconfig is read', async (t) => {
+  const config = { ...defaultConfig('admin'), server: 'https://api.example:6443', caCertHashes: [PIN] };
+  const given = { 'create-token': true, kubeconfig: '/nonexistent/admin.conf' };
+  await t.rejects(runUserData('user-data', config, { ...given, node: 'kubernetes' }, {}), {
+    message: "command line: --node: kubernetes is the API server's Service name",
+  });
+  await t.rejects(runUserData('join-command', config, { ...given, pool: 'p-' }, {}), {
+    message: 'command line: --max-nodes: required with --pool: how many nodes the token may join',
+  });
 });
 
 t.test('a token read from --token-file is checked as --token is, naming the file, never the value', async (t) => {
@@ -297,6 +314,13 @@ t.test("the stderr reminder gives the token's id, its end and how to delete it, 
   t.notMatch(created, '0123456789abcdef', 'no secret');
   t.match(tokenReminder(TOKEN, undefined), 'until it expires', 'a given token: its expiry is not known here');
   t.match(tokenReminder(TOKEN, null), 'forever (--no-expiry)');
+  const bound = tokenReminder(TOKEN, '2026-12-01T16:00:00Z', { names: ['worker-7'] });
+  t.match(
+    bound,
+    'bootstrap token abcdef authenticates until 2026-12-01T16:00:00Z and is bound to node worker-7: kubeboot approver issues each name from it once',
+  );
+  t.match(bound, 'docs/node-identity.md', 'and says that kube-controller-manager, while its auto-approval is bound, does not check');
+  t.match(tokenReminder(TOKEN, null, { prefix: 'pool-a-', maxNodes: 20 }), 'is bound to at most 20 nodes named pool-a-*');
 });
 
 t.test("cloud-init's stages are the ones the user-data and docs/install.md rely on (Debian's cloud.cfg)", async (t) => {
