@@ -82,7 +82,7 @@ export async function runCheck(
         what: 'bootstrap kubeconfig',
         detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}`,
       });
-      // The same CA resolution bootstrap uses (pins, discovery); it sends no token and writes nothing.
+      // The same CA resolution bootstrap uses (pins, discovery); it writes nothing, and sends the token only as discovery does (a SelfSubjectReview over TLS pinned to the CA, while cluster-info has no signature for it).
       const cluster = await clusterOf(bootstrap, config, { logger, signal });
       lines.push({
         ok: true,
