@@ -11,6 +11,7 @@ import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { craftCsrPem } from '../../support/approver.js';
+import { leadAndAllow } from '../../support/mock-approver.js';
 import { until } from '../../support/fake-time.js';
 
 const server = 'https://api.test';
@@ -66,21 +67,10 @@ async function run(t: Test, node: 'missing' | 'present', approval: number): Prom
       ),
     )
     .persist();
-  pool
-    .intercept({ path: '/apis/authorization.k8s.io/v1/subjectaccessreviews', method: 'POST' })
-    .reply(201, { status: { allowed: true } })
-    .persist();
+  leadAndAllow(pool);
   pool
     .intercept({ path: `${CSR_PATH}/stuck/approval`, method: 'PUT' })
     .reply<object>(() => (count.approvalPuts++, { statusCode: approval, data: { kind: 'Status', code: approval } }))
-    .persist();
-  pool
-    .intercept({ path: (p) => p.includes('/leases/'), method: 'GET' })
-    .reply(404, { kind: 'Status', code: 404 })
-    .persist();
-  pool
-    .intercept({ path: (p) => p.endsWith('/leases'), method: 'POST' })
-    .reply(201, {})
     .persist();
   pool
     .intercept({ path: (p) => p.includes('/events'), method: 'POST' })

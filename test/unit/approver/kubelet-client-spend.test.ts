@@ -12,6 +12,7 @@ import { KubeClient } from '../../../agent/kube/client.js';
 import { bindingConfigMap } from '../../../agent/kube/join-bindings.js';
 import { silentLogger } from '../../../agent/log.js';
 import { craftCsrPem } from '../../support/approver.js';
+import { leadAndAllow } from '../../support/mock-approver.js';
 import { until } from '../../support/fake-time.js';
 
 const server = 'https://api.test';
@@ -85,21 +86,10 @@ async function run(t: Test, after: Record<string, string>): Promise<Seen> {
         : { statusCode: 200, data: binding('9', JSON.parse(body.metadata.annotations['kubeboot.io/issued']!)) };
     })
     .persist();
-  pool
-    .intercept({ path: '/apis/authorization.k8s.io/v1/subjectaccessreviews', method: 'POST' })
-    .reply(201, { status: { allowed: true } })
-    .persist();
+  leadAndAllow(pool);
   pool
     .intercept({ path: `${CSR_PATH}/node-csr-1/approval`, method: 'PUT' })
     .reply<object>(() => (seen.approvals++, { statusCode: 200, data: { ...csr, status: { conditions: [{ type: 'Approved' }] } } }))
-    .persist();
-  pool
-    .intercept({ path: (p) => p.includes('/leases/'), method: 'GET' })
-    .reply(404, { kind: 'Status', code: 404 })
-    .persist();
-  pool
-    .intercept({ path: (p) => p.endsWith('/leases'), method: 'POST' })
-    .reply(201, {})
     .persist();
   pool
     .intercept({ path: (p) => p.includes('/events'), method: 'POST' })
