@@ -11,6 +11,13 @@ if [ -z "${NODE_COMPILE_CACHE+x}" ] && [ "$(id -u)" = 0 ]; then
   NODE_COMPILE_CACHE=/var/cache/kubeboot
   export NODE_COMPILE_CACHE
 fi
+# NODE_OPTIONS is dropped, from a shell, an EnvironmentFile or systemd's
+# DefaultEnvironment= alike: it would reach the daemon and every pass, where
+# --inspect undoes --disable-sigusr1, and --report-on-signal and
+# --heapsnapshot-signal fire on SIGUSR2, which `kubeboot renew` sends: the
+# report carries the environment (KUBEBOOT_TOKEN), the snapshot the heap (the
+# kubelet's private key). To debug, run /usr/lib/kubeboot/node directly.
+unset NODE_OPTIONS
 # --max-semi-space-size=1 for the long-running commands: V8 otherwise keeps up
 # to 16 MiB of young generation that an idle daemon has long emptied; 1 MiB
 # takes about 9 MiB off an idle `kubeboot run` (docs/benchmarks.md) for a

@@ -1,9 +1,11 @@
 // The unit's file-system reach against what kubeboot writes by default: every
 // file it writes or deletes stays writable, and what it never writes under
 // /etc/kubernetes (static pod manifests, the cluster PKI, the control-plane
-// kubeconfigs) is taken back.
+// kubeconfigs) is taken back. And what the unit runs keeps keys out of crash
+// files: no core dump, no inherited NODE_OPTIONS.
 import t from 'tap';
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { defaultConfig } from '../../agent/config/defaults.js';
 import { identitiesFor } from '../../agent/config/identities.js';
@@ -69,4 +71,28 @@ t.test('what kubeboot never writes under /etc/kubernetes is read-only or hidden'
 t.test('memory and tasks are capped', async (t) => {
   t.match(value('MemoryMax'), /^\d+M$/);
   t.match(value('TasksMax'), /^\d+$/);
+});
+
+t.test('no core dump can carry a key: the unit sets LimitCORE=0 for the daemon, its passes and its hooks', async (t) => {
+  t.equal(value('LimitCORE'), '0');
+});
+
+t.test('the launcher drops an inherited NODE_OPTIONS, so no report, heap snapshot or inspector is switched on from outside', async (t) => {
+  const launcher = readFileSync(new URL('../../packaging/files/kubeboot.sh', import.meta.url), 'utf8');
+  t.match(launcher, /exec \/usr\/lib\/kubeboot\/node /);
+  // The shipped script, with a stand-in for the shipped node that prints what it was given.
+  const node = path.join(t.testdir(), 'node');
+  writeFileSync(node, `#!/bin/sh\necho "NODE_OPTIONS=$(printenv NODE_OPTIONS || echo '<unset>')"\necho "$@"\n`);
+  chmodSync(node, 0o755);
+  const script = launcher.replaceAll('/usr/lib/kubeboot/node', node);
+  const ran = spawnSync('sh', ['-c', script, 'kubeboot', 'run', '--once'], {
+    env: { PATH: process.env.PATH, NODE_OPTIONS: '--report-on-signal --heapsnapshot-signal=SIGUSR2 --inspect' },
+    encoding: 'utf8',
+  });
+  t.equal(ran.status, 0, ran.stderr);
+  t.same(ran.stdout.split('\n'), [
+    'NODE_OPTIONS=<unset>',
+    '--disable-sigusr1 --max-semi-space-size=1 --lite-mode /usr/lib/kubeboot/kubeboot.cjs run --once',
+    '',
+  ]);
 });
