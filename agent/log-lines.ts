@@ -4,7 +4,9 @@
  * and `createLineLogger`, which writes them straight to a stream. The
  * resting `kubeboot run` logs through it (winston alone would hold 6 MiB of
  * its 21 MiB budget); every other command, and each pass, logs through
- * winston (log.ts) with these same functions, so the lines are the same.
+ * winston (log.ts) with these same functions, so the lines are the same
+ * (JSON is winston's own format, which `jsonLine` writes alike;
+ * test/unit/log-lines-agree.test.ts compares the two).
  */
 import { fstatSync } from 'node:fs';
 import { scrub } from './redact.js';
@@ -135,6 +137,27 @@ export function redactRecord<T extends Record<string, unknown>>(info: T): T {
   return info;
 }
 
+/**
+ * A JSON line as winston's json format writes it (logform on safe-stable-stringify):
+ * every object's keys sorted, a bigint as its decimal string, a cycle as "[Circular]".
+ */
+function jsonLine(value: unknown, seen: object[] = []): string | undefined {
+  if (typeof value === 'bigint') return JSON.stringify(value.toString());
+  if (value !== null && typeof value === 'object' && typeof (value as { toJSON?: unknown }).toJSON === 'function')
+    return jsonLine((value as { toJSON(): unknown }).toJSON(), seen);
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  if (seen.includes(value)) return '"[Circular]"';
+  const inner = [...seen, value];
+  if (Array.isArray(value)) return `[${value.map((item) => jsonLine(item, inner) ?? 'null').join(',')}]`;
+  const fields = Object.keys(value)
+    .sort()
+    .flatMap((key) => {
+      const text = jsonLine((value as Record<string, unknown>)[key], inner);
+      return text === undefined ? [] : [`${JSON.stringify(key)}:${text}`];
+    });
+  return `{${fields.join(',')}}`;
+}
+
 const RANK: Record<LogLevel, number> = { error: 0, warn: 1, info: 2, debug: 3 };
 
 /** A logger with no library under it: the same lines as log.ts's, written synchronously to `stream`. */
@@ -155,7 +178,7 @@ export function createLineLogger(
         return;
       }
       record.timestamp = now().toISOString();
-      stream.write(`${oneLine(format === 'json' ? JSON.stringify(record) : textLine(record))}\n`);
+      stream.write(`${oneLine(format === 'json' ? (jsonLine(record) as string) : textLine(record))}\n`);
     };
   return { error: write('error'), warn: write('warn'), info: write('info'), debug: write('debug') };
 }
