@@ -26,6 +26,9 @@ controlplane:
 test: system-deps deps
 	npm test
 
+# test-unit: the bundle, then every suite but e2e, packaging and systemd:
+# test/unit, test/harness and test/chaos, which starts a real control plane.
+# No tsc and no biome (npm test's pretest runs those).
 test-unit: deps
 	npm run test:unit
 
