@@ -104,7 +104,6 @@ const APPROVER = [
   'unsafe-approve-unbound-tokens',
   'protect-nodes',
   'serving-dns-suffix',
-  'inventory',
   'serving-ip-cidr',
   'deny-violations',
   'kube-proxy-common-name',
