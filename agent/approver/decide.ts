@@ -17,6 +17,7 @@ import {
   REPLACEMENTS,
   REVOCATIONS,
 } from '../kube/join-bindings.js';
+import { INVENTORY, inventoryEntry, type InventoryLookup } from '../kube/inventory.js';
 import type { Claim, RecordConfigMap } from './api.js';
 import type { ApiServerFacts } from './apiserver.js';
 import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr-facts.js';
@@ -121,6 +122,18 @@ function claimsOf(facts: CsrFacts, nodeName: string, read: ReadRecords): Claim[]
   return claims;
 }
 
+/** With --inventory, the node's entry for the kubelet client and serving rules; one GET of `kubeboot/inventory` per CSR. */
+async function readInventory(
+  policyName: PolicyName,
+  nodeName: string | null,
+  policy: ApproverPolicy,
+  lookups: Lookups,
+): Promise<InventoryLookup | null> {
+  if (policy.inventory !== true || policyName === 'kube-proxy-client' || nodeName === null) return null;
+  const cm = await lookups.record(INVENTORY);
+  return cm === null ? { found: false } : { found: true, entry: inventoryEntry(cm.data, nodeName) };
+}
+
 export { AUTHORIZED_RULE } from './policy.js';
 
 /** The request's facts, or why there are none (a violation of the request rule). */
@@ -174,6 +187,7 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
     blocking: [...lookups.sameRequester(csr)].filter((other) => blocks(other, csr)).map((other) => other.metadata.name),
     apiServer: policyName !== 'kube-proxy-client' ? await lookups.apiServer() : null,
     records: read?.records ?? null,
+    inventory: await readInventory(policyName, nodeName, policy, lookups),
   };
   const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
   if (!verdict.ok)
@@ -190,7 +204,7 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
   return {
     kind: 'approve',
     policy: policyName,
-    message: `${policyName}: every rule passed (${applicable(spec.rules, facts)
+    message: `${policyName}: every rule passed (${applicable(spec.rules, facts, policy)
       .map((r) => r.name)
       .join(', ')}) and ${facts.username} may create certificatesigningrequests/${subresource}`,
     claims: read !== null && nodeName !== null ? claimsOf(facts, nodeName, read) : [],

@@ -18,6 +18,7 @@ import {
   type Revocation,
   type TokenBinding,
 } from '../kube/join-bindings.js';
+import { INVENTORY_REF, inventoryHasIp, type InventoryEntry, type InventoryLookup } from '../kube/inventory.js';
 import { reservedNameProblem } from '../pki/names.js';
 import { excerpt } from '../text.js';
 import type { ApiServerFacts } from './apiserver.js';
@@ -32,6 +33,11 @@ export interface ApproverPolicy {
   serving: { enabled: boolean; dnsSuffixes: string[]; ipCidrs: string[] };
   /** Absent or not enabled: kubelet client CSRs are left to kube-controller-manager, as before. */
   kubeletClient?: KubeletClientPolicy;
+  /**
+   * --inventory: `kubeboot/inventory` (agent/kube/inventory.ts) is the authority: kubelet client CSRs
+   * (first issue and renewal) only for listed names, serving IP SANs only among the listed addresses.
+   */
+  inventory?: boolean;
 }
 
 export interface KubeletClientPolicy {
@@ -80,6 +86,8 @@ export interface World {
   apiServer: ApiServerFacts | null;
   /** kubelet-client only (null otherwise): what agent/kube/join-bindings.ts's records say of this token and name. */
   records: NodeRecords | null;
+  /** With --inventory, for kubelet-client and kubelet-serving (null otherwise): the node's entry in `kubeboot/inventory`. */
+  inventory?: InventoryLookup | null;
 }
 
 export interface NodeRecords {
@@ -109,6 +117,8 @@ export interface Rule {
   summary: string;
   /** Runs only for this kind of requester (a policy with two: kubelet-client); absent: always. */
   only?: RequesterKind;
+  /** Runs only with `--inventory` (`on`) or only without it (`off`); absent: either way. */
+  inventory?: 'on' | 'off';
   check(input: RuleInput): string | null;
 }
 
@@ -353,12 +363,40 @@ function cidrList(cidrs: readonly string[]): BlockList {
 
 const ipSans: Rule = {
   name: 'ip-sans',
+  inventory: 'off',
   summary: "each IP SAN is one of the Node's `status.addresses`, and inside a `--serving-ip-cidr` when any is set",
   check: ({ csr, world, policy }) => {
     const nodeIps = new Set(world.node!.addresses.filter((a) => isIP(a.address) !== 0).map((a) => canonical(a.address)));
     const blocks = policy.serving.ipCidrs.length > 0 ? cidrList(policy.serving.ipCidrs) : null;
     for (const ip of csr.request!.ipAddresses) {
       if (!nodeIps.has(ip)) return `IP SAN ${ip} is not one of this Node's addresses ${list([...nodeIps])}`;
+      if (blocks !== null && !blocks.check(ip, isIP(ip) === 6 ? 'ipv6' : 'ipv4'))
+        return `IP SAN ${ip} is outside ${list(policy.serving.ipCidrs)}`;
+    }
+    return null;
+  },
+};
+
+/** The node's inventory entry, or why there is none an inventory rule can trust. */
+function trustedEntry(lookup: InventoryLookup | null | undefined, nodeName: string): InventoryEntry | string {
+  if (lookup === null || lookup === undefined || !lookup.found)
+    return `the inventory ConfigMap ${INVENTORY_REF} does not exist: with --inventory no kubelet client or serving CSR is approved without it (kubectl create configmap inventory -n kubeboot --from-literal=${nodeName}='ips: ...')`;
+  if (lookup.entry === null) return `node ${nodeName} is not in the inventory ${INVENTORY_REF} (add a key ${nodeName})`;
+  return 'problem' in lookup.entry ? `the inventory entry cannot be trusted: ${lookup.entry.problem}` : lookup.entry;
+}
+
+const inventoryAddresses: Rule = {
+  name: 'inventory-addresses',
+  inventory: 'on',
+  summary:
+    "the node is listed in `kubeboot/inventory` and each IP SAN is one of its entry's `ips` or inside one of its CIDRs (instead of the Node's `status.addresses`, which its kubelet writes: kubernetes/kubernetes#50635), and inside a `--serving-ip-cidr` when any is set",
+  check: ({ csr, world, policy, nodeName }) => {
+    const entry = trustedEntry(world.inventory, nodeName!);
+    if (typeof entry === 'string') return entry;
+    const blocks = policy.serving.ipCidrs.length > 0 ? cidrList(policy.serving.ipCidrs) : null;
+    for (const ip of csr.request!.ipAddresses) {
+      if (!inventoryHasIp(entry, ip))
+        return `IP SAN ${ip} is not among node ${nodeName}'s inventory addresses ${list([...entry.ips, ...entry.cidrs])} (${INVENTORY_REF})`;
       if (blocks !== null && !blocks.check(ip, isIP(ip) === 6 ? 'ipv6' : 'ipv4'))
         return `IP SAN ${ip} is outside ${list(policy.serving.ipCidrs)}`;
     }
@@ -432,6 +470,7 @@ export const KUBELET_SERVING_RULES: readonly Rule[] = [
   dnsSans,
   notApiServerIps,
   ipSans,
+  inventoryAddresses,
   noEmailUriSans,
   usagesRule('server auth', 'any'),
   keyAlgorithm,
@@ -542,6 +581,17 @@ const notRevoked: Rule = {
   },
 };
 
+const inventoryListed: Rule = {
+  name: 'inventory-listed',
+  inventory: 'on',
+  summary:
+    'the node name is a key of `kubeboot/inventory` whose entry parses, for a renewal too: removing a node from the inventory stops its renewals as a revocation does; a missing inventory approves nothing',
+  check: ({ world, nodeName }) => {
+    const entry = trustedEntry(world.inventory, nodeName!);
+    return typeof entry === 'string' ? entry : null;
+  },
+};
+
 export const KUBELET_CLIENT_RULES: readonly Rule[] = [
   clientRequester,
   requestSignature,
@@ -555,6 +605,7 @@ export const KUBELET_CLIENT_RULES: readonly Rule[] = [
   noTakeover,
   notControlPlane,
   notRevoked,
+  inventoryListed,
 ];
 
 export interface PolicySpec {
@@ -640,15 +691,16 @@ export function recognize(
 
 export type Verdict = { ok: true } | { ok: false; rule: string; problem: string };
 
-/** The rules that run for this CSR: all of them, but for a rule of the other kind of requester. */
-export function applicable(rules: readonly Rule[], csr: Pick<CsrFacts, 'username' | 'groups'>): Rule[] {
+/** The rules that run for this CSR: all of them, but for a rule of the other kind of requester or the other --inventory. */
+export function applicable(rules: readonly Rule[], csr: Pick<CsrFacts, 'username' | 'groups'>, policy: ApproverPolicy): Rule[] {
   const kind = requesterKind(csr);
-  return rules.filter((rule) => rule.only === undefined || rule.only === kind);
+  const inventory = policy.inventory === true ? 'on' : 'off';
+  return rules.filter((rule) => (rule.only === undefined || rule.only === kind) && (rule.inventory ?? inventory) === inventory);
 }
 
 /** Runs the rules in order; the first failure is the verdict. */
 export function evaluate(rules: readonly Rule[], input: RuleInput): Verdict {
-  for (const rule of applicable(rules, input.csr)) {
+  for (const rule of applicable(rules, input.csr, input.policy)) {
     const problem = rule.check(input);
     if (problem !== null) return { ok: false, rule: rule.name, problem };
   }
@@ -659,6 +711,16 @@ export function evaluate(rules: readonly Rule[], input: RuleInput): Verdict {
 export const AUTHORIZED_RULE = 'authorized';
 
 const REQUESTER_KINDS: Record<RequesterKind, string> = { bootstrap: 'first issue', node: 'renewal' };
+const INVENTORY_MODES = { on: 'with `--inventory` only', off: 'without `--inventory` only' } as const;
+
+/** A rule's row: its summary, after the conditions under which it runs at all. */
+function ruleRow(rule: Rule): string {
+  const when = [
+    ...(rule.only === undefined ? [] : [`${REQUESTER_KINDS[rule.only]} only`]),
+    ...(rule.inventory === undefined ? [] : [INVENTORY_MODES[rule.inventory]]),
+  ];
+  return when.length === 0 ? rule.summary : `${when.join(', ')}: ${rule.summary}`;
+}
 
 /** The last check of every policy, made by the caller (decide.ts) once every rule has passed. */
 export function authorizedSummary(spec: PolicySpec): string {
@@ -675,10 +737,7 @@ export function authorizedSummary(spec: PolicySpec): string {
 export function renderRuleTables(): string {
   return Object.values(POLICIES)
     .map((spec) => {
-      const rows = [
-        ...spec.rules.map((r) => [r.name, r.only === undefined ? r.summary : `${REQUESTER_KINDS[r.only]} only: ${r.summary}`]),
-        [AUTHORIZED_RULE, authorizedSummary(spec)],
-      ];
+      const rows = [...spec.rules.map((r) => [r.name, ruleRow(r)]), [AUTHORIZED_RULE, authorizedSummary(spec)]];
       return [
         `**${spec.name}** (signer \`${spec.signerName}\`)`,
         '',

@@ -7,11 +7,14 @@
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { Approver } from '../approver/approver.js';
+import { getRecord } from '../approver/api.js';
 import { connect } from '../approver/connect.js';
 import { kcmBindingsMonitor, kcmBindingsProblem, kcmNodeClientBindings } from '../approver/kcm-bindings.js';
 import { createApproverMetrics } from '../approver/metrics.js';
 import type { ApproverPolicy } from '../approver/policy.js';
 import type { Config } from '../config/types.js';
+import { INVENTORY, INVENTORY_REF } from '../kube/inventory.js';
+import type { KubeClient } from '../kube/client.js';
 import { startHttpServer, type StatusServer } from '../daemon/http.js';
 import { createNotifier, startWatchdog } from '../daemon/notify.js';
 import { ExitCode } from '../errors.js';
@@ -27,6 +30,37 @@ export function approverPolicy(config: Config): ApproverPolicy {
     keyAlgorithms: a.keyAlgorithms,
     serving: { enabled: a.kubeletServing, dnsSuffixes: a.servingDnsSuffixes, ipCidrs: a.servingIpCidrs },
     kubeletClient: { enabled: a.kubeletClient, unboundTokens: a.unsafeApproveUnboundTokens, protectNodes: a.protectNodes },
+    inventory: a.inventory,
+  };
+}
+
+/**
+ * /readyz's line on --inventory: whether `kubeboot/inventory` exists, looked
+ * at again at most once a minute. Ready either way: without it the approver
+ * still decides kube-proxy CSRs and refuses the kubelet's, naming why.
+ */
+function inventoryStatus(client: KubeClient, signal: AbortSignal): { look(): Promise<{ ok: boolean; text: string }>; detail(): string } {
+  let last: { at: number; text: string } | null = null;
+  const look = async (): Promise<{ ok: boolean; text: string }> => {
+    let seen: { ok: boolean; text: string };
+    try {
+      const cm = await getRecord(client, INVENTORY, signal);
+      seen =
+        cm === null
+          ? { ok: false, text: `missing: no kubelet client or serving CSR is approved until ${INVENTORY_REF} exists` }
+          : { ok: true, text: `${Object.keys(cm.data ?? {}).length} node(s) listed` };
+    } catch (err) {
+      seen = { ok: false, text: `could not read ${INVENTORY_REF}: ${(err as Error).message}` };
+    }
+    last = { at: systemClock.now().getTime(), text: seen.text };
+    return seen;
+  };
+  return {
+    look,
+    detail: () => {
+      if (last === null || systemClock.now().getTime() - last.at >= 60_000) void look();
+      return `inventory ${INVENTORY_REF}: ${last?.text ?? 'not looked at yet'}`;
+    },
   };
 }
 
@@ -53,6 +87,14 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     logger.warn(
       `could not list ClusterRoleBindings to find kube-controller-manager's own kubelet client approval (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,
     );
+  }
+  const inventory = a.inventory ? inventoryStatus(client, signal) : null;
+  if (inventory !== null) {
+    if (!a.kubeletClient && !a.kubeletServing)
+      logger.warn('--inventory has no effect without --approve-kubelet-client or --approve-kubelet-serving');
+    const seen = await inventory.look();
+    if (seen.ok) logger.info(`--inventory: ${INVENTORY_REF}: ${seen.text}`);
+    else logger.warn(`--inventory: ${INVENTORY_REF}: ${seen.text}`);
   }
   // matches client-go's leader-election identity: hostname plus a unique suffix, so two processes on one host differ.
   const identity = `${os.hostname()}_${randomUUID()}`;
@@ -89,6 +131,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
           `csr cache: ${approver.informer.synced ? `synced (${approver.informer.cache.size} CSRs)` : `not synced: ${approver.informer.notSyncedBecause ?? ''}; not taking part in leader election`}`,
           `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`,
           ...(kcm === null ? [] : [kcm.detail()]),
+          ...(inventory === null ? [] : [inventory.detail()]),
         ],
       }),
       metrics: async () => ({ contentType: metrics.registry.contentType, body: await metrics.registry.metrics() }),
@@ -103,6 +146,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     kubeProxySubject: { commonName: config.kubeProxy.commonName, organizations: config.kubeProxy.organizations },
     kubeletServing: a.kubeletServing,
     kubeletClient: a.kubeletClient,
+    inventory: a.inventory,
     denyViolations: a.denyViolations,
   });
   const watchdog = startWatchdog(notifier, { env: process.env, healthy: () => !signal.aborted });

@@ -103,6 +103,7 @@ const APPROVER = [
   'approve-kubelet-client',
   'unsafe-approve-unbound-tokens',
   'protect-nodes',
+  'inventory',
   'serving-dns-suffix',
   'serving-ip-cidr',
   'deny-violations',

@@ -88,6 +88,7 @@ export function defaultConfig(nodeName: string): Config {
       kubeletClient: false,
       unsafeApproveUnboundTokens: false,
       protectNodes: [],
+      inventory: false,
       servingDnsSuffixes: [],
       servingIpCidrs: [],
       denyViolations: false,

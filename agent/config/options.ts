@@ -367,6 +367,11 @@ export const OPTIONS: readonly OptionSpec[] = [
     check: labelRequirementProblem,
     help: 'approver: never issue the name of an existing Node with this label (key or key=value, repeatable) to a bootstrap token; the control-plane role labels always count',
   }),
+  opt('inventory', {
+    key: 'approver.inventory',
+    type: 'bool',
+    help: "approver: the ConfigMap kubeboot/inventory is the authority: kubelet client CSRs (first issue and renewal) only for the node names it lists, serving IP SANs only among the addresses it lists for the node (not the Node's status.addresses); none at all while it is missing",
+  }),
   opt('serving-dns-suffix', {
     key: 'approver.servingDnsSuffixes',
     type: 'strings',

@@ -92,6 +92,7 @@ export interface Config {
     kubeletClient: boolean;
     unsafeApproveUnboundTokens: boolean;
     protectNodes: string[];
+    inventory: boolean;
     servingDnsSuffixes: string[];
     servingIpCidrs: string[];
     denyViolations: boolean;
