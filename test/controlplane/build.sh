@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and etcd from the Go module
-# proxy into .cache/k8s/v<K8S>/ (kept outside git, reused by later runs).
+# Builds kube-apiserver, kube-controller-manager, kubeadm and etcd from the Go
+# module proxy into .cache/k8s/v<K8S>/ (kept outside git, reused by later runs;
+# a binary already there is not rebuilt). kubeadm makes the cluster side of a
+# kubeadm cluster (its bootstrap-token, upload-config and kube-proxy phases)
+# on the tests' plane; it shares most packages with the others.
 # With --node also a node's binaries, of the same release and from the same
 # wrapper module: kubelet, kube-proxy and fakecri (kube/fakecri/, the
 # in-memory container runtime the tests' kubelet talks to).
@@ -38,7 +41,7 @@ node= kubelet_only=
 [ "${1:-}" = --kubelet ] && kubelet_only=1
 
 # The e2e tests drive the cluster with kubectl too; the machine's is preferred.
-cmds="kube-apiserver kube-controller-manager"
+cmds="kube-apiserver kube-controller-manager kubeadm"
 if [ -n "${KUBEBOOT_BUILD_KUBECTL:-}" ] || ! command -v kubectl >/dev/null; then cmds="$cmds kubectl"; fi
 [ -n "$node" ] && cmds="$cmds kubelet kube-proxy"
 [ -n "$kubelet_only" ] && cmds=kubelet

@@ -9,6 +9,8 @@ export interface Binaries {
   dir: string;
   kubeApiserver: string;
   kubeControllerManager: string;
+  /** kubeadm of the same release: a test makes a kubeadm cluster's side with its `init phase` commands. */
+  kubeadm: string;
   etcd: string;
   /** The machine's kubectl, or one build.sh built when there is none. */
   kubectl: string | undefined;
@@ -52,6 +54,7 @@ async function build(): Promise<Binaries> {
     dir,
     kubeApiserver: join(dir, 'kube-apiserver'),
     kubeControllerManager: join(dir, 'kube-controller-manager'),
+    kubeadm: join(dir, 'kubeadm'),
     etcd: newestEtcd(dir),
     kubectl: existsSync(inCache) ? inCache : onPath('kubectl'),
   };
