@@ -14,8 +14,9 @@ export const EXIT_CODES_HELP = `Exit codes:
   4  timed out waiting for a CSR to be approved and signed
   5  no signature for the join token in kube-public/cluster-info: deleted, expired or mistyped (make a new token)
   (token, user-data, join-command, node: 1 = cluster unreachable, the admin credential refused or forbidden,
-   or no namespace kubeboot for a binding or node record; 2 = no or bad admin kubeconfig, invalid --groups/--usages/--ttl/
-   --node/--pool/--max-nodes or node name, unknown token id, unrevoke of a node not revoked)`;
+   no namespace kubeboot for a binding or node record, or no RBAC lets a new token create its CSR;
+   2 = no or bad admin kubeconfig, invalid --groups/--usages/--ttl/--node/--pool/--max-nodes or node name,
+   unknown token id, unrevoke of a node not revoked)`;
 
 export function helpText(): string {
   return `kubeboot — TLS bootstrap and certificate rotation for Kubernetes worker nodes
@@ -182,7 +183,9 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
     usage: 'kubeboot token create [--node NAME | --pool PREFIX --max-nodes N] | list | delete ID [options]',
     summary: `Cluster admin: make a bootstrap token (prints only the token), list them (never the secret) with what each may join, delete one.
 --node/--pool write the binding kubeboot/token-<id> (a ConfigMap kubeboot approver reads) before the token, and delete
-removes it after the token; without the namespace kubeboot nothing is made (docs/node-identity.md).`,
+removes it after the token; without the namespace kubeboot nothing is made (docs/node-identity.md).
+create asks the cluster's authorizer what the token may do first: on a kubeadm cluster without kubeboot's RBAC it adds
+kubeadm's group system:bootstrappers:kubeadm:default-node-token; where no group may create a CSR it makes nothing (exit 1).`,
     options: [...LOG],
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
@@ -217,7 +220,9 @@ revoked or not, a replacement mark. Holds only once kube-controller-manager's au
   },
   'join-command': {
     usage: 'kubeboot join-command [--create-token [--node NAME] | --token TOKEN | --token-file PATH] [options]',
-    summary: 'Cluster admin: print `kubeboot bootstrap --server … --token … --ca-cert-hash …` for a node that already has the package.',
+    summary: `Cluster admin: print \`kubeboot bootstrap --server … --token … --ca-cert-hash …\` for a node that already has the package.
+--create-token makes the token as token create does (kubeadm's group on a kubeadm cluster without kubeboot's RBAC);
+where kube-proxy runs as the DaemonSet kube-system/kube-proxy (kubeadm's) the line ends in --no-kube-proxy.`,
     options: ['config', 'server', 'token', 'token-file', 'ca-cert-hash', ...LOG],
     meanings: { ...FOR_THE_NODE, kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
   },
@@ -230,7 +235,9 @@ gpgkey= itself); no gpg and no curl. An unbound token joins every node booted wi
 bind it to names), and cloud-init keeps copies on each node: boot the pool within the token's TTL, then
 \`kubeboot token delete ID\` (printed on stderr).
 A --repo-url needs its --repo-key (exit 2 without), unless --unsafe-unsigned-repo turns the nodes' signature checks off;
-an http:// URL is accepted with a warning (metadata can be withheld or replayed, and the path sees what is installed).`,
+an http:// URL is accepted with a warning (metadata can be withheld or replayed, and the path sees what is installed).
+As join-command: a created token carries kubeadm's group on a kubeadm cluster without kubeboot's RBAC, and where kube-proxy
+is the DaemonSet kube-system/kube-proxy the node's config gets kubeProxy.enabled: false (--set kubeProxy.enabled wins).`,
     options: ['config', 'server', 'token', 'token-file', 'ca-cert-hash', ...LOG],
     meanings: { ...FOR_THE_NODE, kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
   },

@@ -6,8 +6,10 @@
  * `kubeboot approver` reads, written before the token exists and deleted
  * after it, so no token is ever without its binding.
  */
+import { BOOTSTRAPPERS_GROUP } from '../approver/policy.js';
 import { ApiError, ExitCode, InputError, KubebootError } from '../errors.js';
 import { adminClient, explainAdminError, type Admin } from '../join/admin.js';
+import { boundTokenNotes, KUBEADM_TOKEN_GROUP, tokenCluster, tokenGroups, type CsrAccess, type Finding } from '../join/cluster-side.js';
 import {
   bindingSpecFrom,
   bindingView,
@@ -72,7 +74,7 @@ export async function runToken(
       const spec = tokenSpecFrom(given as TokenFlags);
       const binding = bindingSpecFrom(given as BindingFlags);
       const created = await withAdmin(given, env, 'create a bootstrap token Secret in kube-system', (admin) =>
-        createToken(admin, spec, systemClock.now(), binding),
+        createTokenForCluster(admin, spec, systemClock.now(), binding),
       );
       process.stdout.write(
         output === 'json' ? terminalJson({ token: created.token.token, ...created.summary }) : `${created.token.token}\n`,
@@ -129,8 +131,8 @@ export async function createToken(
   spec: TokenSpec,
   now: Date,
   binding: BindingSpec | null = null,
+  token: NewToken = generateToken(),
 ): Promise<{ token: NewToken; summary: TokenSummary; notes: string[] }> {
-  const token = generateToken();
   const notes: string[] = [];
   if (binding !== null) {
     if ('names' in binding) {
@@ -156,6 +158,63 @@ export async function createToken(
   if (summary === null)
     throw new KubebootError(`the API server returned bootstrap token Secret ${secretName(token.id)} without its token-id`);
   return { token, summary, notes };
+}
+
+/**
+ * createToken with the groups this cluster needs: kubeadm's where only it
+ * may create CSRs, none made where nothing may (agent/join/cluster-side.ts).
+ * The authorizer is asked, not the bindings read, so a cluster's own RBAC
+ * for one of the groups counts as well.
+ */
+export async function createTokenForCluster(
+  admin: Admin,
+  spec: TokenSpec,
+  now: Date,
+  binding: BindingSpec | null = null,
+): Promise<{ token: NewToken; summary: TokenSummary; notes: string[] }> {
+  const token = generateToken();
+  const access = await finding(async (): Promise<CsrAccess> => {
+    const requested = await tokenMay(admin, token.id, spec.groups);
+    const asKubeadm = requested || spec.groups.includes(KUBEADM_TOKEN_GROUP);
+    return { requested, withKubeadmGroup: asKubeadm ? null : await tokenMay(admin, token.id, [...spec.groups, KUBEADM_TOKEN_GROUP]) };
+  });
+  const planned = tokenGroups(tokenCluster(access), spec.groups, admin.kubeconfig.server);
+  const autoApproved = binding === null ? null : await finding(() => tokenMay(admin, token.id, planned.groups, 'nodeclient'));
+  const created = await createToken(admin, { ...spec, groups: planned.groups }, now, binding, token);
+  return { ...created, notes: [...planned.notes, ...boundTokenNotes(autoApproved), ...created.notes] };
+}
+
+const REVIEWS = '/apis/authorization.k8s.io/v1/subjectaccessreviews';
+
+/**
+ * The authorizer's answer for token `id` in `groups`: may it create a CSR
+ * (or the `nodeclient` subresource, kube-controller-manager's auto-approval
+ * of a bootstrap token's kubelet client CSR, sarapprove.go)?
+ */
+async function tokenMay(admin: Admin, id: string, groups: readonly string[], subresource?: string): Promise<boolean> {
+  const res = await admin.client.request<{ status?: { allowed?: boolean } }>('POST', REVIEWS, {
+    body: {
+      apiVersion: 'authorization.k8s.io/v1',
+      kind: 'SubjectAccessReview',
+      spec: {
+        user: `system:bootstrap:${id}`,
+        // As the API server's bootstrap token authenticator makes them.
+        groups: [BOOTSTRAPPERS_GROUP, ...groups, 'system:authenticated'],
+        resourceAttributes: { group: 'certificates.k8s.io', resource: 'certificatesigningrequests', verb: 'create', subresource },
+      },
+    },
+  });
+  return res.body.status?.allowed === true;
+}
+
+/** What the cluster answered, or why it would not (an admin who may not ask, say): the caller goes on with a warning. An unreachable cluster still fails the command. */
+export async function finding<T>(ask: () => Promise<T>): Promise<Finding<T>> {
+  try {
+    return { found: await ask() };
+  } catch (err) {
+    if (err instanceof ApiError) return { unknown: excerpt(err.message) };
+    throw err;
+  }
 }
 
 /**

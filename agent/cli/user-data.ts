@@ -13,6 +13,7 @@ import { OPTIONS, type OptionSpec } from '../config/options.js';
 import { bootstrapTokenProblem } from '../config/values.js';
 import { ExitCode, InputError, KubebootError } from '../errors.js';
 import type { Admin } from '../join/admin.js';
+import { nodeKubeProxy, type Finding, type KubeProxyRun } from '../join/cluster-side.js';
 import { bindingSpecFrom, tokenSpecFrom, type BindingFlags, type BindingSpec, type TokenFlags } from '../join/token.js';
 import {
   DEFAULT_TOKEN_FILE,
@@ -26,7 +27,7 @@ import {
 import { caCertHash } from '../pki/pin.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { terminalLines } from '../text.js';
-import { createToken, withAdmin, type Given } from './token.js';
+import { createTokenForCluster, finding, withAdmin, type Given } from './token.js';
 import { systemClock } from '../time/clock.js';
 
 const CLI = 'command line';
@@ -50,12 +51,15 @@ export async function runUserData(
   const repo = command === 'user-data' ? await packageRepo(given) : null;
   // Checked before a token is created that a failed write would leave behind.
   const outputFile = command === 'user-data' ? await outputFileOf(given) : null;
-  const { server, token, pins, expires, binding, notes } = await joinValues(command, config, given, env);
-  io.stderr.write(terminalLines(notes.map((n) => `kubeboot ${command}: ${n}`)));
+  const explicit = (settings.kubeProxy as Record<string, unknown> | undefined)?.enabled;
+  const { server, token, pins, expires, binding, kubeProxyRun, notes } = await joinValues(command, config, given, env);
+  const kubeProxy = nodeKubeProxy(kubeProxyRun, typeof explicit === 'boolean' ? explicit : undefined);
+  io.stderr.write(terminalLines([...notes, ...kubeProxy.notes].map((n) => `kubeboot ${command}: ${n}`)));
   if (command === 'join-command') {
-    io.stdout.write(joinCommand({ server, token, pins }) + '\n');
+    io.stdout.write(joinCommand({ server, token, pins, kubeProxy: kubeProxy.enabled }) + '\n');
     return ExitCode.ok;
   }
+  if (kubeProxy.enabled === false) settings.kubeProxy = { ...(settings.kubeProxy as Record<string, unknown> | undefined), enabled: false };
   const tokenFile = typeof settings.tokenFile === 'string' ? settings.tokenFile : DEFAULT_TOKEN_FILE;
   delete settings.tokenFile;
   const join: NodeJoin = { server, token, pins, settings, tokenFile, repo };
@@ -104,14 +108,27 @@ export function tokenReminder(token: string, expires: string | null | undefined,
   );
 }
 
-/** Server, token and pins: from the flags, else from the admin kubeconfig (and a new token with --create-token). */
-/** `expires`: of a token created here (RFC 3339, null for never); undefined for a given token. */
+/**
+ * Server, token and pins: from the flags, else from the admin kubeconfig (and
+ * a new token with --create-token, made for the cluster's RBAC). `expires`:
+ * of a token created here (RFC 3339, null for never); undefined for a given
+ * token. `kubeProxyRun`: how the cluster runs kube-proxy, null when every
+ * value was given and the cluster was not asked.
+ */
 async function joinValues(
   command: string,
   config: Config,
   given: Given,
   env: Record<string, string | undefined>,
-): Promise<{ server: string; token: string; pins: string[]; expires?: string | null; binding: BindingSpec | null; notes: string[] }> {
+): Promise<{
+  server: string;
+  token: string;
+  pins: string[];
+  expires?: string | null;
+  binding: BindingSpec | null;
+  kubeProxyRun: Finding<KubeProxyRun> | null;
+  notes: string[];
+}> {
   const create = given['create-token'] === true;
   const token = config.token ?? (config.tokenFile !== null ? await readTokenFile(config.tokenFile) : null);
   if (create && token !== null) throw new InputError(CLI, '--create-token', 'cannot be combined with --token or --token-file');
@@ -127,21 +144,28 @@ async function joinValues(
   const binding = create ? bindingSpecFrom(given as BindingFlags) : null;
   const needAdmin = create || config.server === null || config.caCertHashes.length === 0;
   if (!needAdmin)
-    return { server: (config.server as string).replace(/\/$/, ''), token: token as string, pins: config.caCertHashes, binding, notes: [] };
-  return withAdmin(given, env, create ? 'create a bootstrap token Secret in kube-system' : 'read the cluster', async (admin: Admin) => {
-    const server = config.server ?? admin.kubeconfig.server;
-    const pins = config.caCertHashes.length > 0 ? config.caCertHashes : [pinOf(admin)];
-    if (tokenSpec === null) return { server: server.replace(/\/$/, ''), token: token as string, pins, binding, notes: [] };
-    const created = await createToken(admin, tokenSpec, systemClock.now(), binding);
     return {
-      server: server.replace(/\/$/, ''),
-      token: created.token.token,
-      pins,
-      expires: created.summary.expires,
+      server: (config.server as string).replace(/\/$/, ''),
+      token: token as string,
+      pins: config.caCertHashes,
       binding,
-      notes: created.notes,
+      kubeProxyRun: null,
+      notes: [],
     };
+  return withAdmin(given, env, create ? 'create a bootstrap token Secret in kube-system' : 'read the cluster', async (admin: Admin) => {
+    const server = (config.server ?? admin.kubeconfig.server).replace(/\/$/, '');
+    const pins = config.caCertHashes.length > 0 ? config.caCertHashes : [pinOf(admin)];
+    const kubeProxyRun = await finding(() => kubeProxyRunOf(admin));
+    if (tokenSpec === null) return { server, token: token as string, pins, binding, kubeProxyRun, notes: [] };
+    const created = await createTokenForCluster(admin, tokenSpec, systemClock.now(), binding);
+    return { server, token: created.token.token, pins, expires: created.summary.expires, binding, kubeProxyRun, notes: created.notes };
   });
+}
+
+/** kubeadm's kube-proxy add-on is the DaemonSet kube-system/kube-proxy (phases/addons/proxy); its pods authenticate with their ServiceAccount. */
+async function kubeProxyRunOf(admin: Admin): Promise<KubeProxyRun> {
+  const res = await admin.client.request('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy', { accept: [404] });
+  return res.status === 404 ? 'node' : 'daemonset';
 }
 
 function pinOf(admin: Admin): string {

@@ -182,9 +182,22 @@ export function renderScript(join: NodeJoin): string {
   return lines.join('\n') + '\n';
 }
 
-/** The command for a node that already has the package. */
-export function joinCommand(join: Pick<NodeJoin, 'server' | 'token' | 'pins'>): string {
-  return ['kubeboot', 'bootstrap', '--server', join.server, '--token', join.token, ...join.pins.flatMap((p) => ['--ca-cert-hash', p])]
+/**
+ * The command for a node that already has the package. `kubeProxy` false:
+ * the node keeps no kube-proxy certificate (the cluster runs kube-proxy as a
+ * DaemonSet); undefined leaves the node's setting.
+ */
+export function joinCommand(join: Pick<NodeJoin, 'server' | 'token' | 'pins'> & { kubeProxy?: false | undefined }): string {
+  return [
+    'kubeboot',
+    'bootstrap',
+    '--server',
+    join.server,
+    '--token',
+    join.token,
+    ...join.pins.flatMap((p) => ['--ca-cert-hash', p]),
+    ...(join.kubeProxy === false ? ['--no-kube-proxy'] : []),
+  ]
     .map(shellQuote)
     .join(' ');
 }
