@@ -1,7 +1,7 @@
 /**
  * One renewal of one identity, authenticated by a certificate the node
- * already holds: the kubelet renews with its own certificate (so
- * kube-controller-manager's selfnodeclient auto-approval applies), kube-proxy
+ * already holds: the kubelet renews with its own certificate (the
+ * approver's renewal rule applies: requester and subject the same node), kube-proxy
  * and the serving certificate are requested by the node's kubelet identity.
  * The current files stay in place until the new certificate is proven.
  */

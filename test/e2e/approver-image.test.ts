@@ -31,7 +31,8 @@ const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 const UID = 65532;
 
 if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], true)) {
-  const plane = await controlPlaneOrSkip(t, { name: 'approver-image' });
+  // The image's approver takes the Lease: the plane runs none of its own.
+  const plane = await controlPlaneOrSkip(t, { name: 'approver-image', kubeletApprover: false });
   if (plane) {
     buildImage();
     const podman = privatePodman(t);

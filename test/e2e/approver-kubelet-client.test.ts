@@ -1,6 +1,7 @@
 // `kubeboot approver --approve-kubelet-client` against a real control plane
-// whose kube-controller-manager no longer approves node client CSRs (its
-// bindings deleted, as the approver tells the operator to): a bootstrap
+// upgraded from a kubeboot release that still bound kube-controller-manager's
+// auto-approval: the approver names those bindings, they are deleted as it
+// tells the operator to, and from then on a bootstrap
 // token gets exactly the names its binding allows, once; never a live
 // Node's name unless it is marked as being replaced (then the first CSR
 // after the mark wins), never a control-plane Node's, an API server or
@@ -32,6 +33,26 @@ const plane = await controlPlaneOrSkip(t, { name: 'approver-kubelet-client' });
 if (plane) {
   const dir = await mkdtemp(join(tmpdir(), 'kubeboot-approver-kubelet-client-'));
   t.teardown(() => rm(dir, { recursive: true, force: true }));
+  // What an earlier release's tls-bootstrap-rbac.yaml made (this one's has neither).
+  for (const [name, role, group] of [
+    [KCM_BINDINGS[0], 'nodeclient', 'system:bootstrappers'],
+    [KCM_BINDINGS[1], 'selfnodeclient', 'system:nodes'],
+  ] as const)
+    expectStatus(
+      await plane.admin.request('POST', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRoleBinding',
+        metadata: { name },
+        roleRef: {
+          apiGroup: 'rbac.authorization.k8s.io',
+          kind: 'ClusterRole',
+          name: `system:certificates.k8s.io:certificatesigningrequests:${role}`,
+        },
+        subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: group }],
+      }),
+      `the earlier release's ${name}`,
+      201,
+    );
   const config = await installApprover(plane, dir);
   const listen = await freePort();
   const approver: Running = startApprover(config, [

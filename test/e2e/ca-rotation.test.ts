@@ -31,6 +31,7 @@ import { issuerPin } from '../../agent/trust/decide.js';
 import { x509 } from '../../agent/pki/x509.js';
 import { nextStatement, signStatement } from '../../agent/trust/statement.js';
 import type { KubeObject } from '../support/admin.js';
+import { registerNodeOnceCredentialed } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
@@ -58,7 +59,11 @@ if (net)
     if (t.passing() && process.env.KUBEBOOT_KEEP_CONTROLPLANE !== '1') rmSync(realDir, { recursive: true, force: true });
     else process.stderr.write(`\n*** real node kept in ${realDir} (kubelet.log, fakecri.log)\n`);
   });
-const plane = net ? await controlPlaneOrSkip(t, { name: 'ca-rotation', audit: true, address: net.hostIp }) : undefined;
+// No approver of the plane's: its client certificate is CA 1's, which the API
+// server stops accepting mid-rotation. The test approves the nodes' CSRs itself.
+const plane = net
+  ? await controlPlaneOrSkip(t, { name: 'ca-rotation', audit: true, address: net.hostIp, kubeletApprover: false })
+  : undefined;
 if (plane && net) {
   const ca1Pem = plane.caPem;
   const ca2 = await createCa('kubeboot-test-ca-2');
@@ -206,8 +211,10 @@ if (plane && net) {
     restartSocket,
   ];
 
-  // The kubelet-serving CSRs (signer kubernetes.io/kubelet-serving, which nothing approves by
-  // itself) of the real node, approved by the admin as they come: at the join and at the re-issue under CA 2.
+  // The nodes' kubelet client CSRs (first issue from their tokens, re-issues under CA 2) and the
+  // real node's kubelet-serving CSRs, approved by the admin as they come: the plane runs no
+  // approver here (above).
+  const tokens: string[] = [];
   let approving = true;
   const approved = new Set<string>();
   const approveServing = (async () => {
@@ -215,8 +222,10 @@ if (plane && net) {
       try {
         for (const csr of await plane.admin.listCsrs())
           if (
-            csr.spec.signerName === 'kubernetes.io/kubelet-serving' &&
-            csr.spec.username === `system:node:${REAL}` &&
+            ((csr.spec.signerName === 'kubernetes.io/kubelet-serving' && csr.spec.username === `system:node:${REAL}`) ||
+              (csr.spec.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' &&
+                (tokens.some((id) => csr.spec.username === `system:bootstrap:${id}`) ||
+                  NODES.some((n) => csr.spec.username === `system:node:${n}`)))) &&
             !csr.status?.conditions?.length &&
             !approved.has(csr.metadata.name)
           ) {
@@ -237,7 +246,7 @@ if (plane && net) {
   // Three nodes join with a bootstrap token, then run on their own certificates.
   const nodes: NodeLayout[] = [];
   const daemons: Running[] = [];
-  const tokens: string[] = [];
+  const registrations: Promise<void>[] = [];
   let realOptions: RealNodeOptions | undefined;
   for (const name of NODES) {
     const dir = join(base, name);
@@ -274,9 +283,12 @@ if (plane && net) {
         : {}),
     });
     if (node.kubeletKubeconfig !== realOptions?.kubeletKubeconfig && name === REAL) throw new Error('nodeLayout moved kubelet.conf');
-    tokens.push((await handToken(plane, node)).id);
-    // The real kubelet registers its Node itself.
-    if (name !== REAL) expectCreated(await plane.admin.request('POST', '/api/v1/nodes', { metadata: { name } }));
+    const token = await handToken(plane, node);
+    tokens.push(token.id);
+    // The real kubelet registers its Node itself; the others' are registered as
+    // a kubelet would, once their credential is issued (a Node that exists
+    // first is a takeover the approver refuses).
+    if (name !== REAL) registrations.push(registerNodeOnceCredentialed(plane, name, `system:bootstrap:${token.id}`));
     const daemon = startKubeboot(['run', '--config', node.config]);
     t.teardown(() => {
       if (daemon.child.exitCode === null) daemon.child.kill('SIGTERM');
@@ -298,6 +310,7 @@ if (plane && net) {
       real = await startRealNode(realOptions!);
     }
   }
+  await Promise.all(registrations);
   const realNode = () => real!;
   const only2 = bundleFromFile('ca2.crt', ca2.certPem, new Date());
   const steps: { bundlePublished?: number; signerSwitched?: number; retired?: number; done?: number } = {};

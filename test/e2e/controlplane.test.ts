@@ -1,7 +1,8 @@
 // The test control plane behaves like a kubeadm cluster for everything
 // kubeboot relies on: bootstrap tokens authenticate, node client CSRs are
-// auto-approved and signed by the cluster CA, expired tokens are refused and
-// cluster-info is signed per token. Proven with plain HTTPS and kubectl only,
+// approved (by the plane's `kubeboot approver`, not by kube-controller-manager:
+// the shipped RBAC grants it no auto-approval) and signed by the cluster CA,
+// expired tokens are refused and cluster-info is signed per token. Proven with plain HTTPS and kubectl only,
 // so a failure here is the harness's or the cluster's, never kubeboot's.
 import t from 'tap';
 import { createHmac } from 'node:crypto';
@@ -31,7 +32,7 @@ async function whoAmI(cp: ControlPlane, auth: { token: string } | { certPem: str
   }
 }
 
-/** Submits a kubelet client CSR as `auth` and waits for the controller manager to approve and sign it. */
+/** Submits a kubelet client CSR as `auth` and waits for it to be approved and signed. */
 async function submitNodeCsr(cp: ControlPlane, auth: { token: string } | { certPem: string; keyPem: string }, commonName: string) {
   const keys = await crypto.subtle.generateKey(ecdsaP256, true, ['sign', 'verify']);
   const request = await x509.Pkcs10CertificateRequestGenerator.create({
@@ -75,11 +76,43 @@ if (cp) {
     t.ok(res.body.status.userInfo.groups?.includes('system:bootstrappers'), 'in system:bootstrappers');
   });
 
-  t.test('a kubelet client CSR from a bootstrap token is auto-approved and signed by the cluster CA', async (t) => {
+  t.test('the shipped RBAC lets kube-controller-manager auto-approve no kubelet client CSR', async (t) => {
+    // csrapproving approves a kubelet client CSR only when this SubjectAccessReview
+    // allows the requester (pkg/controller/certificates/approver/sarapprove.go).
+    const allowed = async (user: string, groups: string[], subresource: string) => {
+      const res = await cp.admin.request<{ status: { allowed: boolean } }>('POST', '/apis/authorization.k8s.io/v1/subjectaccessreviews', {
+        apiVersion: 'authorization.k8s.io/v1',
+        kind: 'SubjectAccessReview',
+        spec: {
+          user,
+          groups,
+          resourceAttributes: { group: 'certificates.k8s.io', resource: 'certificatesigningrequests', verb: 'create', subresource },
+        },
+      });
+      return expectStatus(res, `SubjectAccessReview ${subresource}`, 201).body.status.allowed;
+    };
+    t.equal(
+      await allowed('system:bootstrap:abcdef', ['system:bootstrappers', 'system:authenticated'], 'nodeclient'),
+      false,
+      'no bootstrap token may have nodeclient',
+    );
+    t.equal(
+      await allowed('system:node:n1', ['system:nodes', 'system:authenticated'], 'selfnodeclient'),
+      false,
+      'no node may have selfnodeclient',
+    );
+    t.equal(
+      await allowed('system:bootstrap:abcdef', ['system:bootstrappers', 'system:authenticated'], 'kubebootnodeclient'),
+      true,
+      "a bootstrap token may ask kubeboot approver (the approver's own subresource)",
+    );
+  });
+
+  t.test('a kubelet client CSR from a bootstrap token is approved by kubeboot approver and signed by the cluster CA', async (t) => {
     const token = await cp.admin.createBootstrapToken();
     const { csr, cert, keys } = await submitNodeCsr(cp, { token: token.token }, 'system:node:e2e-node');
     const approved = (csr.status.conditions ?? []).find((c: { type: string }) => c.type === 'Approved');
-    t.equal(approved?.reason, 'AutoApproved', 'approved by kube-controller-manager, not by a person');
+    t.equal(approved?.reason, 'KubebootApprover', "approved by the plane's kubeboot approver, not by a person nor kube-controller-manager");
     t.equal(csr.spec.username, `system:bootstrap:${token.id}`, 'requested by the token');
 
     const ca = new x509.X509Certificate(cp.caPem);
@@ -99,11 +132,11 @@ if (cp) {
     t.ok(me.body.status.userInfo.groups?.includes('system:nodes'), 'in system:nodes');
   });
 
-  t.test('a node renewing with its current cert gets its CSR auto-approved (selfnodeclient)', async (t) => {
+  t.test('a node renewing with its current cert gets its CSR approved (kubebootselfnodeclient)', async (t) => {
     const current = await cp.mintClientCert({ commonName: 'system:node:e2e-renew', organizations: ['system:nodes'] });
     const { csr, cert } = await submitNodeCsr(cp, current, 'system:node:e2e-renew');
     const approved = (csr.status.conditions ?? []).find((c: { type: string }) => c.type === 'Approved');
-    t.equal(approved?.reason, 'AutoApproved', 'approved by kube-controller-manager');
+    t.equal(approved?.reason, 'KubebootApprover', "approved by the plane's kubeboot approver");
     t.equal(csr.spec.username, 'system:node:e2e-renew', 'requested by the node itself');
     t.match(cert.subject, /CN=system:node:e2e-renew/, 'signed for the same node');
   });

@@ -114,7 +114,7 @@ if (plane) {
     );
     t.equal(renewal.spec.signerName, 'kubernetes.io/kube-apiserver-client-kubelet');
     const approval = (renewal.status?.conditions ?? []).find((c: { type: string }) => c.type === 'Approved');
-    t.equal(approval?.reason, 'AutoApproved', 'auto-approved through selfnodeclient');
+    t.equal(approval?.reason, 'KubebootApprover', 'approved by kubeboot approver (kubebootselfnodeclient)');
     const second = await plane.admin.waitFor('the link to move to the renewed file', async () => {
       const target = await currentTarget(node);
       return target !== first ? target : undefined;

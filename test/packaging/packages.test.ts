@@ -255,9 +255,10 @@ if (toolsOrSkip(t, tools, true)) {
       'NotifyAccess=all',
       'DynamicUser=yes',
       'LoadCredential=approver.conf:/etc/kubeboot/approver.conf',
-      'ExecStart=/usr/bin/kubeboot approver --kubeconfig %d/approver.conf $KUBEBOOT_APPROVER_ARGS',
+      'ExecStart=/usr/bin/kubeboot approver --kubeconfig %d/approver.conf --approve-kubelet-client $KUBEBOOT_APPROVER_ARGS',
       'ProtectSystem=strict',
       'CapabilityBoundingSet=',
+      'LimitCORE=0',
     ]);
     tt.notMatch(unit, /^MemoryDenyWriteExecute=/m, 'no MemoryDenyWriteExecute: V8 JIT needs W+X pages');
   });

@@ -2,6 +2,7 @@
 // and bounded waits, done over the REST API with the admin client cert.
 import { randomInt } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
+import { BINDINGS_NAMESPACE, bindingConfigMap } from '../../agent/kube/join-bindings.js';
 import { expectStatus, type KubeClient, type KubeResponse } from './http.js';
 
 export interface BootstrapToken {
@@ -18,6 +19,12 @@ export interface CreateTokenOptions {
   /** Each must start with `system:bootstrappers:` (the apiserver ignores others). */
   extraGroups?: string[];
   usages?: TokenUsage[];
+  /**
+   * Bind the token as `kubeboot token create --node/--pool` does (the
+   * ConfigMap kubeboot/token-<id>, written first); needs the namespace
+   * kubeboot (packaging/manifests/approver/node-identity.yaml).
+   */
+  bind?: { names: string[] } | { prefix: string; maxNodes: number };
 }
 
 // Loose shapes: tests inspect whatever fields they care about.
@@ -117,6 +124,12 @@ export function adminApi(client: KubeClient, asToken: (token: string) => KubeCli
       for (const u of usages) stringData[`usage-bootstrap-${u}`] = 'true';
       if (opts.expiration) stringData.expiration = rfc3339(opts.expiration);
       if (opts.extraGroups?.length) stringData['auth-extra-groups'] = opts.extraGroups.join(',');
+      if (opts.bind)
+        expectStatus(
+          await client.request('POST', `/api/v1/namespaces/${BINDINGS_NAMESPACE}/configmaps`, bindingConfigMap(id, opts.bind)),
+          `bind bootstrap token ${id}`,
+          201,
+        );
       const secretObject = {
         apiVersion: 'v1',
         kind: 'Secret',

@@ -9,7 +9,7 @@ import { x509 } from '../../agent/pki/x509.js';
 import type { ControlPlane } from './controlplane.js';
 import { expectStatus, kubeClient, type KubeClient } from './http.js';
 import { writeKubeconfig } from './kubeconfig.js';
-import { applyManifests, manifestsDir } from './manifests.js';
+import { applyManifests, manifestsDir, type Manifest } from './manifests.js';
 import { startKubeboot, type Running } from './kubeboot.js';
 import type { KubeObject } from './admin.js';
 
@@ -18,21 +18,55 @@ export const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 
 /**
  * Applies packaging/manifests/approver/*.yaml, writes a kubeconfig for the
- * user those manifests bind and a config file naming it; returns the config file.
+ * user those manifests bind and a config file naming it; returns the config
+ * file. The test brings its own approver: the plane's is stopped first, so
+ * only the test's takes the Lease.
  */
 export async function installApprover(plane: ControlPlane, dir: string): Promise<string> {
+  await plane.stopKubeletApprover();
+  return writeApproverConfig(plane, dir, () => true);
+}
+
+type ApproverPlane = Pick<ControlPlane, 'server' | 'caPem' | 'mintClientCert'>;
+
+async function writeApproverConfig(plane: ApproverPlane, dir: string, keep: (m: Manifest) => boolean): Promise<string> {
   const admin = kubeClient({
     server: plane.server,
     caPem: plane.caPem,
     ...(await plane.mintClientCert({ commonName: 'kubeboot-test-admin', organizations: ['system:masters'] })),
   });
-  await applyManifests(admin, approverManifests);
+  await applyManifests(admin, approverManifests, keep);
   await admin.close();
   const file = join(dir, 'approver.conf');
   await writeKubeconfig(file, plane.server, { pem: plane.caPem }, await plane.mintClientCert({ commonName: 'kubeboot:approver' }));
   const config = join(dir, 'approver.yaml');
   await writeFile(config, stringify({ approver: { kubeconfig: file } }));
   return config;
+}
+
+// The plane's approver grants only what kube-controller-manager's
+// auto-approval did: kubelet client certificates. kube-proxy's and serving
+// grants stay out, so a test of those approves them as a person would.
+const kubeletClientGrantsOnly = (m: Manifest) => !/kubeproxyclient|selfnodeserving/.test(m.metadata.name);
+
+/**
+ * The plane's own `kubeboot approver --approve-kubelet-client`, standing where
+ * kube-controller-manager's auto-approval stood before the shipped RBAC
+ * dropped it. The suite's tokens are made by the test's admin without a
+ * kubeboot binding, as `kubeadm token create` makes them, hence the unsafe
+ * flag; the identity rules with bound tokens are proven by the tests that
+ * bring their own approver (approver-kubelet-client, realnode joins).
+ */
+export async function startKubeletApprover(plane: ApproverPlane, dir: string): Promise<Running> {
+  const config = await writeApproverConfig(plane, dir, kubeletClientGrantsOnly);
+  const approver = startApprover(config, ['--approve-kubelet-client', '--unsafe-approve-unbound-tokens']);
+  try {
+    await approver.waitForOutput(/became the leader/, 60_000);
+  } catch (err) {
+    approver.child.kill('SIGKILL');
+    throw err;
+  }
+  return approver;
 }
 
 /** Fast leader election so takeovers fit in a test. */
@@ -53,6 +87,25 @@ export async function createNode(plane: ControlPlane, name: string, addresses: {
   const node = (await plane.admin.request<KubeObject>('GET', `/api/v1/nodes/${name}`)).body;
   node.status = { ...(node.status ?? {}), addresses };
   expectStatus(await plane.admin.request('PUT', `/api/v1/nodes/${name}/status`, node), `node ${name} addresses`, 200);
+}
+
+/**
+ * Creates the Node `name` as its kubelet would register it: once the kubelet
+ * client CSR `requester` made (a token's user) is issued, not before — a Node
+ * that exists first is a takeover the approver's no-takeover rule refuses.
+ * kube-proxy's CSR is approved only for a registered Node, and a test with no
+ * kubelet needs one.
+ */
+export async function registerNodeOnceCredentialed(plane: ControlPlane, name: string, requester: string): Promise<void> {
+  await plane.admin.waitFor(
+    `the kubelet CSR of ${requester} issued, to register Node ${name}`,
+    async () =>
+      (await plane.admin.listCsrs()).some(
+        (c) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' && c.spec?.username === requester && c.status?.certificate,
+      ) || undefined,
+    300_000,
+  );
+  await createNode(plane, name);
 }
 
 /** An API client authenticated as `system:node:<name>` in `system:nodes`, as a kubelet is. */

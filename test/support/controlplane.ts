@@ -1,6 +1,7 @@
 // A real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager)
 // on loopback for one test file: fresh PKI, random ports, the shipped RBAC
-// manifests applied, kube-public/cluster-info published as kubeadm does.
+// manifests applied, kube-public/cluster-info published as kubeadm does, and
+// `kubeboot approver --approve-kubelet-client` approving kubelet client CSRs.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,6 +12,8 @@ import { controlPlaneBinaries, onPath } from './binaries.js';
 import { apiserverArgs, controllerManagerArgs, etcdArgs, writePki, type PkiFiles } from './components.js';
 import { expectStatus, kubeClient, type KubeClient } from './http.js';
 import { clusterInfoKubeconfig, writeKubeconfig } from './kubeconfig.js';
+import { startKubeletApprover } from './approver.js';
+import type { Running } from './kubeboot.js';
 import { applyManifests } from './manifests.js';
 import { createClusterPki, issueLeaf } from './pki.js';
 import { peakRssKiB, startComponent, startOnFreePorts, stopComponent, waitReady, type Component } from './processes.js';
@@ -33,6 +36,20 @@ export interface StartOptions {
   address?: string;
   /** More kube-apiserver flags, e.g. a low --max-requests-inflight. */
   apiserverFlags?: string[];
+  /**
+   * false: apply none of packaging/manifests and publish no cluster-info (a
+   * test makes the cluster side itself, e.g. with kubeadm); implies no
+   * kubelet approver.
+   */
+  manifests?: boolean;
+  /**
+   * false: no `kubeboot approver --approve-kubelet-client` for the plane, so
+   * kubelet client CSRs stay Pending unless the test approves them (the
+   * shipped RBAC no longer lets kube-controller-manager auto-approve them).
+   * A test that brings its own approver needs nothing here: installApprover
+   * stops the plane's.
+   */
+  kubeletApprover?: boolean;
 }
 
 export interface ControlPlane {
@@ -82,6 +99,10 @@ export interface ControlPlane {
   restart(component: 'kube-apiserver' | 'kube-controller-manager', flags: Record<string, string>): Promise<void>;
   /** The admin client trusts `caPem` and authenticates with this certificate from now on (the cluster's CA is being rotated). */
   useAdmin(o: { caPem: string; certPem?: string; keyPem?: string }): void;
+  /** The plane's `kubeboot approver --approve-kubelet-client`, while it runs. */
+  kubeletApprover: Running | undefined;
+  /** Stops the plane's approver (SIGTERM: it releases the Lease), if it runs. */
+  stopKubeletApprover(): Promise<void>;
   /** Stops all components; keeps the dir (and says where the logs are) when keep or KUBEBOOT_KEEP_CONTROLPLANE=1. */
   stop(opts?: { keep?: boolean }): Promise<void>;
 }
@@ -179,15 +200,18 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
     await waitFor('the default namespace', exists('/api/v1/namespaces/default'), startTimeoutMs);
     await waitFor('the kube-public namespace', exists('/api/v1/namespaces/kube-public'), startTimeoutMs);
 
-    await applyManifests(a);
-    // As kubeadm publishes it; bootstrapsigner adds a jws-kubeconfig-<id> key per signing token.
-    const clusterInfo = {
-      apiVersion: 'v1',
-      kind: 'ConfigMap',
-      metadata: { name: 'cluster-info', namespace: 'kube-public' },
-      data: { kubeconfig: clusterInfoKubeconfig(server, pki.ca.certPem) },
-    };
-    expectStatus(await a.request('POST', '/api/v1/namespaces/kube-public/configmaps', clusterInfo), 'create cluster-info', 201);
+    const withManifests = opts.manifests ?? true;
+    if (withManifests) {
+      await applyManifests(a);
+      // As kubeadm publishes it; bootstrapsigner adds a jws-kubeconfig-<id> key per signing token.
+      const clusterInfo = {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: 'cluster-info', namespace: 'kube-public' },
+        data: { kubeconfig: clusterInfoKubeconfig(server, pki.ca.certPem) },
+      };
+      expectStatus(await a.request('POST', '/api/v1/namespaces/kube-public/configmaps', clusterInfo), 'create cluster-info', 201);
+    }
 
     const adminKubeconfig = join(dir, 'admin.kubeconfig');
     await writeKubeconfig(adminKubeconfig, server, { pem: pki.ca.certPem }, pki.admin, 'kubeboot-admin');
@@ -225,7 +249,17 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
     const adminProxy: KubeClient = { request: (m, p, b) => current.request(m, p, b), close: async () => {} };
     const version = expectStatus(await a.request<{ gitVersion: string }>('GET', '/version'), 'GET /version', 200).body.gitVersion;
     let stopped = false;
-    return {
+    let approver: Running | undefined;
+    const stopKubeletApprover = async () => {
+      const running = approver;
+      approver = undefined;
+      if (!running) return;
+      if (running.child.exitCode === null && running.child.signalCode === null) running.child.kill('SIGTERM');
+      await running.done;
+      // Kept with the components' logs when a test fails.
+      writeFileSync(join(dir, 'kubelet-approver.log'), running.output());
+    };
+    const plane: ControlPlane = {
       server,
       caPem: pki.ca.certPem,
       caFile: files.ca,
@@ -295,9 +329,15 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
         c.child.kill(sig);
       },
 
+      get kubeletApprover() {
+        return approver;
+      },
+      stopKubeletApprover,
+
       async stop(o = {}) {
         if (stopped) return;
         stopped = true;
+        await stopKubeletApprover();
         // A paused component would never see the SIGTERM.
         for (const c of components) if (c.exited === undefined) c.child.kill('SIGCONT');
         await stopAll();
@@ -311,6 +351,13 @@ export async function startControlPlane(opts: StartOptions = {}): Promise<Contro
         }
       },
     };
+    if (withManifests && (opts.kubeletApprover ?? true)) {
+      const approverDir = join(dir, 'kubelet-approver');
+      mkdirSync(approverDir);
+      approver = await startKubeletApprover(plane, approverDir);
+      logs['kubeboot-approver'] = join(dir, 'kubelet-approver.log');
+    }
+    return plane;
   } catch (err) {
     await stopAll();
     process.stderr.write(`\n*** control plane failed to start; kept ${dir} (logs: ${Object.values(logs).join(', ')})\n`);

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify } from 'yaml';
 import type { Test } from 'tap';
+import type { CreateTokenOptions } from './admin.js';
 import type { BootstrapToken, ControlPlane } from './controlplane.js';
 import { spawnTiedToTest } from './processes.js';
 
@@ -170,8 +171,9 @@ export async function handToken(
   node: NodeLayout,
   ca: 'file' | 'data' | 'none' = 'data',
   file = node.bootstrapKubeconfig,
+  tokenOptions: CreateTokenOptions = {},
 ): Promise<BootstrapToken> {
-  const token = await plane.admin.createBootstrapToken();
+  const token = await plane.admin.createBootstrapToken(tokenOptions);
   forbid(token.secret);
   await plane.writeBootstrapKubeconfig(file, token.token, { ca });
   return token;

@@ -19,7 +19,7 @@ const kinds: Record<string, { plural: string; namespaced: boolean }> = {
   ServiceAccount: { plural: 'serviceaccounts', namespaced: true },
 };
 
-interface Manifest {
+export interface Manifest {
   apiVersion: string;
   kind: string;
   metadata: { name: string; namespace?: string };
@@ -43,13 +43,20 @@ export function collectionPath(m: Manifest): string {
   return `${group}/namespaces/${m.metadata.namespace}/${kind.plural}`;
 }
 
-/** Creates every object in every `*.yaml` of the directory; an existing object (409) is left as it is. */
-export async function applyManifests(client: Pick<KubeClient, 'request'>, dir = manifestsDir): Promise<string[]> {
+/**
+ * Creates every object in every `*.yaml` of the directory (or those `keep`
+ * accepts); an existing object (409) is left as it is.
+ */
+export async function applyManifests(
+  client: Pick<KubeClient, 'request'>,
+  dir = manifestsDir,
+  keep: (m: Manifest) => boolean = () => true,
+): Promise<string[]> {
   const applied: string[] = [];
   for (const file of readdirSync(dir)
     .filter((f) => f.endsWith('.yaml'))
     .sort()) {
-    for (const m of readManifests(join(dir, file))) {
+    for (const m of readManifests(join(dir, file)).filter(keep)) {
       const what = `${m.kind}/${m.metadata.name}`;
       expectStatus(await client.request('POST', collectionPath(m), m), `apply ${file}: ${what}`, 201, 409);
       applied.push(what);

@@ -1,6 +1,7 @@
 // One real node joining a test control plane the way the packaged units do
-// it: `kubeboot run` obtains the credentials (kube-proxy's approved by
-// `kubeboot approver`), the real kubelet starts once `kubeboot wait
+// it: `kubeboot run` obtains the credentials (the kubelet's, with a token
+// bound to the node's name, and kube-proxy's, both approved by `kubeboot
+// approver`), the real kubelet starts once `kubeboot wait
 // --identity kubelet` returns, the real kube-proxy once its own does. Also
 // reads the apiserver's audit log for what the node's programs sent.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -106,10 +107,10 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
   });
 
   const approverConfig = await installApprover(plane, dir);
-  const approver = startApprover(
-    approverConfig,
-    o.servingBootstrap || o.kubebootServing ? ['--approve-kubelet-serving', '--serving-ip-cidr', `${net.nodeIp}/32`] : [],
-  );
+  const approver = startApprover(approverConfig, [
+    '--approve-kubelet-client',
+    ...(o.servingBootstrap || o.kubebootServing ? ['--approve-kubelet-serving', '--serving-ip-cidr', `${net.nodeIp}/32`] : []),
+  ]);
   stops.push(async () => {
     approver.child.kill('SIGTERM');
     await approver.done;
@@ -141,7 +142,8 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
   });
   if (layout.kubeletCertDir !== kubeletCertDir || layout.kubeletKubeconfig !== nodeOptions.kubeletKubeconfig)
     throw new Error('nodeLayout moved the kubelet files');
-  await handToken(plane, layout, 'data');
+  // Bound to this node's name, as `kubeboot token create --node` makes it: the approver refuses unbound tokens.
+  await handToken(plane, layout, 'data', layout.bootstrapKubeconfig, { bind: { names: [name] } });
   const startedAt = Date.now();
   const daemon = startKubeboot(['run', '--config', layout.config]);
   stops.push(async (inTest) => {

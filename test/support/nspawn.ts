@@ -101,6 +101,13 @@ export interface BootOptions {
   bootTimeoutMs?: number;
   /** Accept a boot that ends degraded (a failed unit is what the test looks at). */
   allowDegraded?: boolean;
+  /** The machine name (default `kb-node-<6 hex>`), e.g. one a node-bound token was made for. */
+  name?: string;
+}
+
+/** A fresh machine name as bootContainer picks one. */
+export function machineName(): string {
+  return `kb-node-${randomBytes(3).toString('hex')}`;
 }
 
 /**
@@ -109,7 +116,7 @@ export interface BootOptions {
  * and prints where.
  */
 export async function bootContainer(t: Test, opts: BootOptions = {}): Promise<Container> {
-  const name = `kb-node-${randomBytes(3).toString('hex')}`;
+  const name = opts.name ?? machineName();
   // /var/tmp, not /tmp: the copy is a whole root (~250 MB), and /tmp may be small.
   const dir = mkdtempSync(join('/var/tmp', `kubeboot-${name}-`));
   const root = join(dir, 'root');

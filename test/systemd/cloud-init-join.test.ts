@@ -19,12 +19,12 @@ import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { approverManifests, createNode, startApprover } from '../support/approver.js';
+import { approverManifests, registerNodeOnceCredentialed, startApprover } from '../support/approver.js';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
 import { kubeClient } from '../support/http.js';
 import { forbid, kubeboot } from '../support/kubeboot.js';
 import { applyManifests } from '../support/manifests.js';
-import { bootContainer, type Container } from '../support/nspawn.js';
+import { bootContainer, machineName, type Container } from '../support/nspawn.js';
 import { buildPackages, buildTools, cachedDebianRoot, toolsOrSkip, version } from '../packaging/fixtures/packages.js';
 import { buildSignedRepo, serveDirectory, type Served } from '../packaging/fixtures/repo.js';
 import { waitForBootstrapFilesGone } from './fixtures/node.js';
@@ -81,7 +81,7 @@ if (toolsOrSkip(t, tools, true)) {
     await t.test(
       'the cluster side as the README\'s "Cluster side" tells it: manifests, approver-kubeconfig, the approver leading',
       async (t) => {
-        const approver = startApprover(await installApproverFromDocs(t, plane, dir));
+        const approver = startApprover(await installApproverFromDocs(t, plane, dir), ['--approve-kubelet-client']);
         // On the root: the approver serves every later subtest.
         root.teardown(async () => {
           approver.child.kill('SIGTERM');
@@ -92,12 +92,14 @@ if (toolsOrSkip(t, tools, true)) {
       },
     );
 
-    const userData = async (t: Test, served: Served, format: 'cloud-config' | 'script') => {
+    // What the token may join: one machine's name, or a pool's prefix (bootContainer's names).
+    const userData = async (t: Test, served: Served, format: 'cloud-config' | 'script', joins: string[]) => {
       const out = await kubeboot(t, [
         'user-data',
         '--kubeconfig',
         plane.adminKubeconfig,
         '--create-token',
+        ...joins,
         '--ttl',
         '15m',
         '--repo-url',
@@ -116,85 +118,112 @@ if (toolsOrSkip(t, tools, true)) {
       return { text: out.stdout, stderr: out.stderr, tokenId: token![1]!, secret: token![2]! };
     };
 
-    /** Boots the stock image with this user-data; the node's name is made known to the cluster as its kubelet would register it. */
-    const boot = async (t: Test, text: string, opts: { allowDegraded?: boolean } = {}) =>
-      bootContainer(t, {
+    /**
+     * Boots the stock image with this user-data. There is no kubelet here to
+     * register the Node, which kube-proxy's CSR needs: the test registers it
+     * as the kubelet would, once the node's kubelet credential is issued — not
+     * before, or the approver's no-takeover rule rightly refuses the name.
+     */
+    const boot = async (t: Test, text: string, opts: { allowDegraded?: boolean; name?: string; tokenId?: string } = {}) => {
+      const registered =
+        opts.tokenId === undefined || opts.name === undefined
+          ? Promise.resolve()
+          : registerNodeOnceCredentialed(plane, opts.name, `system:bootstrap:${opts.tokenId}`);
+      // A rejection is the test's failure, reported where it is awaited.
+      registered.catch(() => {});
+      const node = await bootContainer(t, {
         base: image,
         bootTimeoutMs: 300_000,
         allowDegraded: opts.allowDegraded ?? false,
+        ...(opts.name ? { name: opts.name } : {}),
         async prepare(root) {
           const name = readFileSync(join(root, 'etc/hostname'), 'utf8').trim();
           prepareImage(root, text, name);
           // For the test's checks only, after cloud-init is done: kubectl to try the kubeconfigs.
           copyFileSync(plane.kubectlPath!, join(root, 'usr/local/bin/kubectl'));
           chmodSync(join(root, 'usr/local/bin/kubectl'), 0o755);
-          // kube-proxy's CSR is approved for a registered Node; there is no kubelet here to register it.
-          await createNode(plane, name);
         },
       });
+      return { node, registered };
+    };
 
-    for (const format of ['cloud-config', 'script'] as const) {
-      await t.test(`${format}: a stock Debian 12 image with cloud-init joins unattended from the signed repository`, async (t) => {
-        const ud = await userData(t, good, format);
-        t.match(
-          ud.stderr,
-          `kubeboot token delete ${ud.tokenId}`,
-          'user-data reminds the admin to delete the token once the pool has booted',
-        );
-        const before = good.served.length;
-        const node = await boot(t, ud.text);
+    // One user-data per machine with a node-bound token, and a pool's with a prefix-bound one.
+    for (const [format, bound] of [
+      ['cloud-config', 'node'],
+      ['script', 'pool'],
+    ] as const) {
+      await t.test(
+        `${format}, ${bound}-bound token: a stock Debian 12 image with cloud-init joins unattended from the signed repository`,
+        async (t) => {
+          const name = machineName();
+          const ud = await userData(t, good, format, bound === 'node' ? ['--node', name] : ['--pool', 'kb-node-', '--max-nodes', '2']);
+          t.match(
+            ud.stderr,
+            `kubeboot token delete ${ud.tokenId}`,
+            'user-data reminds the admin to delete the token once the pool has booted',
+          );
+          const before = good.served.length;
+          const { node, registered } = await boot(t, ud.text, { name, tokenId: ud.tokenId });
 
-        const status = await cloudInitStatus(node);
-        t.same({ status: status.status, errors: status.errors }, { status: 'done', errors: [] }, 'cloud-init status: done, no error');
-        t.equal(node.state, 'running', 'no unit failed during boot');
+          const status = await cloudInitStatus(node);
+          t.same({ status: status.status, errors: status.errors }, { status: 'done', errors: [] }, 'cloud-init status: done, no error');
+          t.equal(node.state, 'running', 'no unit failed during boot');
 
-        // From the repository, with its signature checked, on an image without gpg.
-        t.not((await node.exec(['sh', '-c', 'command -v gpg'])).code, 0, 'the image has no gpg');
-        // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own format, not a template
-        t.equal((await node.run(['dpkg-query', '-W', '-f', '${Version}', 'kubeboot'])).trim(), version, 'kubeboot is installed');
-        t.match(await node.run(['apt-cache', 'policy', 'kubeboot']), `${good.base}/apt stable/main`, 'from the served repository');
-        const listName = `${good.base.slice('http://'.length)}/apt/dists/stable/InRelease`.replaceAll('/', '_');
-        t.equal((await node.exec(['test', '-s', `/var/lib/apt/lists/${listName}`])).code, 0, 'apt kept the InRelease it verified');
-        const fetched = good.served.slice(before);
-        t.ok(fetched.includes('/apt/dists/stable/InRelease'), 'apt fetched the signed InRelease');
-        t.ok(
-          fetched.some((p) => p.startsWith('/apt/pool/main/kubeboot_') && p.endsWith('_amd64.deb')),
-          'and the package',
-        );
-        t.equal((await node.run(['cat', '/etc/apt/sources.list'])).trim(), '', 'no other source was added (nothing left loopback)');
+          // From the repository, with its signature checked, on an image without gpg.
+          t.not((await node.exec(['sh', '-c', 'command -v gpg'])).code, 0, 'the image has no gpg');
+          // biome-ignore lint/suspicious/noTemplateCurlyInString: dpkg-query's own format, not a template
+          t.equal((await node.run(['dpkg-query', '-W', '-f', '${Version}', 'kubeboot'])).trim(), version, 'kubeboot is installed');
+          t.match(await node.run(['apt-cache', 'policy', 'kubeboot']), `${good.base}/apt stable/main`, 'from the served repository');
+          const listName = `${good.base.slice('http://'.length)}/apt/dists/stable/InRelease`.replaceAll('/', '_');
+          t.equal((await node.exec(['test', '-s', `/var/lib/apt/lists/${listName}`])).code, 0, 'apt kept the InRelease it verified');
+          const fetched = good.served.slice(before);
+          t.ok(fetched.includes('/apt/dists/stable/InRelease'), 'apt fetched the signed InRelease');
+          t.ok(
+            fetched.some((p) => p.startsWith('/apt/pool/main/kubeboot_') && p.endsWith('_amd64.deb')),
+            'and the package',
+          );
+          t.equal((await node.run(['cat', '/etc/apt/sources.list'])).trim(), '', 'no other source was added (nothing left loopback)');
 
-        t.equal(await node.unitProperty('kubeboot.service', 'ActiveState'), 'active', 'kubeboot started');
-        const kubeletConf = statSync(join(node.root, 'etc/kubernetes/kubelet.conf'));
-        t.comment(
-          `${format}: container start to kubelet.conf: ${((kubeletConf.mtimeMs - node.startedAt) / 1000).toFixed(1)} s; boot finished after ${(node.bootMs / 1000).toFixed(1)} s`,
-        );
-        t.equal(await whoami(node, '/etc/kubernetes/kubelet.conf'), `system:node:${node.name}`, 'kubelet.conf works as the node');
-        const proxy = await plane.admin.waitFor(
-          'kube-proxy.conf to work',
-          async () => {
-            const who = await whoami(node, '/etc/kubernetes/kube-proxy.conf');
-            return who.startsWith('kubectl exited') ? undefined : who;
-          },
-          120_000,
-        );
-        t.equal(proxy, 'system:kube-proxy', 'kube-proxy.conf works');
-        await waitForBootstrapFilesGone(plane, node);
-        t.pass('the bootstrap token files are gone');
+          t.equal(await node.unitProperty('kubeboot.service', 'ActiveState'), 'active', 'kubeboot started');
+          const kubeletConf = statSync(join(node.root, 'etc/kubernetes/kubelet.conf'));
+          t.comment(
+            `${format}: container start to kubelet.conf: ${((kubeletConf.mtimeMs - node.startedAt) / 1000).toFixed(1)} s; boot finished after ${(node.bootMs / 1000).toFixed(1)} s`,
+          );
+          t.equal(await whoami(node, '/etc/kubernetes/kubelet.conf'), `system:node:${node.name}`, 'kubelet.conf works as the node');
+          await registered;
+          const csr = (await plane.admin.listCsrs()).find((c) => c.spec?.username === `system:bootstrap:${ud.tokenId}`);
+          t.equal(
+            csr?.status?.conditions?.find((c: { type: string }) => c.type === 'Approved')?.reason,
+            'KubebootApprover',
+            "the kubelet credential was approved by kubeboot approver, under the token's binding",
+          );
+          const proxy = await plane.admin.waitFor(
+            'kube-proxy.conf to work',
+            async () => {
+              const who = await whoami(node, '/etc/kubernetes/kube-proxy.conf');
+              return who.startsWith('kubectl exited') ? undefined : who;
+            },
+            120_000,
+          );
+          t.equal(proxy, 'system:kube-proxy', 'kube-proxy.conf works');
+          await waitForBootstrapFilesGone(plane, node);
+          t.pass('the bootstrap token files are gone');
 
-        // cloud-init's own copies of the user-data: kubeboot names each one it finds.
-        const copies = await copiesOf(node, ud.secret);
-        t.comment(`${format}: copies of the token cloud-init keeps: ${copies.join(', ')}`);
-        const journal = await node.journal(['-u', 'kubeboot.service']);
-        const warned = [...journal.matchAll(/the bootstrap token is still present in (\S+)/g)].map((m) => m[1]!).sort();
-        const instanceCopies = copies.filter((c) => c.startsWith('/var/lib/cloud/instances/'));
-        t.ok(instanceCopies.length > 0, 'cloud-init keeps the user-data under /var/lib/cloud/instances/');
-        t.same(warned, copies, "kubeboot's warning names every copy there is, and only those");
-      });
+          // cloud-init's own copies of the user-data: kubeboot names each one it finds.
+          const copies = await copiesOf(node, ud.secret);
+          t.comment(`${format}: copies of the token cloud-init keeps: ${copies.join(', ')}`);
+          const journal = await node.journal(['-u', 'kubeboot.service']);
+          const warned = [...journal.matchAll(/the bootstrap token is still present in (\S+)/g)].map((m) => m[1]!).sort();
+          const instanceCopies = copies.filter((c) => c.startsWith('/var/lib/cloud/instances/'));
+          t.ok(instanceCopies.length > 0, 'cloud-init keeps the user-data under /var/lib/cloud/instances/');
+          t.same(warned, copies, "kubeboot's warning names every copy there is, and only those");
+        },
+      );
     }
 
     await t.test('a repository whose InRelease signature is broken is refused: no kubeboot, and cloud-init status says so', async (t) => {
-      const ud = await userData(t, tampered, 'cloud-config');
-      const node = await boot(t, ud.text, { allowDegraded: true });
+      const ud = await userData(t, tampered, 'cloud-config', ['--pool', 'kb-node-', '--max-nodes', '1']);
+      const { node } = await boot(t, ud.text, { allowDegraded: true });
       const status = await cloudInitStatus(node);
       t.equal(status.status, 'error', 'cloud-init status: error');
       t.match(status.errors.join('\n'), /package-update-upgrade-install|apt-get/, 'the failing step is named');
@@ -218,6 +247,7 @@ async function whoami(node: Container, kubeconfig: string): Promise<string> {
  * file naming it. Returns that config file.
  */
 async function installApproverFromDocs(t: Test, plane: ControlPlane, dir: string): Promise<string> {
+  await plane.stopKubeletApprover();
   const admin = kubeClient({
     server: plane.server,
     caPem: plane.caPem,
