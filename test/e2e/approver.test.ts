@@ -18,6 +18,7 @@ import {
   installApprover,
   KUBE_PROXY,
   nodeClient,
+  registerNodeOnceCredentialed,
   startApprover,
   submitCsr,
   type SubmitSpec,
@@ -38,6 +39,7 @@ if (plane) {
   const config = await installApprover(plane, dir);
   // A long resync: every re-check these tests see comes from an event or the transient-rule back-off.
   const policyFlags = [
+    '--approve-kubelet-client',
     '--resync-period',
     '10m',
     '--approve-kubelet-serving',
@@ -60,9 +62,11 @@ if (plane) {
 
   t.test('a node with the default configuration (kube-proxy enabled) bootstraps with no human step', async (t) => {
     const node = await nodeLayout(join(dir, 'worker-a'), 'worker-a', { kubeProxy: { enabled: true } });
-    await createNode(plane, 'worker-a');
-    await handToken(plane, node);
+    // The kubelet's credential from a token bound to the name; the Node registered once it is issued, as a kubelet does.
+    const token = await handToken(plane, node, 'data', node.bootstrapKubeconfig, { bind: { names: ['worker-a'] } });
+    const registered = registerNodeOnceCredentialed(plane, 'worker-a', `system:bootstrap:${token.id}`);
     const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    await registered;
     t.equal(result.code, 0, `bootstrap exits 0\n${result.stderr}`);
     const kubectl = plane.kubectlPath!;
     const who = JSON.parse((await run(kubectl, ['--kubeconfig', node.kubeProxyKubeconfig, 'auth', 'whoami', '-o', 'json'])).stdout);

@@ -21,8 +21,24 @@ if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], 
         await installApprover(plane, t.testdir());
         const node = await bootNode(t, plane, 'listen: off\n');
         await createNode(plane, node.name);
+        // No approver runs until the unit starts: the admin approves the kubelet's first CSR, as a person would.
+        const kubeletApproved = plane.admin
+          .waitFor(
+            "the kubelet's first CSR",
+            async () =>
+              (await plane.admin.listCsrs()).find(
+                (c) =>
+                  c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' &&
+                  c.spec?.username?.startsWith('system:bootstrap:') &&
+                  !c.status?.conditions,
+              ),
+            180_000,
+          )
+          .then((csr) => plane.admin.approveCsr(csr.metadata.name));
+        kubeletApproved.catch(() => {});
         await installPackage(node);
         const pending = await startStandInsUntilProxyCsr(plane, node);
+        await kubeletApproved;
         t.equal(await node.unitProperty('kube-proxy.service', 'SubState'), 'start-pre', 'kube-proxy waits for its credential');
 
         // Root-only on disk, as the unit's comment asks; systemd hands the dynamic user a copy.
