@@ -4,10 +4,16 @@
 // the end, CPU over the window). Also what one pass costs: a forced renewal
 // (`kubeboot renew` → SIGUSR2 → a pass), its CPU and peak RSS as the pass
 // reports them, and the wall time from the request to the pass at rest.
+// And how many pass processes an idle day starts with CA rotation on
+// (default caRotation.interval, 10 min ±20 %): the real Supervisor on a
+// FakeClock, each fake pass resting as a real one does — before: with the CA
+// check as its next wake-up; after: handing the daemon its look
+// (daemon/ca-look.ts), which finds cluster-info unchanged.
 //
 // Alone: npm run bench:idle   (KUBEBOOT_BENCH_IDLE_SECONDS, default 60; NODE_COMPILE_CACHE=DIR
 // runs kubeboot with a compile cache, as the packaged launcher does for root)
 import { execFileSync, spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,6 +22,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
 import { handToken, launcherNodeFlags, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
 import { freePort } from '../test/support/processes.js';
+import { configIn } from '../test/support/node-config.js';
+import { defaultConfig } from '../agent/config/defaults.js';
+import { EMPTY_CARRY, type FromPass, type ToPass } from '../agent/daemon/pass-protocol.js';
+import { Supervisor, type PassHandle } from '../agent/daemon/supervisor.js';
+import { createLineLogger } from '../agent/log-lines.js';
+import { FakeClock } from '../agent/time/clock.js';
+import type { CaLook } from '../agent/trust/keeper.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 /** The target of issue 19: a resting daemon at most this many times a bare Node timer. */
@@ -99,11 +112,97 @@ export async function benchIdle(
   return rows;
 }
 
+const DAY_MS = 24 * 3_600_000;
+
+/**
+ * Pass processes started over one simulated idle day (no renewal due: a kubelet client certificate
+ * lives a year), with CA rotation on at the default interval; `looks`: the daemon's own looks made.
+ */
+export async function idleDayStarts(daemonLooks: boolean, dir: string): Promise<{ passes: number; looks: number }> {
+  const config = configIn(dir);
+  config.caRotation = { ...config.caRotation, enabled: true, interval: defaultConfig('n1').caRotation.interval };
+  const clock = new FakeClock(new Date('2025-06-01T00:00:00Z'));
+  let seed = 1;
+  const random = (): number => ((seed = (seed * 16807) % 2147483647) - 1) / 2147483646;
+  const checkIn = () => config.caRotation.interval * 1000 * (0.8 + 0.4 * random());
+  let passes = 0;
+  let looks = 0;
+  const stop = new AbortController();
+  const supervisor = new Supervisor({
+    config,
+    logger: createLineLogger({ level: 'error', format: 'json' }),
+    signal: stop.signal,
+    reload: async () => config,
+    clock,
+    random,
+    env: {},
+    lookAt: async (look) => {
+      looks++;
+      return { kind: 'read', digest: look.digest };
+    },
+    // A pass as the real one rests once every identity and the CA keeper sleep: its next CA check in 8–12 min.
+    startPass: () => {
+      passes++;
+      const pass = Object.assign(new EventEmitter(), { pid: passes, connected: true, kill: () => true });
+      const send = (message: ToPass, done?: (err: Error | null) => void): boolean => {
+        done?.(null);
+        if (message.kind !== 'start') return true;
+        const now = clock.now().getTime();
+        const at = new Date(now + checkIn());
+        const look: CaLook | null = daemonLooks
+          ? {
+              url: 'https://api.test:6443/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0',
+              caPem: '',
+              tlsServerName: null,
+              certFile: '',
+              keyFile: '',
+              digest: 'unchanged',
+              at: at.toISOString(),
+              until: new Date(now + 365 * DAY_MS).toISOString(),
+            }
+          : null;
+        const rest: FromPass = {
+          kind: 'rest',
+          until: (look ? new Date(now + 200 * DAY_MS) : at).toISOString(),
+          look,
+          carry: EMPTY_CARRY,
+          lastSeq: 0,
+          usage: { cpuSeconds: 0, maxRssMiB: 0 },
+        };
+        setImmediate(() => {
+          pass.emit('message', rest);
+          pass.connected = false;
+          pass.emit('exit', 0, null);
+        });
+        return true;
+      };
+      return Object.assign(pass, { send }) as unknown as PassHandle;
+    },
+  });
+  const running = supervisor.run();
+  while (passes === 0) await new Promise((resolve) => setImmediate(resolve));
+  // The first pass (the bootstrap) is not part of the idle day.
+  const first = { passes, looks };
+  for (let minute = 0; minute < 24 * 60; minute++) await clock.tick(60_000);
+  stop.abort();
+  await running;
+  return { passes: passes - first.passes, looks: looks - first.looks };
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1]!).href) {
   const plane = await startControlPlane({ name: 'bench-idle' });
   const dir = mkdtempSync(join(tmpdir(), 'kubeboot-bench-idle-'));
   try {
-    const rows = await benchIdle(plane, dir);
+    const before = await idleDayStarts(false, join(dir, 'day-before'));
+    const after = await idleDayStarts(true, join(dir, 'day-after'));
+    const rows: [string, string][] = [
+      ['pass processes started in one idle day, CA rotation on (FakeClock): each CA check a pass, as before', `${before.passes}`],
+      [
+        'the same day, the daemon looking at cluster-info itself (daemon/ca-look.ts), unchanged all day',
+        `${after.passes} pass processes, ${after.looks} looks (target ≤ 4 pass processes a day: ${after.passes <= 4 ? 'met' : 'not met'})`,
+      ],
+      ...(await benchIdle(plane, dir)),
+    ];
     const width = Math.max(...rows.map(([k]) => k.length));
     for (const [k, v] of rows) process.stdout.write(`| ${k.padEnd(width)} | ${v} |\n`);
   } finally {

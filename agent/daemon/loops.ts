@@ -40,7 +40,7 @@ import { readOptionalOrProblem } from '../read-optional.js';
 import type { WriteObserver } from '../store/atomic.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { delay } from '../time/timer.js';
-import { serializer, TrustKeeper } from '../trust/keeper.js';
+import { serializer, TrustKeeper, type CaLook } from '../trust/keeper.js';
 import type { MetricEvents } from './metrics.js';
 import { carriedCredential, EMPTY_CARRY, restoredCredential, type Carry, type Nudge } from './pass-protocol.js';
 import { nodeReadyOf, readinessOf, type IdentityView, type Readiness } from './report.js';
@@ -60,8 +60,11 @@ export interface LoopsSink {
   observer?: WriteObserver;
 }
 
-/** How `run()` ended: stopped (SIGTERM), or every loop asleep until `until`, handing over `carry`. */
-export type LoopsEnd = { kind: 'stopped' } | { kind: 'resting'; until: Date; carry: Carry; lastSeq: number };
+/**
+ * How `run()` ended: stopped (SIGTERM), or every loop asleep, handing over `carry`: a worker is due at
+ * `until`, and the CA check's next look is `look`'s to make when the keeper left one (else it is in `until`).
+ */
+export type LoopsEnd = { kind: 'stopped' } | { kind: 'resting'; until: Date; look: CaLook | null; carry: Carry; lastSeq: number };
 
 export interface LoopsOptions {
   config: Config;
@@ -128,6 +131,7 @@ export class RenewalLoops {
   /** Aborted when every loop sleeps long enough to end the pass. */
   readonly #rest = new AbortController();
   #restUntil: Date | null = null;
+  #restLook: CaLook | null = null;
   /** The last nudge applied to a loop; a later one reaches the next pass. */
   #lastSeq = 0;
   #trustSleepingUntil: Date | null = null;
@@ -241,7 +245,7 @@ export class RenewalLoops {
       await this.#publishing;
     }
     if (this.#signal.aborted || this.#restUntil === null) return { kind: 'stopped' };
-    return { kind: 'resting', until: this.#restUntil, carry: this.carry(), lastSeq: this.#lastSeq };
+    return { kind: 'resting', until: this.#restUntil, look: this.#restLook, carry: this.carry(), lastSeq: this.#lastSeq };
   }
 
   /** What the next pass needs from this one. */
@@ -265,12 +269,16 @@ export class RenewalLoops {
   /** Ends the pass when every loop and the CA check sleep at least `restAfterMs` from now. */
   #maybeRest(): void {
     if (this.#restAfterMs === null || this.#rest.signal.aborted || this.#signal.aborted) return;
-    const until = [...this.#slots.values()].map((s) => s.sleepingUntil);
-    if (this.#config.caRotation.enabled) until.push(this.#trustSleepingUntil);
-    if (until.some((u) => u === null)) return;
-    const earliest = Math.min(...until.map((u) => u!.getTime()));
-    if (earliest - this.#clock.now().getTime() < this.#restAfterMs) return;
-    this.#restUntil = new Date(earliest);
+    const steps = [...this.#slots.values()].map((s) => s.sleepingUntil);
+    const trust = this.#config.caRotation.enabled ? this.#trustSleepingUntil : undefined;
+    if (steps.some((u) => u === null) || trust === null) return;
+    const earliest = (dates: (Date | null | undefined)[]) => Math.min(...dates.map((u) => u?.getTime() ?? Infinity));
+    if (earliest([...steps, trust]) - this.#clock.now().getTime() < this.#restAfterMs) return;
+    // The CA check the keeper lets the daemon look at itself is no reason for a worker; a renewal is.
+    const look = trust ? this.#trust.restingLook() : null;
+    const due = earliest(look ? steps : [...steps, trust]);
+    this.#restUntil = new Date(Number.isFinite(due) ? due : Date.parse(look!.until));
+    this.#restLook = look;
     this.#rest.abort();
   }
 

@@ -42,6 +42,8 @@ export interface KubebootMetrics extends MetricEvents {
   passEnded(cpuSeconds: number): void;
   /** A pass process ended without finishing (a crash, a kill). */
   passFailed(): void;
+  /** The resting daemon looked at cluster-info itself: `unchanged` started no pass, the others one. */
+  caLook(result: 'unchanged' | 'changed' | 'failed'): void;
   readonly contentType: string;
   render(): string;
 }
@@ -101,7 +103,7 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
   const restarts = book.counter('kubeboot_ca_restarts_total', 'Restarts of a consumer after a CA bundle change, by result.');
   const passes = book.counter(
     'kubeboot_passes_total',
-    'Pass processes that ran to rest (each starts at a deadline, a file change, a signal or a CA check).',
+    'Pass processes that ran to rest (each starts at a deadline, a file change, a signal, or a CA check the daemon could not settle with its own look).',
   );
   const passFailures = book.counter(
     'kubeboot_pass_failures_total',
@@ -110,6 +112,10 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
   const passCpu = book.counter(
     'kubeboot_pass_cpu_seconds_total',
     'CPU time the pass processes spent; process_cpu_seconds_total is the resting daemon alone.',
+  );
+  const caLooks = book.counter(
+    'kubeboot_ca_looks_total',
+    "The resting daemon's own GETs of kube-public/cluster-info, by result; only unchanged starts no pass.",
   );
   if (options.processMetrics !== false) addProcessMetrics(book, now());
 
@@ -134,6 +140,7 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     caBundleAdopted: () => adoptions.inc(),
     caRestart: (consumer, ok) => restarts.inc({ consumer, result: ok ? 'ok' : 'failed' }),
     passFailed: () => passFailures.inc(),
+    caLook: (result) => caLooks.inc({ result }),
     passEnded(cpuSeconds) {
       passes.inc();
       passCpu.inc({}, cpuSeconds);

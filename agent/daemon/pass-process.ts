@@ -118,7 +118,7 @@ async function runPass(stop: AbortController, halt: () => void): Promise<number>
       if (end.kind === 'resting') {
         const cpu = process.cpuUsage();
         const usage = { cpuSeconds: (cpu.user + cpu.system) / 1e6, maxRssMiB: process.resourceUsage().maxRSS / 1024 };
-        await send({ kind: 'rest', until: end.until.toISOString(), carry: end.carry, lastSeq: end.lastSeq, usage });
+        await send({ kind: 'rest', until: end.until.toISOString(), look: end.look, carry: end.carry, lastSeq: end.lastSeq, usage });
       }
       return 0;
     } finally {

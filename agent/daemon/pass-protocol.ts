@@ -13,7 +13,7 @@ import type { Config } from '../config/types.js';
 import { identitiesFor } from '../config/identities.js';
 import type { Cluster, NodeCredential } from '../credential/assess.js';
 import type { IdentityName } from '../identity.js';
-import type { KeeperMemory } from '../trust/keeper.js';
+import type { CaLook, KeeperMemory } from '../trust/keeper.js';
 import type { MetricEvents } from './metrics.js';
 import type { IdentityState } from './state.js';
 
@@ -110,8 +110,12 @@ export type FromPass =
   | { kind: 'progress'; msLeft: number }
   | MetricMessage
   | { kind: 'write'; op: 'willWrite' | 'didWrite' | 'willRemove'; path: string }
-  /** Every loop sleeps until `until` or later; the pass ends. Nudges numbered above `lastSeq` were not applied. */
-  | { kind: 'rest'; until: string; carry: Carry; lastSeq: number; usage: PassUsage };
+  /**
+   * Every loop sleeps; the pass ends. The next pass is due at `until`: an identity's deadline, or the CA
+   * check's when `look` is null. With `look`, the daemon makes the CA check's first look itself
+   * (daemon/ca-look.ts). Nudges numbered above `lastSeq` were not applied.
+   */
+  | { kind: 'rest'; until: string; look: CaLook | null; carry: Carry; lastSeq: number; usage: PassUsage };
 
 /** What one pass process cost: the price of resting light, paid per pass. */
 export interface PassUsage {

@@ -6,16 +6,18 @@
  * one is due: at the time the last pass asked for, on a file change, a
  * signal or a renewal request. Between passes it holds none of the
  * libraries a pass loads, which is what keeps an idle node agent small.
+ * The CA check's periodic look it makes itself when the last pass left it
+ * one (ca-look.ts): one GET, and a pass only when cluster-info changed.
  *
  * Guarantees carried over from the single-process daemon:
  * - READY=1 once the kubelet's credential is valid (the Reporter, fed by the pass);
  * - the watchdog pings only while the running pass, or the daemon's own
- *   sleep, shows progress within its bound;
+ *   sleep or look, shows progress within its bound;
  * - the kubelet credential last seen valid is kept here and handed to the
  *   next pass (Carry), so deleted files still do not strand the node;
  * - one pass at a time; a nudge that reaches a pass just as it ends is
  *   handed to the next one (numbered nudges);
- * - SIGTERM stops the running pass the way it stops any pass, then the daemon.
+ * - SIGTERM stops the running pass the way it stops any pass (or aborts a look), then the daemon.
  */
 import type { ChildProcess } from 'node:child_process';
 import path from 'node:path';
@@ -27,7 +29,10 @@ import { LIVENESS_GRACE_MS, passBoundMs, SLEEP_CHUNK_MS } from '../renewal/plan.
 import { ensureDir } from '../store/atomic.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { systemClock, type Clock } from '../time/clock.js';
-import { delay } from '../time/timer.js';
+import { abortAfter, delay } from '../time/timer.js';
+import type { CaLook } from '../trust/keeper.js';
+import { afterLook, atLookTime, type LookResult } from './ca-look.js';
+import { lookAtClusterInfo } from './ca-look-get.js';
 import { removePidFile, writePidFile } from './control.js';
 import { startHttpServer, type StatusServer } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
@@ -48,6 +53,8 @@ const RESTART_CAP_MS = 5 * 60_000;
 const FAILED_PASSES_UNHEALTHY = 7;
 /** A pass asked to stop, or at rest, that is still there after this long is killed (its writes are atomic). */
 const STOP_GRACE_MS = 30_000;
+/** The daemon's own GET of cluster-info gives up after this long, and a pass looks instead. */
+export const LOOK_TIMEOUT_MS = 15_000;
 
 /** One pass process, as the supervisor sees it (a ChildProcess started with an IPC channel). */
 export type PassHandle = Pick<ChildProcess, 'send' | 'kill' | 'on' | 'once' | 'pid' | 'connected'>;
@@ -59,8 +66,11 @@ export interface SupervisorOptions {
   reload: () => Promise<Config>;
   /** Starts one pass process; its IPC channel speaks pass-protocol.ts. */
   startPass: () => PassHandle;
+  /** The daemon's own look at cluster-info (ca-look-get.ts); tests pass a fake. */
+  lookAt?: (look: CaLook, signal: AbortSignal) => Promise<LookResult>;
   env?: NodeJS.ProcessEnv;
   clock?: Clock;
+  random?: () => number;
 }
 
 interface Running {
@@ -92,6 +102,8 @@ export class Supervisor {
   #seq = 0;
   /** When the last pass asked to be woken; null: a pass is due now. */
   #wakeAt: Date | null = null;
+  /** The CA check's next look, the daemon's to make (ca-look.ts); null while a pass holds the check. */
+  #look: CaLook | null = null;
   /** No pass starts before this (monotonic ms): the back-off after one ended without finishing. */
   #notBefore = 0;
   #failures = 0;
@@ -230,6 +242,8 @@ export class Supervisor {
         if (this.#passDue()) {
           const code = await this.#pass();
           if (code !== null) return code;
+        } else if (this.#look !== null && this.#clock.now() >= new Date(this.#look.at)) {
+          await this.#lookItself(this.#look);
         } else {
           await this.#sleep();
         }
@@ -258,7 +272,8 @@ export class Supervisor {
     try {
       const nowMono = this.#clock.monotonic();
       const untilBackoff = Math.max(0, this.#notBefore - nowMono);
-      const untilWake = this.#wakeAt === null ? 0 : Math.max(0, this.#wakeAt.getTime() - this.#clock.now().getTime());
+      const wakeAt = Math.min(this.#wakeAt?.getTime() ?? 0, this.#look ? Date.parse(this.#look.at) : Infinity);
+      const untilWake = Math.max(0, wakeAt - this.#clock.now().getTime());
       const left = this.#pending.length > 0 ? untilBackoff : Math.max(untilBackoff, untilWake);
       const chunk = Math.min(left, SLEEP_CHUNK_MS);
       this.#progressDue = nowMono + chunk + LIVENESS_GRACE_MS;
@@ -271,11 +286,49 @@ export class Supervisor {
     }
   }
 
+  /**
+   * The CA check's look, made here: one GET bounded by LOOK_TIMEOUT_MS, aborted by a nudge or a stop.
+   * Unchanged: the next look. Changed, unreadable, or past what a look may stand in for: a pass, now.
+   */
+  async #lookItself(look: CaLook): Promise<void> {
+    const now = this.#clock.now();
+    const due = atLookTime(look, now);
+    let next: ReturnType<typeof afterLook> = due.kind === 'pass' ? due : { kind: 'look', look };
+    if (due.kind === 'look') {
+      const woken = new AbortController();
+      this.#wake = () => woken.abort(new Error('a pass is due'));
+      const timeout = abortAfter(LOOK_TIMEOUT_MS, this.#clock);
+      // The look is the daemon's progress while it lasts: the watchdog's bound covers it.
+      this.#progressDue = this.#clock.monotonic() + LOOK_TIMEOUT_MS + LIVENESS_GRACE_MS;
+      let result: LookResult;
+      try {
+        result = await (this.#o.lookAt ?? lookAtClusterInfo)(look, AbortSignal.any([woken.signal, timeout.signal, this.#o.signal]));
+      } finally {
+        timeout.cancel();
+        this.#wake = null;
+      }
+      // Stopping, or a nudge: the loop starts the pass it asked for (which takes over the CA check).
+      if (this.#o.signal.aborted || woken.signal.aborted) return;
+      const intervalMs = this.#config.caRotation.interval * 1000;
+      next = afterLook(look, result, { now: this.#clock.now(), intervalMs, random: this.#o.random ?? Math.random });
+      this.metrics.caLook(result.kind === 'failed' ? 'failed' : next.kind === 'look' ? 'unchanged' : 'changed');
+    }
+    if (next.kind === 'look') {
+      this.#look = next.look;
+      this.#logger.debug(`cluster-info unchanged; next look at ${next.look.at}`);
+      return;
+    }
+    this.#look = null;
+    this.#wakeAt = this.#clock.now();
+    this.#logger.debug(`${next.why}; starting a pass for the CA check`);
+  }
+
   /** Runs one pass process to its end. Returns an exit code only when the daemon must stop with it. */
   async #pass(): Promise<number | null> {
     const nudges = this.#pending;
     this.#pending = [];
     this.#wakeAt = null;
+    this.#look = null;
     this.#progressDue = this.#clock.monotonic() + passBoundMs(this.#config) + LIVENESS_GRACE_MS;
     const first = !this.#reported;
     const handle = this.#o.startPass();
@@ -347,13 +400,14 @@ export class Supervisor {
         this.#reported = true;
         this.#carry = message.carry;
         this.#wakeAt = new Date(message.until);
+        this.#look = message.look;
         // A nudge it had not applied when it decided to rest goes to the next pass.
         this.#pending = [...running.sent.filter((n) => n.seq > message.lastSeq), ...this.#pending];
         running.sent = [];
         this.#killIfLingering(running);
         this.metrics.passEnded(message.usage.cpuSeconds);
         this.#logger.debug(
-          `pass ended (${message.usage.cpuSeconds.toFixed(2)} s CPU, peak RSS ${message.usage.maxRssMiB.toFixed(0)} MiB); every identity sleeps; next pass at ${message.until}`,
+          `pass ended (${message.usage.cpuSeconds.toFixed(2)} s CPU, peak RSS ${message.usage.maxRssMiB.toFixed(0)} MiB); every identity sleeps; next pass at ${message.until}${message.look ? `; the daemon looks at cluster-info itself at ${message.look.at}` : ''}`,
         );
         return;
     }

@@ -7,16 +7,13 @@
 import { KubebootError } from '../errors.js';
 import { canonicalPin } from '../pki/pin-format.js';
 import type { KubeClient } from './client.js';
+import { clusterInfoDigest, SIGNER_ANNOTATION, STATEMENT_JWS_KEY, STATEMENT_KEY } from './cluster-info-digest.js';
 import { CLUSTER_INFO, CLUSTER_INFO_MAX_BYTES, caFromClusterInfo } from './discovery.js';
 import { expectObject, objectPath } from './objects.js';
 
 export const CLUSTER_INFO_NAMESPACE = 'kube-public';
 export const CLUSTER_INFO_NAME = 'cluster-info';
-/** On cluster-info: the pin of the CA the cluster's signer issues under (set by `kubeboot ca-rotation signer`). */
-export const SIGNER_ANNOTATION = 'kubeboot.io/signer-ca-hash';
-/** In cluster-info's data: the signed trust statement (agent/trust/statement.ts) and its detached JWS. */
-export const STATEMENT_KEY = 'kubeboot-trust';
-export const STATEMENT_JWS_KEY = 'kubeboot-trust.jws';
+export { SIGNER_ANNOTATION, STATEMENT_JWS_KEY, STATEMENT_KEY };
 /** On each Node: what its kubeboot trusts and holds, for `kubeboot ca-rotation status`. */
 export const NODE_ANNOTATION = 'kubeboot.io/ca-rotation';
 
@@ -27,6 +24,8 @@ export interface PublishedTrust {
   signerPin: string | null;
   /** The trust statement and its detached JWS (trust/statement.ts), as published; nulls when absent. */
   signed: { payload: string | null; jws: string | null };
+  /** clusterInfoDigest of what was read: the resting daemon's cheap look compares it. */
+  digest: string;
 }
 
 interface ConfigMap {
@@ -62,6 +61,7 @@ export async function readPublishedTrust(client: KubeClient, signal?: AbortSigna
     caPem,
     signerPin: annotation ? canonicalPin(annotation) : null,
     signed: { payload: cm.data?.[STATEMENT_KEY] ?? null, jws: cm.data?.[STATEMENT_JWS_KEY] ?? null },
+    digest: clusterInfoDigest(cm),
   };
 }
 

@@ -20,6 +20,7 @@ import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential } from '../credential/assess.js';
 import { ApiError } from '../errors.js';
 import { currentCertPath, type IdentityName } from '../identity.js';
+import { CLUSTER_INFO } from '../kube/discovery.js';
 import { KubeClient, presentedChain, type ClientAuth, type Endpoint } from '../kube/client.js';
 import { annotateNode, canChangeClusterInfo, nodeWarning, readPublishedTrust, type PublishedTrust } from '../kube/trust-requests.js';
 import { whoAmI } from '../kube/whoami.js';
@@ -88,6 +89,30 @@ export interface KeeperMemory {
   nextCheckAt?: string | null;
 }
 
+/**
+ * What the resting daemon needs to make the next look itself (daemon/ca-look.ts),
+ * offered only while the keeper has nothing pending: no restart or re-issue
+ * slot ahead, no deferred or refused bundle, the Node's annotation current,
+ * the node's credential on disk. Plain JSON; no key bytes (the look reads
+ * the kubelet's -current.pem when it connects).
+ */
+export interface CaLook {
+  /** kube-public/cluster-info on the API server the kubelet's kubeconfig names, from the watch cache (resourceVersion=0). */
+  url: string;
+  /** The bundle the server must chain to: the kubelet kubeconfig's CA, as the keeper verifies it. */
+  caPem: string;
+  tlsServerName: string | null;
+  /** The kubelet's client certificate and key (its -current.pem): the look authenticates as the keeper does. */
+  certFile: string;
+  keyFile: string;
+  /** clusterInfoDigest (kube/cluster-info-digest.ts) of what the keeper last acted on. */
+  digest: string;
+  /** When the next look is due (ISO). */
+  at: string;
+  /** No look stands in for the keeper from then on (ISO): a CA of the bundle, or the trust statement, expires. */
+  until: string;
+}
+
 export interface RotationStatus {
   /** Hash of the bundle in the node's files. */
   bundle: string;
@@ -144,6 +169,8 @@ export class TrustKeeper {
   #forbiddenLogged = false;
   #status: RotationStatus | null = null;
   #nextCheckAt: Date | null = null;
+  /** What the last check leaves for a cheap look (see CaLook), without `at`; null when it left something pending. */
+  #quiet: Omit<CaLook, 'at'> | null = null;
 
   constructor(deps: KeeperDeps, memory?: KeeperMemory) {
     this.#deps = deps;
@@ -167,6 +194,13 @@ export class TrustKeeper {
 
   get status(): RotationStatus | null {
     return this.#status;
+  }
+
+  /** The look the resting daemon may make in the keeper's place at its next check, or null when that check needs a worker. */
+  restingLook(): CaLook | null {
+    const at = this.#nextCheckAt;
+    if (this.#quiet === null || at === null || at.getTime() >= Date.parse(this.#quiet.until)) return null;
+    return { ...this.#quiet, at: at.toISOString() };
   }
 
   /** Look again soon (after a renewal: the new certificate may be under the new CA). */
@@ -239,8 +273,10 @@ export class TrustKeeper {
   async check(): Promise<Date | null> {
     const { logger } = this.#deps;
     const config = this.#deps.config();
+    this.#quiet = null;
     // The files first: after an adoption they hold the bundle that verifies the API server now.
     const onDisk = await assessNode(config, this.#deps.clock.now());
+    const fromDisk = isNodeCredential(onDisk.kubelet);
     const node = isNodeCredential(onDisk.kubelet) ? onDisk.kubelet : this.#deps.nodeCredential();
     if (node === null) return null;
     const state = await this.#loadState(config);
@@ -272,7 +308,8 @@ export class TrustKeeper {
       const held = heldCertificates(onDisk.others, node);
       const floor = state.accepted?.version ?? 0;
       let accepted: ValidStatement | null = null;
-      if (bundleChanged(current, published.caPem, now)) {
+      const changed = bundleChanged(current, published.caPem, now);
+      if (changed) {
         const [user, nodeCanWrite, presented] = await Promise.all([
           whoAmI(client, this.#deps.signal).then(
             (u) => u.username,
@@ -361,7 +398,10 @@ export class TrustKeeper {
       const reissueAt = this.#reissue(config, signerPin, target, held, state, now);
       await this.#saveState(config, state);
       await this.#report(config, client, target, null);
-      return [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+      const next = [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+      if (next === null && !changed && fromDisk && this.#lastAnnotation === JSON.stringify(this.#status))
+        this.#quiet = quietLook(node, published.digest, target, accepted);
+      return next;
     } finally {
       await client.close();
     }
@@ -547,6 +587,25 @@ export class TrustKeeper {
   async #saveState(config: Config, state: KeeperState): Promise<void> {
     await writeFileAtomic(path.join(config.stateDir, STATE_FILE), JSON.stringify(state), { mode: 0o600, observer: this.#deps.observer });
   }
+}
+
+/** The look a resting daemon makes in the keeper's place, good until a CA of `bundle` or the accepted statement expires. */
+function quietLook(node: NodeCredential, digest: string, bundle: TrustBundle, accepted: ValidStatement | null): Omit<CaLook, 'at'> | null {
+  const ends = [...bundle.cas.map((c) => c.notAfter.getTime()), ...(accepted ? [Date.parse(accepted.statement.expiresAt)] : [])];
+  if (ends.length === 0 || ends.some(Number.isNaN)) return null;
+  // As KubeClient joins them: a server URL may carry a path prefix.
+  const base = new URL(node.cluster.server.endsWith('/') ? node.cluster.server : `${node.cluster.server}/`);
+  const url = new URL(`${CLUSTER_INFO.slice(1)}?resourceVersion=0`, base);
+  const file = currentCertPath(node.identity);
+  return {
+    url: url.href,
+    caPem: node.cluster.caPem,
+    tlsServerName: node.cluster.tlsServerName ?? null,
+    certFile: file,
+    keyFile: file,
+    digest,
+    until: new Date(Math.min(...ends)).toISOString(),
+  };
 }
 
 function heldCertificates(others: Assessment[], node: NodeCredential): HeldCertificate[] {

@@ -18,7 +18,9 @@ import {
   type ToPass,
 } from '../../../agent/daemon/pass-protocol.js';
 import { readDaemonState } from '../../../agent/daemon/state.js';
-import { Supervisor, type PassHandle } from '../../../agent/daemon/supervisor.js';
+import type { LookResult } from '../../../agent/daemon/ca-look.js';
+import { LOOK_TIMEOUT_MS, Supervisor, type PassHandle } from '../../../agent/daemon/supervisor.js';
+import type { CaLook } from '../../../agent/trust/keeper.js';
 import type { IdentityName } from '../../../agent/identity.js';
 import { createLogger } from '../../../agent/log.js';
 import { LIVENESS_GRACE_MS, passBoundMs } from '../../../agent/renewal/plan.js';
@@ -83,6 +85,8 @@ interface Fixture {
   stopper: AbortController;
   /** Reloads return this configuration. */
   reloaded: { config: Config };
+  /** The daemon's own looks at cluster-info: what each answers ('hang': until aborted), and the ones made. */
+  looks: { answer: LookResult | 'hang'; made: CaLook[]; aborted: number };
 }
 
 async function supervisor(t: Test): Promise<Fixture> {
@@ -102,6 +106,7 @@ async function supervisor(t: Test): Promise<Fixture> {
   const config = configIn(dir);
   const clock = new FakeClock(new Date('2025-06-01T00:00:00Z'));
   const reloaded = { config };
+  const looks: Fixture['looks'] = { answer: { kind: 'read', digest: 'd1' }, made: [], aborted: 0 };
   const supervisor = new Supervisor({
     config,
     logger,
@@ -112,12 +117,24 @@ async function supervisor(t: Test): Promise<Fixture> {
       passes.push(pass);
       return pass as unknown as PassHandle;
     },
+    lookAt: (look, signal) => {
+      looks.made.push(look);
+      const answer = looks.answer;
+      if (answer !== 'hang') return Promise.resolve(answer);
+      return new Promise((resolve) =>
+        signal.addEventListener('abort', () => {
+          looks.aborted++;
+          resolve({ kind: 'failed', why: 'aborted' });
+        }),
+      );
+    },
     env: {},
     clock,
+    random: () => 0.5,
   });
   running = supervisor.run();
   await until('the first pass to start', () => passes.length === 1);
-  return { config, clock, supervisor, passes, pass: () => passes.at(-1)!, running, stopper, reloaded };
+  return { config, clock, supervisor, passes, pass: () => passes.at(-1)!, running, stopper, reloaded, looks };
 }
 
 /** A few turns of the event loop: enough for anything already due to have happened. */
@@ -182,7 +199,7 @@ t.test(
 
     const rested = carryWith('rested');
     const wake = new Date(f.clock.now().getTime() + 3_600_000);
-    f.pass().say({ kind: 'rest', until: wake.toISOString(), carry: rested, lastSeq: 0, usage });
+    f.pass().say({ kind: 'rest', until: wake.toISOString(), carry: rested, lastSeq: 0, usage, look: null });
     f.pass().exit(0);
     await until('the daemon to sleep', () => f.clock.pending > 0);
     await f.clock.tick(3_600_000 - 1);
@@ -205,7 +222,14 @@ t.test('the views are re-checked against the clock: a certificate expiring while
   const f = await supervisor(t);
   const notAfter = new Date(f.clock.now().getTime() + 2 * 3_600_000);
   f.pass().say({ kind: 'report', views: [view('kubelet', notAfter), view('kube-proxy', notAfter)], carry: EMPTY_CARRY, done: {} });
-  f.pass().say({ kind: 'rest', until: new Date(notAfter.getTime() + 3_600_000).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(notAfter.getTime() + 3_600_000).toISOString(),
+    carry: EMPTY_CARRY,
+    lastSeq: 0,
+    usage,
+    look: null,
+  });
   f.pass().exit(0);
   await until('the daemon to sleep', () => f.clock.pending > 0);
   t.ok(f.supervisor.readiness().ready);
@@ -220,7 +244,14 @@ t.test('a nudge reaches the running pass; one it did not apply before resting go
   const [nudge] = nudgesOf(f.pass());
   t.same(nudge, { names: ['kubelet'], force: true, seq: 1 }, 'sent to the running pass, numbered');
   // The pass had decided to rest before the nudge reached it.
-  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(f.clock.now().getTime() + DAY).toISOString(),
+    carry: EMPTY_CARRY,
+    lastSeq: 0,
+    usage,
+    look: null,
+  });
   f.pass().exit(0);
   await until('the next pass', () => f.passes.length === 2);
   t.same(f.pass().start.nudges, [nudge], 'the next pass starts at once, with the nudge, though the last asked for a day');
@@ -229,7 +260,14 @@ t.test('a nudge reaches the running pass; one it did not apply before resting go
   f.supervisor.nudge('all', false);
   const [applied] = nudgesOf(f.pass());
   t.same(applied, { names: 'all', force: false, seq: 2 });
-  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 2, usage });
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(f.clock.now().getTime() + DAY).toISOString(),
+    carry: EMPTY_CARRY,
+    lastSeq: 2,
+    usage,
+    look: null,
+  });
   f.pass().exit(0);
   await until('the daemon to sleep', () => f.clock.pending > 0);
   await settle();
@@ -241,7 +279,14 @@ t.test('a nudge reaches the running pass; one it did not apply before resting go
   t.same(f.pass().start.nudges, [{ names: ['kube-proxy'], force: false, seq: 3 }]);
 
   // After the rest message, a nudge waits for the next pass rather than reaching one that ends.
-  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 3, usage });
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(f.clock.now().getTime() + DAY).toISOString(),
+    carry: EMPTY_CARRY,
+    lastSeq: 3,
+    usage,
+    look: null,
+  });
   f.supervisor.nudge(['kubelet'], false);
   t.same(nudgesOf(f.pass()), [], 'not sent to a pass that rests');
   f.pass().exit(0);
@@ -260,7 +305,14 @@ t.test('SIGHUP: the reloaded configuration reaches the running pass with a force
   t.equal(message?.kind === 'config' ? message.config.renewal.margin : null, 3600, 'with the new configuration');
   t.equal(f.supervisor.config.renewal.margin, 3600);
   // Not applied before the pass rested: the next pass renews everything, under the new configuration.
-  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(f.clock.now().getTime() + DAY).toISOString(),
+    carry: EMPTY_CARRY,
+    lastSeq: 0,
+    usage,
+    look: null,
+  });
   f.pass().exit(0);
   await until('the next pass', () => f.passes.length === 2);
   t.same(f.pass().start.nudges, [{ names: 'all', force: true, seq: 1 }]);
@@ -296,7 +348,14 @@ t.test('a pass that ends without resting is started again after a back-off, with
   t.same(f.pass().start.nudges, [{ names: ['kube-proxy'], force: true, seq: 1 }], 'still carrying the nudge');
 
   // A pass that rests resets the back-off.
-  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 1, usage });
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(f.clock.now().getTime() + DAY).toISOString(),
+    carry: EMPTY_CARRY,
+    lastSeq: 1,
+    usage,
+    look: null,
+  });
   f.pass().exit(0);
   f.supervisor.nudge('all', false);
   await until('a pass for the nudge, at once', () => f.passes.length === 4);
@@ -312,7 +371,7 @@ t.test('the first pass ending with an error before any report ends the daemon wi
 
 t.test('a later pass ending with an error before reporting does not end the daemon', async (t) => {
   const f = await supervisor(t);
-  f.pass().say({ kind: 'rest', until: f.clock.now().toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().say({ kind: 'rest', until: f.clock.now().toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage, look: null });
   f.pass().exit(0);
   await until('the second pass', () => f.passes.length === 2);
   f.pass().exit(3);
@@ -368,7 +427,7 @@ t.test('metric messages from a pass land in the daemon’s /metrics, next to the
   t.match(text, /^process_cpu_seconds_total /m, "and the daemon's own process series");
 
   // Counters outlive the pass that counted.
-  f.pass().say({ kind: 'rest', until: at.toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().say({ kind: 'rest', until: at.toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage, look: null });
   f.pass().exit(0);
   await until('the second pass', () => f.passes.length === 2);
   f.pass().say({ kind: 'metric', name: 'recordRenewal', args: ['kubelet', at.toISOString()] });
@@ -425,7 +484,14 @@ t.test('stopping a pass that exits at once', async (t) => {
 
 t.test('stopping while resting ends without a pass', async (t) => {
   const f = await supervisor(t);
-  f.pass().say({ kind: 'rest', until: new Date(f.clock.now().getTime() + DAY).toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(f.clock.now().getTime() + DAY).toISOString(),
+    carry: EMPTY_CARRY,
+    lastSeq: 0,
+    usage,
+    look: null,
+  });
   f.pass().exit(0);
   await until('the daemon to sleep', () => f.clock.pending > 0);
   f.stopper.abort();
@@ -437,7 +503,7 @@ t.test('a pass that said it rests but does not exit is killed after 30 s, and th
   const f = await supervisor(t);
   const pass = f.pass();
   const wake = new Date(f.clock.now().getTime() + 10 * 60_000);
-  pass.say({ kind: 'rest', until: wake.toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage });
+  pass.say({ kind: 'rest', until: wake.toISOString(), carry: EMPTY_CARRY, lastSeq: 0, usage, look: null });
   await f.clock.tick(29_999);
   await settle();
   t.same(pass.signals, [], 'it has 30 s to exit');
@@ -521,4 +587,155 @@ t.test('SIGHUP with a changed set of identities is refused: the running configur
     f.config.kubeletServing.enabled,
     'under the old configuration',
   );
+});
+
+const MIN = 60_000;
+
+/** What a pass's CA keeper leaves the daemon when nothing is pending: look at `at`, digest d1. */
+function caLook(at: Date, until = new Date(at.getTime() + 30 * DAY)): CaLook {
+  return {
+    url: 'https://127.0.0.1:6443/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0',
+    caPem: 'CA',
+    tlsServerName: null,
+    certFile: '/pki/kubelet-client-current.pem',
+    keyFile: '/pki/kubelet-client-current.pem',
+    digest: 'd1',
+    at: at.toISOString(),
+    until: until.toISOString(),
+  };
+}
+
+/** The first pass rests: a renewal in `renewInDays`, the CA check's look in 10 minutes. */
+async function restWithLook(f: Fixture, renewInDays = 3, horizon?: Date): Promise<void> {
+  const now = f.clock.now().getTime();
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(now + renewInDays * DAY).toISOString(),
+    look: caLook(new Date(now + 10 * MIN), horizon),
+    carry: carryWith('rested'),
+    lastSeq: 0,
+    usage,
+  });
+  f.pass().exit(0);
+  await until('the daemon to sleep', () => f.clock.pending > 0);
+}
+
+const looksCounted = (f: Fixture, result: string) =>
+  Number(new RegExp(`^kubeboot_ca_looks_total\\{result="${result}"\\} (\\d+)$`, 'm').exec(f.supervisor.metrics.render())?.[1] ?? 0);
+
+t.test('an unchanged cluster-info starts no pass for a whole idle day; a changed one starts one at once', async (t) => {
+  const f = await supervisor(t);
+  await restWithLook(f);
+  await f.clock.tick(10 * MIN - 1);
+  t.equal(f.looks.made.length, 0, 'no look before the time the keeper scheduled');
+  await f.clock.tick(1);
+  await until('the first look', () => f.looks.made.length === 1);
+  t.equal(f.passes.length, 1, 'an unchanged digest starts no pass');
+  t.equal(f.looks.made[0]!.url, caLook(new Date()).url, 'the look is the one the keeper handed over');
+
+  for (let minute = 0; minute < 24 * 60; minute++) {
+    await f.clock.tick(MIN);
+    if (!f.supervisor.healthy()) t.fail(`unhealthy at minute ${minute}: the daemon's looks and sleep show progress`);
+  }
+  t.equal(f.passes.length, 1, 'no pass in a day of unchanged looks');
+  // random() = 0.5: every look 10 minutes after the last.
+  t.equal(f.looks.made.length, 1 + 144, 'one look every 10 minutes (caRotation.interval, jittered as the keeper does)');
+  t.equal(looksCounted(f, 'unchanged'), 145, 'each counted in /metrics');
+
+  f.looks.answer = { kind: 'read', digest: 'd2' };
+  await f.clock.tick(10 * MIN);
+  await until('a pass for the change', () => f.passes.length === 2);
+  t.equal(looksCounted(f, 'changed'), 1, 'the change is counted');
+  t.same(f.pass().start.carry, carryWith('rested'), 'the pass gets the carry, and does the full check');
+  t.same(f.pass().start.nudges, [], 'with nothing else asked of it');
+  const looked = f.looks.made.length;
+  await f.clock.tick(30 * MIN);
+  t.equal(f.looks.made.length, looked, 'no look of its own while a pass holds the CA check');
+});
+
+t.test('a renewal still starts its pass at its time while the daemon makes the CA looks', async (t) => {
+  const f = await supervisor(t);
+  await restWithLook(f, 1);
+  await f.clock.tick(DAY - 1);
+  t.equal(f.passes.length, 1, 'no pass before the renewal is due');
+  await f.clock.tick(1);
+  await until('the renewal pass', () => f.passes.length === 2);
+  t.ok(f.looks.made.length >= 143, 'the looks went on meanwhile');
+});
+
+t.test('a look that cannot read cluster-info, or one past the keeper’s horizon, starts a pass instead', async (t) => {
+  const f = await supervisor(t);
+  await restWithLook(f);
+  f.looks.answer = { kind: 'failed', why: 'HTTP 403' };
+  await f.clock.tick(10 * MIN);
+  await until('a pass for the failed look', () => f.passes.length === 2);
+  t.equal(looksCounted(f, 'failed'), 1);
+
+  // The keeper's CA expires 15 minutes from now: the look at +10 min still stands in, the one at +20 does not.
+  await restWithLook(f, 3, new Date(f.clock.now().getTime() + 15 * MIN));
+  f.looks.answer = { kind: 'read', digest: 'd1' };
+  const looked = f.looks.made.length;
+  await f.clock.tick(10 * MIN);
+  await until('the look', () => f.looks.made.length === looked + 1);
+  t.equal(f.passes.length, 2, 'unchanged, before the horizon: no pass');
+  await f.clock.tick(10 * MIN);
+  await until('a pass at the next look', () => f.passes.length === 3);
+  t.equal(f.looks.made.length, looked + 1, 'past the horizon the pass looks, not the daemon');
+});
+
+t.test('a nudge or a forced renewal during a look starts its pass at once; the look is aborted', async (t) => {
+  const f = await supervisor(t);
+  await restWithLook(f);
+  f.looks.answer = 'hang';
+  await f.clock.tick(10 * MIN);
+  await until('the look to start', () => f.looks.made.length === 1);
+  t.ok(f.supervisor.healthy(), 'a look in flight is progress');
+  f.supervisor.nudge(['kubelet'], true);
+  await until('the pass for the nudge', () => f.passes.length === 2);
+  t.equal(f.looks.aborted, 1, 'the look was aborted');
+  t.same(f.pass().start.nudges, [{ names: ['kubelet'], force: true, seq: 1 }], 'the pass gets the forced renewal');
+  t.equal(looksCounted(f, 'failed'), 0, 'an aborted look is not counted as a failure');
+});
+
+t.test('a look that hangs times out, and a pass looks instead; the watchdog bound covers the look', async (t) => {
+  const f = await supervisor(t);
+  await restWithLook(f);
+  f.looks.answer = 'hang';
+  await f.clock.tick(10 * MIN);
+  await until('the look to start', () => f.looks.made.length === 1);
+  await f.clock.tick(LOOK_TIMEOUT_MS - 1);
+  t.equal(f.passes.length, 1, 'not before the timeout');
+  t.ok(f.supervisor.healthy(), 'healthy while the look may still answer');
+  await f.clock.tick(1);
+  await until('a pass after the timeout', () => f.passes.length === 2);
+  t.equal(f.looks.aborted, 1);
+});
+
+t.test('SIGTERM during a look aborts it and stops the daemon without a pass', async (t) => {
+  const f = await supervisor(t);
+  await restWithLook(f);
+  f.looks.answer = 'hang';
+  await f.clock.tick(10 * MIN);
+  await until('the look to start', () => f.looks.made.length === 1);
+  f.stopper.abort();
+  t.equal(await f.running, 0, 'run() returns 0');
+  t.equal(f.looks.aborted, 1, 'the look was aborted');
+  t.equal(f.passes.length, 1, 'and no pass started');
+});
+
+t.test('a rest without a look keeps the CA check in the pass, as before', async (t) => {
+  const f = await supervisor(t);
+  f.pass().say({
+    kind: 'rest',
+    until: new Date(f.clock.now().getTime() + 10 * MIN).toISOString(),
+    look: null,
+    carry: EMPTY_CARRY,
+    lastSeq: 0,
+    usage,
+  });
+  f.pass().exit(0);
+  await until('the daemon to sleep', () => f.clock.pending > 0);
+  await f.clock.tick(10 * MIN);
+  await until('the pass for the CA check', () => f.passes.length === 2);
+  t.equal(f.looks.made.length, 0, 'the daemon made no look');
 });

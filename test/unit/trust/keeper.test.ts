@@ -25,7 +25,7 @@ import { storeCredential } from '../../../agent/store/cert-store.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
 import { spreadOffset } from '../../../agent/trust/decide.js';
-import { serializer, TrustKeeper } from '../../../agent/trust/keeper.js';
+import { serializer, TrustKeeper, type KeeperMemory } from '../../../agent/trust/keeper.js';
 import { nextStatement, signStatement } from '../../../agent/trust/statement.js';
 import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
 import { createCa, issueLeaf, type CertAndKey } from '../../support/pki.js';
@@ -58,7 +58,10 @@ interface Fixture {
 }
 
 /** `reuse`: a second kubeboot on the same node's files (a restart of the daemon). */
-async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture; server?: string } = {}): Promise<Fixture> {
+async function fixture(
+  t: Test,
+  o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture; server?: string; memory?: KeeperMemory } = {},
+): Promise<Fixture> {
   const dir = o.reuse ? join(o.reuse.config.stateDir, '..') : t.testdir();
   const config = defaultConfig('n1');
   Object.assign(config, { bootstrapKubeconfig: join(dir, 'bootstrap.conf'), stateDir: join(dir, 'state'), listen: null });
@@ -72,7 +75,7 @@ async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; r
   };
   await mkdir(config.stateDir, { recursive: true });
   const kubelet = identitiesFor(config)[0]!;
-  if (o.reuse) return withKeeper(t, config, o.reuse.clock, false);
+  if (o.reuse) return withKeeper(t, config, o.reuse.clock, false, o.memory);
   await mkdir(kubelet.certDir, { recursive: true });
   const leaf = await issueLeaf(o.kubeletCa ?? ca1, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
   const stored = await storeCredential(kubelet, leaf.certPem, leaf.keyPem, new Date());
@@ -86,11 +89,11 @@ async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; r
       tlsServerName: null,
     });
   await writeFileAtomic(config.kubelet.kubeconfig, kubeconfig(o.trusted ?? ca1.certPem), { mode: 0o600 });
-  return withKeeper(t, config, new FakeClock(new Date()), o.server !== undefined);
+  return withKeeper(t, config, new FakeClock(new Date()), o.server !== undefined, o.memory);
 }
 
 /** `network`: real connections instead of the MockAgent. */
-async function withKeeper(t: Test, config: Config, clock: FakeClock, network: boolean): Promise<Fixture> {
+async function withKeeper(t: Test, config: Config, clock: FakeClock, network: boolean, memory?: KeeperMemory): Promise<Fixture> {
   const f: Fixture = {
     config,
     keeper: undefined as unknown as TrustKeeper,
@@ -150,23 +153,26 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
 
   // The daemon hands over the kubelet credential it last saw valid; here: what is on disk at each check.
   let latest: NodeCredential | null = null;
-  const keeper = new TrustKeeper({
-    config: () => config,
-    logger,
-    clock: f.clock,
-    random: () => 0.5,
-    signal: new AbortController().signal,
-    dispatcher: network ? undefined : agent,
-    nodeCredential: () => latest,
-    serialize: serializer(),
-    reissue: (identity) => f.reissued.push(identity),
-    runCommands: async (argvs) => {
-      f.restarts.push(...argvs.map((a) => a.join(' ')));
-      return true;
+  const keeper = new TrustKeeper(
+    {
+      config: () => config,
+      logger,
+      clock: f.clock,
+      random: () => 0.5,
+      signal: new AbortController().signal,
+      dispatcher: network ? undefined : agent,
+      nodeCredential: () => latest,
+      serialize: serializer(),
+      reissue: (identity) => f.reissued.push(identity),
+      runCommands: async (argvs) => {
+        f.restarts.push(...argvs.map((a) => a.join(' ')));
+        return true;
+      },
+      metrics: f.metrics,
+      presented: async () => [f.server.presented],
     },
-    metrics: f.metrics,
-    presented: async () => [f.server.presented],
-  });
+    memory,
+  );
   const check = keeper.check.bind(keeper);
   keeper.check = async () => {
     const a = (await assessNode(config, f.clock.now())).kubelet;
@@ -554,4 +560,38 @@ t.test('a pass started for another reason keeps the look the previous pass sched
   t.equal(looks, 2, 'a poke (after a renewal) looks at once');
   stop.abort();
   await running;
+});
+
+t.test('with nothing pending, the keeper hands the resting daemon its look: where, as whom, what it acted on, until when', async (t) => {
+  const nextCheckAt = new Date(Date.now() + 10 * 60_000);
+  const memory: KeeperMemory = { lastRefusal: null, lastAnnotation: null, forbiddenLogged: false, nextCheckAt: nextCheckAt.toISOString() };
+  const f = await fixture(t, { memory });
+  // Unsigned: the fixture signs the statement afresh on each GET (ECDSA), which a real cluster-info does not.
+  f.published.signer = null;
+  t.equal(f.keeper.restingLook(), null, 'none before a check');
+  t.equal(await f.keeper.check(), null);
+  const look = f.keeper.restingLook();
+  const current = join(identitiesFor(f.config)[0]!.certDir, 'kubelet-client-current.pem');
+  t.match(look, {
+    url: `${SERVER}/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0`,
+    caPem: ca1.certPem,
+    tlsServerName: null,
+    certFile: current,
+    keyFile: current,
+    at: nextCheckAt.toISOString(),
+  });
+  t.match(look?.digest, /^[0-9a-f]{64}$/, 'a digest of what it read');
+  t.equal(look?.until, ca1.cert.notAfter.toISOString(), 'good until the trusted CA expires');
+  t.notOk(JSON.stringify(look).includes('PRIVATE KEY'), 'no key bytes in it');
+  await f.keeper.check();
+  t.equal(f.keeper.restingLook()?.digest, look?.digest, 'the same cluster-info, the same digest');
+
+  f.published.caPem = ca1.certPem + ca2.certPem;
+  await f.keeper.check();
+  t.equal(f.keeper.restingLook(), null, 'a restart owed: the CA check stays with a pass');
+
+  const g = await fixture(t, { memory });
+  g.published.caPem = 'not a bundle';
+  await g.keeper.check();
+  t.equal(g.keeper.restingLook(), null, 'a refused bundle: a pass looks again (its reason may pass with time)');
 });
