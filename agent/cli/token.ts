@@ -9,7 +9,7 @@
 import { BOOTSTRAPPERS_GROUP } from '../approver/policy.js';
 import { ApiError, ExitCode, InputError, KubebootError } from '../errors.js';
 import { adminClient, explainAdminError, type Admin } from '../join/admin.js';
-import { boundTokenNotes, KUBEADM_TOKEN_GROUP, tokenCluster, tokenGroups, type CsrAccess, type Finding } from '../join/cluster-side.js';
+import { approvalNotes, KUBEADM_TOKEN_GROUP, tokenCluster, tokenGroups, type CsrAccess, type Finding } from '../join/cluster-side.js';
 import {
   bindingSpecFrom,
   bindingView,
@@ -179,9 +179,9 @@ export async function createTokenForCluster(
     return { requested, withKubeadmGroup: asKubeadm ? null : await tokenMay(admin, token.id, [...spec.groups, KUBEADM_TOKEN_GROUP]) };
   });
   const planned = tokenGroups(tokenCluster(access), spec.groups, admin.kubeconfig.server);
-  const autoApproved = binding === null ? null : await finding(() => tokenMay(admin, token.id, planned.groups, 'nodeclient'));
+  const autoApproved = await finding(() => tokenMay(admin, token.id, planned.groups, 'nodeclient'));
   const created = await createToken(admin, { ...spec, groups: planned.groups }, now, binding, token);
-  return { ...created, notes: [...planned.notes, ...boundTokenNotes(autoApproved), ...created.notes] };
+  return { ...created, notes: [...planned.notes, ...approvalNotes(autoApproved, binding !== null), ...created.notes] };
 }
 
 const REVIEWS = '/apis/authorization.k8s.io/v1/subjectaccessreviews';

@@ -87,17 +87,28 @@ export function tokenGroups(cluster: TokenCluster, requested: readonly string[],
 }
 
 /**
- * What to say about a token bound to names (`--node`, `--pool`) whose
- * groups kube-controller-manager auto-approves (`certificatesigningrequests/
- * nodeclient`, kubeadm:node-autoapprove-bootstrap for kubeadm's group): it
- * approves any `system:node:*` name from it, so the binding holds nothing.
- * `autoApproved` null: not asked (an unbound token).
+ * What to say about who will approve the new token's kubelet client CSRs.
+ * Bound (`--node`, `--pool`) but its groups auto-approved by
+ * kube-controller-manager (`certificatesigningrequests/nodeclient`,
+ * kubeadm:node-autoapprove-bootstrap for kubeadm's group): it approves any
+ * `system:node:*` name from it, so the binding holds nothing. Unbound and
+ * not auto-approved (kubeboot's RBAC as shipped): only an approver with the
+ * unsafe opt-in gives it a kubelet identity, which the admin should know
+ * before booting a pool with it.
  */
-export function boundTokenNotes(autoApproved: Finding<boolean> | null): string[] {
-  if (autoApproved === null || !('found' in autoApproved) || !autoApproved.found) return [];
-  return [
-    'warning: kube-controller-manager approves kubelet client CSRs from this token for any node name (its groups may create certificatesigningrequests/nodeclient, as kubeadm:node-autoapprove-bootstrap grants kubeadm\'s group): the --node/--pool binding holds once that ClusterRoleBinding is gone (docs/node-identity.md, "Migrating off")',
-  ];
+export function approvalNotes(autoApproved: Finding<boolean>, bound: boolean): string[] {
+  const kcm = 'found' in autoApproved ? autoApproved.found : null;
+  if (bound)
+    return kcm === true
+      ? [
+          'warning: kube-controller-manager approves kubelet client CSRs from this token for any node name (its groups may create certificatesigningrequests/nodeclient, as kubeadm:node-autoapprove-bootstrap grants kubeadm\'s group): the --node/--pool binding holds once that ClusterRoleBinding is gone (docs/node-identity.md, "Migrating off")',
+        ]
+      : [];
+  return kcm === true
+    ? []
+    : [
+        'warning: this token is bound to no node name: kubeboot approver --approve-kubelet-client refuses its kubelet client CSRs unless it runs with --unsafe-approve-unbound-tokens; bind it with --node NAME or --pool PREFIX --max-nodes N (docs/node-identity.md)',
+      ];
 }
 
 /** How kube-proxy gets its credential: from a DaemonSet's ServiceAccount (kubeadm's), or on the node (kubeboot's kube-proxy identity). */

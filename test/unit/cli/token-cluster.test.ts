@@ -32,12 +32,13 @@ const kubeadmRbac = (groups: string[], subresource?: string) => groups.includes(
 
 t.test('on a kubeadm cluster the token is made in kubeadm’s group, after asking as the token itself', async (t) => {
   const { admin, calls, on, agent } = mockAdmin(t);
-  authorizer(on, kubeadmRbac, 2);
+  authorizer(on, kubeadmRbac, 3);
   on('POST', SECRETS, 201, secretCreated);
   const created = await createTokenForCluster(admin, tokenSpecFrom({}), NOW);
   t.same(
     calls.map((c) => `${c.method} ${c.path}`),
-    [`POST ${REVIEWS}`, `POST ${REVIEWS}`, `POST ${SECRETS}`],
+    [`POST ${REVIEWS}`, `POST ${REVIEWS}`, `POST ${REVIEWS}`, `POST ${SECRETS}`],
+    "may it create its CSR; in kubeadm's group; does kube-controller-manager auto-approve it; then the Secret",
   );
   const [asked, withKubeadm] = calls.map((c) => c.body.spec);
   t.match(asked, {
@@ -46,20 +47,25 @@ t.test('on a kubeadm cluster the token is made in kubeadm’s group, after askin
     resourceAttributes: { group: 'certificates.k8s.io', resource: 'certificatesigningrequests', verb: 'create' },
   });
   t.same(withKubeadm.groups, ['system:bootstrappers', KUBEADM_TOKEN_GROUP, 'system:authenticated']);
-  t.equal(calls[2]!.body.stringData['auth-extra-groups'], KUBEADM_TOKEN_GROUP);
+  t.equal(calls[3]!.body.stringData['auth-extra-groups'], KUBEADM_TOKEN_GROUP);
   t.same(created.summary.groups, [KUBEADM_TOKEN_GROUP]);
   t.match(created.notes, [/^kubeadm's RBAC and not kubeboot's is applied here/]);
+  t.equal(created.notes.length, 1, "unbound, but kubeadm's auto-approval serves it: no warning about the approver");
   agent.assertNoPendingInterceptors();
 });
 
-t.test('where kubeboot’s RBAC serves every token, one question and the token as asked', async (t) => {
+t.test('where kubeboot’s RBAC serves every token, the token as asked; unbound, it is told the approver refuses it', async (t) => {
   const { admin, calls, on } = mockAdmin(t);
-  authorizer(on, () => true, 1);
+  // kubeboot's shipped RBAC: every token may create its CSR, none may have kube-controller-manager approve it.
+  authorizer(on, (_groups, subresource) => subresource === undefined, 2);
   on('POST', SECRETS, 201, secretCreated);
   const created = await createTokenForCluster(admin, tokenSpecFrom({ groups: ['system:bootstrappers:pool-a'] }), NOW);
-  t.equal(calls.filter((c) => c.path === REVIEWS).length, 1);
-  t.equal(calls[1]!.body.stringData['auth-extra-groups'], 'system:bootstrappers:pool-a');
-  t.same(created.notes, []);
+  t.same(
+    calls.filter((c) => c.path === REVIEWS).map((c) => c.body.spec.resourceAttributes.subresource),
+    [undefined, 'nodeclient'],
+  );
+  t.equal(calls[2]!.body.stringData['auth-extra-groups'], 'system:bootstrappers:pool-a');
+  t.match(created.notes, [/^warning: this token is bound to no node name: kubeboot approver --approve-kubelet-client refuses/]);
 });
 
 t.test('where nothing lets a token create its CSR, nothing is created', async (t) => {
@@ -76,16 +82,20 @@ t.test('where nothing lets a token create its CSR, nothing is created', async (t
 
 t.test('an admin without create on subjectaccessreviews gets a warning and the token as asked', async (t) => {
   const { admin, calls, on } = mockAdmin(t);
-  on('POST', REVIEWS, 403, () => ({
-    kind: 'Status',
-    reason: 'Forbidden',
-    code: 403,
-    message: 'subjectaccessreviews.authorization.k8s.io is forbidden: User "ops" cannot create resource "subjectaccessreviews"',
-  }));
+  for (let i = 0; i < 2; i++)
+    on('POST', REVIEWS, 403, () => ({
+      kind: 'Status',
+      reason: 'Forbidden',
+      code: 403,
+      message: 'subjectaccessreviews.authorization.k8s.io is forbidden: User "ops" cannot create resource "subjectaccessreviews"',
+    }));
   on('POST', SECRETS, 201, secretCreated);
   const created = await createTokenForCluster(admin, tokenSpecFrom({}), NOW);
-  t.equal(calls[1]!.body.stringData['auth-extra-groups'], undefined);
-  t.match(created.notes, [/^warning: could not ask whether a bootstrap token may create its CSR here \(.*User "ops" cannot create/]);
+  t.equal(calls[2]!.body.stringData['auth-extra-groups'], undefined);
+  t.match(created.notes, [
+    /^warning: could not ask whether a bootstrap token may create its CSR here \(.*User "ops" cannot create/,
+    /^warning: this token is bound to no node name/,
+  ]);
 });
 
 t.test('a bound token on a kubeadm cluster still auto-approving its group is said to be bound in name only', async (t) => {

@@ -3,7 +3,7 @@
 // nothing can be made, and whether a join keeps a kube-proxy certificate.
 import t from 'tap';
 import {
-  boundTokenNotes,
+  approvalNotes,
   KUBEADM_TOKEN_GROUP,
   nodeKubeProxy,
   tokenCluster,
@@ -72,14 +72,25 @@ t.test('an admin who may not ask gets the token as asked and a warning naming ku
   t.match(notes[0], `--groups ${KUBEADM_TOKEN_GROUP}`);
 });
 
-t.test('a bound token whose groups kube-controller-manager auto-approves is said to be bound in name only', async (t) => {
-  t.same(boundTokenNotes(null), [], 'unbound: not asked');
-  t.same(boundTokenNotes({ found: false }), []);
-  t.same(boundTokenNotes({ unknown: '403' }), [], 'not known: the token is made as asked, nothing claimed');
-  const [note] = boundTokenNotes({ found: true });
-  t.match(note, /^warning: kube-controller-manager approves kubelet client CSRs from this token for any node name/);
-  t.match(note, 'kubeadm:node-autoapprove-bootstrap');
-});
+t.test(
+  'who approves the new token: a bound one kube-controller-manager auto-approves is bound in name only; an unbound one nothing else approves, the approver refuses',
+  async (t) => {
+    t.same(approvalNotes({ found: false }, true), [], 'bound, nothing auto-approves it: the binding holds');
+    t.same(approvalNotes({ unknown: '403' }, true), [], 'not known: the token is made as asked, nothing claimed');
+    t.same(approvalNotes({ found: true }, false), [], 'unbound where kube-controller-manager approves it: works as before');
+    for (const answer of [{ found: false }, { unknown: '403' }])
+      t.match(
+        approvalNotes(answer, false),
+        [
+          /^warning: this token is bound to no node name: kubeboot approver .*refuses .*--unsafe-approve-unbound-tokens; bind it with --node NAME or --pool/,
+        ],
+        'unbound, nothing else approves it: the approver will refuse it',
+      );
+    const [note] = approvalNotes({ found: true }, true);
+    t.match(note, /^warning: kube-controller-manager approves kubelet client CSRs from this token for any node name/);
+    t.match(note, 'kubeadm:node-autoapprove-bootstrap');
+  },
+);
 
 t.test('kube-proxy as a DaemonSet: the node keeps no kube-proxy certificate unless the admin says otherwise', async (t) => {
   const ds = { found: 'daemonset' as const };
