@@ -8,7 +8,9 @@
 // every request. `--ca-rotation`: instead, after the bootstrap, what the CA
 // rotation's polling costs the API server (trust/keeper.ts `check`, each
 // node on its own certificate): a look while nothing changed, and the look
-// that adopts a newly published bundle. Not a test and not part of CI.
+// that adopts a newly published bundle. The plane's kubeboot approver
+// --approve-kubelet-client approves every kubelet client CSR (the shipped
+// RBAC grants kube-controller-manager none). Not a test and not part of CI.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -191,6 +193,15 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
     const renew = nodes.flatMap((n) => (n.renewMs === null ? [] : [n.renewMs]));
     const reqBoot = perNode(bootstrapAudit);
     const reqRenew = perNode(renewAudit);
+    const approvedBy = new Map<string, number>();
+    for (const csr of await plane.admin.listCsrs()) {
+      const reason = csr.status?.conditions?.find((c: { type: string }) => c.type === 'Approved')?.reason ?? '(not approved)';
+      approvedBy.set(reason, (approvedBy.get(reason) ?? 0) + 1);
+    }
+    const approverPid = plane.kubeletApprover?.child.pid;
+    const approverRss = approverPid
+      ? Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${approverPid}/status`, 'utf8'))?.[1] ?? 0) / 1024
+      : 0;
     return [
       `| ${mode} | all ${NODES} credentialed in ${(allCredentialed / 1000).toFixed(1)} s (${NODES - failed.length} ok, ${failed.length} failed${failed[0] ? `: ${failed[0].error}` : ''}) |`,
       `| ${mode} | bootstrap latency p50 ${quantile(boot, 0.5).toFixed(0)} ms, p99 ${quantile(boot, 0.99).toFixed(0)} ms; renewal p50 ${quantile(renew, 0.5).toFixed(0)} ms, p99 ${quantile(renew, 0.99).toFixed(0)} ms |`,
@@ -198,6 +209,7 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
       `| ${mode} | peak ${peakPerSecond(bootstrapAudit)} requests/s; ${throttled(bootstrapAudit) + throttled(renewAudit)} answered 429; peak ${peakWatches(bootstrapAudit)} watches open |`,
       `| ${mode} | ${retryWaits.length} retries logged, shortest wait ${retryWaits.length ? Math.min(...retryWaits).toFixed(1) : '-'} s, ${tooFast} under 1 s |`,
       `| ${mode} | harness memory ${peakRssPerNode.toFixed(0)} KiB per simulated node (RSS growth / N) |`,
+      `| ${mode} | kubelet client CSRs by approval: ${[...approvedBy].map(([r, c]) => `${r} ${c}`).join(', ')}; kubeboot approver peak RSS ${approverRss.toFixed(0)} MiB |`,
     ];
   } finally {
     await plane.stop();
