@@ -1,29 +1,49 @@
-// `make bench`, side by side: a join storm of 250 simulated nodes, each sending
-// a kubelet client CSR (approved by kube-controller-manager's csrapproving
-// controller, the selfnodeclient path) and a kube-proxy client CSR (approved by
-// `kubeboot approver`) at the same moment, twice: 1,000 CSRs on one plane in
-// one run, interleaved. CSR created → Approved as one watch sees it, p50/p90/p99
-// and throughput per approver; CPU and peak RSS of both processes during the
-// storm; the approver's RSS idle and after.
+// `make bench`, side by side: a join storm of kubelet client CSRs (signer
+// kubernetes.io/kube-apiserver-client-kubelet), approved twice on one plane in
+// one run:
+//   (a) by kube-controller-manager's csrapproving on the bindings kubeadm
+//       makes (bootstrappers → nodeclient, nodes → selfnodeclient), the
+//       plane's approver stopped; the bindings are deleted after;
+//   (b) by `kubeboot approver --approve-kubelet-client`, those bindings gone.
+// Each phase is two storms: every node renews (requester system:node:<n>, no
+// token involved) at the same moment, then as many new nodes ask for their
+// first certificate at once with one bootstrap token bound to all their names
+// (a pool). CSR created → approved as the API server's audit log has it,
+// p50/p90/p99/max and approvals/s; CPU and peak RSS of the approving process
+// (and the API server's) during each storm; for the approver, where its time
+// goes, from the audit log: nothing in the approver measures it.
 //
-// Alone: npm run bench:approvers   (KUBEBOOT_BENCH_NODES, default 250)
+// Alone: npm run bench:approvers   (KUBEBOOT_BENCH_NODES, default 1000)
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createNode, installApprover, KUBE_PROXY, nodeClient, startApprover, submitCsr } from '../test/support/approver.js';
+import { KubeClient as WatchClient } from '../agent/kube/client.js';
+import { CSRS, craftCsrPem, createNode, installApprover, nodeClient, startApprover } from '../test/support/approver.js';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
-import { watchCsrTimeline } from '../test/support/csr-timeline.js';
-import type { KubeClient as NodeClient } from '../test/support/http.js';
+import { expectStatus, kubeClient, type KubeClient } from '../test/support/http.js';
+import type { Running } from '../test/support/kubeboot.js';
+import type { AuditEvent } from '../test/support/node-join.js';
 
-const NODES = Number(process.env.KUBEBOOT_BENCH_NODES ?? 250);
-const ROUNDS = 2;
+const NODES = Number(process.env.KUBEBOOT_BENCH_NODES ?? 1000);
+/** A storm not approved in this long is reported as far as it got. */
+const STORM_TIMEOUT_MS = 15 * 60_000;
 const KUBELET_CLIENT = {
   signer: 'kubernetes.io/kube-apiserver-client-kubelet',
   usages: ['digital signature', 'client auth'],
-  o: ['system:nodes'],
 };
+const APPROVER_USER = 'kubeboot:approver';
+/** kube-controller-manager runs each controller as its own service account (--use-service-account-credentials). */
+const KCM_APPROVER_USER = 'system:serviceaccount:kube-system:certificate-controller';
+
+// As kubeadm makes them (cmd/kubeadm/app/phases/bootstraptoken/node/tlsbootstrap.go), for
+// every bootstrap token rather than kubeadm's default-node-token group: the plane's tokens carry no extra group.
+const KCM_BINDINGS = [
+  { name: 'kubeadm:node-autoapprove-bootstrap', role: 'nodeclient', group: 'system:bootstrappers' },
+  { name: 'kubeadm:node-autoapprove-certificate-rotation', role: 'selfnodeclient', group: 'system:nodes' },
+];
+const CLUSTER_ROLE_BINDINGS = '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings';
 
 const percentile = (sorted: number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
 const ticksPerSecond = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
@@ -34,11 +54,10 @@ function sample(pid: number): { rssKiB: number; cpuSeconds: number } {
   return { rssKiB, cpuSeconds: (Number(fields[11]) + Number(fields[12])) / ticksPerSecond };
 }
 
+type Usage = Record<string, { cpuSeconds: number; peakRssMiB: number }>;
+
 /** CPU seconds spent and the largest RSS seen (sampled every 100 ms) until `done` settles. */
-async function during<T>(
-  pids: Record<string, number>,
-  done: Promise<T>,
-): Promise<{ result: T; usage: Record<string, { cpuSeconds: number; peakRssMiB: number }> }> {
+async function during<T>(pids: Record<string, number>, done: Promise<T>): Promise<{ result: T; usage: Usage }> {
   const start = Object.fromEntries(Object.entries(pids).map(([k, pid]) => [k, sample(pid)]));
   const peak = Object.fromEntries(Object.entries(start).map(([k, s]) => [k, s.rssKiB]));
   let finished = false;
@@ -56,93 +75,407 @@ async function during<T>(
   return { result, usage };
 }
 
+/** One watch over every CSR: when each was first seen (epoch ms, this host's clock, as the audit log's) and which are approved and issued. */
+async function watchCsrs(plane: ControlPlane) {
+  const cert = await plane.mintClientCert({ commonName: 'bench-storm-watch', organizations: ['system:masters'] });
+  const client = new WatchClient({ server: plane.server, caPem: plane.caPem }, { kind: 'client-certificate', ...cert });
+  const seenAt = new Map<string, number>();
+  const approved = new Set<string>();
+  const issued = new Set<string>();
+  let changed = () => {};
+  const abort = new AbortController();
+  type Csr = { metadata: { name: string; resourceVersion: string }; status?: { certificate?: string; conditions?: { type: string }[] } };
+  let rv = (await client.request<{ metadata: { resourceVersion: string } }>('GET', CSRS)).body.metadata.resourceVersion;
+  const watching = (async () => {
+    // The server ends a watch after a few minutes; a storm can outlast that.
+    while (!abort.signal.aborted) {
+      try {
+        for await (const ev of client.watch<Csr>(CSRS, { resourceVersion: rv }, abort.signal)) {
+          const { name, resourceVersion } = ev.object.metadata;
+          rv = resourceVersion;
+          if (!seenAt.has(name)) seenAt.set(name, Date.now());
+          if (ev.object.status?.conditions?.some((c) => c.type === 'Approved')) approved.add(name);
+          if (ev.object.status?.certificate) issued.add(name);
+          changed();
+        }
+      } catch (err) {
+        if (!abort.signal.aborted) process.stderr.write(`storm: CSR watch ended (${(err as Error).message}); watching again\n`);
+        await sleep(500);
+      }
+    }
+  })();
+  return {
+    seenAt,
+    /** Resolves once every one of `names` is issued, or at the deadline; how many were approved. */
+    async until(names: string[], deadline: number): Promise<number> {
+      const progress = setInterval(() => {
+        const n = names.filter((x) => approved.has(x)).length;
+        process.stderr.write(`storm: ${n} of ${names.length} approved, ${names.filter((x) => issued.has(x)).length} issued\n`);
+      }, 10_000);
+      try {
+        while (!names.every((x) => issued.has(x)) && Date.now() < deadline)
+          await new Promise<void>((resolve) => {
+            changed = resolve;
+            setTimeout(resolve, 1_000);
+          });
+      } finally {
+        clearInterval(progress);
+      }
+      return names.filter((x) => approved.has(x)).length;
+    },
+    async stop() {
+      abort.abort();
+      await watching;
+      await client.close();
+    },
+  };
+}
+
+type Watch = Awaited<ReturnType<typeof watchCsrs>>;
+
+/** Successful (and 409) requests of the audit log written after `fromByte`, answered. */
+function auditSince(plane: ControlPlane, fromByte: number): AuditEvent[] {
+  const events: AuditEvent[] = [];
+  for (const line of readFileSync(plane.auditLog!).subarray(fromByte).toString('utf8').split('\n')) {
+    if (!line.includes('"ResponseComplete"')) continue;
+    events.push(JSON.parse(line) as AuditEvent);
+  }
+  return events;
+}
+
+const received = (e: AuditEvent) => Date.parse(e.requestReceivedTimestamp);
+const answered = (e: AuditEvent) => Date.parse(e.stageTimestamp);
+const ms = (v: number) => (v >= 10_000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(0)} ms`);
+
+function spread(values: number[]): string {
+  if (values.length === 0) return 'none';
+  const l = [...values].sort((a, b) => a - b);
+  return `p50 ${ms(percentile(l, 50))}, p90 ${ms(percentile(l, 90))}, p99 ${ms(percentile(l, 99))}, max ${ms(l.at(-1)!)}`;
+}
+
+/** The most requests of these events the API server had in hand at once. */
+function mostInFlight(events: AuditEvent[]): number {
+  const edges = events.flatMap((e) => [
+    [received(e), 1],
+    [answered(e), -1],
+  ]);
+  edges.sort((a, b) => a[0]! - b[0]! || a[1]! - b[1]!);
+  let now = 0;
+  let most = 0;
+  for (const [, d] of edges) most = Math.max(most, (now += d!));
+  return most;
+}
+
+interface StormRequest {
+  client: KubeClient;
+  /** The CSR's exact name; the node's name is its tail after `-`. */
+  csr: string;
+  node: string;
+  pem: string;
+}
+
+interface StormResult {
+  kind: string;
+  requests: StormRequest[];
+  events: AuditEvent[];
+  approvedCount: number;
+  usage: Usage;
+  /** 429s the creates got (and retried). */
+  throttled: number;
+  /** The approver's warn and error lines during the storm. */
+  warnings: string[];
+}
+
+/**
+ * Every request sent at one moment, on connections opened just before (a
+ * renewing kubelet has one open), then waits until every CSR is issued.
+ */
+async function storm(
+  plane: ControlPlane,
+  watch: Watch,
+  kind: string,
+  requests: StormRequest[],
+  pids: Record<string, number>,
+  approver?: Running,
+): Promise<StormResult> {
+  const logFrom = approver?.output().length ?? 0;
+  await Promise.all(requests.map((r) => r.client.request('GET', '/version')));
+  const auditFrom = statSync(plane.auditLog!).size;
+  process.stderr.write(`storm: ${kind}: ${requests.length} CSRs\n`);
+  const names = requests.map((r) => r.csr);
+  let throttled = 0;
+  const { result: approvedCount, usage } = await during(
+    pids,
+    (async () => {
+      await Promise.all(requests.map(async (r) => (throttled += await createCsr(r))));
+      return watch.until(names, Date.now() + STORM_TIMEOUT_MS);
+    })(),
+  );
+  await Promise.all(requests.map((r) => r.client.close()));
+  const warnings = (approver?.output().slice(logFrom) ?? '')
+    .split('\n')
+    .filter((l) => l.includes('"level":"warn"') || l.includes('"level":"error"'));
+  return { kind, requests, events: auditSince(plane, auditFrom), approvedCount, usage, throttled, warnings };
+}
+
+/**
+ * Creates the CSR as a kubelet does: a 429 (the API server's inflight limit,
+ * hit by a storm) is retried after its Retry-After, as client-go does.
+ * Returns how many 429s it took.
+ */
+async function createCsr(r: StormRequest): Promise<number> {
+  const body = {
+    apiVersion: 'certificates.k8s.io/v1',
+    kind: 'CertificateSigningRequest',
+    metadata: { name: r.csr },
+    spec: { request: Buffer.from(r.pem).toString('base64'), signerName: KUBELET_CLIENT.signer, usages: KUBELET_CLIENT.usages },
+  };
+  for (let throttled = 0; ; throttled++) {
+    const res = await r.client.request('POST', CSRS, body);
+    if (res.status !== 429) {
+      expectStatus(res, `create CSR ${r.csr}`, 201);
+      return throttled;
+    }
+    await sleep(Number(res.headers['retry-after'] ?? 1) * 1000);
+  }
+}
+
+/** CSR created → first approval written, both as the API server answered them. */
+function latencyRow(s: StormResult, who: string): [string, string] {
+  const created = new Map<string, number>();
+  const approvedAt = new Map<string, number>();
+  for (const e of s.events) {
+    const ref = e.objectRef ?? {};
+    const code = e.responseStatus?.code ?? 0;
+    if (ref.resource !== 'certificatesigningrequests' || ref.name === undefined || code < 200 || code > 299) continue;
+    if (e.verb === 'create' && ref.subresource === undefined) created.set(ref.name, answered(e));
+    if (e.verb === 'update' && ref.subresource === 'approval' && !approvedAt.has(ref.name)) approvedAt.set(ref.name, answered(e));
+  }
+  const latencies = s.requests.filter((r) => approvedAt.has(r.csr)).map((r) => approvedAt.get(r.csr)! - created.get(r.csr)!);
+  const firstCreated = Math.min(...created.values());
+  const lastCreated = Math.max(...created.values());
+  const span = (Math.max(...approvedAt.values()) - firstCreated) / 1000;
+  const all =
+    s.approvedCount === s.requests.length
+      ? ''
+      : `; ONLY ${s.approvedCount} of ${s.requests.length} approved in ${STORM_TIMEOUT_MS / 60_000} min`;
+  return [
+    `storm, ${s.kind}, ${who}: created → approved (${s.requests.length} CSRs, created over ${ms(lastCreated - firstCreated)}, ${s.throttled} × 429 retried)`,
+    `${spread(latencies)}; ${(latencies.length / span).toFixed(0)} approvals/s${all}`,
+  ];
+}
+
+function usageRow(s: StormResult, who: string, key: string): [string, string] {
+  const u = s.usage[key]!;
+  const api = s.usage['kube-apiserver']!;
+  return [
+    `storm, ${s.kind}, ${who}: CPU, peak RSS (kube-apiserver's)`,
+    `${u.cpuSeconds.toFixed(1)} s, ${u.peakRssMiB.toFixed(0)} MiB (${api.cpuSeconds.toFixed(1)} s, ${api.peakRssMiB.toFixed(0)} MiB)`,
+  ];
+}
+
+/** What kube-controller-manager's approving client did: its request rate is its queue. */
+function kcmRow(s: StormResult): [string, string] {
+  const own = s.events.filter((e) => e.user?.username === KCM_APPROVER_USER);
+  const sars = own.filter((e) => e.objectRef?.resource === 'subjectaccessreviews');
+  const approvals = own.filter((e) => e.objectRef?.subresource === 'approval');
+  const first = Math.min(...own.map(received));
+  const last = Math.max(...own.map(answered));
+  return [
+    `storm, ${s.kind}, kube-controller-manager: its csrapproving client (audit log)`,
+    `${sars.length} SubjectAccessReviews + ${approvals.length} approvals at ${(own.length / ((last - first) / 1000)).toFixed(1)} requests/s; SubjectAccessReview served in ${spread(sars.map((e) => answered(e) - received(e)))}; at most ${mostInFlight(own)} in flight`,
+  ];
+}
+
+/**
+ * Where the approver's time goes, from the audit log: from the CSR's
+ * creation to the approver's first request for it (its Node GET: watch
+ * delivery, the informer, the queue), then each request it makes as the API
+ * server served it. The watch delivery is a second watcher's (this process's),
+ * an upper bound: this process is busy sending the storm.
+ */
+function approverRows(s: StormResult, watch: Watch): [string, string][] {
+  const created = new Map<string, number>();
+  for (const e of s.events)
+    if (e.verb === 'create' && e.objectRef?.resource === 'certificatesigningrequests' && e.objectRef.subresource === undefined)
+      created.set(e.objectRef.name!, answered(e));
+  const own = s.events.filter((e) => e.user?.username === APPROVER_USER);
+  const served = (pick: (e: AuditEvent) => boolean) => {
+    const picked = own.filter(pick);
+    return `${picked.length} × ${spread(picked.map((e) => answered(e) - received(e)))}`;
+  };
+  const nodeGet = new Map<string, AuditEvent>();
+  for (const e of own)
+    if (e.objectRef?.resource === 'nodes' && e.verb === 'get' && !nodeGet.has(e.objectRef.name!)) nodeGet.set(e.objectRef.name!, e);
+  const approval = new Map<string, AuditEvent>();
+  for (const e of own) if (e.objectRef?.subresource === 'approval' && e.responseStatus?.code === 200) approval.set(e.objectRef.name!, e);
+  const queued: number[] = [];
+  const deciding: number[] = [];
+  const delivered: number[] = [];
+  for (const r of s.requests) {
+    const at = created.get(r.csr);
+    const first = nodeGet.get(r.node);
+    const done = approval.get(r.csr);
+    if (at === undefined) continue;
+    if (watch.seenAt.has(r.csr)) delivered.push(watch.seenAt.get(r.csr)! - at);
+    if (first !== undefined) queued.push(received(first) - at);
+    if (first !== undefined && done !== undefined) deciding.push(answered(done) - received(first));
+  }
+  const conflicts = own.filter((e) => e.responseStatus?.code === 409).length;
+  const byMessage = new Map<string, number>();
+  for (const line of s.warnings) {
+    const { message = line } = JSON.parse(line) as { message?: string };
+    byMessage.set(message, (byMessage.get(message) ?? 0) + 1);
+  }
+  const label = `storm, ${s.kind}, kubeboot approver`;
+  return [
+    [`${label}: CSR created → seen by another watch (this process's)`, spread(delivered)],
+    [`${label}: CSR created → the approver's first request for it (watch, informer, queue)`, spread(queued)],
+    [`${label}: its first request → its approval written (the decision)`, spread(deciding)],
+    [
+      `${label}: its requests as the API server served them (audit log)`,
+      [
+        `Node GET ${served((e) => e.objectRef?.resource === 'nodes')}`,
+        `ConfigMap GET ${served((e) => e.objectRef?.resource === 'configmaps' && e.verb === 'get')}`,
+        `claim PATCH ${served((e) => e.objectRef?.resource === 'configmaps' && e.verb === 'patch')}`,
+        `SubjectAccessReview ${served((e) => e.objectRef?.resource === 'subjectaccessreviews')}`,
+        `approval PUT ${served((e) => e.objectRef?.subresource === 'approval')}`,
+        `Lease ${served((e) => e.objectRef?.resource === 'leases')}`,
+        `${conflicts} answered 409; at most ${mostInFlight(own.filter((e) => e.objectRef?.resource !== 'leases'))} in flight`,
+      ].join('; '),
+    ],
+    [
+      `${label}: warnings it logged`,
+      byMessage.size === 0 ? 'none' : [...byMessage].map(([m, n]) => `${n} × ${m.slice(0, 120)}`).join('; '),
+    ],
+  ];
+}
+
+async function setKcmBindings(plane: ControlPlane, present: boolean): Promise<void> {
+  for (const b of KCM_BINDINGS) {
+    const res = present
+      ? await plane.admin.request('POST', CLUSTER_ROLE_BINDINGS, {
+          apiVersion: 'rbac.authorization.k8s.io/v1',
+          kind: 'ClusterRoleBinding',
+          metadata: { name: b.name },
+          roleRef: {
+            apiGroup: 'rbac.authorization.k8s.io',
+            kind: 'ClusterRole',
+            name: `system:certificates.k8s.io:certificatesigningrequests:${b.role}`,
+          },
+          subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: b.group }],
+        })
+      : await plane.admin.request('DELETE', `${CLUSTER_ROLE_BINDINGS}/${b.name}`);
+    expectStatus(res, `${present ? 'create' : 'delete'} ClusterRoleBinding ${b.name}`, present ? 201 : 200);
+  }
+  // The authorizer sees RBAC through an informer: wait until a node's renewal is (or is no longer) allowed.
+  await plane.admin.waitFor(`the kube-controller-manager bindings ${present ? 'in force' : 'gone'}`, async () => {
+    const review = {
+      apiVersion: 'authorization.k8s.io/v1',
+      kind: 'SubjectAccessReview',
+      spec: {
+        user: 'system:node:storm-probe',
+        groups: ['system:nodes', 'system:authenticated'],
+        resourceAttributes: {
+          group: 'certificates.k8s.io',
+          resource: 'certificatesigningrequests',
+          verb: 'create',
+          subresource: 'selfnodeclient',
+        },
+      },
+    };
+    const res = await plane.admin.request<{ status?: { allowed?: boolean } }>(
+      'POST',
+      '/apis/authorization.k8s.io/v1/subjectaccessreviews',
+      review,
+    );
+    return (res.body.status?.allowed === true) === present || undefined;
+  });
+}
+
+/** Each node's renewal CSR, as its kubelet makes it: requester and CN system:node:<n>. */
+async function renewals(plane: ControlPlane, phase: string, nodes: string[]): Promise<StormRequest[]> {
+  return Promise.all(
+    nodes.map(async (node) => ({
+      client: await nodeClient(plane, node),
+      csr: `${phase}-renew-${node}`,
+      node,
+      pem: await craftCsrPem({ cn: `system:node:${node}`, o: ['system:nodes'] }),
+    })),
+  );
+}
+
+/** New nodes' first CSRs, all from one bootstrap token bound to their names (a pool's). */
+async function firstIssues(plane: ControlPlane, phase: string): Promise<StormRequest[]> {
+  const nodes = Array.from({ length: NODES }, (_, i) => `join-${phase}-${i}`);
+  const token = await plane.admin.createBootstrapToken({ bind: { names: nodes } });
+  return Promise.all(
+    nodes.map(async (node) => ({
+      client: kubeClient({ server: plane.server, caPem: plane.caPem, token: token.token }),
+      csr: `${phase}-first-${node}`,
+      node,
+      pem: await craftCsrPem({ cn: `system:node:${node}`, o: ['system:nodes'] }),
+    })),
+  );
+}
+
 export async function benchSideBySide(plane: ControlPlane, dir: string): Promise<[string, string][]> {
+  if (!plane.auditLog) throw new Error('the storm reads the audit log: start the plane with audit');
   mkdirSync(dir, { recursive: true });
-  const config = await installApprover(plane, dir);
-  const approver = startApprover(config);
+  const nodes = Array.from({ length: NODES }, (_, i) => `storm-${i}`);
+  for (let i = 0; i < nodes.length; i += 50) await Promise.all(nodes.slice(i, i + 50).map((n) => createNode(plane, n)));
+  const planePids = () => ({
+    'kube-controller-manager': plane.pids()['kube-controller-manager']!,
+    'kube-apiserver': plane.pids()['kube-apiserver']!,
+  });
+  const watch = await watchCsrs(plane);
+  const rows: [string, string][] = [];
+  let approver: Running | undefined;
   try {
+    // (a) kube-controller-manager on the stock bindings, alone.
+    await plane.stopKubeletApprover();
+    await setKcmBindings(plane, true);
+    const kcmRenew = await storm(plane, watch, 'renewal', await renewals(plane, 'kcm', nodes), planePids());
+    const kcmFirst = await storm(plane, watch, 'first issue', await firstIssues(plane, 'kcm'), planePids());
+    await setKcmBindings(plane, false);
+
+    // (b) kubeboot approver, with kube-controller-manager's csrapproving still running, unbound.
+    const config = await installApprover(plane, dir);
+    approver = startApprover(config, ['--approve-kubelet-client']);
     await approver.waitForOutput(/became the leader/, 60_000);
-    const names = Array.from({ length: NODES }, (_, i) => `storm-${i}`);
-    for (let i = 0; i < names.length; i += 50) await Promise.all(names.slice(i, i + 50).map((n) => createNode(plane, n)));
-    const clients = await Promise.all(names.map((n) => nodeClient(plane, n)));
-    process.stderr.write(`storm: ${NODES} Nodes and clients ready\n`);
     const idleRss = sample(approver.child.pid!).rssKiB / 1024;
+    const pids = { ...planePids(), approver: approver.child.pid! };
+    const kbRenew = await storm(plane, watch, 'renewal', await renewals(plane, 'kb', nodes), pids, approver);
+    const kbFirst = await storm(plane, watch, 'first issue', await firstIssues(plane, 'kb'), pids, approver);
 
-    const timeline = await watchCsrTimeline(plane);
-    const { approvedAt } = timeline;
-    const issuedOf = timeline.issued;
-
-    const latency = { kcm: [] as number[], kubeboot: [] as number[] };
-    const firstLast = { kcm: [Infinity, 0], kubeboot: [Infinity, 0] };
-    const send = async (who: 'kcm' | 'kubeboot', client: NodeClient, name: string) => {
-      const t0 = performance.now();
-      const csr = await submitCsr(
-        client,
-        who === 'kcm'
-          ? { ...KUBELET_CLIENT, cn: `system:node:${name}`, name: 'storm-kubelet' }
-          : { cn: KUBE_PROXY.cn, name: 'storm-proxy' },
-      );
-      await issuedOf(csr);
-      const at = approvedAt.get(csr)!;
-      latency[who].push(at - t0);
-      firstLast[who] = [Math.min(firstLast[who][0]!, t0), Math.max(firstLast[who][1]!, at)];
-    };
-    const began = performance.now();
-    const progress = setInterval(
-      () =>
-        process.stderr.write(
-          `storm: ${latency.kcm.length} kubelet + ${latency.kubeboot.length} kube-proxy of ${NODES * ROUNDS} each done, ${approvedAt.size} approvals seen\n`,
-        ),
-      5_000,
-    );
-    const { usage } = await during(
-      { kcm: plane.pids()['kube-controller-manager']!, kubeboot: approver.child.pid! },
-      Promise.all(
-        clients.map(async (client, i) => {
-          // Each node's kubelet and kube-proxy CSRs go out together; the next round after both are issued.
-          for (let r = 0; r < ROUNDS; r++) await Promise.all([send('kcm', client, names[i]!), send('kubeboot', client, names[i]!)]);
-        }),
-      ),
-    );
-    clearInterval(progress);
-    const total = (performance.now() - began) / 1000;
-    await timeline.stop();
-    await Promise.all(clients.map((c) => c.close()));
-
-    const row = (who: 'kcm' | 'kubeboot', label: string): [string, string] => {
-      const l = latency[who].sort((a, b) => a - b);
-      const span = (firstLast[who][1]! - firstLast[who][0]!) / 1000;
-      return [
-        `storm, ${label}: created → approved (${l.length} CSRs)`,
-        `p50 ${percentile(l, 50).toFixed(0)} ms, p90 ${percentile(l, 90).toFixed(0)} ms, p99 ${percentile(l, 99).toFixed(0)} ms, max ${l.at(-1)!.toFixed(0)} ms; ${(l.length / span).toFixed(0)} approvals/s`,
-      ];
-    };
-    return [
-      row('kcm', 'kubelet client CSRs, kube-controller-manager csrapproving'),
-      row('kubeboot', 'kube-proxy CSRs, kubeboot approver'),
-      [`storm: ${NODES} nodes × ${ROUNDS} rounds × 2 CSRs, all issued in`, `${total.toFixed(1)} s`],
-      [
-        `storm: kube-controller-manager CPU, peak RSS (its signer issues all ${NODES * ROUNDS * 2} too)`,
-        `${usage.kcm!.cpuSeconds.toFixed(1)} s, ${usage.kcm!.peakRssMiB.toFixed(0)} MiB`,
-      ],
-      [
-        'storm: kubeboot approver CPU, peak RSS',
-        `${usage.kubeboot!.cpuSeconds.toFixed(1)} s, ${usage.kubeboot!.peakRssMiB.toFixed(0)} MiB`,
-      ],
-      [
-        'kubeboot approver RSS: idle (leader, synced) → after the storm',
-        `${idleRss.toFixed(0)} → ${(sample(approver.child.pid!).rssKiB / 1024).toFixed(0)} MiB`,
-      ],
-    ];
+    for (const [kcm, kb] of [
+      [kcmRenew, kbRenew],
+      [kcmFirst, kbFirst],
+    ] as const) {
+      rows.push(latencyRow(kcm, 'kube-controller-manager csrapproving'));
+      rows.push(latencyRow(kb, 'kubeboot approver'));
+      rows.push(usageRow(kcm, 'kube-controller-manager', 'kube-controller-manager'));
+      rows.push(usageRow(kb, 'kubeboot approver', 'approver'));
+      rows.push(kcmRow(kcm));
+      rows.push(...approverRows(kb, watch));
+    }
+    rows.push([
+      'storm: kubeboot approver RSS, idle (leader, synced) → after both storms',
+      `${idleRss.toFixed(0)} → ${(sample(approver.child.pid!).rssKiB / 1024).toFixed(0)} MiB`,
+    ]);
+    return rows;
   } finally {
-    approver.child.kill('SIGTERM');
-    await approver.done;
+    await watch.stop();
+    if (approver) {
+      approver.child.kill('SIGTERM');
+      await approver.done;
+    }
   }
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const dir = mkdtempSync(join(tmpdir(), 'kubeboot-bench-storm-'));
-  const plane = await startControlPlane({ name: 'bench-storm' });
+  const plane = await startControlPlane({ name: 'bench-storm', audit: true });
   try {
     const rows = await benchSideBySide(plane, join(dir, 'approver'));
     const width = Math.max(...rows.map((r) => r[0].length));
