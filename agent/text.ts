@@ -75,3 +75,9 @@ export function columns(rows: readonly (readonly string[])[]): string[] {
       .trimEnd(),
   );
 }
+
+/** Where a command writes; `process` by default, a test passes its own. */
+export interface Streams {
+  stdout: { write(text: string): unknown };
+  stderr: { write(text: string): unknown };
+}

@@ -5,13 +5,14 @@
  * the admin kubeconfig, written 0600 to --approver-kubeconfig.
  */
 import path from 'node:path';
+import type { Given } from '../config/load.js';
 import type { Config } from '../config/types.js';
 import { parseDuration } from '../config/values.js';
 import { ExitCode, InputError } from '../errors.js';
+import { withAdmin } from '../join/admin.js';
 import { APPROVER_USER, issueApproverKubeconfig } from '../join/approver-kubeconfig.js';
 import type { Logger } from '../log.js';
 import { ensureDir, writeFileAtomic } from '../store/atomic.js';
-import { withAdmin, type Given } from './token.js';
 
 /** One year, as kubeadm's client certificates; the signer's --cluster-signing-duration may cap it. */
 const DEFAULT_TTL_SECONDS = 365 * 24 * 3600;

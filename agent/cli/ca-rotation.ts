@@ -9,6 +9,7 @@
 import { ExitCode, InputError, KubebootError } from '../errors.js';
 import { adminClient, explainAdminError, type Admin } from '../join/admin.js';
 import { createPrivateKey, type KeyObject } from 'node:crypto';
+import type { Given } from '../config/load.js';
 import { parseDuration } from '../config/values.js';
 import {
   bundleFromFile,
@@ -24,7 +25,6 @@ import { caCertHash } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
 import { terminalJson, terminalLines } from '../text.js';
 import { systemClock } from '../time/clock.js';
-import type { Given } from './token.js';
 
 const USAGE =
   'ca-rotation publish BUNDLE.pem --ca-key CA.key [--signer-ca-hash sha256:HEX] [--valid-for DURATION] [--drop-join-ca] | status | retire BUNDLE.pem --ca-key CA.key';

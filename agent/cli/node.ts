@@ -9,7 +9,8 @@
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { ExitCode, InputError, KubebootError, ResponseTooLargeError } from '../errors.js';
 import { KUBELET_CLIENT_SIGNER } from '../identity.js';
-import type { Admin } from '../join/admin.js';
+import type { Given } from '../config/load.js';
+import { namespaceMissing, withAdmin, type Admin } from '../join/admin.js';
 import {
   autoApprovalBindings,
   newestCerts,
@@ -23,14 +24,19 @@ import {
 import { rfc3339 } from '../join/token.js';
 import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
-import { BINDINGS_NAMESPACE, parseReplacements, parseRevocations, REPLACEMENTS, REVOCATIONS } from '../kube/join-bindings.js';
+import {
+  BINDINGS_CONFIGMAPS,
+  BINDINGS_NAMESPACE,
+  parseReplacements,
+  parseRevocations,
+  REPLACEMENTS,
+  REVOCATIONS,
+} from '../kube/join-bindings.js';
 import { expectObject, objectPath } from '../kube/objects.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { parseCsrPem } from '../pki/pkcs10.js';
-import { excerpt, terminalJson, terminalLines } from '../text.js';
+import { excerpt, terminalJson, terminalLines, type Streams } from '../text.js';
 import { systemClock, type Clock } from '../time/clock.js';
-import { CONFIGMAPS, namespaceMissing, withAdmin, type Given } from './token.js';
-import type { Streams } from './user-data.js';
 
 const CLI = 'command line';
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
@@ -313,7 +319,7 @@ type ConfigMap = {
 
 /** data of `kubeboot/<name>`; empty when it (or the namespace) does not exist. */
 async function readMap(client: KubeClient, name: string): Promise<Record<string, string>> {
-  const res = await client.request<ConfigMap>('GET', `${CONFIGMAPS}/${name}`, { accept: [404] });
+  const res = await client.request<ConfigMap>('GET', `${BINDINGS_CONFIGMAPS}/${name}`, { accept: [404] });
   return res.status === 404 ? {} : (expectObject<ConfigMap>(res.body, 'ConfigMap', name).data ?? {});
 }
 
@@ -331,10 +337,10 @@ async function updateEntry(
   lives: string,
 ): Promise<string | undefined> {
   for (let attempt = 0; attempt < 5; attempt++) {
-    const got = await client.request<ConfigMap>('GET', `${CONFIGMAPS}/${map}`, { accept: [404] });
+    const got = await client.request<ConfigMap>('GET', `${BINDINGS_CONFIGMAPS}/${map}`, { accept: [404] });
     if (got.status === 404) {
       if (value === undefined) return undefined;
-      const made = await client.request('POST', CONFIGMAPS, {
+      const made = await client.request('POST', BINDINGS_CONFIGMAPS, {
         body: {
           apiVersion: 'v1',
           kind: 'ConfigMap',
@@ -353,7 +359,7 @@ async function updateEntry(
     const data = { ...cm.data };
     if (value === undefined) delete data[key];
     else data[key] = value;
-    const put = await client.request('PUT', `${CONFIGMAPS}/${map}`, { body: { ...cm, data }, accept: [409] });
+    const put = await client.request('PUT', `${BINDINGS_CONFIGMAPS}/${map}`, { body: { ...cm, data }, accept: [409] });
     if (put.status !== 409) return before;
   }
   throw new KubebootError(`${BINDINGS_NAMESPACE}/${map} kept changing while it was being written; try again`);

@@ -11,9 +11,11 @@ import type { Config } from '../config/types.js';
 import { coerce } from '../config/coerce.js';
 import { OPTIONS, type OptionSpec } from '../config/options.js';
 import { bootstrapTokenProblem } from '../config/values.js';
-import { ExitCode, InputError, KubebootError } from '../errors.js';
-import type { Admin } from '../join/admin.js';
+import { ExitCode, InputError } from '../errors.js';
+import type { Given } from '../config/load.js';
+import { adminCaPin, withAdmin, type Admin } from '../join/admin.js';
 import { nodeKubeProxy, type Finding, type KubeProxyRun } from '../join/cluster-side.js';
+import { createTokenForCluster, finding, kubeProxyRunOf } from '../join/cluster-requests.js';
 import { bindingSpecFrom, tokenSpecFrom, type BindingFlags, type BindingSpec, type TokenFlags } from '../join/token.js';
 import {
   DEFAULT_TOKEN_FILE,
@@ -24,21 +26,13 @@ import {
   type NodeJoin,
   type PackageRepo,
 } from '../join/user-data.js';
-import { caCertHash } from '../pki/pin.js';
 import { writeFileAtomic } from '../store/atomic.js';
-import { terminalLines } from '../text.js';
-import { createTokenForCluster, finding, withAdmin, type Given } from './token.js';
+import { terminalLines, type Streams } from '../text.js';
 import { systemClock } from '../time/clock.js';
 
 const CLI = 'command line';
 // Set by the dedicated flags: --set would contradict them.
 const RESERVED = new Set(['server', 'token', 'caCertHashes', 'configFile']);
-
-/** Where the command writes; `process` by default, a test passes its own. */
-export interface Streams {
-  stdout: { write(text: string): unknown };
-  stderr: { write(text: string): unknown };
-}
 
 export async function runUserData(
   command: 'user-data' | 'join-command',
@@ -154,28 +148,12 @@ async function joinValues(
     };
   return withAdmin(given, env, create ? 'create a bootstrap token Secret in kube-system' : 'read the cluster', async (admin: Admin) => {
     const server = (config.server ?? admin.kubeconfig.server).replace(/\/$/, '');
-    const pins = config.caCertHashes.length > 0 ? config.caCertHashes : [pinOf(admin)];
+    const pins = config.caCertHashes.length > 0 ? config.caCertHashes : [adminCaPin(admin)];
     const kubeProxyRun = await finding(() => kubeProxyRunOf(admin));
     if (tokenSpec === null) return { server, token: token as string, pins, binding, kubeProxyRun, notes: [] };
     const created = await createTokenForCluster(admin, tokenSpec, systemClock.now(), binding);
     return { server, token: created.token.token, pins, expires: created.summary.expires, binding, kubeProxyRun, notes: created.notes };
   });
-}
-
-/** kubeadm's kube-proxy add-on is the DaemonSet kube-system/kube-proxy (phases/addons/proxy); its pods authenticate with their ServiceAccount. */
-async function kubeProxyRunOf(admin: Admin): Promise<KubeProxyRun> {
-  const res = await admin.client.request('GET', '/apis/apps/v1/namespaces/kube-system/daemonsets/kube-proxy', { accept: [404] });
-  return res.status === 404 ? 'node' : 'daemonset';
-}
-
-function pinOf(admin: Admin): string {
-  if (admin.kubeconfig.caPem === null) {
-    throw new KubebootError(
-      `${admin.kubeconfig.file}: names no certificate authority to pin; pass --ca-cert-hash sha256:…`,
-      ExitCode.badInput,
-    );
-  }
-  return caCertHash(admin.kubeconfig.caPem);
 }
 
 /** The token from `file`, checked as --token is: a malformed one would give user-data that can never join. */

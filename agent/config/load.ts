@@ -37,9 +37,11 @@ export interface ExtraFlags {
   identity: IdentityName | null;
   /** `wait --timeout` in seconds; null waits as long as it takes. */
   timeout: number | null;
-  /** Every command flag given, by flag name (`strings` split on commas; `--no-x` is false). */
-  given: Record<string, string | string[] | boolean>;
+  given: Given;
 }
+
+/** Every command flag given, by flag name (`strings` split on commas; `--no-x` is false). */
+export type Given = Record<string, string | string[] | boolean>;
 
 export interface Loaded {
   command: Command | null;

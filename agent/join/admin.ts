@@ -6,9 +6,12 @@
  */
 import os from 'node:os';
 import path from 'node:path';
+import type { Given } from '../config/load.js';
 import { ApiError, ExitCode, InputError, KubebootError, TransportError } from '../errors.js';
+import { BINDINGS_NAMESPACE } from '../kube/join-bindings.js';
 import { KubeClient } from '../kube/client.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
+import { caCertHash } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
 
 export interface Admin {
@@ -75,4 +78,40 @@ export function explainAdminError(err: unknown, admin: Admin, doing: string): un
   if (err instanceof ApiError && err.status === 403)
     return new KubebootError(`forbidden to ${doing} at ${where}: ${err.message}`, ExitCode.other);
   return err;
+}
+
+/** Opens the admin client (--kubeconfig in `given`), runs `act`, closes it, and words API failures as one line. */
+export async function withAdmin<T>(
+  given: Given,
+  env: Record<string, string | undefined>,
+  doing: string,
+  act: (admin: Admin) => Promise<T>,
+): Promise<T> {
+  const admin = await adminClient(typeof given.kubeconfig === 'string' ? given.kubeconfig : undefined, env);
+  try {
+    return await act(admin);
+  } catch (err) {
+    throw explainAdminError(err, admin, doing);
+  } finally {
+    await admin.client.close();
+  }
+}
+
+/** The pin of the CA the admin kubeconfig trusts: what a joining node is told to pin. */
+export function adminCaPin(admin: Admin): string {
+  if (admin.kubeconfig.caPem === null) {
+    throw new KubebootError(
+      `${admin.kubeconfig.file}: names no certificate authority to pin; pass --ca-cert-hash sha256:…`,
+      ExitCode.badInput,
+    );
+  }
+  return caCertHash(admin.kubeconfig.caPem);
+}
+
+/** What makes the namespace `kubeboot` (and the approver's RBAC on it). */
+export const MANIFESTS_COMMAND = 'kubectl apply -f /usr/share/kubeboot/manifests/ -f /usr/share/kubeboot/manifests/approver/';
+
+/** A create in `kubeboot` answered 404: the namespace is not there. */
+export function namespaceMissing(what: string): KubebootError {
+  return new KubebootError(`namespace ${BINDINGS_NAMESPACE} does not exist (${what}); create it with: ${MANIFESTS_COMMAND}`);
 }

@@ -6,8 +6,8 @@
  * cmd/kubeadm/app/phases/bootstraptoken/node/tlsbootstrap.go), and kubeadm
  * runs kube-proxy as a DaemonSet with a ServiceAccount token
  * (phases/addons/proxy), so nothing on the cluster approves a node's
- * kube-proxy CSR. Pure: the CLI asks the API server (agent/cli/token.ts,
- * agent/cli/user-data.ts).
+ * kube-proxy CSR. Pure: the questions to the API server are
+ * agent/join/cluster-requests.ts's.
  */
 import { KubebootError } from '../errors.js';
 

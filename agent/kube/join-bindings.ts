@@ -26,6 +26,8 @@
  * Pure: parsing and rendering. The requests are the callers'.
  */
 export const BINDINGS_NAMESPACE = 'kubeboot';
+/** Where the bindings, replacements and revocations are read and written. */
+export const BINDINGS_CONFIGMAPS = `/api/v1/namespaces/${BINDINGS_NAMESPACE}/configmaps`;
 export const REPLACEMENTS = 'replacements';
 export const REVOCATIONS = 'revocations';
 export const ISSUED_ANNOTATION = 'kubeboot.io/issued';

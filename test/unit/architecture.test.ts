@@ -107,3 +107,21 @@ t.test('no module outside time/ reads the clock or arms a timer except through a
     'every allowed module still needs real time (else drop it from the list)',
   );
 });
+
+/** The relative imports of one source text, static and dynamic, as paths under agent/. */
+function importsOf(file: string, text: string): string[] {
+  const specs = [...text.matchAll(/(?:\bfrom\s+|\bimport\s*\(\s*)'(\.{1,2}\/[^']+)'/g)].map((m) => m[1]!);
+  return specs.map((s) => relative(join(root, 'agent'), join(file, '..', s)).replace(/\.js$/, '.ts'));
+}
+
+t.test('only cli/main.ts imports from cli/: a command parses, calls the module that owns the work, prints', async (t) => {
+  const files = await sources(join(root, 'agent'));
+  const reaching: string[] = [];
+  for (const file of files) {
+    const name = relative(join(root, 'agent'), file);
+    if (name === 'cli/main.ts') continue;
+    for (const target of importsOf(file, await readFile(file, 'utf8')))
+      if (target.startsWith('cli/')) reaching.push(`${name} -> ${target}`);
+  }
+  t.same(reaching, [], 'move what two commands share down to the module that owns it (join/, kube/, credential/, …)');
+});

@@ -3,7 +3,8 @@
 // before the token and removed after it, so no token is ever unbound; a
 // missing namespace leaves nothing behind; the listing is escaped.
 import t from 'tap';
-import { createToken, deleteToken, listTokens, renderTokenTable } from '../../../agent/cli/token.js';
+import { renderTokenTable } from '../../../agent/cli/token.js';
+import { createToken, deleteToken, listTokens } from '../../../agent/join/cluster-requests.js';
 import { bindingSpecFrom, tokenSpecFrom } from '../../../agent/join/token.js';
 import { parseBinding } from '../../../agent/kube/join-bindings.js';
 import { HOSTILE, RAW } from '../../support/hostile.js';
