@@ -96,11 +96,20 @@ export async function openPass(config: Config, deps: RunDeps, options: PassOptio
   await recoverNode(config, deps);
   const node = await assessNode(config, deps.clock.now(), undefined, store);
   await forgetAnsweredKeys(config, node, store, deps.logger);
-  if (found?.kind === 'absent' && node.kubelet.state !== 'usable') {
+  if (found !== null && joinsInstead(config, found, node.kubelet.state !== 'usable')) {
     const joined = await joinCluster(config, deps);
     if (joined !== null) found = { kind: 'kubeconfig', bootstrap: joined, joined: true };
   }
   return { config, deps, store, node, found };
+}
+
+/**
+ * Whether the join settings (--server/--token) stand in for the bootstrap
+ * kubeconfig: they are given, none was found, and there is a credential to
+ * ask for (`needed`: for a pass, the kubelet has no usable one).
+ */
+export function joinsInstead(config: Config, found: FoundBootstrap, needed: boolean): boolean {
+  return found.kind === 'absent' && needed && joinRequested(config);
 }
 
 /** Half-done swaps from a crash are put right before anything is judged (each pass of the daemon does it first too). */

@@ -3,16 +3,15 @@
  * change. One line per check; the exit code is the first failure's.
  */
 import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
-import { findBootstrap, type FoundBootstrap } from '../bootstrap/pass.js';
-import { clusterOf } from '../credential/requester.js';
+import { findBootstrap, joinsInstead, type FoundBootstrap } from '../bootstrap/pass.js';
+import { bootstrapRequester, clusterOf, nodeRequester, type Requester } from '../credential/requester.js';
 import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
 import { ApiError, ExitCode, exitCodeOf } from '../errors.js';
 import type { Logger } from '../log.js';
-import { KubeClient, type ClientAuth, type Endpoint } from '../kube/client.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
-import { joinRequested, joinSource } from '../join/prepare.js';
+import { joinSource } from '../join/prepare.js';
 import { systemClock } from '../time/clock.js';
 import { terminalLines } from '../text.js';
 
@@ -44,7 +43,7 @@ export async function runCheck(
   const present = found.kind !== 'absent';
   const allUsable = allOf(node).every((a) => a.state === 'usable');
   // --server/--token stand in for a bootstrap kubeconfig that bootstrap would write.
-  const joining = !present && unreadable === null && !allUsable && joinRequested(config);
+  const joining = unreadable === null && joinsInstead(config, found, !allUsable);
   const canBootstrap = present || unreadable !== null || joining;
   for (const a of allOf(node)) {
     lines.push({
@@ -56,12 +55,8 @@ export async function runCheck(
     });
   }
 
-  const kubelet = node.kubelet;
-  let endpoint: Endpoint | null = kubelet.cluster;
-  let credential: ClientAuth | null = isNodeCredential(kubelet)
-    ? { kind: 'client-certificate', certPem: kubelet.certPem, keyPem: kubelet.keyPem }
-    : null;
-  let bootstrapFile: string | null = null;
+  // Who would ask, as the pass would ask: the bootstrap credential once it checks out, else the kubelet's own.
+  let requester: Requester | null = null;
   if (unreadable !== null) {
     lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
   } else if (!present && !joining) {
@@ -92,26 +87,23 @@ export async function runCheck(
           ? 'from the bootstrap kubeconfig'
           : `discovered from kube-public/cluster-info and pinned (${caCertHash(cluster.caPem)})`,
       });
-      endpoint = cluster;
-      bootstrapFile = bootstrap.file;
-      credential =
-        bootstrap.auth.kind === 'client-certificate'
-          ? { kind: 'client-certificate', certPem: bootstrap.auth.certPem, keyPem: bootstrap.auth.keyPem }
-          : { kind: 'token', token: bootstrap.auth.token };
+      requester = bootstrapRequester(bootstrap, cluster);
     } catch (err) {
       lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: (err as Error).message, code: exitCodeOf(err) });
     }
   }
 
-  if (endpoint && credential) {
-    const client = new KubeClient(endpoint, credential);
+  requester ??= isNodeCredential(node.kubelet) ? nodeRequester(node.kubelet) : null;
+  if (requester) {
+    const { client, cluster } = requester;
+    const bootstrapFile = requester.bootstrap?.file ?? null;
     try {
       const user = await whoAmI(client, signal);
       lines.push({
         ok: true,
         kind: 'setup',
         what: 'API server',
-        detail: `${endpoint.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]`,
+        detail: `${cluster.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]`,
       });
     } catch (err) {
       const rejected = bootstrapFile !== null && err instanceof ApiError && err.status === 401;
