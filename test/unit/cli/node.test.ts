@@ -4,7 +4,8 @@
 // pending kubelet client CSRs and says until when its certificate lives, and
 // the listing shows each node's identity, expiry and renewer, escaped.
 import t from 'tap';
-import { listNodes, replaceNode, revokeNode, runNode, unrevokeNode } from '../../../agent/cli/node.js';
+import { runNode } from '../../../agent/cli/node.js';
+import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../../../agent/join/node-requests.js';
 import { ExitCode } from '../../../agent/errors.js';
 import { renderNodeTable, renewerOf } from '../../../agent/join/node.js';
 import { craftCsrPem } from '../../support/approver.js';
