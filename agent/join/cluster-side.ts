@@ -104,7 +104,8 @@ export function approvalNotes(autoApproved: Finding<boolean>, bound: boolean): s
           'warning: kube-controller-manager approves kubelet client CSRs from this token for any node name (its groups may create certificatesigningrequests/nodeclient, as kubeadm:node-autoapprove-bootstrap grants kubeadm\'s group): the --node/--pool binding holds once that ClusterRoleBinding is gone (docs/node-identity.md, "Migrating off")',
         ]
       : [];
-  return kcm === true
+  // Not known (the admin may not ask): nothing claimed, as for a bound token.
+  return kcm !== false
     ? []
     : [
         'warning: this token is bound to no node name: kubeboot approver --approve-kubelet-client refuses its kubelet client CSRs unless it runs with --unsafe-approve-unbound-tokens; bind it with --node NAME or --pool PREFIX --max-nodes N (docs/node-identity.md)',

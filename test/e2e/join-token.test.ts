@@ -53,7 +53,14 @@ if (plane) {
   const created = async (t: Test, args: string[]) => {
     const result = await kubeboot(t, ['token', 'create', ...admin, ...args]);
     t.equal(result.code, 0, `exit 0; stderr: ${result.stderr}`);
-    t.equal(result.stderr, '', 'nothing on stderr');
+    // Unbound, on kubeboot's RBAC: only the approver's refusal is said (docs/node-identity.md).
+    if (args.includes('--node') || args.includes('--pool')) t.equal(result.stderr, '', 'nothing on stderr');
+    else
+      t.match(
+        result.stderr,
+        /^kubeboot token: warning: this token is bound to no node name: kubeboot approver --approve-kubelet-client refuses [^\n]*\n$/,
+        'one line: the approver refuses an unbound token',
+      );
     const m = TOKEN.exec(result.stdout.trim());
     t.ok(m, `prints only a token, got ${JSON.stringify(result.stdout.replace(/\.[a-z0-9]{16}/g, '.<secret>'))}`);
     forbid(m![2]!);
