@@ -23,7 +23,30 @@ export interface Subject {
   organizations: string[];
 }
 
-export interface Identity {
+/** A process that reads its kubeconfig's CA only when it starts, so is restarted after a CA change (trust/keeper.ts). */
+export type Consumer = 'kubelet' | 'kube-proxy';
+
+/**
+ * What one identity does differently from the others, declared as a row of
+ * config/identities.ts's IDENTITY_ROLES and read everywhere instead of its name.
+ */
+export interface IdentityRole {
+  /**
+   * What authenticates its first CSR: the bootstrap token (the identity whose
+   * credential proves the node), or the node's credential, waited for until it exists.
+   */
+  requester: 'bootstrap-token' | 'node-credential';
+  /** Who reads its kubeconfig and restarts after a CA change; null when nobody must. */
+  consumer: Consumer | null;
+  /** Older timestamped credential files kept after a renewal. */
+  keepOld: number;
+  /** READY=1 waits for a valid credential of this identity. */
+  holdsReady: boolean;
+  /** The kubelet may rotate this certificate itself (kubelet.renewal, renewal/owner.ts); kubeboot then steps aside. */
+  rotatedByKubelet: boolean;
+}
+
+export interface Identity extends IdentityRole {
   name: IdentityName;
   subject: Subject;
   signerName: string;

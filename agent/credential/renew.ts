@@ -7,7 +7,7 @@
  */
 import type { Config } from '../config/types.js';
 import type { Identity } from '../identity.js';
-import { oldCredentialsToKeep, pruneOld } from '../store/cert-store.js';
+import { pruneOld } from '../store/cert-store.js';
 import type { Assessment, NodeCredential } from './assess.js';
 import { runIdentityHooks, type HookResult } from './hooks.js';
 import { issueContext, issueCredential, type Issued, type RunDeps } from './issue.js';
@@ -34,7 +34,7 @@ export async function finishRenewal(
   identity: Identity,
   deps: Pick<RunDeps, 'logger' | 'observer' | 'signal'>,
 ): Promise<HookResult[]> {
-  await pruneOld(identity, oldCredentialsToKeep(identity), deps.observer ? { observer: deps.observer } : {});
+  await pruneOld(identity, identity.keepOld, deps.observer ? { observer: deps.observer } : {});
   if (identity.hooks.length === 0) return [];
   return runIdentityHooks(identity, deps.logger, { timeoutMs: config.renewal.hookTimeout * 1000, signal: deps.signal });
 }

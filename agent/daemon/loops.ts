@@ -16,12 +16,12 @@ import type { Dispatcher } from 'undici';
 import { deleteBootstrapNow, forgetAnsweredKeys, issueKubelet, openPass } from '../bootstrap/pass.js';
 import { storeOf } from '../store/store.js';
 import type { Config } from '../config/types.js';
-import { assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
+import { allOf, assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
 import { hookEnvironment, runHook } from '../credential/hooks.js';
 import { finishRenewal, renewIdentity } from '../credential/renew.js';
 import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
-import { identitiesFor } from '../config/identities.js';
+import { IDENTITY_ROLES, identitiesFor, nodeIdentity } from '../config/identities.js';
 import type { Identity, IdentityName } from '../identity.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
@@ -311,7 +311,7 @@ export class RenewalLoops {
         wakeAt = this.#failed(identity, slot, err);
       }
       slot.doneSeq = Math.max(slot.doneSeq, answering);
-      if (name === 'kubelet' && slot.seen?.state === 'usable') await this.#seedClientCa(slot.seen.cluster?.caPem);
+      if (identity.requester === 'bootstrap-token' && slot.seen?.state === 'usable') await this.#seedClientCa(slot.seen.cluster?.caPem);
       await this.#publish();
       await this.#removeBootstrapWhenDone(config);
       await this.#sleep(slot, wakeAt);
@@ -329,10 +329,10 @@ export class RenewalLoops {
     const now = this.#clock.now();
     const node = await assessNode(config, now, this.#lastGoodKubelet?.cluster.caPem);
     await forgetAnsweredKeys(config, node, storeOf(this.#runDeps()), this.#logger);
-    const own = identity.name === 'kubelet' ? node.kubelet : node.others.find((a) => a.identity.name === identity.name)!;
+    const own = allOf(node).find((a) => a.identity.name === identity.name)!;
     const requester = this.#requester(node.kubelet, now);
     slot.seen = own;
-    const elsewhere = identity.name === 'kubelet' ? await this.#kubeletRenewedElsewhere(config, slot) : null;
+    const elsewhere = identity.rotatedByKubelet ? await this.#kubeletRenewedElsewhere(config, slot) : null;
     const action = nextAction({
       own,
       requester,
@@ -439,7 +439,7 @@ export class RenewalLoops {
     slot.state.pendingCsr = null;
     this.#sink.metrics.csrSettled(identity.name);
     slot.deadline = null;
-    if (identity.name === 'kubelet' && slot.seen?.state === 'usable') this.#provenKubeletPem = slot.seen.certPem;
+    if (identity.requester === 'bootstrap-token' && slot.seen?.state === 'usable') this.#provenKubeletPem = slot.seen.certPem;
     this.#sink.metrics.recordRenewal(identity.name, now);
     this.#logger.info(
       `${identity.name}: certificate renewed in ${((this.#clock.monotonic() - startedMonotonic) / 1000).toFixed(1)}s, valid until ${issued.notAfter.toISOString()}`,
@@ -448,10 +448,13 @@ export class RenewalLoops {
     slot.state.lastHooks = hooks.map((r) => ({ argv: r.argv, ok: r.ok, exitCode: r.exitCode, at: this.#clock.now().toISOString() }));
     for (const r of hooks) if (!r.ok) this.#sink.metrics.recordHookFailure(identity.name);
     this.#trust.poke();
-    if (identity.name === 'kubelet') {
+    if (identity.requester === 'bootstrap-token') {
       // Others may have been waiting for the kubelet's credential.
+      const waiting = [...this.#slots].filter(
+        ([n, slot]) => IDENTITY_ROLES[n].requester === 'node-credential' && this.#validNow(slot) === null,
+      );
       this.nudge(
-        [...this.#slots.keys()].filter((n) => n !== 'kubelet' && this.#validNow(this.#slots.get(n)!) === null),
+        waiting.map(([n]) => n),
         false,
       );
     }
@@ -514,7 +517,7 @@ export class RenewalLoops {
    * SelfSubjectReview). A failure is logged and tried again after the next pass.
    */
   async #removeBootstrapWhenDone(config: Config): Promise<void> {
-    const kubelet = this.#slots.get('kubelet')?.seen;
+    const kubelet = this.#slots.get(nodeIdentity(config).name)?.seen;
     if (this.#cleaningUp || !this.readiness().ready || !kubelet || !isNodeCredential(kubelet)) return;
     this.#cleaningUp = true;
     try {

@@ -10,7 +10,7 @@
  * for longer than REST_AFTER_MS. See docs/architecture.md.
  */
 import type { Config } from '../config/types.js';
-import { identitiesFor } from '../config/identities.js';
+import { nodeIdentity } from '../config/identities.js';
 import type { Cluster, NodeCredential } from '../credential/assess.js';
 import type { IdentityName } from '../identity.js';
 import type { CaLook, KeeperMemory } from '../trust/keeper.js';
@@ -70,8 +70,8 @@ export function carriedCredential(credential: NodeCredential | null): Carry['las
 
 /** The carried kubelet credential, bound to this configuration's kubelet identity again. */
 export function restoredCredential(config: Config, carried: Carry['lastGoodKubelet']): NodeCredential | null {
-  const identity = identitiesFor(config).find((i) => i.name === 'kubelet');
-  if (carried === null || identity === undefined) return null;
+  if (carried === null) return null;
+  const identity = nodeIdentity(config);
   return {
     identity,
     state: 'usable',

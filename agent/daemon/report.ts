@@ -4,6 +4,7 @@
  * The daemon hands over one typed view per identity after every change; the
  * words are chosen here, from the views, never by filtering formatted text.
  */
+import { IDENTITY_ROLES } from '../config/identities.js';
 import type { IdentityName } from '../identity.js';
 import type { Log } from '../log-lines.js';
 import type { Notifier } from './notify.js';
@@ -40,15 +41,18 @@ export function readinessOf(views: IdentityView[]): Readiness {
   return { ready: views.every((v) => v.validUntil !== null), detail: views.map(line) };
 }
 
+const holdsReady = (v: IdentityView) => IDENTITY_ROLES[v.name].holdsReady;
+
 /** READY=1: the kubelet's credential is valid; the other identities may still be pending. */
 export function nodeReadyOf(views: IdentityView[]): boolean {
-  return views.some((v) => v.name === 'kubelet' && v.validUntil !== null);
+  const held = views.filter(holdsReady);
+  return held.length > 0 && held.every((v) => v.validUntil !== null);
 }
 
-/** The identities other than the kubelet that still have no valid credential. */
+/** The identities READY=1 does not wait for that still have no valid credential. */
 function pendingOthers(views: IdentityView[]): string {
   return views
-    .filter((v) => v.name !== 'kubelet' && v.validUntil === null)
+    .filter((v) => !holdsReady(v) && v.validUntil === null)
     .map(line)
     .join('; ');
 }

@@ -63,7 +63,7 @@ export function nextAction(o: ActionInput): Action {
         until: new Date(Math.min(own.notAfter.getTime(), now.getTime() + STEP_ASIDE_RECHECK_MS)),
       };
     // A valid credential is still around (in memory): the files are in the other party's hands, mid-swap or about to be rewritten.
-    if (o.requester !== null && own.identity.name === 'kubelet')
+    if (o.requester !== null && own.identity.requester === 'bootstrap-token')
       return {
         kind: 'step-aside',
         why: `${elsewhere}; its files are not usable right now (${own.reason}), looking again shortly`,
@@ -77,7 +77,7 @@ export function nextAction(o: ActionInput): Action {
       ? `renewal due (deadline ${o.deadline?.toISOString()}, expires ${own.notAfter.toISOString()})`
       : `needs a certificate (${own.reason})`;
   if (o.requester !== null) return { kind: 'renew', why, requester: o.requester };
-  if (own.identity.name === 'kubelet') return { kind: 'bootstrap', why };
+  if (own.identity.requester === 'bootstrap-token') return { kind: 'bootstrap', why };
   return {
     kind: 'wait-for-kubelet',
     why: `waiting for the kubelet credential (${o.kubeletProblem ?? 'not known yet'})`,

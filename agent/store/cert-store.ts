@@ -249,21 +249,6 @@ export async function recoverStore(identity: Identity, opts: StoreOptions = {}):
   return lines;
 }
 
-/** Older timestamped credential files kept after a renewal; the kubelet never prunes them, so they pile up. */
-const KEEP_OLD_CREDENTIALS = 5;
-
-/**
- * None for the serving identity. matches kubelet (ReloadKubeletServerCertificateFile,
- * apiserver's DynamicCertKeyPairContent): it watches tlsCertFile with inotify,
- * which follows the `-current.pem` link to the file it then points at, and
- * reloads only when that file changes or goes. Kept, the replaced file never
- * goes, and the kubelet serves it until it expires; removed, the kubelet
- * reloads through the link and watches the new file.
- */
-export function oldCredentialsToKeep(identity: Identity): number {
-  return identity.name === 'kubelet-serving' ? 0 : KEEP_OLD_CREDENTIALS;
-}
-
 /**
  * Removes timestamped files beyond the newest `keep`, so renewals do not pile
  * up (client-go never deletes them). The file `-current.pem` points at is

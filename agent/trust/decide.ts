@@ -6,7 +6,7 @@
  * the decisions out.
  */
 import { createHash } from 'node:crypto';
-import type { IdentityName } from '../identity.js';
+import type { Consumer, Identity, IdentityName } from '../identity.js';
 import { anchorOf, parseCertificateChain, type CertInfo } from '../pki/certificate.js';
 import { checkBundle, type BundleProblem, type TrustBundle } from './bundle.js';
 import { statementFor, verifyStatement, type StatementCheck, type StatementProblem, type ValidStatement } from './statement.js';
@@ -173,12 +173,20 @@ export function decideBundle(input: BundleInput): BundleDecision {
 export interface TrustFile {
   path: string;
   kind: 'kubeconfig' | 'client-ca';
-  consumer: Consumer;
+  /** Who reads it only at start, so restarts to use a new bundle; null when nobody must. */
+  consumer: Consumer | null;
   /** The bundle hash the file holds now; null when absent or unreadable. */
   heldHash: string | null;
 }
 
-export type Consumer = 'kubelet' | 'kube-proxy';
+/** The identities' kubeconfigs, each read by the consumer its identity declares (never one guessed from its name). */
+export function kubeconfigFiles(held: readonly { identity: Identity; heldHash: string | null }[]): TrustFile[] {
+  return held.flatMap(({ identity, heldHash }) =>
+    identity.kubeconfigPath === null
+      ? []
+      : [{ path: identity.kubeconfigPath, kind: 'kubeconfig' as const, consumer: identity.consumer, heldHash }],
+  );
+}
 
 export interface RewritePlan {
   /** In write order: the kubelet's kubeconfig last, as the commit point a crash is recovered from. */
@@ -199,7 +207,7 @@ export function rewritePlan(bundleHash: string, files: readonly TrustFile[]): Re
   const stale = files.filter((f) => f.heldHash !== bundleHash);
   const order = (f: TrustFile) => (f.kind === 'client-ca' ? 0 : f.consumer === 'kubelet' ? 2 : 1);
   const rewrite = [...stale].sort((a, b) => order(a) - order(b));
-  const restart = [...new Set(rewrite.filter((f) => f.kind === 'kubeconfig').map((f) => f.consumer))];
+  const restart = [...new Set(rewrite.flatMap((f) => (f.kind === 'kubeconfig' && f.consumer !== null ? [f.consumer] : [])))];
   return { rewrite, restart };
 }
 

@@ -16,10 +16,11 @@
  */
 import type { Dispatcher } from 'undici';
 import path from 'node:path';
+import { consumerRestarts } from '../config/identities.js';
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential } from '../credential/assess.js';
 import { ApiError } from '../errors.js';
-import { currentCertPath, type IdentityName } from '../identity.js';
+import { currentCertPath, type Consumer, type IdentityName } from '../identity.js';
 import { CLUSTER_INFO } from '../kube/discovery.js';
 import { KubeClient, presentedChain, type ClientAuth, type Endpoint } from '../kube/client.js';
 import { annotateNode, canChangeClusterInfo, nodeWarning, readPublishedTrust, type PublishedTrust } from '../kube/trust-requests.js';
@@ -39,10 +40,10 @@ import {
   decideBundle,
   judgeStatement,
   issuerPin,
+  kubeconfigFiles,
   reissuePlan,
   rewritePlan,
   spreadOffset,
-  type Consumer,
   type HeldCertificate,
   type TrustFile,
 } from './decide.js';
@@ -467,7 +468,7 @@ export class TrustKeeper {
       }
       // A consumer started before kubeboot first saw any bundle uses what its files hold.
       for (const f of files)
-        if (f.kind === 'kubeconfig' && state.restarted[f.consumer] === undefined && !state.pending[f.consumer])
+        if (f.kind === 'kubeconfig' && f.consumer !== null && state.restarted[f.consumer] === undefined && !state.pending[f.consumer])
           state.restarted[f.consumer] = f.heldHash ?? bundle.hash;
     });
   }
@@ -482,22 +483,19 @@ export class TrustKeeper {
         consumer: 'kubelet',
         heldHash: hashOf(await readOptional(clientCa).catch(() => null)),
       });
-    for (const a of [kubelet, ...others]) {
-      if (a.identity.kubeconfigPath === null || a.cluster === null) continue;
-      const consumer: Consumer = a.identity.name === 'kube-proxy' ? 'kube-proxy' : 'kubelet';
-      files.push({ path: a.identity.kubeconfigPath, kind: 'kubeconfig', consumer, heldHash: hashOf(a.cluster.caPem) });
-    }
-    return files;
+    const held = [kubelet, ...others].flatMap((a) =>
+      a.cluster === null ? [] : [{ identity: a.identity, heldHash: hashOf(a.cluster.caPem) }],
+    );
+    return [...files, ...kubeconfigFiles(held)];
   }
 
   /** Run the restarts that are due; the earliest one still owed otherwise. */
   async #restartsDue(config: Config, state: KeeperState): Promise<Date | null> {
     const now = this.#deps.clock.now();
-    for (const consumer of ['kubelet', 'kube-proxy'] as const) {
+    for (const { consumer, restart } of consumerRestarts(config)) {
       const owed = state.pending[consumer];
       if (!owed || new Date(owed.at) > now) continue;
-      const argvs = consumer === 'kubelet' ? config.caRotation.kubeletRestart : config.caRotation.kubeProxyRestart;
-      const ok = await this.#deps.runCommands(argvs, consumer);
+      const ok = await this.#deps.runCommands(restart, consumer);
       this.#deps.metrics.caRestart(consumer, ok);
       if (ok) this.#deps.logger.info(`CA rotation: ${consumer} restarted for CA bundle ${owed.hash.slice(0, 12)}`);
       else this.#deps.logger.error(`CA rotation: restarting ${consumer} failed; it keeps the CA bundle it started with until it restarts`);
@@ -555,9 +553,9 @@ export class TrustKeeper {
     const state = this.#state!;
     const issuers: RotationStatus['issuers'] = {};
     for (const a of usable) issuers[a.identity.name] = a.state === 'usable' ? issuerPin(a.certPem, bundle) : null;
-    const consumers = (await this.#trustFiles(config, node.kubelet, node.others))
-      .filter((f) => f.kind === 'kubeconfig')
-      .map((f) => f.consumer);
+    const consumers = (await this.#trustFiles(config, node.kubelet, node.others)).flatMap((f) =>
+      f.kind === 'kubeconfig' && f.consumer !== null ? [f.consumer] : [],
+    );
     const active = consumers.every((c) => state.restarted[c] === bundle.hash && !state.pending[c]);
     this.#status = { bundle: bundle.hash, active, issuers, refused, version: state.accepted?.version ?? null };
     const value = JSON.stringify(this.#status);
@@ -610,7 +608,7 @@ function quietLook(node: NodeCredential, digest: string, bundle: TrustBundle, ac
 
 function heldCertificates(others: Assessment[], node: NodeCredential): HeldCertificate[] {
   return [
-    { identity: 'kubelet', certPem: node.certPem },
+    { identity: node.identity.name, certPem: node.certPem },
     ...others.flatMap((a) => (a.state === 'usable' ? [{ identity: a.identity.name, certPem: a.certPem }] : [])),
   ];
 }

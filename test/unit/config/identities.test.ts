@@ -1,6 +1,50 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import t from 'tap';
-import { identitiesFor } from '../../../agent/config/identities.js';
+import { IDENTITY_ROLES, consumerRestarts, identitiesFor, nodeIdentity } from '../../../agent/config/identities.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
+
+t.test('what differs between the identities is one table', async (t) => {
+  t.same(IDENTITY_ROLES, {
+    // The node's own credential: bootstrapped with the token, restarts the kubelet after a CA change, holds READY=1.
+    kubelet: { requester: 'bootstrap-token', consumer: 'kubelet', keepOld: 5, holdsReady: true, rotatedByKubelet: true },
+    'kube-proxy': { requester: 'node-credential', consumer: 'kube-proxy', keepOld: 5, holdsReady: false, rotatedByKubelet: false },
+    // No kubeconfig, so nothing to restart; no old file, so the kubelet's inotify watch reloads.
+    'kubelet-serving': { requester: 'node-credential', consumer: null, keepOld: 0, holdsReady: false, rotatedByKubelet: false },
+  });
+  const config = defaultConfig('worker-1');
+  config.kubeletServing.enabled = true;
+  for (const identity of identitiesFor(config)) t.match(identity, IDENTITY_ROLES[identity.name], `${identity.name} carries its row`);
+  t.equal(nodeIdentity(config).name, 'kubelet', 'exactly one identity is bootstrapped with the token, and it proves the node');
+  t.equal(identitiesFor(config).filter((i) => i.requester === 'bootstrap-token').length, 1);
+  config.caRotation.kubeletRestart = [['restart', 'kubelet']];
+  config.caRotation.kubeProxyRestart = [['restart', 'kube-proxy']];
+  t.same(consumerRestarts(config), [
+    { consumer: 'kubelet', restart: [['restart', 'kubelet']] },
+    { consumer: 'kube-proxy', restart: [['restart', 'kube-proxy']] },
+  ]);
+});
+
+/** Decisions by an identity's name left outside config/, each with the reason it stays for now. */
+const NAME_BRANCHES: Record<string, string> = {
+  'cli/status.ts': 'renewedBy: read rotatedByKubelet when cli/ stops deciding (issue 29 item 6)',
+};
+
+t.test('no module outside config/ decides by an identity name: a new identity inherits no behaviour', async (t) => {
+  const root = new URL('../../../agent/', import.meta.url).pathname;
+  const files = (await readdir(root, { recursive: true })).filter((f) => f.endsWith('.ts') && !f.startsWith('config/'));
+  const branching: string[] = [];
+  for (const file of files) {
+    const text = await readFile(join(root, file), 'utf8');
+    if (/\b(?:name|identity)\s*[!=]==\s*'(?:kubelet|kube-proxy|kubelet-serving)'/.test(text)) branching.push(file);
+  }
+  t.same(branching.filter((f) => !(f in NAME_BRANCHES)).sort(), [], 'read a field of IDENTITY_ROLES (config/identities.ts) instead');
+  t.same(
+    Object.keys(NAME_BRANCHES).filter((f) => !branching.includes(f)),
+    [],
+    'every listed module still branches (else drop it)',
+  );
+});
 
 t.test('the kubelet client comes first, shaped for the csrapproving controller', async (t) => {
   const config = defaultConfig('worker-1');
@@ -8,6 +52,11 @@ t.test('the kubelet client comes first, shaped for the csrapproving controller',
   t.same(identitiesFor(config), [
     {
       name: 'kubelet',
+      requester: 'bootstrap-token',
+      consumer: 'kubelet',
+      keepOld: 5,
+      holdsReady: true,
+      rotatedByKubelet: true,
       subject: { commonName: 'system:node:worker-1', organizations: ['system:nodes'] },
       signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
       usages: ['digital signature', 'client auth'],
@@ -33,6 +82,11 @@ t.test('kube-proxy and kubelet serving follow when enabled, with RSA usages', as
   t.same(kubelet?.usages, ['digital signature', 'client auth', 'key encipherment']);
   t.same(proxy, {
     name: 'kube-proxy',
+    requester: 'node-credential',
+    consumer: 'kube-proxy',
+    keepOld: 5,
+    holdsReady: false,
+    rotatedByKubelet: false,
     subject: { commonName: 'system:kube-proxy', organizations: ['team-a'] },
     signerName: 'kubernetes.io/kube-apiserver-client',
     usages: ['digital signature', 'client auth', 'key encipherment'],
@@ -45,6 +99,11 @@ t.test('kube-proxy and kubelet serving follow when enabled, with RSA usages', as
   });
   t.same(serving, {
     name: 'kubelet-serving',
+    requester: 'node-credential',
+    consumer: null,
+    keepOld: 0,
+    holdsReady: false,
+    rotatedByKubelet: false,
     subject: { commonName: 'system:node:worker-1', organizations: ['system:nodes'] },
     signerName: 'kubernetes.io/kubelet-serving',
     usages: ['digital signature', 'server auth', 'key encipherment'],

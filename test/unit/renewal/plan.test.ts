@@ -1,6 +1,7 @@
 // The renewal loop's decisions as tables: what to do next, how long to wait
 // after a failure, and when a loop counts as stuck.
 import t from 'tap';
+import { IDENTITY_ROLES } from '../../../agent/config/identities.js';
 import type { Assessment, NodeCredential } from '../../../agent/credential/assess.js';
 import { ApiError, CsrRejectedError, KubebootError, NeedsBootstrapError, TimedOutError } from '../../../agent/errors.js';
 import type { Identity } from '../../../agent/identity.js';
@@ -15,6 +16,7 @@ const kubelet = kubeletIdentity();
 const proxy: Identity = {
   ...kubeletIdentity(),
   name: 'kube-proxy',
+  ...IDENTITY_ROLES['kube-proxy'],
   subject: { commonName: 'system:kube-proxy', organizations: [] },
   filePrefix: 'kube-proxy-client',
 };

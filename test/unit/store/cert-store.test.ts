@@ -3,21 +3,14 @@ import { generateKeyPairSync, randomBytes } from 'node:crypto';
 import { readlinkSync } from 'node:fs';
 import { chmod, lstat, readdir, readFile, readlink, rm, stat, symlink, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
+import { IDENTITY_ROLES } from '../../../agent/config/identities.js';
 import { KubebootError } from '../../../agent/errors.js';
 import type { Identity } from '../../../agent/identity.js';
 import { currentCertPath } from '../../../agent/identity.js';
 import { kubeletIdentity } from '../../support/identity.js';
 import { realFs } from '../../../agent/store/atomic.js';
 import type { FsOps } from '../../../agent/store/atomic.js';
-import {
-  listCredentialFiles,
-  loadCurrent,
-  oldCredentialsToKeep,
-  pruneOld,
-  recoverStore,
-  storeCredential,
-  timestampOf,
-} from '../../../agent/store/cert-store.js';
+import { listCredentialFiles, loadCurrent, pruneOld, recoverStore, storeCredential, timestampOf } from '../../../agent/store/cert-store.js';
 
 // The store never parses X.509, so a well-formed PEM block stands in for a certificate.
 const certPem = (): string => `-----BEGIN CERTIFICATE-----\n${randomBytes(48).toString('base64')}\n-----END CERTIFICATE-----\n`;
@@ -259,10 +252,15 @@ t.test('pruneOld keeps the newest files and always the current target', async (t
 
 t.test('after a renewal the serving identity keeps no old file, so the kubelet watching the replaced one reloads', async (t) => {
   const client = identityIn(path.join(t.testdir(), 'client'));
-  const serving: Identity = { ...identityIn(path.join(t.testdir(), 'serving')), name: 'kubelet-serving', filePrefix: 'kubelet-server' };
+  const serving: Identity = {
+    ...identityIn(path.join(t.testdir(), 'serving')),
+    name: 'kubelet-serving',
+    ...IDENTITY_ROLES['kubelet-serving'],
+    filePrefix: 'kubelet-server',
+  };
   for (const id of [client, serving]) {
     for (let i = 0; i < 3; i++) await storeCredential(id, certPem(), keyPem(), later(i * 3600));
-    await pruneOld(id, oldCredentialsToKeep(id));
+    await pruneOld(id, id.keepOld);
   }
   t.equal((await listCredentialFiles(client)).length, 3, 'the client identity keeps its older files');
   t.same(await listCredentialFiles(serving), [(await loadCurrent(serving))?.file], 'the serving identity only the current one');

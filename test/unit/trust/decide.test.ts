@@ -7,6 +7,7 @@ import {
   bundleChanged,
   decideBundle,
   issuerPin,
+  kubeconfigFiles,
   reissuePlan,
   rewritePlan,
   spreadOffset,
@@ -18,6 +19,7 @@ import { createPrivateKey } from 'node:crypto';
 import { parseCertificateChain } from '../../../agent/pki/certificate.js';
 import { nextStatement, signStatement } from '../../../agent/trust/statement.js';
 import { x509 } from '../../../agent/pki/x509.js';
+import { kubeletIdentity } from '../../support/identity.js';
 import { createCa, generateKeyPair, issueLeaf, subjectName, type CertAndKey } from '../../support/pki.js';
 
 const now = new Date();
@@ -366,6 +368,12 @@ t.test('rewritePlan: what is rewritten, in which order, and who restarts', async
       restart: ['kube-proxy'],
     },
     { name: 'all current: nothing', files: [f('kubelet.conf', 'kubeconfig', 'kubelet', 'new')], rewrite: [], restart: [] },
+    {
+      name: 'a kubeconfig nobody must restart for is rewritten and restarts nothing',
+      files: [f('kubelet.conf', 'kubeconfig', 'kubelet', 'new'), f('other.conf', 'kubeconfig', null, 'old')],
+      rewrite: ['other.conf'],
+      restart: [],
+    },
   ];
   for (const c of cases) {
     const plan = rewritePlan('new', c.files);
@@ -376,6 +384,31 @@ t.test('rewritePlan: what is rewritten, in which order, and who restarts', async
     );
     t.same(plan.restart, c.restart, `${c.name}: restart`);
   }
+});
+
+t.test("a kubeconfig's consumer is the one its identity declares, whatever the identity's name", async (t) => {
+  const proxy = kubeletIdentity({ name: 'kube-proxy', kubeconfigPath: 'proxy.conf', consumer: 'kube-proxy' });
+  const files = kubeconfigFiles([
+    { identity: kubeletIdentity({ kubeconfigPath: 'kubelet.conf' }), heldHash: 'old' },
+    { identity: proxy, heldHash: 'old' },
+    // A new identity is not the kubelet's by default: declared with no consumer, nothing restarts for it.
+    { identity: kubeletIdentity({ name: 'kube-proxy', kubeconfigPath: 'new.conf', consumer: null }), heldHash: 'old' },
+    { identity: kubeletIdentity({ name: 'kubelet-serving', kubeconfigPath: null, consumer: null }), heldHash: null },
+  ]);
+  t.same(
+    files.map((f) => [f.path, f.consumer]),
+    [
+      ['kubelet.conf', 'kubelet'],
+      ['proxy.conf', 'kube-proxy'],
+      ['new.conf', null],
+    ],
+    'read from the declaration; an identity without a kubeconfig has no file',
+  );
+  t.same(rewritePlan('new', files).restart, ['kube-proxy', 'kubelet']);
+  const swapped = kubeconfigFiles([
+    { identity: kubeletIdentity({ kubeconfigPath: 'kubelet.conf', consumer: 'kube-proxy' }), heldHash: 'old' },
+  ]);
+  t.same(rewritePlan('new', swapped).restart, ['kube-proxy'], 'the name "kubelet" alone restarts no kubelet');
 });
 
 t.test('spreadOffset: stable per node, within the window, spread over the fleet', async (t) => {
