@@ -46,7 +46,7 @@ export async function collectStatus(config: Config, now = systemClock.now()): Pr
       kubeconfig: identity.kubeconfigPath,
       pendingCsr: pending ? { name: pending.name, since: pending.since.toISOString(), description: describePending(pending, now) } : null,
       daemon: daemon?.identities[identity.name] ?? null,
-      renewedBy: identity.name === 'kubelet' ? await kubeletRenewerOf(config) : null,
+      renewedBy: identity.rotatedByKubelet ? await kubeletRenewerOf(config) : null,
     };
     try {
       const current = await loadCurrent(identity);

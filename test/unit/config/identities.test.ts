@@ -26,9 +26,7 @@ t.test('what differs between the identities is one table', async (t) => {
 });
 
 /** Decisions by an identity's name left outside config/, each with the reason it stays for now. */
-const NAME_BRANCHES: Record<string, string> = {
-  'cli/status.ts': 'renewedBy: read rotatedByKubelet when cli/ stops deciding (issue 29 item 6)',
-};
+const NAME_BRANCHES: Record<string, string> = {};
 
 t.test('no module outside config/ decides by an identity name: a new identity inherits no behaviour', async (t) => {
   const root = new URL('../../../agent/', import.meta.url).pathname;
