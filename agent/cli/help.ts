@@ -163,7 +163,8 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   },
   approver: {
     usage: 'kubeboot approver [--kubeconfig PATH] [options]',
-    summary: 'Cluster side: approve kubelet client (with --approve-kubelet-client: first issue under the token binding, and renewal), kube-proxy client and, opted in, kubelet serving CSRs that pass every rule.',
+    summary:
+      'Cluster side: approve kubelet client (with --approve-kubelet-client: first issue under the token binding, and renewal), kube-proxy client and, opted in, kubelet serving CSRs that pass every rule.',
     options: ['config', ...APPROVER, ...LOG],
     meanings: { kubeconfig: "The approver's own kubeconfig (as approver.kubeconfig); without one the in-cluster service account is used" },
   },

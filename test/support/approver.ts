@@ -101,7 +101,8 @@ export async function registerNodeOnceCredentialed(plane: ControlPlane, name: st
     `the kubelet CSR of ${requester} issued, to register Node ${name}`,
     async () =>
       (await plane.admin.listCsrs()).some(
-        (c) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' && c.spec?.username === requester && c.status?.certificate,
+        (c) =>
+          c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' && c.spec?.username === requester && c.status?.certificate,
       ) || undefined,
     300_000,
   );
