@@ -286,13 +286,24 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
       // is removed before teardowns run, while the daemon still writes there.
       const dir = mkdtempSync(join(tmpdir(), 'kubeboot-metrics-node-'));
       const node = await nodeLayout(dir, 'metrics-node', { kubeProxy: { enabled: true }, listen: `127.0.0.1:${port}` });
-      await handToken(plane, node);
+      const token = await handToken(plane, node);
       const daemon = startKubeboot(['run', '--config', node.config]);
       t.teardown(async () => {
         if (daemon.child.exitCode === null && daemon.child.signalCode === null) daemon.child.kill('SIGKILL');
         await daemon.done;
         rmSync(dir, { recursive: true, force: true });
       });
+      // No approver runs now (the plane has none of its own here): the admin approves the kubelet's CSR.
+      const kubeletCsr = await plane.admin.waitFor(
+        "the node's kubelet CSR",
+        async () =>
+          (await plane.admin.listCsrs()).find(
+            (c) =>
+              c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' && c.spec?.username === `system:bootstrap:${token.id}`,
+          ),
+        120_000,
+      );
+      await plane.admin.approveCsr(kubeletCsr.metadata.name);
       const pendingSeries = /^kubeboot_csr_pending_since_timestamp_seconds\{identity="kube-proxy"\} (\S+)$/m;
       const daemonMetrics = await plane.admin.waitFor(
         'the daemon reporting its pending kube-proxy CSR',
