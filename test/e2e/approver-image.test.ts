@@ -17,7 +17,7 @@ import { parseAllDocuments } from 'yaml';
 import { request } from 'undici';
 import t from 'tap';
 import type { KubeObject } from '../support/admin.js';
-import { approvals, createNode, KUBE_PROXY, nodeClient, submitCsr } from '../support/approver.js';
+import { approvals, approveKubeletCsrOf, createNode, KUBE_PROXY, nodeClient, submitCsr } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus } from '../support/http.js';
 import { assertNoSecrets, forbid, handToken, nodeLayout, startKubeboot, startWatched } from '../support/kubeboot.js';
@@ -294,16 +294,7 @@ if (toolsOrSkip(t, ['podman', 'runc', 'tar', 'gzip', 'dpkg-deb', 'apt-get'], tru
         rmSync(dir, { recursive: true, force: true });
       });
       // No approver runs now (the plane has none of its own here): the admin approves the kubelet's CSR.
-      const kubeletCsr = await plane.admin.waitFor(
-        "the node's kubelet CSR",
-        async () =>
-          (await plane.admin.listCsrs()).find(
-            (c) =>
-              c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' && c.spec?.username === `system:bootstrap:${token.id}`,
-          ),
-        120_000,
-      );
-      await plane.admin.approveCsr(kubeletCsr.metadata.name);
+      await approveKubeletCsrOf(plane, `system:bootstrap:${token.id}`, 120_000);
       const pendingSeries = /^kubeboot_csr_pending_since_timestamp_seconds\{identity="kube-proxy"\} (\S+)$/m;
       const daemonMetrics = await plane.admin.waitFor(
         'the daemon reporting its pending kube-proxy CSR',

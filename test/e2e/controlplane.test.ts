@@ -9,6 +9,7 @@ import { createHmac } from 'node:crypto';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { x509 } from '../../agent/pki/x509.js';
+import { mayCreateCsr } from '../support/approver.js';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
 import { expectStatus, kubeClient } from '../support/http.js';
 import { ecdsaP256, privateKeyPem, subjectName } from '../support/pki.js';
@@ -79,18 +80,7 @@ if (cp) {
   t.test('the shipped RBAC lets kube-controller-manager auto-approve no kubelet client CSR', async (t) => {
     // csrapproving approves a kubelet client CSR only when this SubjectAccessReview
     // allows the requester (pkg/controller/certificates/approver/sarapprove.go).
-    const allowed = async (user: string, groups: string[], subresource: string) => {
-      const res = await cp.admin.request<{ status: { allowed: boolean } }>('POST', '/apis/authorization.k8s.io/v1/subjectaccessreviews', {
-        apiVersion: 'authorization.k8s.io/v1',
-        kind: 'SubjectAccessReview',
-        spec: {
-          user,
-          groups,
-          resourceAttributes: { group: 'certificates.k8s.io', resource: 'certificatesigningrequests', verb: 'create', subresource },
-        },
-      });
-      return expectStatus(res, `SubjectAccessReview ${subresource}`, 201).body.status.allowed;
-    };
+    const allowed = (user: string, groups: string[], subresource: string) => mayCreateCsr(cp, user, groups, subresource);
     t.equal(
       await allowed('system:bootstrap:abcdef', ['system:bootstrappers', 'system:authenticated'], 'nodeclient'),
       false,

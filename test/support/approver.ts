@@ -109,6 +109,34 @@ export async function registerNodeOnceCredentialed(plane: ControlPlane, name: st
   await createNode(plane, name);
 }
 
+/** Whether the authorizer lets `user` in `groups` create `certificatesigningrequests/<subresource>` (csrapproving's and the approver's question). */
+export async function mayCreateCsr(plane: ControlPlane, user: string, groups: readonly string[], subresource: string): Promise<boolean> {
+  const res = await plane.admin.request<{ status: { allowed?: boolean } }>('POST', '/apis/authorization.k8s.io/v1/subjectaccessreviews', {
+    apiVersion: 'authorization.k8s.io/v1',
+    kind: 'SubjectAccessReview',
+    spec: {
+      user,
+      groups,
+      resourceAttributes: { group: 'certificates.k8s.io', resource: 'certificatesigningrequests', verb: 'create', subresource },
+    },
+  });
+  return expectStatus(res, `SubjectAccessReview ${subresource}`, 201).body.status.allowed === true;
+}
+
+/** Waits for the kubelet client CSR `requester` files and approves it as the admin, where no approver runs. */
+export async function approveKubeletCsrOf(plane: ControlPlane, requester: string, timeoutMs = 180_000): Promise<void> {
+  const csr = await plane.admin.waitFor(
+    `the kubelet CSR of ${requester}`,
+    async () =>
+      (await plane.admin.listCsrs()).find(
+        (c) =>
+          c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' && c.spec?.username === requester && !c.status?.conditions,
+      ),
+    timeoutMs,
+  );
+  await plane.admin.approveCsr(csr.metadata.name);
+}
+
 /** An API client authenticated as `system:node:<name>` in `system:nodes`, as a kubelet is. */
 export async function nodeClient(plane: ControlPlane, name: string): Promise<KubeClient> {
   return kubeClient({

@@ -5,7 +5,7 @@
 // kube-proxy, waiting in its ExecStartPre=, starts.
 import { join } from 'node:path';
 import t from 'tap';
-import { installApprover, createNode, approvals } from '../support/approver.js';
+import { installApprover, createNode, approvals, approveKubeletCsrOf } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
 import { buildPackages, buildTools, toolsOrSkip } from '../packaging/fixtures/packages.js';
@@ -22,19 +22,7 @@ if (toolsOrSkip(t, ['systemd-nspawn', 'nsenter', 'debootstrap', ...buildTools], 
         const node = await bootNode(t, plane, 'listen: off\n');
         await createNode(plane, node.name);
         // No approver runs until the unit starts: the admin approves the kubelet's first CSR, as a person would.
-        const kubeletApproved = plane.admin
-          .waitFor(
-            "the kubelet's first CSR",
-            async () =>
-              (await plane.admin.listCsrs()).find(
-                (c) =>
-                  c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' &&
-                  c.spec?.username?.startsWith('system:bootstrap:') &&
-                  !c.status?.conditions,
-              ),
-            180_000,
-          )
-          .then((csr) => plane.admin.approveCsr(csr.metadata.name));
+        const kubeletApproved = approveKubeletCsrOf(plane, `system:bootstrap:${node.token.id}`);
         kubeletApproved.catch(() => {});
         await installPackage(node);
         const pending = await startStandInsUntilProxyCsr(plane, node);
