@@ -7,7 +7,7 @@
  */
 import type { Config } from '../config/types.js';
 import type { Identity } from '../identity.js';
-import { pruneOld } from '../store/cert-store.js';
+import { storeOf } from '../store/store.js';
 import type { Assessment, NodeCredential } from './assess.js';
 import { runIdentityHooks, type HookResult } from './hooks.js';
 import { issueContext, issueCredential, type Issued, type RunDeps } from './issue.js';
@@ -26,15 +26,16 @@ export async function renewIdentity(config: Config, own: Assessment, node: NodeC
 
 /**
  * After a renewed credential is on disk and proven, for `kubeboot renew` and
- * the daemon alike: the older files beyond the few kept go, then the
- * identity's hooks run (stopped with `deps.signal`).
+ * the daemon alike: the older files beyond the few kept go (through
+ * `deps.store`, unset the files on disk), then the identity's hooks run
+ * (stopped with `deps.signal`).
  */
 export async function finishRenewal(
   config: Config,
   identity: Identity,
-  deps: Pick<RunDeps, 'logger' | 'observer' | 'signal'>,
+  deps: Pick<RunDeps, 'logger' | 'observer' | 'signal' | 'store'>,
 ): Promise<HookResult[]> {
-  await pruneOld(identity, identity.keepOld, deps.observer ? { observer: deps.observer } : {});
+  await storeOf(deps).prune(identity, identity.keepOld);
   if (identity.hooks.length === 0) return [];
   return runIdentityHooks(identity, deps.logger, { timeoutMs: config.renewal.hookTimeout * 1000, signal: deps.signal });
 }

@@ -11,14 +11,15 @@
  */
 import path from 'node:path';
 import type { Dispatcher } from 'undici';
-import { stringify } from 'yaml';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError, KubebootError, TokenFileGoneError } from '../errors.js';
 import { discoverClusterCa } from '../kube/discovery.js';
 import { classifyToken, type BootstrapAuth, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
+import { renderBootstrapKubeconfig } from '../kubeconfig/render.js';
 import type { Logger } from '../log.js';
-import { readOptional } from '../read-optional.js';
-import { ensureDir, writeFileAtomic } from '../store/atomic.js';
+import { readOptional, type ReadFile } from '../read-optional.js';
+import type { WriteObserver } from '../store/atomic.js';
+import { storeOf, type Store } from '../store/store.js';
 import type { Clock } from '../time/clock.js';
 
 export interface JoinDeps {
@@ -26,6 +27,9 @@ export interface JoinDeps {
   clock: Clock;
   signal?: AbortSignal | undefined;
   dispatcher?: Dispatcher | undefined;
+  /** Where the token file is read and the bootstrap kubeconfig written; unset, the files on disk. */
+  store?: Store | undefined;
+  observer?: WriteObserver | undefined;
 }
 
 const SETTINGS = 'configuration';
@@ -37,9 +41,10 @@ const SETTINGS = 'configuration';
  * token file is already gone.
  */
 export async function joinCluster(config: Config, deps: JoinDeps): Promise<BootstrapKubeconfig | null> {
+  const store = storeOf(deps);
   let source: JoinSource;
   try {
-    source = await joinSource(config);
+    source = await joinSource(config, store.read);
   } catch (err) {
     if (!(err instanceof TokenFileGoneError)) throw err;
     // A node whose credential lapsed long after its join needs a new token;
@@ -66,8 +71,7 @@ export async function joinCluster(config: Config, deps: JoinDeps): Promise<Boots
     caPem,
     credential: source.tokenFile !== null ? { tokenFile: source.tokenFile } : { token: source.auth.token },
   });
-  await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
-  await writeFileAtomic(config.bootstrapKubeconfig, text, { mode: 0o600 });
+  await store.write(config.bootstrapKubeconfig, text, { dirMode: 0o755 });
   deps.logger.info(`join: wrote ${config.bootstrapKubeconfig} for token ${source.auth.tokenId}`);
   const dir = path.dirname(config.bootstrapKubeconfig);
   return {
@@ -98,11 +102,12 @@ export type JoinSource = BootstrapKubeconfig & { auth: Extract<BootstrapAuth, { 
 /**
  * The join settings as a bootstrap kubeconfig held in memory, without a CA
  * (pinned discovery supplies it): what `check` examines and `joinCluster` writes.
+ * `read` reads the token file.
  */
-export async function joinSource(config: Config): Promise<JoinSource> {
+export async function joinSource(config: Config, read: ReadFile = readOptional): Promise<JoinSource> {
   checkJoinSettings(config);
   const { server, token, tokenFile } = config;
-  const secret = token ?? (await readOptional(tokenFile as string))?.trim() ?? null;
+  const secret = token ?? (await read(tokenFile as string))?.trim() ?? null;
   if (secret === null) throw new TokenFileGoneError(tokenFile as string);
   if (config.caCertHashes.length === 0 && !config.unsafeSkipCaVerification) {
     throw new KubebootError(
@@ -129,33 +134,5 @@ export async function joinSource(config: Config): Promise<JoinSource> {
 /** How messages name the join settings in place of a kubeconfig file. */
 export const JOIN_SETTINGS = 'join settings (--server, --token/--token-file)';
 
-/**
- * A bootstrap kubeconfig naming the token file rather than copying the
- * token, so deleting the kubeconfig after the join deletes the file too.
- */
-export function renderBootstrapKubeconfig(opts: {
-  server: string;
-  caPem: string;
-  credential: { token: string } | { tokenFile: string };
-}): string {
-  const user = 'token' in opts.credential ? { token: opts.credential.token } : { tokenFile: opts.credential.tokenFile };
-  return stringify(
-    {
-      apiVersion: 'v1',
-      kind: 'Config',
-      clusters: [
-        {
-          name: 'cluster',
-          cluster: {
-            server: opts.server.replace(/\/$/, ''),
-            'certificate-authority-data': Buffer.from(opts.caPem, 'utf8').toString('base64'),
-          },
-        },
-      ],
-      users: [{ name: 'kubeboot-bootstrap', user }],
-      contexts: [{ name: 'bootstrap', context: { cluster: 'cluster', user: 'kubeboot-bootstrap' } }],
-      'current-context': 'bootstrap',
-    },
-    { lineWidth: 0 },
-  );
-}
+/** Kept here for the callers that import it from the join: the one renderer is kubeconfig/render.ts. */
+export { renderBootstrapKubeconfig };

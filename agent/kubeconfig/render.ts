@@ -1,7 +1,9 @@
 /**
- * The kubeconfig kubeboot writes for the kubelet and kube-proxy. Shaped like
- * kubeadm's kubelet.conf: the CA is embedded, the client credential is a
- * file reference to the `-current.pem` link, so renewals never rewrite it.
+ * Every kubeconfig kubeboot writes, in one shape: the kubelet's and
+ * kube-proxy's (shaped like kubeadm's kubelet.conf: the CA is embedded, the
+ * client credential is a file reference to the `-current.pem` link, so
+ * renewals never rewrite it), the approver's (embedded), and the bootstrap
+ * kubeconfig a join writes (a bootstrap token).
  */
 import path from 'node:path';
 import { stringify } from 'yaml';
@@ -26,6 +28,21 @@ export function renderEmbeddedKubeconfig(
 ): string {
   const b64 = (pem: string) => Buffer.from(pem, 'utf8').toString('base64');
   return render(opts, { 'client-certificate-data': b64(opts.certPem), 'client-key-data': b64(opts.keyPem) });
+}
+
+/**
+ * A bootstrap kubeconfig, as a join writes it. With a token file it names
+ * the file rather than copying the token, so deleting the kubeconfig after
+ * the join deletes the file too.
+ */
+export function renderBootstrapKubeconfig(opts: {
+  server: string;
+  caPem: string;
+  credential: { token: string } | { tokenFile: string };
+}): string {
+  const user: Record<string, string> =
+    'token' in opts.credential ? { token: opts.credential.token } : { tokenFile: opts.credential.tokenFile };
+  return render({ server: opts.server.replace(/\/$/, ''), caPem: opts.caPem, userName: 'kubeboot-bootstrap' }, user);
 }
 
 export function renderClientKubeconfig(opts: ClientKubeconfigOptions): string {

@@ -84,6 +84,11 @@ export async function listCredentialFiles(identity: Identity): Promise<string[]>
     if (errnoCode(err) === 'ENOENT') return [];
     throw err;
   }
+  return newestFirst(identity, names).map((name) => path.join(path.resolve(identity.certDir), name));
+}
+
+/** Pure: of the names in the identity's directory, its timestamped credential files, newest first (by name, then suffix). */
+export function newestFirst(identity: Identity, names: readonly string[]): string[] {
   const pattern = timestampedName(identity);
   const found: { name: string; ts: string; n: number }[] = [];
   for (const name of names) {
@@ -91,7 +96,7 @@ export async function listCredentialFiles(identity: Identity): Promise<string[]>
     if (m) found.push({ name, ts: m[1] ?? '', n: Number(m[2] ?? 0) });
   }
   found.sort((a, b) => (a.ts === b.ts ? b.n - a.n : a.ts < b.ts ? 1 : -1));
-  return found.map((f) => path.join(path.resolve(identity.certDir), f.name));
+  return found.map((f) => f.name);
 }
 
 /**

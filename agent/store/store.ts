@@ -1,7 +1,9 @@
 /**
- * What one pass keeps on disk, as a value passed in (client-go's
+ * What kubeboot keeps on a node's disk, as a value passed in (client-go's
  * certificate Store is two methods, Current and Update; a pass also reads
- * its inputs, writes kubeconfigs and keeps the key of an in-flight CSR).
+ * its inputs, writes kubeconfigs, keeps the key of an in-flight CSR, and
+ * prunes the credentials a renewal left behind; a join writes the bootstrap
+ * kubeconfig through it).
  * `fileStore` is the real one; tests use an in-memory one, so the pass is
  * unit-tested without a file system.
  */
@@ -9,8 +11,8 @@ import { access, constants } from 'node:fs/promises';
 import path from 'node:path';
 import type { Identity, IdentityName } from '../identity.js';
 import { readOptional, type ReadFile } from '../read-optional.js';
-import { fileError, writeFileAtomic, type WriteObserver } from './atomic.js';
-import { loadCurrent, recoverStore, storeCredential, type Credential } from './cert-store.js';
+import { ensureDir, fileError, writeFileAtomic, type WriteObserver } from './atomic.js';
+import { loadCurrent, pruneOld, recoverStore, storeCredential, type Credential } from './cert-store.js';
 import { clearPendingKey, loadPendingKey, savePendingKey } from './pending-key.js';
 
 export interface Store {
@@ -18,12 +20,14 @@ export interface Store {
   read: ReadFile;
   /** Throws the error a write of `file` would, before anything is changed. */
   assertWritable(file: string): Promise<void>;
-  /** Replaces a kubeconfig whole (0600). */
-  write(file: string, text: string): Promise<void>;
+  /** Replaces a kubeconfig whole (0600); with `dirMode`, its missing directories are made first, with that mode. */
+  write(file: string, text: string, options?: { dirMode?: number }): Promise<void>;
   /** The identity's current credential (what `-current.pem` resolves to), or null. */
   current(identity: Identity): Promise<(Credential & { file: string }) | null>;
   /** Keeps a new credential and makes it current; the previous one stays until pruned. */
   update(identity: Identity, certPem: string, keyPem: string, now: Date): Promise<{ file: string; currentPath: string }>;
+  /** Removes the identity's credential files beyond the newest `keep`, never the current one; returns the paths removed. */
+  prune(identity: Identity, keep: number): Promise<string[]>;
   /** Puts right what a crash left half done; one line per action, for the log. */
   recover(identity: Identity): Promise<string[]>;
   /** The key of an in-flight CSR, kept from before the CSR is sent until it is answered. */
@@ -44,9 +48,13 @@ export function fileStore(options: { observer?: WriteObserver | undefined } = {}
         throw fileError('write', file, err);
       });
     },
-    write: (file, text) => writeFileAtomic(file, text, { mode: 0o600, ...opts }),
+    write: async (file, text, options = {}) => {
+      if (options.dirMode !== undefined) await ensureDir(path.dirname(file), options.dirMode);
+      await writeFileAtomic(file, text, { mode: 0o600, ...opts });
+    },
     current: (identity) => loadCurrent(identity),
     update: (identity, certPem, keyPem, now) => storeCredential(identity, certPem, keyPem, now, opts),
+    prune: (identity, keep) => pruneOld(identity, keep, opts),
     recover: (identity) => recoverStore(identity, opts),
     pendingKey: {
       load: (stateDir, name) => loadPendingKey(stateDir, name),

@@ -2,11 +2,12 @@
  * An in-memory Store: the pass's files as a map, so issue, assess, the
  * requester and the bootstrap flow are unit-tested without a file system.
  * It keeps the kubelet's layout in its names (a timestamped file per
- * credential, `-current.pem` holding the current one), so kubeconfigs that
- * name `-current.pem` resolve as they do on disk.
+ * credential, `-current.pem` holding a copy of the current one), so
+ * kubeconfigs that name `-current.pem` resolve as they do on disk; which
+ * file it stands for is remembered as the link's target is on disk.
  */
 import { currentCertPath, type Identity, type IdentityName } from '../../agent/identity.js';
-import { splitCredential, timestampOf } from '../../agent/store/cert-store.js';
+import { newestFirst, splitCredential, timestampOf } from '../../agent/store/cert-store.js';
 import { pendingKeyPath } from '../../agent/store/pending-key.js';
 import type { Store } from '../../agent/store/store.js';
 
@@ -20,6 +21,15 @@ export interface MemoryStore extends Store {
 export function memoryStore(initial: Record<string, string> = {}): MemoryStore {
   const files = new Map(Object.entries(initial));
   const writes: string[] = [];
+  /** `-current.pem` → the file it stands for, as `update` left it. */
+  const links = new Map<string, string>();
+  const targetOf = (currentPath: string): string | null => {
+    const text = files.get(currentPath);
+    if (text === undefined) return null;
+    const target = links.get(currentPath);
+    // Placed or replaced by the test itself: it stands for no other file.
+    return target !== undefined && files.get(target) === text ? target : currentPath;
+  };
   const put = (file: string, text: string): void => {
     files.set(file, text);
     writes.push(file);
@@ -31,10 +41,10 @@ export function memoryStore(initial: Record<string, string> = {}): MemoryStore {
     assertWritable: async () => undefined,
     write: async (file, text) => put(file, text),
     current: async (identity: Identity) => {
-      const file = currentCertPath(identity);
-      const text = files.get(file);
-      if (text === undefined) return null;
-      const credential = splitCredential(text);
+      const current = currentCertPath(identity);
+      const file = targetOf(current);
+      if (file === null) return null;
+      const credential = splitCredential(files.get(current)!);
       if (credential === null) throw new Error(`${file} is not a certificate and key bundle`);
       return { ...credential, file };
     },
@@ -43,7 +53,22 @@ export function memoryStore(initial: Record<string, string> = {}): MemoryStore {
       const currentPath = currentCertPath(identity);
       put(file, certPem + keyPem);
       put(currentPath, certPem + keyPem);
+      links.set(currentPath, file);
       return { file, currentPath };
+    },
+    prune: async (identity, keep) => {
+      const dir = `${identity.certDir}/`;
+      const names = [...files.keys()].filter((f) => f.startsWith(dir)).map((f) => f.slice(dir.length));
+      const current = currentCertPath(identity);
+      const target = targetOf(current);
+      // A test that replaced `-current.pem` by hand: the file with its content is the one it points at.
+      const text = target === current ? files.get(current) : undefined;
+      const removed = newestFirst(identity, names)
+        .slice(keep)
+        .map((name) => dir + name)
+        .filter((file) => file !== target && (text === undefined || files.get(file) !== text));
+      for (const file of removed) files.delete(file);
+      return removed;
     },
     recover: async () => [],
     pendingKey: {

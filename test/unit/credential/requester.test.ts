@@ -8,7 +8,7 @@ import { findBootstrap } from '../../../agent/bootstrap/pass.js';
 import { bootstrapRequester, clusterOf, explainBootstrapFailure } from '../../../agent/credential/requester.js';
 import { ApiError, BootstrapCredentialError } from '../../../agent/errors.js';
 import type { BootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
-import { renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
+import { renderBootstrapKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { memoryStore } from '../../support/memory-store.js';
