@@ -13,6 +13,7 @@ import { readOptional } from '../read-optional.js';
 import { fatalText } from './fatal.js';
 import { PASS_COMMAND } from '../daemon/pass-protocol.js';
 import { commandHelpText, helpText } from './help.js';
+import { ensureNodeFlags } from '../node-flags.js';
 
 async function main(argv: string[]): Promise<number> {
   // A pass of `kubeboot run` gets its configuration from the daemon, not from argv (daemon/pass-process.ts).
@@ -57,6 +58,7 @@ async function main(argv: string[]): Promise<number> {
         // `--kubeconfig` is the approver's own, as for kubectl; the file key is approver.kubeconfig.
         const kubeconfig = loaded.extraFlags.given['kubeconfig'];
         if (typeof kubeconfig === 'string') config.approver.kubeconfig = path.resolve(kubeconfig);
+        ensureNodeFlags('approver', process, process.env, logger);
         return await (await import('./approver.js')).runApprover(config, logger, stop.signal);
       }
       case 'approver-kubeconfig':
@@ -103,6 +105,7 @@ async function main(argv: string[]): Promise<number> {
  */
 async function runDaemon(config: Config, load: () => Promise<Loaded>): Promise<number> {
   const logger = createLineLogger({ level: config.log.level, format: config.log.format });
+  ensureNodeFlags('run', process, process.env, logger);
   const stop = stopOnSignals(logger);
   return (await import('./run.js')).runDaemonCommand(config, logger, stop.signal, async () => (await load()).config);
 }

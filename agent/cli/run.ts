@@ -10,6 +10,7 @@
 import { fork } from 'node:child_process';
 import type { Config } from '../config/types.js';
 import { ExitCode, KubebootError } from '../errors.js';
+import { flagName, NODE_FLAGS } from '../node-flags.js';
 import type { Log } from '../log-lines.js';
 import { isLoopbackListen } from '../daemon/http.js';
 import { PASS_PID_FILE, runningDaemon, takeRenewRequest } from '../daemon/control.js';
@@ -20,15 +21,15 @@ import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 /** What systemd gives the daemon alone: a pass never talks to systemd itself. */
 const DAEMON_ONLY_ENV = ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'];
 
-/** Runtime flags for a daemon that only rests (packaging/files/kubeboot.sh); a pass allocates in a burst, works and ends. */
-const RESTING_ONLY_FLAGS = ['--max-semi-space-size', '--lite-mode'];
+/** Runtime flags for a daemon that only rests (node-flags.ts); a pass allocates in a burst, works and ends. */
+const RESTING_ONLY_FLAGS = new Set(NODE_FLAGS.run.map(flagName));
 
 /** A pass: this same script, with the runtime flags it was started with except the resting daemon's. */
 export function startPassProcess(env: NodeJS.ProcessEnv = process.env): PassHandle {
   const passEnv = { ...env };
   for (const name of DAEMON_ONLY_ENV) delete passEnv[name];
   return fork(process.argv[1]!, [PASS_COMMAND], {
-    execArgv: process.execArgv.filter((a) => !RESTING_ONLY_FLAGS.some((flag) => a === flag || a.startsWith(`${flag}=`))),
+    execArgv: process.execArgv.filter((a) => !RESTING_ONLY_FLAGS.has(flagName(a))),
     env: passEnv,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     serialization: 'json',

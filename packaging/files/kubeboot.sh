@@ -24,6 +24,9 @@ unset NODE_OPTIONS
 # few more young collections during a pass. One-shot commands keep the default.
 # --lite-mode for `run`, which only rests and starts passes (each pass runs
 # without it): V8 trades speed it does not need for about 10 MiB.
+# kubeboot adds both itself when started without them (`node kubeboot.cjs
+# run`: it execs itself again, same pid; agent/node-flags.ts); given here,
+# the same list, they spare that second start.
 heap=
 case "${1-}" in
   run) heap="--max-semi-space-size=1 --lite-mode" ;;

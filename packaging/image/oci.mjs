@@ -122,7 +122,8 @@ for (const platform of platforms) {
       config: {
         User: '65532:65532',
         // The packages' /usr/bin/kubeboot wrapper, without the shell: no
-        // inspector on SIGUSR1, a small young generation for the daemon.
+        // inspector on SIGUSR1, a small young generation for the approver
+        // (the flag it would otherwise exec itself again to add: agent/node-flags.ts).
         Entrypoint: ['/usr/lib/kubeboot/node', '--disable-sigusr1', '--max-semi-space-size=1', '/usr/lib/kubeboot/kubeboot.cjs'],
         Cmd: ['approver'],
         WorkingDir: '/',
