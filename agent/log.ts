@@ -42,7 +42,7 @@ export function createLogger(
     format === 'json'
       ? winston.format.json()
       : winston.format.printf((info) => (format === 'journal' ? journalLine : textLine)(info as LogRecord));
-  return winston.createLogger({
+  const logger = winston.createLogger({
     level: options.level ?? 'info',
     format:
       format === 'journal'
@@ -50,7 +50,19 @@ export function createLogger(
         : winston.format.combine(redact(), winston.format.timestamp(), last, oneLine()),
     transports: [new winston.transports.Stream({ stream })],
   });
+  // winston's own `info(message, meta)` takes a message holding %s, %d, %j …
+  // for a printf format and then drops every field of meta (its splat path;
+  // a CSR's requester chooses names that reach messages), and appends a
+  // `message` field to the message. The record goes in whole instead, built
+  // as log-lines.ts builds it: the fields, then level and message.
+  for (const level of LEVELS) {
+    logger[level] = ((message: string, meta?: Record<string, unknown>) =>
+      logger.log({ ...meta, level, message })) as winston.LeveledLogMethod;
+  }
+  return logger;
 }
+
+const LEVELS = ['error', 'warn', 'info', 'debug'] as const;
 
 /** A logger that drops everything; for tests and pure callers. */
 export function silentLogger(): winston.Logger {

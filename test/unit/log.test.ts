@@ -58,6 +58,34 @@ async function logged(format: 'json' | 'text' | 'journal', write: (logger: Retur
   return written;
 }
 
+t.test('a message holding printf tokens is written as it is, with every field, in every format', async (t) => {
+  // A CSR's requester chooses the names that reach messages; winston's own splat path read them as a format and dropped the fields.
+  const message = 'left CSR pending: CN system:node:x%s %d %i %f %j %o %O %c %%';
+  const meta = { csr: 'node-csr-x', rule: 'subject', attempt: 2 };
+  const json = JSON.parse(await logged('json', (l) => l.warn(message, meta)));
+  t.match(json, { level: 'warn', message, ...meta });
+  t.equal(await logged('journal', (l) => l.warn(message, meta)), `<4>${message} csr=node-csr-x rule=subject attempt=2\n`);
+  t.match(await logged('text', (l) => l.warn(message, meta)), `warn ${message} {"csr":"node-csr-x","rule":"subject","attempt":2}`);
+  t.equal(JSON.parse(await logged('json', (l) => l.info('100%d done'))).message, '100%d done', 'and without fields');
+});
+
+t.test('a field named message does not change the message; the level cannot be overridden by a field', async (t) => {
+  const json = JSON.parse(await logged('json', (l) => l.info('status', { message: 'extra', level: 'error', identity: 'kubelet' })));
+  t.match(json, { level: 'info', message: 'status', identity: 'kubelet' });
+});
+
+t.test('the level threshold still applies', async (t) => {
+  const stream = new PassThrough();
+  let written = '';
+  stream.on('data', (d: Buffer) => (written += d.toString()));
+  const logger = createLogger({ format: 'journal', stream, level: 'warn' });
+  logger.info('dropped %s', { a: 1 });
+  logger.debug('dropped');
+  logger.warn('kept %s', { a: 1 });
+  await new Promise<void>((resolve) => logger.on('finish', resolve).end());
+  t.equal(written, '<4>kept %s a=1\n');
+});
+
 t.test('journal lines carry the sd-daemon priority of their level, so journalctl -p filters them', async (t) => {
   const out = await logged('journal', (l) => {
     l.error('e');
