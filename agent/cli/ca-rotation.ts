@@ -7,21 +7,20 @@
  * final bundle only once every node is ready for it.
  */
 import { ExitCode, InputError, KubebootError } from '../errors.js';
-import { adminClient, explainAdminError, type Admin } from '../join/admin.js';
+import { adminClient, defaultJoinPins, explainAdminError, type Admin } from '../join/admin.js';
 import { createPrivateKey, type KeyObject } from 'node:crypto';
 import type { Given } from '../config/load.js';
 import { parseDuration } from '../config/values.js';
 import {
   bundleFromFile,
   parseSignerPin,
+  publishedProgress,
   publishTrust,
-  readPublished,
   reissueCount,
-  rotationProgress,
+  retireCa,
   type Progress,
   type Publication,
 } from '../join/ca-rotation.js';
-import { caCertHash } from '../pki/pin.js';
 import { readOptional } from '../read-optional.js';
 import { terminalJson, terminalLines } from '../text.js';
 import { systemClock } from '../time/clock.js';
@@ -45,8 +44,9 @@ export async function runCaRotation(
     throw new InputError('command line', 'arguments', `usage: kubeboot ${USAGE}`);
   const signerFlag = typeof given['signer-ca-hash'] === 'string' ? parseSignerPin(given['signer-ca-hash']) : null;
   const admin = await adminClient(typeof given.kubeconfig === 'string' ? given.kubeconfig : undefined, env);
+  const explain = (err: unknown, what: string) => explainAdminError(err, admin, what);
   const doing = (what: string) => (err: unknown) => {
-    throw explainAdminError(err, admin, what);
+    throw explain(err, what);
   };
   try {
     switch (action) {
@@ -61,7 +61,7 @@ export async function runCaRotation(
           `published ${bundle.cas.length} CA(s) in kube-public/cluster-info${signerFlag ? `; signer CA ${signerFlag}` : ''}, signed by ${done.signedBy} (version ${done.version}); follow with: kubeboot ca-rotation status\n`,
         );
         warnDroppedJoinPins(done.droppedJoinPins);
-        if (signerFlag !== null && signerFlag !== done.previousSignerPin) {
+        if (signerFlag !== null && done.signerMoved) {
           const count = await reissueCount(admin.client, signerFlag).catch(doing('list Nodes'));
           process.stdout.write(
             `the signer moves to ${signerFlag}: ${count.certificates} certificate(s) on ${count.nodes} node(s) are re-issued under it, each node at its slot in its re-issue window\n`,
@@ -77,25 +77,16 @@ export async function runCaRotation(
       }
       case 'retire': {
         expect(1);
-        const bundle = await readBundle(rest[0]!);
-        const published = await readPublished(admin.client, systemClock.now()).catch(doing('read kube-public/cluster-info'));
-        if (published.signerPin === null || !bundle.pins.includes(published.signerPin))
+        const file = rest[0]!;
+        const bundle = await readBundle(file);
+        const outcome = await retireCa(admin.client, { bundle, file, now: systemClock.now() }, () => signingFlags(given, admin), explain);
+        if ('notReady' in outcome) {
+          process.stdout.write(renderProgress(outcome.notReady));
           throw new KubebootError(
-            `${rest[0]}: retiring needs the signer CA published first (kubeboot ca-rotation publish BUNDLE --signer-ca-hash …) and in this bundle`,
-            ExitCode.badInput,
-          );
-        const progress = await rotationProgress(admin.client, published.bundle, published.signerPin).catch(doing('list Nodes'));
-        if (!progress.ready) {
-          process.stdout.write(renderProgress(progress));
-          throw new KubebootError(
-            `not retiring: ${progress.nodes.filter((n) => n.lag !== null).length} node(s) are not ready (above); the old CA stays published`,
+            `not retiring: ${outcome.notReady.nodes.filter((n) => n.lag !== null).length} node(s) are not ready (above); the old CA stays published`,
           );
         }
-        // Retiring drops the old CA by design, the one old join commands pin among them: said, not refused.
-        const signing = { ...(await signingFlags(given, admin)), dropJoinCa: true };
-        const done = await publishTrust(admin.client, { ...signing, bundle, signerPin: published.signerPin }).catch(
-          doing('update kube-public/cluster-info'),
-        );
+        const done = outcome.retired;
         process.stdout.write(
           `published the final bundle (${bundle.cas.length} CA(s)), signed by ${done.signedBy} (version ${done.version}); once \`kubeboot ca-rotation status\` shows every node on it, take the old CA out of the control plane's flags\n`,
         );
@@ -140,7 +131,7 @@ async function signingFlags(given: Given, admin: Admin): Promise<Omit<Publicatio
   return {
     caKey,
     validForMs: validFor * 1000,
-    joinPins: admin.kubeconfig.caPem ? [caCertHash(admin.kubeconfig.caPem)] : [],
+    joinPins: defaultJoinPins(admin),
     dropJoinCa: given['drop-join-ca'] === true,
     now: () => systemClock.now(),
   };
@@ -161,8 +152,7 @@ async function readBundle(file: string) {
 
 async function current(admin: Admin): Promise<Progress> {
   try {
-    const published = await readPublished(admin.client, systemClock.now());
-    return await rotationProgress(admin.client, published.bundle, published.signerPin);
+    return await publishedProgress(admin.client, systemClock.now());
   } catch (err) {
     throw explainAdminError(err, admin, 'read kube-public/cluster-info and the Nodes');
   }

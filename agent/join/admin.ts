@@ -108,6 +108,11 @@ export function adminCaPin(admin: Admin): string {
   return caCertHash(admin.kubeconfig.caPem);
 }
 
+/** The pins join commands and user-data carry unless told otherwise: the admin kubeconfig's CA, when it names one. */
+export function defaultJoinPins(admin: Admin): string[] {
+  return admin.kubeconfig.caPem === null ? [] : [caCertHash(admin.kubeconfig.caPem)];
+}
+
 /** What makes the namespace `kubeboot` (and the approver's RBAC on it). */
 export const MANIFESTS_COMMAND = 'kubectl apply -f /usr/share/kubeboot/manifests/ -f /usr/share/kubeboot/manifests/approver/';
 

@@ -53,6 +53,8 @@ export interface Published {
   droppedJoinPins: string[];
   /** The signer pin that was published before this one. */
   previousSignerPin: string | null;
+  /** A signer pin was given and it is not the one published before: the nodes re-issue what hangs from another CA (reissueCount). */
+  signerMoved: boolean;
 }
 
 /** Pure: the CA of `bundle` whose public key is `key`'s, or null. */
@@ -114,7 +116,10 @@ export async function publishTrust(client: KubeClient, p: Publication): Promise<
       data: { ...cm.data, kubeconfig: stringify(doc, { lineWidth: 0 }), [STATEMENT_KEY]: signed.payload, [STATEMENT_JWS_KEY]: signed.jws },
     };
     const res = await client.request('PUT', CLUSTER_INFO, { body: updated, accept: [409] });
-    if (res.status !== 409) return { version: statement.version, signedBy: signer.pin, droppedJoinPins: dropped, previousSignerPin };
+    if (res.status !== 409) {
+      const signerMoved = signerPin !== null && signerPin !== previousSignerPin;
+      return { version: statement.version, signedBy: signer.pin, droppedJoinPins: dropped, previousSignerPin, signerMoved };
+    }
     if (attempt >= 5) throw new KubebootError('kube-public/cluster-info kept changing while it was updated; try again');
   }
 }
@@ -238,6 +243,52 @@ export async function readPublished(client: KubeClient, now: Date): Promise<{ bu
   const checked = checkBundle(published.caPem, now, 'kube-public/cluster-info');
   if (!checked.ok) throw new KubebootError(checked.message);
   return { bundle: checked.bundle, signerPin: published.signerPin };
+}
+
+/**
+ * Words a failed request by what it was for (`explainAdminError` with the
+ * admin's cluster); what is not a request's failure is passed on as it is.
+ */
+export type Explain = (err: unknown, doing: string) => unknown;
+
+const asItIs: Explain = (err) => err;
+
+/** Every node's progress against what cluster-info publishes now. */
+export async function publishedProgress(client: KubeClient, now: Date): Promise<Progress> {
+  const published = await readPublished(client, now);
+  return rotationProgress(client, published.bundle, published.signerPin);
+}
+
+/**
+ * The last step: `bundle` (read from `file`) replaces the published one,
+ * dropping the old CA, only when the signer CA is published and in it and
+ * every node is ready; otherwise nothing is published, and the nodes'
+ * progress says why. The signing key is asked for only then.
+ */
+export async function retireCa(
+  client: KubeClient,
+  retiring: { bundle: TrustBundle; file: string; now: Date },
+  signing: () => Promise<Omit<Publication, 'bundle' | 'signerPin'>>,
+  explain: Explain = asItIs,
+): Promise<{ retired: Published } | { notReady: Progress }> {
+  const { bundle, file, now } = retiring;
+  const published = await readPublished(client, now).catch(failed(explain, 'read kube-public/cluster-info'));
+  if (published.signerPin === null || !bundle.pins.includes(published.signerPin))
+    throw new KubebootError(
+      `${file}: retiring needs the signer CA published first (kubeboot ca-rotation publish BUNDLE --signer-ca-hash …) and in this bundle`,
+      ExitCode.badInput,
+    );
+  const progress = await rotationProgress(client, published.bundle, published.signerPin).catch(failed(explain, 'list Nodes'));
+  if (!progress.ready) return { notReady: progress };
+  // Retiring drops the old CA by design, the one old join commands pin among them: said, not refused.
+  const publication = { ...(await signing()), dropJoinCa: true, bundle, signerPin: published.signerPin };
+  return { retired: await publishTrust(client, publication).catch(failed(explain, 'update kube-public/cluster-info')) };
+}
+
+function failed(explain: Explain, doing: string): (err: unknown) => never {
+  return (err) => {
+    throw explain(err, doing);
+  };
 }
 
 export function parseSignerPin(text: string): string {

@@ -5,9 +5,9 @@ import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { parse } from 'yaml';
 import { createPrivateKey } from 'node:crypto';
-import { bundleFromFile, publishTrust, rotationProgress, type Publication } from '../../../agent/join/ca-rotation.js';
+import { bundleFromFile, publishTrust, retireCa, rotationProgress, type Publication } from '../../../agent/join/ca-rotation.js';
 import { nextStatement, signStatement, statementFor, verifyStatement } from '../../../agent/trust/statement.js';
-import { InputError } from '../../../agent/errors.js';
+import { ExitCode, InputError } from '../../../agent/errors.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
 import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
@@ -100,6 +100,7 @@ t.test('publish: the bundle goes into cluster-info, a conflict is retried, other
     t.equal(check.statement.version, done.version);
   }
   t.equal(done.signedBy, pin1);
+  t.ok(done.signerMoved, 'no signer was published before: the nodes re-issue under CA 2');
 });
 
 /** cluster-info as published now: CA 1, with an optional earlier statement. */
@@ -168,6 +169,7 @@ t.test('publish: the version goes past the one published, and --drop-join-ca say
   const done = await publishTrust(client(t, agent), publication(trustedBundle(ca2.certPem), null, { dropJoinCa: true }));
   t.equal(done.version, future + 1, 'one past the version nodes may hold');
   t.same(done.droppedJoinPins, [pin1], 'the dropped join pin is reported');
+  t.notOk(done.signerMoved, 'no signer given: none moves');
 });
 
 t.test('a bundle file is checked as a node will check it, naming the file', async (t) => {
@@ -180,4 +182,97 @@ t.test('a bundle file is checked as a node will check it, naming the file', asyn
   })();
   t.type(err, InputError);
   t.match((err as Error).message, /^\/tmp\/new\.crt: CA bundle: /);
+});
+
+const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
+
+/** A cluster in the middle of a rotation: CA 1 and 2 published, the signer on `signer`, every node's annotation as `note` says. */
+function rotating(t: Test, signer: string | null, note: object) {
+  const agent = new MockAgent();
+  agent.disableNetConnect();
+  const pool = agent.get(SERVER);
+  const published = {
+    kind: 'ConfigMap',
+    metadata: { name: 'cluster-info', resourceVersion: '7', annotations: signer ? { 'kubeboot.io/signer-ca-hash': signer } : {} },
+    data: { kubeconfig: clusterInfoKubeconfig(SERVER, ca1.certPem + ca2.certPem) },
+  };
+  pool
+    .intercept({ path: (p) => p.startsWith(CLUSTER_INFO), method: 'GET' })
+    .reply(200, published)
+    .persist();
+  pool
+    .intercept({ path: '/api/v1/nodes', method: 'GET' })
+    .reply(200, {
+      kind: 'NodeList',
+      items: [{ metadata: { name: 'n1', annotations: { 'kubeboot.io/ca-rotation': JSON.stringify(note) } } }],
+    })
+    .persist();
+  const puts: { metadata: { annotations: Record<string, string> }; data: Record<string, string> }[] = [];
+  pool
+    .intercept({ path: CLUSTER_INFO, method: 'PUT' })
+    .reply((o) => {
+      puts.push(JSON.parse(String(o.body)));
+      return { statusCode: 200, data: '{}' };
+    })
+    .persist();
+  return { kube: client(t, agent), puts };
+}
+
+const retiring = { bundle: trustedBundle(ca2.certPem), file: '/tmp/ca-2.crt', now: new Date() };
+const signing = (asked: string[]) => async () => {
+  asked.push('key');
+  const { bundle: _b, signerPin: _s, ...rest } = publication(both, null, { caKey: createPrivateKey(ca2.keyPem) });
+  return rest;
+};
+
+t.test('retire refuses, naming the file, before the signer CA is published in the bundle; the key is not asked for', async (t) => {
+  const ready = { bundle: both.hash, active: true, issuers: { kubelet: pin2 } };
+  for (const [signer, why] of [
+    [null, 'no signer published'],
+    [pin1, 'the signer published is not in the bundle'],
+  ] as const) {
+    const { kube, puts } = rotating(t, signer, ready);
+    const asked: string[] = [];
+    await t.rejects(
+      retireCa(kube, retiring, signing(asked)),
+      {
+        message:
+          '/tmp/ca-2.crt: retiring needs the signer CA published first (kubeboot ca-rotation publish BUNDLE --signer-ca-hash …) and in this bundle',
+        code: ExitCode.badInput,
+      },
+      why,
+    );
+    t.same([puts, asked], [[], []], `${why}: nothing written, no key read`);
+  }
+});
+
+t.test('retire while a node lags publishes nothing and hands back the progress; the key is not asked for', async (t) => {
+  const { kube, puts } = rotating(t, pin2, { bundle: both.hash, active: false, issuers: { kubelet: pin2 } });
+  const asked: string[] = [];
+  const outcome = await retireCa(kube, retiring, signing(asked));
+  t.match(outcome, { notReady: { ready: false, nodes: [{ name: 'n1', lag: /waits for its slot to restart/ }] } });
+  t.same([puts, asked], [[], []]);
+});
+
+t.test('retire with every node ready publishes the final bundle, dropping the old CA join commands pin', async (t) => {
+  const { kube, puts } = rotating(t, pin2, { bundle: both.hash, active: true, issuers: { kubelet: pin2 } });
+  const asked: string[] = [];
+  const outcome = await retireCa(kube, retiring, signing(asked));
+  t.match(outcome, { retired: { signedBy: pin2, droppedJoinPins: [pin1] } });
+  t.same(asked, ['key']);
+  t.equal(puts.length, 1);
+  t.equal(puts[0]!.metadata.annotations['kubeboot.io/signer-ca-hash'], pin2, 'the signer stays');
+});
+
+t.test('retire words a failed request by what it was for', async (t) => {
+  const agent = new MockAgent();
+  agent.disableNetConnect();
+  agent
+    .get(SERVER)
+    .intercept({ path: (p) => p.startsWith(CLUSTER_INFO), method: 'GET' })
+    .reply(403, { kind: 'Status', message: 'no' });
+  const explained = await retireCa(client(t, agent), retiring, signing([]), (_err, doing) => new Error(`while trying to ${doing}`)).catch(
+    (e: unknown) => e,
+  );
+  t.match(explained, { message: 'while trying to read kube-public/cluster-info' });
 });
