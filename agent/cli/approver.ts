@@ -14,7 +14,7 @@ import { createApproverMetrics } from '../approver/metrics.js';
 import type { ApproverPolicy } from '../approver/policy.js';
 import type { Config } from '../config/types.js';
 import { INVENTORY, INVENTORY_REF } from '../kube/inventory.js';
-import type { KubeClient } from '../kube/client.js';
+import { inventoryStatus } from '../kube/inventory-status.js';
 import { startHttpServer, type StatusServer } from '../daemon/http.js';
 import { createNotifier, startWatchdog } from '../daemon/notify.js';
 import { ExitCode } from '../errors.js';
@@ -31,36 +31,6 @@ export function approverPolicy(config: Config): ApproverPolicy {
     serving: { enabled: a.kubeletServing, dnsSuffixes: a.servingDnsSuffixes, ipCidrs: a.servingIpCidrs },
     kubeletClient: { enabled: a.kubeletClient, unboundTokens: a.unsafeApproveUnboundTokens, protectNodes: a.protectNodes },
     inventory: a.inventory,
-  };
-}
-
-/**
- * /readyz's line on --inventory: whether `kubeboot/inventory` exists, looked
- * at again at most once a minute. Ready either way: without it the approver
- * still decides kube-proxy CSRs and refuses the kubelet's, naming why.
- */
-function inventoryStatus(client: KubeClient, signal: AbortSignal): { look(): Promise<{ ok: boolean; text: string }>; detail(): string } {
-  let last: { at: number; text: string } | null = null;
-  const look = async (): Promise<{ ok: boolean; text: string }> => {
-    let seen: { ok: boolean; text: string };
-    try {
-      const cm = await getRecord(client, INVENTORY, signal);
-      seen =
-        cm === null
-          ? { ok: false, text: `missing: no kubelet client or serving CSR is approved until ${INVENTORY_REF} exists` }
-          : { ok: true, text: `${Object.keys(cm.data ?? {}).length} node(s) listed` };
-    } catch (err) {
-      seen = { ok: false, text: `could not read ${INVENTORY_REF}: ${(err as Error).message}` };
-    }
-    last = { at: systemClock.now().getTime(), text: seen.text };
-    return seen;
-  };
-  return {
-    look,
-    detail: () => {
-      if (last === null || systemClock.now().getTime() - last.at >= 60_000) void look();
-      return `inventory ${INVENTORY_REF}: ${last?.text ?? 'not looked at yet'}`;
-    },
   };
 }
 
@@ -88,7 +58,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
       `could not list ClusterRoleBindings to find kube-controller-manager's own kubelet client approval (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,
     );
   }
-  const inventory = a.inventory ? inventoryStatus(client, signal) : null;
+  const inventory = a.inventory ? inventoryStatus(() => getRecord(client, INVENTORY, signal), systemClock) : null;
   if (inventory !== null) {
     if (!a.kubeletClient && !a.kubeletServing)
       logger.warn('--inventory has no effect without --approve-kubelet-client or --approve-kubelet-serving');
