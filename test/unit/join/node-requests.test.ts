@@ -1,0 +1,235 @@
+// What `kubeboot node replace|revoke|unrevoke|list` asks of the cluster
+// (join/node-requests.ts, join/node.ts) against undici's MockAgent:
+// the records kubeboot approver reads are written over the resourceVersion
+// read (a concurrent claim is never lost), a revocation denies the node's
+// pending kubelet client CSRs and says until when its certificate lives, and
+// the listing shows each node's identity, expiry and renewer, escaped.
+import t from 'tap';
+import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../../../agent/join/node-requests.js';
+import { ExitCode } from '../../../agent/errors.js';
+import { renderNodeTable, renewerOf } from '../../../agent/join/node.js';
+import { craftCsrPem } from '../../support/approver.js';
+import { HOSTILE, RAW } from '../../support/hostile.js';
+import { mockAdmin, notFound } from '../../support/mock-admin.js';
+import { createCa, issueLeaf } from '../../support/pki.js';
+
+const CONFIGMAPS = '/api/v1/namespaces/kubeboot/configmaps';
+const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+const SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
+const NOW = new Date('2030-01-01T00:00:00Z');
+const ca = await createCa('cluster-ca');
+const b64 = (s: string) => Buffer.from(s).toString('base64');
+
+const configMap = (name: string, rv: string, data: Record<string, string>) => ({
+  kind: 'ConfigMap',
+  metadata: { name, namespace: 'kubeboot', resourceVersion: rv },
+  data,
+});
+
+interface CsrSpec {
+  name: string;
+  username: string;
+  cn: string;
+  conditions?: { type: string; status: string; reason?: string }[];
+  cert?: { notBefore: Date; notAfter: Date };
+}
+async function csr(s: CsrSpec) {
+  const certPem = s.cert
+    ? (await issueLeaf(ca, { commonName: s.cn, organizations: ['system:nodes'], usage: 'client', ...s.cert })).certPem
+    : null;
+  return {
+    kind: 'CertificateSigningRequest',
+    metadata: { name: s.name, uid: `uid-${s.name}`, resourceVersion: '1' },
+    spec: {
+      signerName: SIGNER,
+      username: s.username,
+      usages: ['digital signature', 'client auth'],
+      request: b64(await craftCsrPem({ cn: s.cn, o: ['system:nodes'] })),
+    },
+    status: { conditions: s.conditions ?? [], ...(certPem ? { certificate: b64(certPem) } : {}) },
+  };
+}
+const approved = [{ type: 'Approved', status: 'True', reason: 'AutoApproved' }];
+
+t.test('node replace writes the mark, creating kubeboot/replacements; a conflict is read again, no entry lost', async (t) => {
+  const fresh = mockAdmin(t);
+  fresh.on('GET', `${CONFIGMAPS}/replacements`, 404, notFound);
+  fresh.on('POST', CONFIGMAPS, 201, (b) => b);
+  fresh.on('GET', '/api/v1/nodes/n1', 200, () => ({ kind: 'Node', metadata: { name: 'n1' } }));
+  fresh.on('GET', `${CONFIGMAPS}/revocations`, 404, notFound);
+  const lines = await replaceNode(fresh.client, 'n1', NOW);
+  const made = fresh.calls[1]!.body;
+  t.equal(made.metadata.name, 'replacements');
+  t.equal(made.metadata.namespace, 'kubeboot');
+  t.same(JSON.parse(made.data.n1), { at: '2030-01-01T00:00:00Z', claimedBy: null });
+  t.match(lines[1], 'kubeboot token create --node n1');
+
+  const raced = mockAdmin(t);
+  raced.on('GET', `${CONFIGMAPS}/replacements`, 200, () => configMap('replacements', '3', { old: '{"at":"x","claimedBy":null}' }));
+  raced.on('PUT', `${CONFIGMAPS}/replacements`, 409, () => ({ kind: 'Status', reason: 'Conflict', code: 409 }));
+  raced.on('GET', `${CONFIGMAPS}/replacements`, 200, () =>
+    configMap('replacements', '4', { old: '{"at":"x","claimedBy":null}', other: '{"at":"y","claimedBy":"uid-9"}' }),
+  );
+  raced.on('PUT', `${CONFIGMAPS}/replacements`, 200, (b) => b);
+  raced.on('GET', '/api/v1/nodes/n1', 404, notFound);
+  raced.on('GET', `${CONFIGMAPS}/revocations`, 200, () => configMap('revocations', '1', { n1: '{"at":"z","reason":""}' }));
+  const said = await replaceNode(raced.client, 'n1', NOW);
+  const put = raced.calls.filter((c) => c.method === 'PUT').at(-1)!.body;
+  t.equal(put.metadata.resourceVersion, '4', 'written over the version read after the conflict');
+  t.same(Object.keys(put.data).sort(), ['n1', 'old', 'other'], "the approver's claim on another node survives");
+  t.match(said, [/marked as being replaced/, /token create --node n1/, /no Node n1 exists now/, /is revoked.*kubeboot node unrevoke n1/]);
+
+  const missing = mockAdmin(t);
+  missing.on('GET', `${CONFIGMAPS}/replacements`, 404, notFound);
+  missing.on('POST', CONFIGMAPS, 404, notFound);
+  await t.rejects(replaceNode(missing.client, 'n1', NOW), {
+    message:
+      'namespace kubeboot does not exist (the replacement mark lives there; nothing was written); create it with: kubectl apply -f /usr/share/kubeboot/manifests/ -f /usr/share/kubeboot/manifests/approver/',
+  });
+});
+
+t.test(
+  'node revoke records it, denies the pending kubelet client CSRs of the node, and says until when its certificate lives',
+  async (t) => {
+    const { client, calls, on } = mockAdmin(t);
+    on('GET', `${CONFIGMAPS}/revocations`, 200, () => configMap('revocations', '7', { other: '{"at":"x","reason":""}' }));
+    on('PUT', `${CONFIGMAPS}/revocations`, 200, (b) => b);
+    const items = [
+      await csr({ name: 'csr-pending', username: 'system:node:n1', cn: 'system:node:n1' }),
+      await csr({ name: 'node-csr-bootstrap', username: 'system:bootstrap:abcdef', cn: 'system:node:n1' }),
+      await csr({ name: 'csr-neighbour', username: 'system:node:n2', cn: 'system:node:n2' }),
+      await csr({
+        name: 'csr-issued',
+        username: 'system:node:n1',
+        cn: 'system:node:n1',
+        conditions: approved,
+        cert: { notBefore: new Date('2029-12-31T00:00:00Z'), notAfter: new Date('2030-01-02T00:00:00Z') },
+      }),
+      await csr({ name: 'csr-approved', username: 'system:node:n1', cn: 'system:node:n1', conditions: approved }),
+      await csr({
+        name: 'csr-denied',
+        username: 'system:node:n1',
+        cn: 'system:node:n1',
+        conditions: [{ type: 'Denied', status: 'True' }],
+      }),
+    ];
+    on('GET', CSRS, 200, () => ({ kind: 'CertificateSigningRequestList', metadata: {}, items }));
+    on('PUT', `${CSRS}/csr-pending/approval`, 200, (b) => b);
+    on('PUT', `${CSRS}/node-csr-bootstrap/approval`, 409, () => ({ kind: 'Status', reason: 'Conflict', code: 409 }));
+    on('GET', `${CSRS}/node-csr-bootstrap`, 200, () => items[1]);
+    on('PUT', `${CSRS}/node-csr-bootstrap/approval`, 200, (b) => b);
+    on('DELETE', '/api/v1/nodes/n1', 200, () => ({ kind: 'Status', status: 'Success' }));
+    on('GET', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', 200, () => ({
+      kind: 'ClusterRoleBindingList',
+      metadata: {},
+      items: [
+        {
+          metadata: { name: 'kubeboot:node-autoapprove-certificate-rotation' },
+          roleRef: { kind: 'ClusterRole', name: 'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient' },
+        },
+        { metadata: { name: 'kubeboot:node-bootstrapper' }, roleRef: { kind: 'ClusterRole', name: 'system:node-bootstrapper' } },
+      ],
+    }));
+    let stderr = '';
+    const io = { stdout: { write: () => true }, stderr: { write: (s: string) => (stderr += s) } };
+    const lines = await revokeNode(client, 'n1', { reason: 'stolen disk', deleteNode: true, now: NOW, io });
+
+    const recorded = calls.find((c) => c.method === 'PUT' && c.path.endsWith('/revocations'))!.body;
+    t.equal(recorded.metadata.resourceVersion, '7');
+    t.same(JSON.parse(recorded.data.n1), { at: '2030-01-01T00:00:00Z', reason: 'stolen disk' });
+    t.equal(recorded.data.other, '{"at":"x","reason":""}', 'other revocations stay');
+    t.equal(calls.find((c) => c.path === CSRS)!.query.get('fieldSelector'), `spec.signerName=${SIGNER}`);
+
+    const denials = calls.filter((c) => c.path.endsWith('/approval'));
+    t.same(
+      denials.map((c) => c.path.split('/')[5]),
+      ['csr-pending', 'node-csr-bootstrap', 'node-csr-bootstrap'],
+      "the node's own pending CSR and a bootstrap token's for its name (retried after a conflict); nothing else",
+    );
+    t.match(denials[0]!.body.status.conditions.at(-1), {
+      type: 'Denied',
+      status: 'True',
+      reason: 'KubebootRevoked',
+      message: 'node n1 is revoked (kubeboot node revoke): stolen disk',
+    });
+    t.same(lines, [
+      'node n1 revoked: kubeboot approver renews no kubelet client certificate of system:node:n1 from now on (not-revoked)',
+      'denied pending CSR csr-pending (reason KubebootRevoked)',
+      'denied pending CSR node-csr-bootstrap (reason KubebootRevoked)',
+      'CSR csr-approved was already approved: the certificate it gets stays valid until its notAfter',
+      'its newest certificate a CSR still shows (csr-issued) stays valid until 2030-01-02T00:00:00Z: a certificate cannot be recalled, it dies then',
+      'Node n1 deleted',
+    ]);
+    t.match(
+      stderr,
+      /^kubeboot node: warning: kube-controller-manager still approves kubelet client CSRs through ClusterRoleBinding kubeboot:node-autoapprove-certificate-rotation: .*kubectl delete clusterrolebinding kubeboot:node-autoapprove-certificate-rotation \(docs\/node-identity\.md\)\n$/,
+    );
+  },
+);
+
+t.test('node unrevoke removes the entry; a node not revoked is bad input', async (t) => {
+  const revoked = mockAdmin(t);
+  revoked.on('GET', `${CONFIGMAPS}/revocations`, 200, () =>
+    configMap('revocations', '2', { n1: '{"at":"x","reason":""}', n2: '{"at":"y","reason":""}' }),
+  );
+  revoked.on('PUT', `${CONFIGMAPS}/revocations`, 200, (b) => b);
+  await unrevokeNode(revoked.client, 'n1');
+  t.same(Object.keys(revoked.calls[1]!.body.data), ['n2']);
+  const not = mockAdmin(t);
+  not.on('GET', `${CONFIGMAPS}/revocations`, 404, notFound);
+  await t.rejects(unrevokeNode(not.client, 'n1'), { message: 'node n1 is not revoked', code: ExitCode.badInput });
+});
+
+t.test('node list: identity, newest certificate a CSR shows, who renews, revoked, marked; the cluster text escaped', async (t) => {
+  const { client, on } = mockAdmin(t);
+  const evil = `evil\x1b[2J${HOSTILE}`;
+  on('GET', '/api/v1/nodes', 200, () => ({
+    kind: 'NodeList',
+    metadata: {},
+    items: ['n1', 'n2', 'n3', evil].map((name) => ({ metadata: { name } })),
+  }));
+  const older = { notBefore: new Date('2029-12-01T00:00:00Z'), notAfter: new Date('2029-12-02T00:00:00Z') };
+  const newer = { notBefore: new Date('2029-12-31T00:00:00Z'), notAfter: new Date('2030-01-01T12:00:00Z') };
+  const items = [
+    await csr({ name: 'csr-abc', username: 'system:node:n1', cn: 'system:node:n1', conditions: approved, cert: older }),
+    await csr({ name: 'node-csr-renewed', username: 'system:node:n1', cn: 'system:node:n1', conditions: approved, cert: newer }),
+    await csr({ name: 'node-csr-first', username: 'system:bootstrap:abcdef', cn: 'system:node:n2', conditions: approved, cert: newer }),
+    await csr({ name: 'csr-xyz', username: 'system:node:n3', cn: 'system:node:n3', conditions: approved, cert: newer }),
+  ];
+  on('GET', CSRS, 200, () => ({ kind: 'CertificateSigningRequestList', metadata: {}, items }));
+  on('GET', `${CONFIGMAPS}/revocations`, 200, () =>
+    configMap('revocations', '1', { gone: JSON.stringify({ at: '2029-12-30T00:00:00Z', reason: HOSTILE }), n3: 'not json' }),
+  );
+  on('GET', `${CONFIGMAPS}/replacements`, 200, () =>
+    configMap('replacements', '1', { n2: JSON.stringify({ at: '2029-12-31T10:00:00Z', claimedBy: null }) }),
+  );
+  const rows = await listNodes(client);
+  t.same(
+    rows.map((r) => [r.name, r.registered, r.certificateExpires, r.renewedBy, r.revoked !== null, r.replacement?.at ?? null]),
+    [
+      [evil, true, null, 'unknown', false, null],
+      ['gone', false, null, 'unknown', true, null],
+      ['n1', true, '2030-01-01T12:00:00Z', 'kubeboot', false, null],
+      ['n2', true, '2030-01-01T12:00:00Z', 'not yet', false, '2029-12-31T10:00:00Z'],
+      ['n3', true, '2030-01-01T12:00:00Z', 'kubelet', true, null],
+    ],
+    'a revoked name without a Node is listed; an unreadable revocation counts as revoked',
+  );
+  const out = renderNodeTable(rows);
+  t.equal(out.search(RAW), -1, 'no raw control character');
+  const lines = out.slice(0, -1).split('\n');
+  t.equal(lines.length, 6, 'a header and five rows: no forged line');
+  t.match(lines[0], /^NAME +NODE +IDENTITY +CERTIFICATE EXPIRES +RENEWED BY +REVOKED +REPLACEMENT$/);
+  t.match(lines[1], /^evil\\u001b\[2J\\u001b\[2J\\u001b\[H .* unknown +unknown +no$/);
+  t.match(lines[2], /^gone +no +system:node:gone +unknown +unknown +since 2029-12-30T00:00:00Z: \\u001b\[2J/);
+  t.match(lines[3], /^n1 +yes +system:node:n1 +2030-01-01T12:00:00Z +kubeboot +no$/);
+  t.match(lines[4], /^n2 +yes .* not yet +no +marked 2029-12-31T10:00:00Z$/);
+});
+
+t.test('who renews: the kubelet files csr-, kubeboot node-csr-, a bootstrap token only the first issue', async (t) => {
+  t.equal(renewerOf('csr-8k2lm', 'system:node:n1', 'n1'), 'kubelet');
+  t.equal(renewerOf('node-csr-abc', 'system:node:n1', 'n1'), 'kubeboot');
+  t.equal(renewerOf('node-csr-abc', 'system:bootstrap:abcdef', 'n1'), 'not yet');
+  t.equal(renewerOf('node-csr-abc', 'kubernetes-admin', 'n1'), 'unknown', 'an admin-made CSR says nothing about renewal');
+  t.equal(renewerOf('csr-1', 'system:node:n2', 'n1'), 'unknown');
+});
