@@ -11,14 +11,14 @@ import { ApiError, ExitCode, exitCodeOf } from '../errors.js';
 import type { Logger } from '../log.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
-import { joinSource } from '../join/prepare.js';
+import { checkJoinSettings, joinRequested, joinSource } from '../join/prepare.js';
 import { systemClock } from '../time/clock.js';
 import { terminalLines } from '../text.js';
 
 interface Line {
   ok: boolean;
-  /** A missing credential is what bootstrap is for; it fails the check only when nothing could fix it. */
-  kind: 'credential' | 'setup';
+  /** A missing credential the pass would ask for: work to do, not a failure. */
+  fixable?: boolean;
   what: string;
   detail: string;
   code?: number;
@@ -30,9 +30,9 @@ export async function runCheck(
   signal?: AbortSignal,
   out: NodeJS.WritableStream = process.stdout,
 ): Promise<number> {
-  const lines: Line[] = [{ ok: true, kind: 'setup', what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
+  const lines: Line[] = [{ ok: true, what: 'configuration', detail: `${config.configFile} (node name ${config.nodeName})` }];
   const node = await assessNode(config, systemClock.now());
-  // Read first: with no bootstrap kubeconfig a missing credential is bad input (nothing could fix it), exit 2.
+  // Read first: a missing credential nothing could fix is bad input, exit 2.
   let found: FoundBootstrap = { kind: 'absent' };
   let unreadable: Error | null = null;
   try {
@@ -41,30 +41,48 @@ export async function runCheck(
     unreadable = err as Error;
   }
   const present = found.kind !== 'absent';
-  const allUsable = allOf(node).every((a) => a.state === 'usable');
-  // --server/--token stand in for a bootstrap kubeconfig that bootstrap would write.
-  const joining = unreadable === null && joinsInstead(config, found, !allUsable);
+  const missing = allOf(node).filter((a) => a.state !== 'usable');
+  // As the pass decides (bootstrap/pass.ts): the kubelet's credential is asked
+  // for with the bootstrap credential (--server/--token stand in for a bootstrap
+  // kubeconfig when the kubelet has none), the others with the kubelet's own.
+  const joining = unreadable === null && joinsInstead(config, found, node.kubelet.state !== 'usable');
   const canBootstrap = present || unreadable !== null || joining;
+  const kubeletAsks = isNodeCredential(node.kubelet);
   for (const a of allOf(node)) {
+    const fixable = canBootstrap || (a !== node.kubelet && kubeletAsks);
     lines.push({
       ok: a.state === 'usable',
-      kind: 'credential',
+      fixable,
       what: `${a.identity.name} credential`,
       detail: a.state === 'usable' ? `valid until ${a.notAfter.toISOString()}` : a.reason,
-      code: canBootstrap ? ExitCode.other : ExitCode.badInput,
+      code: fixable ? ExitCode.other : ExitCode.badInput,
     });
+  }
+
+  // Join settings the pass does not use are still checked first, as openPass checks them.
+  if (!joining && joinRequested(config)) {
+    try {
+      checkJoinSettings(config);
+    } catch (err) {
+      lines.push({ ok: false, what: 'join settings', detail: (err as Error).message, code: exitCodeOf(err) });
+    }
   }
 
   // Who would ask, as the pass would ask: the bootstrap credential once it checks out, else the kubelet's own.
   let requester: Requester | null = null;
   if (unreadable !== null) {
-    lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
+    lines.push({ ok: false, what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
   } else if (!present && !joining) {
+    const why =
+      missing.length === 0
+        ? ' (not needed: all credentials valid)'
+        : kubeletAsks
+          ? ` (not needed: the kubelet credential asks for ${missing.map((a) => `${a.identity.name}'s`).join(', ')})`
+          : '';
     lines.push({
-      ok: allUsable,
-      kind: 'setup',
+      ok: why !== '',
       what: 'bootstrap kubeconfig',
-      detail: `${config.bootstrapKubeconfig} not present${allUsable ? ' (not needed: all credentials valid)' : ''}`,
+      detail: `${config.bootstrapKubeconfig} not present${why}`,
       code: ExitCode.badInput,
     });
   } else {
@@ -73,7 +91,6 @@ export async function runCheck(
       const bootstrap = found.kind === 'kubeconfig' ? found.bootstrap : await joinSource(config);
       lines.push({
         ok: true,
-        kind: 'setup',
         what: 'bootstrap kubeconfig',
         detail: `${bootstrap.file}: server ${bootstrap.server}, ${bootstrap.auth.kind}${bootstrap.caPem ? '' : ', CA to be discovered'}`,
       });
@@ -81,7 +98,6 @@ export async function runCheck(
       const cluster = await clusterOf(bootstrap, config, { logger, signal });
       lines.push({
         ok: true,
-        kind: 'setup',
         what: 'cluster CA',
         detail: bootstrap.caPem
           ? 'from the bootstrap kubeconfig'
@@ -89,7 +105,7 @@ export async function runCheck(
       });
       requester = bootstrapRequester(bootstrap, cluster);
     } catch (err) {
-      lines.push({ ok: false, kind: 'setup', what: 'bootstrap kubeconfig', detail: (err as Error).message, code: exitCodeOf(err) });
+      lines.push({ ok: false, what: 'bootstrap kubeconfig', detail: (err as Error).message, code: exitCodeOf(err) });
     }
   }
 
@@ -101,7 +117,6 @@ export async function runCheck(
       const user = await whoAmI(client, signal);
       lines.push({
         ok: true,
-        kind: 'setup',
         what: 'API server',
         detail: `${cluster.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]`,
       });
@@ -109,7 +124,6 @@ export async function runCheck(
       const rejected = bootstrapFile !== null && err instanceof ApiError && err.status === 401;
       lines.push({
         ok: false,
-        kind: 'setup',
         what: 'API server',
         detail: rejected
           ? `${bootstrapFile}: the API server rejected the bootstrap credential (401 Unauthorized): it is expired, deleted or mistyped`
@@ -123,14 +137,8 @@ export async function runCheck(
 
   // A missing credential that bootstrap will obtain is work to do, not a failure.
   // A detail may hold the API server's words: a Status message, the user and groups SelfSubjectReview names.
-  out.write(
-    terminalLines(
-      lines.map(
-        (line) => `${line.ok ? 'ok  ' : line.kind === 'credential' && canBootstrap ? 'todo' : 'FAIL'} ${line.what}: ${line.detail}`,
-      ),
-    ),
-  );
+  out.write(terminalLines(lines.map((line) => `${line.ok ? 'ok  ' : line.fixable ? 'todo' : 'FAIL'} ${line.what}: ${line.detail}`)));
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
-  const failures = lines.filter((l) => !l.ok && !(l.kind === 'credential' && canBootstrap));
+  const failures = lines.filter((l) => !l.ok && !l.fixable);
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
 }
