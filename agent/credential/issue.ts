@@ -17,9 +17,8 @@ import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificat
 import { createCsrPem } from '../pki/pkcs10.js';
 import { csrName } from '../pki/csr-name.js';
 import { generateKey, parsePrivateKey, type PrivateKey } from '../pki/keys.js';
-import { renderClientKubeconfig } from '../kubeconfig/render.js';
+import { renderIdentityKubeconfig } from '../kubeconfig/render.js';
 import type { WriteObserver } from '../store/atomic.js';
-import { currentCertPath } from '../identity.js';
 import { retryTransient } from '../kube/retry.js';
 import { storeOf, type Store } from '../store/store.js';
 import type { Clock } from '../time/clock.js';
@@ -184,15 +183,7 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
  */
 async function kubeconfigToWrite(identity: Identity, ctx: IssueContext, store: Store): Promise<{ path: string; text: string } | null> {
   if (identity.kubeconfigPath === null) return null;
-  const current = currentCertPath(identity);
-  const text = renderClientKubeconfig({
-    server: ctx.cluster.server,
-    caPem: ctx.cluster.caPem,
-    certFile: current,
-    keyFile: current,
-    userName: 'default-auth',
-    tlsServerName: ctx.cluster.tlsServerName ?? null,
-  });
+  const text = renderIdentityKubeconfig(identity, ctx.cluster);
   return (await store.read(identity.kubeconfigPath)) === text ? null : { path: identity.kubeconfigPath, text };
 }
 

@@ -8,6 +8,7 @@
 import path from 'node:path';
 import { stringify } from 'yaml';
 import { KubebootError } from '../errors.js';
+import { currentCertPath, type Identity } from '../identity.js';
 
 export interface ClientKubeconfigOptions {
   server: string;
@@ -43,6 +44,27 @@ export function renderBootstrapKubeconfig(opts: {
   const user: Record<string, string> =
     'token' in opts.credential ? { token: opts.credential.token } : { tokenFile: opts.credential.tokenFile };
   return render({ server: opts.server.replace(/\/$/, ''), caPem: opts.caPem, userName: 'kubeboot-bootstrap' }, user);
+}
+
+/**
+ * An identity's kubeconfig (the kubelet's, kube-proxy's): `cluster`'s server
+ * and CA, and the identity's `-current.pem` link as both certificate and key.
+ * Issuance and a CA rotation write it alike, so a file that did not change
+ * compares equal.
+ */
+export function renderIdentityKubeconfig(
+  identity: Identity,
+  cluster: { server: string; caPem: string; tlsServerName?: string | null | undefined },
+): string {
+  const current = currentCertPath(identity);
+  return renderClientKubeconfig({
+    server: cluster.server,
+    caPem: cluster.caPem,
+    certFile: current,
+    keyFile: current,
+    userName: 'default-auth',
+    tlsServerName: cluster.tlsServerName ?? null,
+  });
 }
 
 export function renderClientKubeconfig(opts: ClientKubeconfigOptions): string {

@@ -20,8 +20,11 @@ export interface Store {
   read: ReadFile;
   /** Throws the error a write of `file` would, before anything is changed. */
   assertWritable(file: string): Promise<void>;
-  /** Replaces a kubeconfig whole (0600); with `dirMode`, its missing directories are made first, with that mode. */
-  write(file: string, text: string, options?: { dirMode?: number }): Promise<void>;
+  /**
+   * Replaces a file whole: 0600, or `mode` for one every reader may see (a CA
+   * bundle, 0644); with `dirMode`, its missing directories are made first.
+   */
+  write(file: string, text: string, options?: { mode?: number; dirMode?: number }): Promise<void>;
   /** The identity's current credential (what `-current.pem` resolves to), or null. */
   current(identity: Identity): Promise<(Credential & { file: string }) | null>;
   /** Keeps a new credential and makes it current; the previous one stays until pruned. */
@@ -50,7 +53,7 @@ export function fileStore(options: { observer?: WriteObserver | undefined } = {}
     },
     write: async (file, text, options = {}) => {
       if (options.dirMode !== undefined) await ensureDir(path.dirname(file), options.dirMode);
-      await writeFileAtomic(file, text, { mode: 0o600, ...opts });
+      await writeFileAtomic(file, text, { ...opts, mode: options.mode ?? 0o600 });
     },
     current: (identity) => loadCurrent(identity),
     update: (identity, certPem, keyPem, now) => storeCredential(identity, certPem, keyPem, now, opts),

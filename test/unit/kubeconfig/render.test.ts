@@ -1,6 +1,12 @@
 import t from 'tap';
-import { renderClientKubeconfig, renderEmbeddedKubeconfig } from '../../../agent/kubeconfig/render.js';
+import {
+  renderBootstrapKubeconfig,
+  renderClientKubeconfig,
+  renderEmbeddedKubeconfig,
+  renderIdentityKubeconfig,
+} from '../../../agent/kubeconfig/render.js';
 import { parseClientKubeconfig } from '../../../agent/kubeconfig/parse.js';
+import { kubeletIdentity } from '../../support/identity.js';
 
 const CA = '-----BEGIN CERTIFICATE-----\nMIIBfakeCA\n-----END CERTIFICATE-----\n';
 const CURRENT = '/var/lib/kubelet/pki/kubelet-client-current.pem';
@@ -76,4 +82,27 @@ t.test("an embedded kubeconfig (the approver's) carries the certificate and key 
   t.match(text, `    client-key-data: ${Buffer.from(key).toString('base64')}\n`);
   t.match(text, '- name: kubeboot:approver\n');
   t.notMatch(text, /client-certificate:|client-key:/, 'no file references');
+});
+
+t.test("an identity's kubeconfig names its -current.pem as certificate and key, as issuance and a CA rotation both write it", async (t) => {
+  const identity = kubeletIdentity({ certDir: '/var/lib/kubelet/pki' });
+  t.equal(
+    renderIdentityKubeconfig(identity, { server: opts.server, caPem: CA, tlsServerName: 'kubernetes.default' }),
+    renderClientKubeconfig({ ...opts, tlsServerName: 'kubernetes.default' }),
+  );
+  t.equal(renderIdentityKubeconfig(identity, { server: opts.server, caPem: CA }), renderClientKubeconfig(opts), 'no server name: none');
+});
+
+t.test('a bootstrap kubeconfig has the same shape, with the token or the token file as its user', async (t) => {
+  const withFile = renderBootstrapKubeconfig({
+    server: 'https://10.0.0.1:6443/',
+    caPem: CA,
+    credential: { tokenFile: '/etc/kubernetes/bootstrap-token' },
+  });
+  t.match(withFile, /^ {4}server: https:\/\/10\.0\.0\.1:6443\n/m, 'the trailing slash dropped');
+  t.match(withFile, /^users:\n- name: kubeboot-bootstrap\n {2}user:\n {4}tokenFile: \/etc\/kubernetes\/bootstrap-token\n$/m);
+  t.match(
+    renderBootstrapKubeconfig({ server: opts.server, caPem: CA, credential: { token: 'abcdef.0123456789abcdef' } }),
+    /^ {4}token: abcdef\.0123456789abcdef\n/m,
+  );
 });

@@ -42,6 +42,16 @@ t.test('a write with dirMode makes the missing directories with that mode; the f
   t.same(await readdir(path.dirname(file)), ['bootstrap-kubelet.conf']);
 });
 
+t.test('a file every reader may see is written with the mode asked, a kubeconfig 0600 whatever the umask', async (t) => {
+  const dir = t.testdir();
+  const umask = process.umask(0o077);
+  t.teardown(() => process.umask(umask));
+  await fileStore().write(path.join(dir, 'client-ca.crt'), 'bundle\n', { mode: 0o644 });
+  await fileStore().write(path.join(dir, 'kubelet.conf'), 'apiVersion: v1\n');
+  t.equal((await stat(path.join(dir, 'client-ca.crt'))).mode & 0o777, 0o644);
+  t.equal((await stat(path.join(dir, 'kubelet.conf'))).mode & 0o777, 0o600);
+});
+
 t.test('a write without dirMode needs its directory, and says which file it could not write', async (t) => {
   const file = path.join(t.testdir(), 'missing/kubelet.conf');
   await t.rejects(fileStore().write(file, 'x'), { message: `cannot write ${file}: ENOENT: its directory does not exist` });
