@@ -10,6 +10,7 @@ import path from 'node:path';
 import { defaultConfig } from '../../agent/config/defaults.js';
 import { identitiesFor } from '../../agent/config/identities.js';
 import { writtenDirs } from '../../agent/store/sweep.js';
+import { ExitCode } from '../../agent/errors.js';
 
 const unit = readFileSync(new URL('../../systemd/kubeboot.service', import.meta.url), 'utf8');
 
@@ -66,6 +67,13 @@ t.test('what kubeboot never writes under /etc/kubernetes is read-only or hidden'
     '/etc/kubernetes',
     'the directory stays writable for the kubeconfig renames',
   );
+});
+
+t.test('bad input (exit 2) fails the unit instead of restarting it every 30 s; every other failure restarts', async (t) => {
+  t.equal(value('Restart'), 'on-failure');
+  t.equal(value('RestartPreventExitStatus'), String(ExitCode.badInput));
+  const approver = readFileSync(new URL('../../systemd/kubeboot-approver.service', import.meta.url), 'utf8');
+  t.match(approver, new RegExp(`^RestartPreventExitStatus=${ExitCode.badInput}$`, 'm'), 'the approver unit alike');
 });
 
 t.test('memory and tasks are capped', async (t) => {
