@@ -11,7 +11,9 @@
 // (daemon/ca-look.ts), which finds cluster-info unchanged.
 //
 // Alone: npm run bench:idle   (KUBEBOOT_BENCH_IDLE_SECONDS, default 60; NODE_COMPILE_CACHE=DIR
-// runs kubeboot with a compile cache, as the packaged launcher does for root)
+// runs kubeboot with a compile cache, as the packaged launcher does for root). Alone, the
+// resting daemon is measured twice: started as the launcher starts it, and as
+// `node dist/kubeboot.cjs run` with no flags (it execs itself with them: agent/node-flags.ts).
 import { execFileSync, spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -20,7 +22,7 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
-import { handToken, launcherNodeFlags, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
+import { bundle, handToken, launcherNodeFlags, nodeLayout, startKubeboot, startWatched } from '../test/support/kubeboot.js';
 import { freePort } from '../test/support/processes.js';
 import { configIn } from '../test/support/node-config.js';
 import { defaultConfig } from '../agent/config/defaults.js';
@@ -56,17 +58,26 @@ export async function benchIdle(
   plane: ControlPlane,
   dir: string,
   compileCache: string | null = process.env.NODE_COMPILE_CACHE ?? null,
+  started: 'launcher' | 'node' = 'launcher',
 ): Promise<[string, string][]> {
   const rows: [string, string][] = [];
-  const node = await nodeLayout(join(dir, 'idle'), 'bench-idle');
+  const node = await nodeLayout(join(dir, `idle-${started}`), started === 'launcher' ? 'bench-idle' : 'bench-idle-node');
   await handToken(plane, node, 'data');
   const flags = launcherNodeFlags('run').join(' ');
+  const how = started === 'launcher' ? `node ${flags}` : 'node dist/kubeboot.cjs run, no flags given';
   // The status listener on, as by default: node:http is part of what a resting daemon holds.
   const listen = `127.0.0.1:${await freePort()}`;
-  const daemon = startKubeboot(
-    ['run', '--config', node.config, '--listen', listen, '--log-level', 'debug'],
-    compileCache ? { NODE_COMPILE_CACHE: compileCache } : {},
-  );
+  const args = ['run', '--config', node.config, '--listen', listen, '--log-level', 'debug'];
+  const env = compileCache ? { NODE_COMPILE_CACHE: compileCache } : {};
+  const daemon =
+    started === 'launcher'
+      ? startKubeboot(args, env)
+      : startWatched(process.execPath, [bundle, ...args], {
+          PATH: process.env.PATH,
+          HOME: process.env.HOME,
+          KUBEBOOT_LOG_FORMAT: 'json',
+          ...env,
+        });
   try {
     const firstPass = await daemon.waitForOutput(/pass ended \([^)]*\)/);
     const bare = spawn(process.execPath, ['-e', 'setInterval(()=>{},1e9)'], { stdio: 'ignore' });
@@ -74,7 +85,7 @@ export async function benchIdle(
     bare.kill('SIGTERM');
     const ratio = d.rssMiB / b.rssMiB;
     rows.push([
-      `resting kubeboot run, listening on ${listen}, ${IDLE_SECONDS} s after its first pass ended (node ${flags}${compileCache ? ', compile cache' : ''}, as packaged)`,
+      `resting kubeboot run, listening on ${listen}, ${IDLE_SECONDS} s after its first pass ended (${how}${compileCache ? ', compile cache' : ''}${started === 'launcher' ? ', as packaged' : ''})`,
       `RSS ${d.rssMiB.toFixed(1)} MiB, CPU ${d.cpuSeconds.toFixed(2)} s`,
     ]);
     rows.push([
@@ -202,6 +213,7 @@ if (import.meta.url === pathToFileURL(process.argv[1]!).href) {
         `${after.passes} pass processes, ${after.looks} looks (target ≤ 4 pass processes a day: ${after.passes <= 4 ? 'met' : 'not met'})`,
       ],
       ...(await benchIdle(plane, dir)),
+      ...(await benchIdle(plane, dir, undefined, 'node')),
     ];
     const width = Math.max(...rows.map(([k]) => k.length));
     for (const [k, v] of rows) process.stdout.write(`| ${k.padEnd(width)} | ${v} |\n`);
