@@ -1,22 +1,26 @@
 /**
  * The approver loop: the informer feeds CSR names into a queue; while this
- * process leads, a worker takes each name, decides (decide.ts) and acts:
- * approve through /approval, or report the violated rule once (a log line
- * and an Event) and leave the CSR pending, or deny it under --deny-violations.
- * Workers run in parallel across requesters but one at a time per requester,
- * which the one-unissued-per-node rule relies on.
+ * process leads, a worker takes a batch of names, decides them (batch.ts,
+ * decide.ts) and acts: approve through /approval, or report the violated rule
+ * once (a log line and an Event) and leave the CSR pending, or deny it under
+ * --deny-violations. A requester is in one batch at a time; a batch holds at
+ * most one CSR of a requester for a policy whose rules read the CSRs standing
+ * before it (one-unissued-per-node relies on that), and any number for the
+ * others (a pool token's first issues: batch.ts spends its names in order).
  */
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
 import { KubebootError } from '../errors.js';
 import { decideCsr, getNode, getRecord, subjectAccessReview, warnOnCsr, writeClaim, type DecisionWrite } from './api.js';
 import { cachedApiServerFacts, readApiServerFacts, type ApiServerFacts } from './apiserver.js';
+import { decideBatch, limiter, RecordView, type BatchIo, type Outcome } from './batch.js';
 import { isSettled, isUnissued, type ApproverCsr } from './csr-facts.js';
-import { AUTHORIZED_RULE, decide, type Decision } from './decide.js';
+import { AUTHORIZED_RULE, parsedRequest, type Decision } from './decide.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
 import type { ApproverMetrics } from './metrics.js';
-import type { ApproverPolicy } from './policy.js';
+import { signersReading, type ApproverPolicy } from './policy.js';
+import type { RequestFacts } from './request.js';
 import { decidedSigners } from './retain.js';
 import { excerpt } from '../text.js';
 import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
@@ -29,15 +33,23 @@ function logFields(csr: ApproverCsr): { csr: string; requester: string; signer: 
 /** Rules whose outcome changes without the CSR changing (a Node appears, RBAC is granted, the older CSR is issued). */
 const TRANSIENT_RULES = new Set(['node-exists', AUTHORIZED_RULE, 'one-unissued-per-node']);
 
-/** Decisions of one CSR in a row whose claims met a record changed meanwhile (409), before it is retried later. */
+/** Decisions of one batch in a row that met a record changed meanwhile (409, or read again changed), before its CSRs are retried later. */
 const SPEND_ATTEMPTS = 3;
 
+/** Batches in flight at once. */
+const WORKERS = 4;
+/** CSRs one batch takes at most: what is queued when a worker is free, up to this. */
+export const BATCH_SIZE = 64;
 /**
- * Decisions in flight at once: each is three API round trips (Node,
- * SubjectAccessReview, /approval), a kubelet client CSR's up to three more
- * (its records, and the claim on each).
+ * API requests of the batches in flight at once (Node GETs, records,
+ * SubjectAccessReviews, claims, approvals). More only queue inside the API
+ * server on a small control plane (measured: docs/benchmarks.md).
  */
-const WORKERS = 8;
+const REQUESTS_IN_FLIGHT = 16;
+/** Parsed requests kept (a CSR's spec.request never changes; a re-check reads the same one). */
+const PARSED_KEPT = 4096;
+/** Signers whose rules read the CSRs standing before one: a batch holds one CSR of each requester of these. */
+const BLOCKING_SIGNERS = signersReading('blocking');
 
 export interface ApproverOptions {
   policy: ApproverPolicy;
@@ -72,8 +84,16 @@ export class Approver {
   readonly #reported = new Map<string, string>();
   /** CSR uid → how often a transient rule failed, for the back-off of its re-check. */
   readonly #rechecks = new Map<string, number>();
-  /** Requesters with a decision in flight. */
+  /** Requesters with a batch in flight. */
   readonly #busy = new Set<string>();
+  /** Batches in flight. */
+  #batches = 0;
+  /** Bounds the requests of every batch together. */
+  readonly #request = limiter(REQUESTS_IN_FLIGHT);
+  /** CSR uid → its spec.request as read, and what it parsed to (kept until the CSR is forgotten). */
+  readonly #parsed = new Map<string, { request: string; facts: Promise<RequestFacts | string> }>();
+  /** CSR name → when it was queued (monotonic ms), for the queue-wait metric. */
+  readonly #queuedAt = new Map<string, number>();
   #signal: AbortSignal | null = null;
   /** The API server's names and addresses, re-read at most once a minute. */
   readonly #apiServer: () => Promise<ApiServerFacts>;
@@ -138,7 +158,7 @@ export class Approver {
   #changed(name: string): void {
     this.#enqueue(name);
     const csr = this.informer.cache.get(name);
-    if (csr === undefined || isUnissued(csr)) return;
+    if (csr === undefined || isUnissued(csr) || !BLOCKING_SIGNERS.has(csr.spec.signerName)) return;
     for (const other of this.informer.cache.sameRequester(csr)) if (!isSettled(other)) this.#enqueue(other.metadata.name);
   }
 
@@ -147,6 +167,7 @@ export class Approver {
     let names = this.#queue.get(requester);
     if (names === undefined) this.#queue.set(requester, (names = new Set()));
     names.add(name);
+    if (!this.#queuedAt.has(name)) this.#queuedAt.set(name, this.#clock.monotonic());
     this.#pump();
   }
 
@@ -162,53 +183,104 @@ export class Approver {
   }
 
   /**
-   * Starts workers up to WORKERS, each on the next queued CSR of a requester
-   * that has none in flight: different nodes are decided in parallel, one
-   * node's CSRs one at a time (one-unissued-per-node relies on that). The
-   * walk is over requesters, so a node with thousands queued costs one step.
+   * Starts batches up to WORKERS, each of what is queued, up to BATCH_SIZE,
+   * over requesters that have none in flight: different nodes are decided in
+   * parallel, and of a requester one CSR of a blocking signer per batch
+   * (one-unissued-per-node relies on that). The walk is over requesters, so a
+   * node with thousands queued costs one step.
    */
   #pump(): void {
-    for (const [requester, names] of this.#queue) {
-      if (this.#busy.size >= WORKERS || this.#stopped()) return;
-      if (this.#busy.has(requester)) continue;
-      const name = names.values().next().value as string;
-      names.delete(name);
-      if (names.size === 0) this.#queue.delete(requester);
-      const csr = this.informer.cache.get(name);
-      // A cache out of sync (a failed list, or emptied past its bound and re-listing) may miss
-      // the CSR that blocks this one; the list that syncs it looks at everything again.
-      if (csr === undefined || !this.informer.synced) continue;
-      if (!this.leader.isLeader()) {
-        this.#logger.debug('not the leader; CSR left to the leader', { csr: excerpt(name) });
-        continue;
+    while (this.#batches < WORKERS && !this.#stopped() && this.#queue.size > 0) {
+      const batch: ApproverCsr[] = [];
+      const requesters: string[] = [];
+      for (const [requester, names] of this.#queue) {
+        if (batch.length >= BATCH_SIZE) break;
+        if (this.#busy.has(requester)) continue;
+        let took = 0;
+        for (const name of names) {
+          if (batch.length >= BATCH_SIZE) break;
+          const csr = this.informer.cache.get(name);
+          const blocking = csr !== undefined && BLOCKING_SIGNERS.has(csr.spec.signerName);
+          if (blocking && took > 0) break;
+          names.delete(name);
+          const queuedAt = this.#queuedAt.get(name);
+          this.#queuedAt.delete(name);
+          // A cache out of sync (a failed list, or emptied past its bound and re-listing) may miss
+          // the CSR that blocks this one; the list that syncs it looks at everything again.
+          if (csr === undefined || !this.informer.synced) continue;
+          if (!this.leader.isLeader()) {
+            this.#logger.debug('not the leader; CSR left to the leader', { csr: excerpt(name) });
+            continue;
+          }
+          if (isSettled(csr)) {
+            this.#forget(csr);
+            continue;
+          }
+          const key = csr.metadata.uid ?? name;
+          if (this.#unroutable.has(key) && this.#unroutable.get(key) === csr.metadata.resourceVersion) continue;
+          if (queuedAt !== undefined) this.#metrics.queueWait((this.#clock.monotonic() - queuedAt) / 1000);
+          batch.push(csr);
+          took++;
+          if (blocking) break;
+        }
+        if (names.size === 0) this.#queue.delete(requester);
+        if (took > 0) requesters.push(requester);
       }
-      this.#busy.add(requester);
-      void this.#process(csr).finally(() => {
-        this.#busy.delete(requester);
+      if (batch.length === 0) return;
+      for (const r of requesters) this.#busy.add(r);
+      this.#batches++;
+      void this.#process(batch).finally(() => {
+        for (const r of requesters) this.#busy.delete(r);
+        this.#batches--;
         this.#pump();
       });
     }
   }
 
-  async #process(csr: ApproverCsr): Promise<void> {
-    const name = csr.metadata.name;
-    if (isSettled(csr)) {
-      this.#forget(csr);
-      return;
-    }
-    const key = csr.metadata.uid ?? name;
-    if (this.#unroutable.has(key) && this.#unroutable.get(key) === csr.metadata.resourceVersion) return;
+  /** A failed decision or write: this CSR is looked at again after its back-off. */
+  #failed(csr: ApproverCsr, err: Error): void {
+    if (this.#stopped()) return;
+    const delay = this.#backoff(csr);
+    this.#logger.warn('could not decide on CSR; retrying', {
+      csr: excerpt(csr.metadata.name),
+      error: err.message,
+      retryInSeconds: delay / 1000,
+    });
+    this.#later(csr, delay);
+  }
+
+  /** The parsed spec.request of this CSR, read once per uid (a CSR's spec never changes; the same bytes are checked). */
+  #requestOf(csr: ApproverCsr): Promise<RequestFacts | string> {
+    const key = csr.metadata.uid;
+    if (key === undefined || csr.oversizedRequest) return parsedRequest(csr);
+    const kept = this.#parsed.get(key);
+    if (kept !== undefined && kept.request === csr.spec.request) return kept.facts;
+    const facts = parsedRequest(csr);
+    if (this.#parsed.size >= PARSED_KEPT) this.#parsed.delete(this.#parsed.keys().next().value as string);
+    this.#parsed.set(key, { request: csr.spec.request, facts });
+    return facts;
+  }
+
+  /** Times one API call of a decision, by what it is. */
+  #timed<T>(call: string, request: () => Promise<T>): Promise<T> {
+    return this.#request(async () => {
+      const began = this.#clock.monotonic();
+      try {
+        return await request();
+      } finally {
+        this.#metrics.request(call, (this.#clock.monotonic() - began) / 1000);
+      }
+    });
+  }
+
+  async #process(batch: ApproverCsr[]): Promise<void> {
+    const began = this.#clock.monotonic();
     try {
-      await this.#handle(csr);
+      await this.#handle(batch);
     } catch (err) {
-      if (this.#stopped()) return;
-      const delay = this.#backoff(csr);
-      this.#logger.warn('could not decide on CSR; retrying', {
-        csr: excerpt(name),
-        error: (err as Error).message,
-        retryInSeconds: delay / 1000,
-      });
-      this.#later(csr, delay);
+      for (const csr of batch) this.#failed(csr, err as Error);
+    } finally {
+      this.#metrics.batch(batch.length, (this.#clock.monotonic() - began) / 1000);
     }
   }
 
@@ -246,51 +318,77 @@ export class Approver {
     this.#reported.delete(key);
     this.#rechecks.delete(key);
     this.#unroutable.delete(key);
+    this.#parsed.delete(key);
+    this.#queuedAt.delete(csr.metadata.name);
     const timer = this.#timers.get(key);
     if (timer) this.#clock.clearTimeout(timer);
     this.#timers.delete(key);
   }
 
-  async #handle(csr: ApproverCsr): Promise<void> {
+  async #handle(batch: ApproverCsr[]): Promise<void> {
     const signal = this.#signal ?? undefined;
+    const client = this.#client;
+    const io: BatchIo = {
+      node: (name) => this.#timed('node', () => getNode(client, name, signal)),
+      allowed: (c, subresource) => this.#timed('subjectaccessreview', () => subjectAccessReview(client, c, subresource, signal)),
+      record: (name) => this.#timed('record', () => getRecord(client, name, signal)),
+      apiServer: this.#apiServer,
+      sameRequester: (c) => this.informer.cache.sameRequester(c),
+      request: (c) => this.#requestOf(c),
+    };
     for (let attempt = 1; ; attempt++) {
-      const decision = await decide(csr, this.#opts.policy, {
-        node: (name) => getNode(this.#client, name, signal),
-        allowed: (c, subresource) => subjectAccessReview(this.#client, c, subresource, signal),
-        sameRequester: (c) => this.informer.cache.sameRequester(c),
-        apiServer: this.#apiServer,
-        record: (name) => getRecord(this.#client, name, signal),
-      });
-      if (decision.kind === 'ignore') return;
+      const view = new RecordView(io.record);
+      const outcomes = await decideBatch(batch, this.#opts.policy, io, view);
       // The look-ups took time; a leader that lost its lease meanwhile must not act.
       if (!this.leader.isLeader()) return;
-      if (decision.kind === 'violation') return this.#violation(csr, decision);
-      if (await this.#spend(csr, decision)) return this.#approve(csr, decision);
-      if (attempt >= SPEND_ATTEMPTS) throw new KubebootError(`the records this CSR spends changed ${attempt} times while it was decided`);
+      const changed = await this.#spend(view);
+      if (changed === null) return this.#act(outcomes);
+      if (attempt >= SPEND_ATTEMPTS)
+        throw new KubebootError(`the records these CSRs spend or read changed ${attempt} times while they were decided (${changed})`);
+      this.#logger.info(`ConfigMap kubeboot/${changed} changed while deciding; deciding again`, { csrs: batch.length });
     }
   }
 
   /**
-   * Writes what the approval spends (a token's name, a replacement mark),
-   * each on the resourceVersion it was decided on, before the approval: two
-   * approvers deciding two CSRs of one token never both spend its last name.
-   * False when a record changed meanwhile: the CSR is decided again on what
-   * it now says. A claim written and an approval that then fails is retried
-   * as the same CSR, which its own claims still allow.
+   * Writes what the batch's approvals spend (a token's names, a replacement
+   * mark), one claim per record on the resourceVersion its decisions read,
+   * before any approval: two approvers deciding CSRs of one token never both
+   * spend its last name. Then reads again what the decisions read and do not
+   * write (the revocations, the inventory), which must be unchanged. Returns
+   * the record that changed meanwhile (409, or read again different), and
+   * the batch is decided again on what it now says; null when none did. A
+   * claim written and an approval that then fails is retried as the same
+   * CSR, which its own claims still allow.
    */
-  async #spend(csr: ApproverCsr, decision: Extract<Decision, { kind: 'approve' }>): Promise<boolean> {
-    for (const claim of decision.claims) {
-      if (!(await writeClaim(this.#client, claim, this.#signal ?? undefined))) {
-        this.#logger.info(`ConfigMap kubeboot/${claim.name} changed while deciding; deciding again`, logFields(csr));
-        return false;
-      }
+  async #spend(view: RecordView): Promise<string | null> {
+    const signal = this.#signal ?? undefined;
+    for (const claim of view.claims()) {
+      if (!(await this.#timed('claim', () => writeClaim(this.#client, claim, signal)))) return claim.name;
     }
-    return true;
+    return view.changedSinceRead();
+  }
+
+  /** Approvals and violations of a batch whose records held, each CSR on its own: one failing is retried alone. */
+  async #act(outcomes: Outcome[]): Promise<void> {
+    await Promise.all(
+      outcomes.map(async (outcome) => {
+        const { csr } = outcome;
+        if ('error' in outcome) return this.#failed(csr, outcome.error);
+        const { decision } = outcome;
+        try {
+          if (decision.kind === 'violation') await this.#violation(csr, decision);
+          if (decision.kind === 'approve') await this.#approve(csr, decision);
+        } catch (err) {
+          this.#failed(csr, err as Error);
+        }
+      }),
+    );
   }
 
   async #approve(csr: ApproverCsr, decision: Extract<Decision, { kind: 'approve' }>): Promise<void> {
     const message = `Approved by kubeboot approver ${this.#opts.lease.identity}: ${decision.message}`;
-    if (!this.#written(csr, await decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined))) return;
+    const write = await this.#timed('approval', () => decideCsr(this.#client, csr, 'Approved', message, this.#signal ?? undefined));
+    if (!this.#written(csr, write)) return;
     this.#metrics.decision(csr.spec.signerName, 'approved', decision.policy);
     const created = Date.parse(csr.metadata.creationTimestamp ?? '');
     if (!Number.isNaN(created)) this.#metrics.approvalLatency((this.#clock.now().getTime() - created) / 1000);

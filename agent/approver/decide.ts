@@ -27,6 +27,7 @@ import {
   evaluate,
   nodeNameFor,
   POLICIES,
+  readsWorld,
   recognize,
   requesterKind,
   subresourceFor,
@@ -137,7 +138,7 @@ async function readInventory(
 export { AUTHORIZED_RULE } from './policy.js';
 
 /** The request's facts, or why there are none (a violation of the request rule). */
-async function parsedRequest(csr: ApproverCsr): Promise<RequestFacts | string> {
+export async function parsedRequest(csr: ApproverCsr): Promise<RequestFacts | string> {
   if (csr.oversizedRequest) return oversizedRequestProblem(csr.oversizedRequest.bytes);
   try {
     return await requestFacts(csr.spec.request);
@@ -167,16 +168,62 @@ function keptSubject(csr: ApproverCsr): RequestFacts | null {
   };
 }
 
-export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: Lookups): Promise<Decision> {
+/** What a CSR is, read from it alone (its request parsed): what the look-ups are for, before any is made. */
+export interface Prepared {
+  csr: ApproverCsr;
+  facts: CsrFacts;
+  policyName: PolicyName;
+  /** The node the certificate is for (RuleInput.nodeName). */
+  nodeName: string | null;
+  /** Whether a rule that runs reads the Node (so it is looked up). */
+  readsNode: boolean;
+  /** The SubjectAccessReview asked once every rule has passed. */
+  subresource: string;
+}
+
+/**
+ * Recognises the CSR and reads its request, making no look-up: a CSR none
+ * of the approver's business, or settled, is the `ignore` decision. `request`
+ * is the parsed spec.request (the caller may keep it per CSR; the request of
+ * a CSR never changes).
+ */
+export async function prepare(
+  csr: ApproverCsr,
+  policy: ApproverPolicy,
+  request: (csr: ApproverCsr) => Promise<RequestFacts | string> = parsedRequest,
+): Promise<Prepared | Extract<Decision, { kind: 'ignore' }>> {
   // Settled first: it is cheap, and most watch events are for CSRs already decided.
   if (isSettled(csr)) return { kind: 'ignore', why: 'settled' };
-  const request = await parsedRequest(csr);
-  const facts = csrFacts(csr, request);
+  const facts = csrFacts(csr, await request(csr));
   const policyName = recognize({ ...facts, request: facts.request ?? keptSubject(csr) }, policy);
   if (policyName === null) return { kind: 'ignore', why: 'not-ours' };
   const spec = POLICIES[policyName];
   const nodeName = nodeNameFor(spec, facts);
-  const node = nodeName !== null ? await lookups.node(nodeName) : null;
+  return {
+    csr,
+    facts,
+    policyName,
+    nodeName,
+    readsNode: nodeName !== null && readsWorld(spec.rules, facts, policy, 'node'),
+    subresource: subresourceFor(spec, facts),
+  };
+}
+
+/**
+ * Whether approving it may spend a record (a bootstrap token's kubelet client
+ * CSR: the token's name, a replacement mark): such CSRs of a batch are judged
+ * one after another (batch.ts), each on the records the one before spent.
+ */
+export function spendsRecords(prepared: Prepared): boolean {
+  return prepared.policyName === 'kubelet-client' && requesterKind(prepared.facts) === 'bootstrap';
+}
+
+/** The look-ups, the rules and the SubjectAccessReview for a prepared CSR. */
+export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups: Lookups): Promise<Decision> {
+  const { csr, facts, policyName, nodeName, subresource } = prepared;
+  const spec = POLICIES[policyName];
+  // Only a rule that runs reads the Node (a renewal's rules do not): no GET for the others.
+  const node = prepared.readsNode && nodeName !== null ? await lookups.node(nodeName) : null;
   // Read only when the rules that need them can be reached: a requester of neither kind fails first.
   const read =
     policyName === 'kubelet-client' && nodeName !== null && requesterKind(facts) !== null
@@ -184,7 +231,9 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
       : null;
   const world: World = {
     node,
-    blocking: [...lookups.sameRequester(csr)].filter((other) => blocks(other, csr)).map((other) => other.metadata.name),
+    blocking: readsWorld(spec.rules, facts, policy, 'blocking')
+      ? [...lookups.sameRequester(csr)].filter((other) => blocks(other, csr)).map((other) => other.metadata.name)
+      : [],
     apiServer: policyName !== 'kube-proxy-client' ? await lookups.apiServer() : null,
     records: read?.records ?? null,
     inventory: await readInventory(policyName, nodeName, policy, lookups),
@@ -192,7 +241,6 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
   const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
   if (!verdict.ok)
     return { kind: 'violation', policy: policyName, rule: verdict.rule, message: `${policyName} rule ${verdict.rule}: ${verdict.problem}` };
-  const subresource = subresourceFor(spec, facts);
   if (!(await lookups.allowed(csr, subresource))) {
     return {
       kind: 'violation',
@@ -209,4 +257,9 @@ export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: 
       .join(', ')}) and ${facts.username} may create certificatesigningrequests/${subresource}`,
     claims: read !== null && nodeName !== null ? claimsOf(facts, nodeName, read) : [],
   };
+}
+
+export async function decide(csr: ApproverCsr, policy: ApproverPolicy, lookups: Lookups): Promise<Decision> {
+  const prepared = await prepare(csr, policy);
+  return 'kind' in prepared ? prepared : judge(prepared, policy, lookups);
 }

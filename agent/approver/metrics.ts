@@ -8,6 +8,12 @@ export interface ApproverMetrics {
   /** Seconds from the CSR's creationTimestamp to its approval. */
   approvalLatency(seconds: number): void;
   leader(leading: boolean): void;
+  /** Seconds a CSR waited in the queue, from the change that queued it to a worker taking it. */
+  queueWait(seconds: number): void;
+  /** Seconds one API call of a decision took, by call: node, record, subjectaccessreview, claim, approval. */
+  request(call: string, seconds: number): void;
+  /** A batch decided and acted on: how many CSRs it took and how long it took. */
+  batch(size: number, seconds: number): void;
   /** Where the CSR cache gauges are read from at each scrape. */
   csrCache(read: () => { bytes: number; full: boolean }): void;
 }
@@ -25,6 +31,31 @@ export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}
     name: 'kubeboot_approver_approval_latency_seconds',
     help: 'Seconds from a CSR creationTimestamp (whole seconds) to its approval',
     buckets: [0.5, 1, 2, 5, 10, 30, 60, 300],
+    registers: [registry],
+  });
+  const queue = new Histogram({
+    name: 'kubeboot_approver_queue_wait_seconds',
+    help: 'Seconds a CSR waited in the queue, from the change that queued it to a worker taking it',
+    buckets: [0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30],
+    registers: [registry],
+  });
+  const requests = new Histogram({
+    name: 'kubeboot_approver_request_seconds',
+    help: 'Seconds one API call of a decision took, by call (node, record, subjectaccessreview, claim, approval)',
+    labelNames: ['call'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
+    registers: [registry],
+  });
+  const batchSize = new Histogram({
+    name: 'kubeboot_approver_batch_size',
+    help: 'CSRs one batch took off the queue',
+    buckets: [1, 2, 4, 8, 16, 32, 64],
+    registers: [registry],
+  });
+  const batchSeconds = new Histogram({
+    name: 'kubeboot_approver_batch_seconds',
+    help: 'Seconds a batch took to decide and act on',
+    buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5],
     registers: [registry],
   });
   const leader = new Gauge({ name: 'kubeboot_approver_leader', help: '1 while this approver holds the lease', registers: [registry] });
@@ -51,6 +82,12 @@ export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}
     decision: (signer, decision, rule) => decisions.inc({ signer, decision, rule }),
     approvalLatency: (seconds) => latency.observe(Math.max(0, seconds)),
     leader: (leading) => leader.set(leading ? 1 : 0),
+    queueWait: (seconds) => queue.observe(seconds),
+    request: (call, seconds) => requests.observe({ call }, seconds),
+    batch: (size, seconds) => {
+      batchSize.observe(size);
+      batchSeconds.observe(seconds);
+    },
     csrCache: (read) => (cache = read),
   };
 }

@@ -119,8 +119,17 @@ export interface Rule {
   only?: RequesterKind;
   /** Runs only with `--inventory` (`on`) or only without it (`off`); absent: either way. */
   inventory?: 'on' | 'off';
+  /**
+   * The parts of the World it reads that cost a look-up per CSR: the Node is
+   * fetched, and the CSRs standing before it listed, only when a rule that
+   * runs reads them (policy.test.ts holds every rule to its declaration).
+   */
+  reads?: readonly WorldRead[];
   check(input: RuleInput): string | null;
 }
+
+/** World fields looked up per CSR only for the rules that declare them. */
+export type WorldRead = 'node' | 'blocking';
 
 export const NODE_USER_PREFIX = 'system:node:';
 export const NODES_GROUP = 'system:nodes';
@@ -203,6 +212,7 @@ const requestSignature: Rule = {
 
 const nodeExists: Rule = {
   name: 'node-exists',
+  reads: ['node'],
   summary: 'a Node object `<n>` exists (re-checked 5 s, 10 s, 20 s … later: the kubelet registers after its credential)',
   check: ({ world, nodeName }) => (world.node !== null && world.node.name === nodeName ? null : `no Node ${nodeName ?? ''} exists`),
 };
@@ -291,6 +301,7 @@ const noSans: Rule = {
 
 const oneUnissuedPerNode: Rule = {
   name: 'one-unissued-per-node',
+  reads: ['blocking'],
   summary:
     'no other kube-proxy CSR of the same node is approved and not yet issued, and none older is pending (a flood is approved one at a time, whatever its names or order)',
   check: ({ world }) => (world.blocking.length === 0 ? null : `another CSR of this node is still unissued: ${list(world.blocking)}`),
@@ -343,6 +354,7 @@ export function allowedDnsNames(nodeName: string, suffixes: readonly string[]): 
 
 const dnsSans: Rule = {
   name: 'dns-sans',
+  reads: ['node'],
   summary:
     "each DNS SAN is the node name, or the node name under a `--serving-dns-suffix` (never a hostname from the Node's `status.addresses`, which the node writes itself)",
   check: ({ csr, world, policy }) => {
@@ -363,6 +375,7 @@ function cidrList(cidrs: readonly string[]): BlockList {
 
 const ipSans: Rule = {
   name: 'ip-sans',
+  reads: ['node'],
   inventory: 'off',
   summary: "each IP SAN is one of the Node's `status.addresses`, and inside a `--serving-ip-cidr` when any is set",
   check: ({ csr, world, policy }) => {
@@ -531,6 +544,7 @@ const tokenBound: Rule = {
 
 const noTakeover: Rule = {
   name: 'no-takeover',
+  reads: ['node'],
   only: 'bootstrap',
   summary:
     'no Node `<n>` exists, unless the admin marked it as being replaced (`kubeboot node replace`: `kubeboot/replacements`) before this CSR was made and no other CSR has claimed the mark (the first one wins)',
@@ -557,6 +571,7 @@ function hasLabel(labels: Readonly<Record<string, string>>, requirement: string)
 
 const notControlPlane: Rule = {
   name: 'not-control-plane',
+  reads: ['node'],
   only: 'bootstrap',
   summary:
     'an existing Node `<n>` has neither `node-role.kubernetes.io/control-plane` nor `node-role.kubernetes.io/master`, nor a label of `--protect-nodes`: such a name is never issued to a bootstrap token, marked as being replaced or not',
@@ -696,6 +711,25 @@ export function applicable(rules: readonly Rule[], csr: Pick<CsrFacts, 'username
   const kind = requesterKind(csr);
   const inventory = policy.inventory === true ? 'on' : 'off';
   return rules.filter((rule) => (rule.only === undefined || rule.only === kind) && (rule.inventory ?? inventory) === inventory);
+}
+
+/** Whether a rule that runs for this CSR reads `what` (so it must be looked up). */
+export function readsWorld(
+  rules: readonly Rule[],
+  csr: Pick<CsrFacts, 'username' | 'groups'>,
+  policy: ApproverPolicy,
+  what: WorldRead,
+): boolean {
+  return applicable(rules, csr, policy).some((rule) => rule.reads?.includes(what) === true);
+}
+
+/** Signers of the policies with a rule reading `what`: a CSR of another signer never needs it. */
+export function signersReading(what: WorldRead): Set<string> {
+  return new Set(
+    Object.values(POLICIES)
+      .filter((spec) => spec.rules.some((rule) => rule.reads?.includes(what) === true))
+      .map((spec) => spec.signerName),
+  );
 }
 
 /** Runs the rules in order; the first failure is the verdict. */
