@@ -13,7 +13,14 @@
 // (and the API server's) during each storm; for the approver, where its time
 // goes, from the audit log: nothing in the approver measures it.
 //
-// Alone: npm run bench:approvers   (KUBEBOOT_BENCH_NODES, default 1000)
+// Before them, the floor: the same 1,000 renewal CSRs created with nothing
+// approving them, for what the API server spends on a storm whoever approves.
+// After the all-at-once storms, the same two at an arrival rate
+// (KUBEBOOT_BENCH_RATE CSRs a second, default 20: 1,000 nodes over 50 s, a
+// scale-up's shape), labelled as such.
+//
+// Alone: npm run bench:approvers   (KUBEBOOT_BENCH_NODES, default 1000; KUBEBOOT_BENCH_RATE, 0 for none;
+// KUBEBOOT_BENCH_APPROVER_NODE_OPTIONS, e.g. "--cpu-prof --cpu-prof-dir=DIR", given to the approver as NODE_OPTIONS)
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,6 +34,11 @@ import type { Running } from '../test/support/kubeboot.js';
 import type { AuditEvent } from '../test/support/node-join.js';
 
 const NODES = Number(process.env.KUBEBOOT_BENCH_NODES ?? 1000);
+/** CSRs a second in the paced storms (0: none). */
+const RATE = Number(process.env.KUBEBOOT_BENCH_RATE ?? 20);
+const APPROVER_NODE_OPTIONS = process.env.KUBEBOOT_BENCH_APPROVER_NODE_OPTIONS;
+/** Where the approver serves /metrics during the bench (its own account of the storm). */
+const METRICS_PORT = Number(process.env.KUBEBOOT_BENCH_METRICS_PORT ?? 19581);
 /** A storm not approved in this long is reported as far as it got. */
 const STORM_TIMEOUT_MS = 15 * 60_000;
 const KUBELET_CLIENT = {
@@ -174,21 +186,41 @@ interface StormRequest {
   pem: string;
 }
 
+/** The approver's /metrics as name{labels} → value (its own account of where its time goes). */
+type Scrape = Map<string, number>;
+
+async function scrape(port: number): Promise<Scrape> {
+  const out: Scrape = new Map();
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    for (const line of text.split('\n')) {
+      const m = /^(kubeboot_approver_\w+(?:\{[^}]*\})?) (\S+)$/.exec(line);
+      if (m) out.set(m[1]!, Number(m[2]));
+    }
+  } catch {
+    // An approver without the listener (an older build) has no account of its own.
+  }
+  return out;
+}
+
 interface StormResult {
   kind: string;
+  /** The approver's metrics before and after the storm. */
+  metrics?: [Scrape, Scrape];
   requests: StormRequest[];
   events: AuditEvent[];
   approvedCount: number;
   usage: Usage;
-  /** 429s the creates got (and retried). */
+  /** 429s and lost connections the creates got (and retried). */
   throttled: number;
   /** The approver's warn and error lines during the storm. */
   warnings: string[];
 }
 
 /**
- * Every request sent at one moment, on connections opened just before (a
- * renewing kubelet has one open), then waits until every CSR is issued.
+ * Every request sent at one moment (or, given `rate`, the i-th at i/rate s),
+ * on connections opened just before (a renewing kubelet has one open), then
+ * waits until every CSR is issued.
  */
 async function storm(
   plane: ControlPlane,
@@ -197,9 +229,11 @@ async function storm(
   requests: StormRequest[],
   pids: Record<string, number>,
   approver?: Running,
+  rate = 0,
 ): Promise<StormResult> {
   const logFrom = approver?.output().length ?? 0;
-  await Promise.all(requests.map((r) => r.client.request('GET', '/version')));
+  const before = approver ? await scrape(METRICS_PORT) : undefined;
+  await Promise.all(requests.map((r) => r.client.request('GET', '/version').catch(() => undefined)));
   const auditFrom = statSync(plane.auditLog!).size;
   process.stderr.write(`storm: ${kind}: ${requests.length} CSRs\n`);
   const names = requests.map((r) => r.csr);
@@ -207,7 +241,13 @@ async function storm(
   const { result: approvedCount, usage } = await during(
     pids,
     (async () => {
-      await Promise.all(requests.map(async (r) => (throttled += await createCsr(r))));
+      const start = performance.now();
+      await Promise.all(
+        requests.map(async (r, i) => {
+          if (rate > 0) await sleep(Math.max(0, start + (i * 1000) / rate - performance.now()));
+          throttled += await createCsr(r);
+        }),
+      );
       return watch.until(names, Date.now() + STORM_TIMEOUT_MS);
     })(),
   );
@@ -215,29 +255,86 @@ async function storm(
   const warnings = (approver?.output().slice(logFrom) ?? '')
     .split('\n')
     .filter((l) => l.includes('"level":"warn"') || l.includes('"level":"error"'));
-  return { kind, requests, events: auditSince(plane, auditFrom), approvedCount, usage, throttled, warnings };
+  const metrics: [Scrape, Scrape] | undefined = before ? [before, await scrape(METRICS_PORT)] : undefined;
+  return {
+    kind,
+    requests,
+    events: auditSince(plane, auditFrom),
+    approvedCount,
+    usage,
+    throttled,
+    warnings,
+    ...(metrics ? { metrics } : {}),
+  };
 }
 
 /**
  * Creates the CSR as a kubelet does: a 429 (the API server's inflight limit,
- * hit by a storm) is retried after its Retry-After, as client-go does.
- * Returns how many 429s it took.
+ * hit by a storm) is retried after its Retry-After, as client-go does, and a
+ * connection lost before the answer (a loaded plane) is retried after 1 s
+ * (then AlreadyExists means the first one got through). Returns how many
+ * retries it took.
  */
-async function createCsr(r: StormRequest): Promise<number> {
+async function createCsr(r: StormRequest, labels?: Record<string, string>): Promise<number> {
   const body = {
     apiVersion: 'certificates.k8s.io/v1',
     kind: 'CertificateSigningRequest',
-    metadata: { name: r.csr },
+    metadata: { name: r.csr, ...(labels ? { labels } : {}) },
     spec: { request: Buffer.from(r.pem).toString('base64'), signerName: KUBELET_CLIENT.signer, usages: KUBELET_CLIENT.usages },
   };
-  for (let throttled = 0; ; throttled++) {
-    const res = await r.client.request('POST', CSRS, body);
+  for (let retried = 0; ; retried++) {
+    let res: Awaited<ReturnType<KubeClient['request']>>;
+    try {
+      res = await r.client.request('POST', CSRS, body);
+    } catch (err) {
+      if (retried >= 5) throw err;
+      process.stderr.write(`storm: create ${r.csr}: ${(err as Error).message}; retrying\n`);
+      await sleep(1_000);
+      continue;
+    }
     if (res.status !== 429) {
+      if (retried > 0 && res.status === 409) return retried;
       expectStatus(res, `create CSR ${r.csr}`, 201);
-      return throttled;
+      return retried;
     }
     await sleep(Number(res.headers['retry-after'] ?? 1) * 1000);
   }
+}
+
+/**
+ * What the plane spends on a storm that nothing approves: the CSRs created at
+ * one moment, then 5 s for the watches and kube-controller-manager (its
+ * csrapproving reviews them and is refused) to see them; deleted after.
+ */
+async function floor(plane: ControlPlane, requests: StormRequest[], pids: Record<string, number>): Promise<[string, string][]> {
+  await Promise.all(requests.map((r) => r.client.request('GET', '/version').catch(() => undefined)));
+  const auditFrom = statSync(plane.auditLog!).size;
+  const began = performance.now();
+  let createdMs = 0;
+  const { usage } = await during(
+    pids,
+    (async () => {
+      await Promise.all(requests.map((r) => createCsr(r, { 'kubeboot.io/bench': 'floor' })));
+      createdMs = performance.now() - began;
+      await sleep(5_000);
+    })(),
+  );
+  await Promise.all(requests.map((r) => r.client.close()));
+  const creates = auditSince(plane, auditFrom).filter(
+    (e) => e.verb === 'create' && e.objectRef?.resource === 'certificatesigningrequests' && e.objectRef.subresource === undefined,
+  );
+  expectStatus(
+    await plane.admin.request('DELETE', `${CSRS}?labelSelector=${encodeURIComponent('kubeboot.io/bench=floor')}`),
+    'delete the floor storm',
+    200,
+  );
+  const api = usage['kube-apiserver']!;
+  return [
+    [
+      `floor: ${requests.length} renewal CSRs created at once, nothing approving (creates, watches, kube-controller-manager's refused reviews)`,
+      `all created in ${ms(createdMs)}; create served in ${spread(creates.map((e) => answered(e) - received(e)))}; kube-apiserver CPU ${api.cpuSeconds.toFixed(1)} s (${((api.cpuSeconds * 1000) / requests.length).toFixed(1)} ms per CSR), kube-controller-manager ${usage['kube-controller-manager']!.cpuSeconds.toFixed(1)} s`,
+    ],
+  ];
 }
 
 /** CSR created → first approval written, both as the API server answered them. */
@@ -260,7 +357,7 @@ function latencyRow(s: StormResult, who: string): [string, string] {
       ? ''
       : `; ONLY ${s.approvedCount} of ${s.requests.length} approved in ${STORM_TIMEOUT_MS / 60_000} min`;
   return [
-    `storm, ${s.kind}, ${who}: created → approved (${s.requests.length} CSRs, created over ${ms(lastCreated - firstCreated)}, ${s.throttled} × 429 retried)`,
+    `storm, ${s.kind}, ${who}: created → approved (${s.requests.length} CSRs, created over ${ms(lastCreated - firstCreated)}, ${s.throttled} × 429 or lost connection retried)`,
     `${spread(latencies)}; ${(latencies.length / span).toFixed(0)} approvals/s${all}`,
   ];
 }
@@ -334,6 +431,7 @@ function approverRows(s: StormResult, watch: Watch): [string, string][] {
   }
   const label = `storm, ${s.kind}, kubeboot approver`;
   return [
+    ...ownAccount(s, label),
     [`${label}: CSR created → seen by another watch (this process's)`, spread(delivered)],
     [`${label}: CSR created → the approver's first request for it (watch, informer, queue)`, spread(queued)],
     [`${label}: its first request → its approval written (the decision)`, spread(deciding)],
@@ -353,6 +451,30 @@ function approverRows(s: StormResult, watch: Watch): [string, string][] {
       `${label}: warnings it logged`,
       byMessage.size === 0 ? 'none' : [...byMessage].map(([m, n]) => `${n} × ${m.slice(0, 120)}`).join('; '),
     ],
+  ];
+}
+
+/** The approver's own account of the storm: queue wait, batches, and its API calls as it timed them (means). */
+function ownAccount(s: StormResult, label: string): [string, string][] {
+  if (!s.metrics) return [];
+  const [before, after] = s.metrics;
+  const delta = (key: string) => (after.get(key) ?? 0) - (before.get(key) ?? 0);
+  const mean = (name: string, labels = '', scale = 1000) => {
+    const n = delta(`${name}_count${labels}`);
+    return n === 0
+      ? 'none'
+      : `${n} × mean ${((delta(`${name}_sum${labels}`) / n) * scale).toFixed(scale === 1 ? 1 : 0)}${scale === 1 ? '' : ' ms'}`;
+  };
+  if (delta('kubeboot_approver_queue_wait_seconds_count') === 0 && delta('kubeboot_approver_batch_size_count') === 0) return [];
+  const calls = ['node', 'record', 'subjectaccessreview', 'claim', 'approval'].map(
+    (c) => `${c} ${mean('kubeboot_approver_request_seconds', `{call="${c}"}`)}`,
+  );
+  return [
+    [
+      `${label}: its own metrics: queue wait; batches (CSRs each; time each)`,
+      `${mean('kubeboot_approver_queue_wait_seconds')}; ${mean('kubeboot_approver_batch_size', '', 1)}; ${mean('kubeboot_approver_batch_seconds')}`,
+    ],
+    [`${label}: its own metrics: API calls as it timed them (its limiter's wait included)`, calls.join('; ')],
   ];
 }
 
@@ -437,26 +559,44 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
   const rows: [string, string][] = [];
   let approver: Running | undefined;
   try {
-    // (a) kube-controller-manager on the stock bindings, alone.
+    // The floor: the plane's cost of a storm, nothing approving it.
     await plane.stopKubeletApprover();
+    rows.push(...(await floor(plane, await renewals(plane, 'floor', nodes), planePids())));
+    // (a) kube-controller-manager on the stock bindings, alone.
     await setKcmBindings(plane, true);
     const kcmRenew = await storm(plane, watch, 'renewal', await renewals(plane, 'kcm', nodes), planePids());
     const kcmFirst = await storm(plane, watch, 'first issue', await firstIssues(plane, 'kcm'), planePids());
+    const kcmPaced =
+      RATE > 0
+        ? [
+            await storm(plane, watch, `renewal at ${RATE}/s`, await renewals(plane, 'kcmp', nodes), planePids(), undefined, RATE),
+            await storm(plane, watch, `first issue at ${RATE}/s`, await firstIssues(plane, 'kcmp'), planePids(), undefined, RATE),
+          ]
+        : [];
     await setKcmBindings(plane, false);
 
     // (b) kubeboot approver, with kube-controller-manager's csrapproving still running, unbound.
     const config = await installApprover(plane, dir);
-    approver = startApprover(config, ['--approve-kubelet-client']);
+    approver = startApprover(
+      config,
+      // The last --approver-listen wins over the harness's `off`.
+      ['--approve-kubelet-client', '--approver-listen', `127.0.0.1:${METRICS_PORT}`],
+      APPROVER_NODE_OPTIONS ? { NODE_OPTIONS: APPROVER_NODE_OPTIONS } : {},
+    );
     await approver.waitForOutput(/became the leader/, 60_000);
     const idleRss = sample(approver.child.pid!).rssKiB / 1024;
     const pids = { ...planePids(), approver: approver.child.pid! };
     const kbRenew = await storm(plane, watch, 'renewal', await renewals(plane, 'kb', nodes), pids, approver);
     const kbFirst = await storm(plane, watch, 'first issue', await firstIssues(plane, 'kb'), pids, approver);
+    const kbPaced =
+      RATE > 0
+        ? [
+            await storm(plane, watch, `renewal at ${RATE}/s`, await renewals(plane, 'kbp', nodes), pids, approver, RATE),
+            await storm(plane, watch, `first issue at ${RATE}/s`, await firstIssues(plane, 'kbp'), pids, approver, RATE),
+          ]
+        : [];
 
-    for (const [kcm, kb] of [
-      [kcmRenew, kbRenew],
-      [kcmFirst, kbFirst],
-    ] as const) {
+    for (const [kcm, kb] of [[kcmRenew, kbRenew], [kcmFirst, kbFirst], ...kcmPaced.map((kcm, i) => [kcm, kbPaced[i]!] as const)] as const) {
       rows.push(latencyRow(kcm, 'kube-controller-manager csrapproving'));
       rows.push(latencyRow(kb, 'kubeboot approver'));
       rows.push(usageRow(kcm, 'kube-controller-manager', 'kube-controller-manager'));
