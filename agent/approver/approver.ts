@@ -94,6 +94,8 @@ export class Approver {
   readonly #parsed = new Map<string, { request: string; facts: Promise<RequestFacts | string> }>();
   /** CSR name → when it was queued (monotonic ms), for the queue-wait metric. */
   readonly #queuedAt = new Map<string, number>();
+  /** The signers this approver decides (another's CSR in a batch is ignored, never retried). */
+  readonly #signers: ReadonlySet<string>;
   #signal: AbortSignal | null = null;
   /** The API server's names and addresses, re-read at most once a minute. */
   readonly #apiServer: () => Promise<ApiServerFacts>;
@@ -104,6 +106,7 @@ export class Approver {
     this.#logger = logger;
     this.#metrics = metrics;
     this.#clock = opts.clock ?? systemClock;
+    this.#signers = decidedSigners(opts.policy);
     this.#apiServer = opts.apiServer ?? cachedApiServerFacts(() => readApiServerFacts(client, this.#signal ?? undefined), this.#clock);
     this.informer = new CsrInformer(
       client,
@@ -112,7 +115,7 @@ export class Approver {
         onChange: (name) => this.#changed(name),
         onDelete: (csr) => this.#forget(csr),
         clock: this.#clock,
-        signers: decidedSigners(opts.policy),
+        signers: this.#signers,
         ...(opts.maxCacheBytes !== undefined ? { maxCacheBytes: opts.maxCacheBytes } : {}),
       },
       logger,
@@ -278,7 +281,7 @@ export class Approver {
     try {
       await this.#handle(batch);
     } catch (err) {
-      for (const csr of batch) this.#failed(csr, err as Error);
+      for (const csr of batch) if (this.#signers.has(csr.spec.signerName)) this.#failed(csr, err as Error);
     } finally {
       this.#metrics.batch(batch.length, (this.#clock.monotonic() - began) / 1000);
     }
