@@ -433,8 +433,13 @@ function approverRows(s: StormResult, watch: Watch): [string, string][] {
   return [
     ...ownAccount(s, label),
     [`${label}: CSR created → seen by another watch (this process's)`, spread(delivered)],
-    [`${label}: CSR created → the approver's first request for it (watch, informer, queue)`, spread(queued)],
-    [`${label}: its first request → its approval written (the decision)`, spread(deciding)],
+    // Only a first issue's Node GET names the CSR's node before its approval: a renewal has no such request (its own metrics tell its queue wait).
+    ...(queued.length === 0
+      ? []
+      : ([
+          [`${label}: CSR created → the approver's first request for it, its Node GET (watch, informer, queue)`, spread(queued)],
+          [`${label}: its Node GET → its approval written (the decision, and its batch's)`, spread(deciding)],
+        ] as [string, string][])),
     [
       `${label}: its requests as the API server served them (audit log)`,
       [
