@@ -1,14 +1,14 @@
 // The resting daemon next to a bare Node timer, in one run on one machine:
-// `kubeboot run` bootstraps a node, its pass process ends once every
-// identity sleeps, and then both processes are sampled side by side (RSS at
-// the end, CPU over the window). Also what one pass costs: a forced renewal
-// (`kubeboot renew` → SIGUSR2 → a pass), its CPU and peak RSS as the pass
-// reports them, and the wall time from the request to the pass at rest.
-// And how many pass processes an idle day starts with CA rotation on
-// (default caRotation.interval, 10 min ±20 %): the real Supervisor on a
-// FakeClock, each fake pass resting as a real one does — before: with the CA
-// check as its next wake-up; after: handing the daemon its look
-// (daemon/ca-look.ts), which finds cluster-info unchanged.
+// `kubeboot run` bootstraps a node, its worker ends once nothing is due,
+// and then both processes are sampled side by side (RSS at the end, CPU
+// over the window). Also what one worker costs: a forced renewal
+// (`kubeboot renew` → SIGUSR2 → a worker), its CPU and peak RSS as the
+// worker reports them, and the wall time from the request to its end.
+// And how many workers an idle day starts with CA rotation on (default
+// caRotation.interval, 10 min ±20 %): the real Daemon on a FakeClock, each
+// fake worker answering its steps as a real one does — before: the CA step
+// leaving no look, so every check is a worker; after: handing the daemon
+// its look (daemon/ca-look.ts), which finds cluster-info unchanged.
 //
 // Alone: npm run bench:idle   (KUBEBOOT_BENCH_IDLE_SECONDS, default 60; NODE_COMPILE_CACHE=DIR
 // runs kubeboot with a compile cache, as the packaged launcher does for root). Alone, the
@@ -26,11 +26,10 @@ import { bundle, handToken, launcherNodeFlags, nodeLayout, startKubeboot, startW
 import { freePort } from '../test/support/processes.js';
 import { configIn } from '../test/support/node-config.js';
 import { defaultConfig } from '../agent/config/defaults.js';
-import { EMPTY_CARRY, type FromPass, type ToPass } from '../agent/daemon/pass-protocol.js';
-import { Supervisor, type PassHandle } from '../agent/daemon/supervisor.js';
+import { Daemon, type WorkerHandle } from '../agent/daemon/daemon.js';
+import { EMPTY_HAND_OVER, type FromWorker, type ToWorker } from '../agent/daemon/worker-protocol.js';
 import { createLineLogger } from '../agent/log-lines.js';
 import { FakeClock } from '../agent/time/clock.js';
-import type { CaLook } from '../agent/trust/keeper.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 /** The target of issue 19: a resting daemon at most this many times a bare Node timer. */
@@ -52,7 +51,7 @@ async function idle(pid: number, seconds: number): Promise<{ rssMiB: number; cpu
   return { rssMiB: end.rssKiB / 1024, cpuSeconds: (end.cpuTicks - start.cpuTicks) / ticks };
 }
 
-const PASS_ENDED = /pass ended \(([\d.]+) s CPU, peak RSS (\d+) MiB\)/g;
+const WORKER_ENDED = /worker ended \(([\d.]+) s CPU, peak RSS (\d+) MiB\)/g;
 
 export async function benchIdle(
   plane: ControlPlane,
@@ -79,13 +78,13 @@ export async function benchIdle(
           ...env,
         });
   try {
-    const firstPass = await daemon.waitForOutput(/pass ended \([^)]*\)/);
+    const firstWorker = await daemon.waitForOutput(/worker ended \([^)]*\)/);
     const bare = spawn(process.execPath, ['-e', 'setInterval(()=>{},1e9)'], { stdio: 'ignore' });
     const [d, b] = await Promise.all([idle(daemon.child.pid!, IDLE_SECONDS), idle(bare.pid!, IDLE_SECONDS)]);
     bare.kill('SIGTERM');
     const ratio = d.rssMiB / b.rssMiB;
     rows.push([
-      `resting kubeboot run, listening on ${listen}, ${IDLE_SECONDS} s after its first pass ended (${how}${compileCache ? ', compile cache' : ''}${started === 'launcher' ? ', as packaged' : ''})`,
+      `resting kubeboot run, listening on ${listen}, ${IDLE_SECONDS} s after its first worker ended (${how}${compileCache ? ', compile cache' : ''}${started === 'launcher' ? ', as packaged' : ''})`,
       `RSS ${d.rssMiB.toFixed(1)} MiB, CPU ${d.cpuSeconds.toFixed(2)} s`,
     ]);
     rows.push([
@@ -96,20 +95,20 @@ export async function benchIdle(
       'resting daemon / bare timer (RSS)',
       `${ratio.toFixed(2)}× (target ≤ ${TARGET_RATIO}×: ${ratio <= TARGET_RATIO ? 'met' : 'not met'})`,
     ]);
-    const [, bootCpu, bootRss] = /([\d.]+) s CPU, peak RSS (\d+) MiB/.exec(firstPass)!;
-    rows.push(['first pass (bootstrap of kubelet and kube-proxy), its own process', `${bootCpu} s CPU, peak RSS ${bootRss} MiB`]);
+    const [, bootCpu, bootRss] = /([\d.]+) s CPU, peak RSS (\d+) MiB/.exec(firstWorker)!;
+    rows.push(['first worker (bootstrap of kubelet and kube-proxy), its own process', `${bootCpu} s CPU, peak RSS ${bootRss} MiB`]);
 
     // One renewal through the resting daemon: what resting light costs per renewal.
-    const before = [...daemon.output().matchAll(PASS_ENDED)].length;
+    const before = [...daemon.output().matchAll(WORKER_ENDED)].length;
     const t0 = performance.now();
     const renew = await startKubeboot(['renew', '--config', node.config]).done;
     if (renew.code !== 0) throw new Error(`kubeboot renew failed: ${renew.stderr}`);
     for (;;) {
-      const ended = [...daemon.output().matchAll(PASS_ENDED)];
+      const ended = [...daemon.output().matchAll(WORKER_ENDED)];
       if (ended.length > before) {
         const last = ended.at(-1)!;
         rows.push([
-          'one forced renewal of every identity: a pass process started, renewed, ended',
+          'one forced renewal of every identity: a worker started, renewed, ended',
           `${((performance.now() - t0) / 1000).toFixed(2)} s wall from the request, ${last[1]} s CPU, peak RSS ${last[2]} MiB`,
         ]);
         break;
@@ -126,20 +125,20 @@ export async function benchIdle(
 const DAY_MS = 24 * 3_600_000;
 
 /**
- * Pass processes started over one simulated idle day (no renewal due: a kubelet client certificate
+ * Workers started over one simulated idle day (no renewal due: a kubelet client certificate
  * lives a year), with CA rotation on at the default interval; `looks`: the daemon's own looks made.
  */
-export async function idleDayStarts(daemonLooks: boolean, dir: string): Promise<{ passes: number; looks: number }> {
+export async function idleDayStarts(daemonLooks: boolean, dir: string): Promise<{ workers: number; looks: number }> {
   const config = configIn(dir);
   config.caRotation = { ...config.caRotation, enabled: true, interval: defaultConfig('n1').caRotation.interval };
   const clock = new FakeClock(new Date('2025-06-01T00:00:00Z'));
   let seed = 1;
   const random = (): number => ((seed = (seed * 16807) % 2147483647) - 1) / 2147483646;
   const checkIn = () => config.caRotation.interval * 1000 * (0.8 + 0.4 * random());
-  let passes = 0;
+  let workers = 0;
   let looks = 0;
   const stop = new AbortController();
-  const supervisor = new Supervisor({
+  const daemon = new Daemon({
     config,
     logger: createLineLogger({ level: 'error', format: 'json' }),
     signal: stop.signal,
@@ -151,53 +150,64 @@ export async function idleDayStarts(daemonLooks: boolean, dir: string): Promise<
       looks++;
       return { kind: 'read', digest: look.digest };
     },
-    // A pass as the real one rests once every identity and the CA keeper sleep: its next CA check in 8–12 min.
-    startPass: () => {
-      passes++;
-      const pass = Object.assign(new EventEmitter(), { pid: passes, connected: true, kill: () => true });
-      const send = (message: ToPass, done?: (err: Error | null) => void): boolean => {
+    // A worker as the real one answers: an identity is next due in 200 days, the CA check in 8–12 min.
+    startWorker: () => {
+      workers++;
+      const worker = Object.assign(new EventEmitter(), { pid: workers, connected: true, kill: () => true });
+      const say = (message: FromWorker) => setImmediate(() => worker.emit('message', message));
+      const send = (message: ToWorker, done?: (err: Error | null) => void): boolean => {
         done?.(null);
-        if (message.kind !== 'start') return true;
         const now = clock.now().getTime();
-        const at = new Date(now + checkIn());
-        const look: CaLook | null = daemonLooks
-          ? {
-              url: 'https://api.test:6443/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0',
-              caPem: '',
-              tlsServerName: null,
-              certFile: '',
-              keyFile: '',
-              digest: 'unchanged',
-              at: at.toISOString(),
-              until: new Date(now + 365 * DAY_MS).toISOString(),
-            }
-          : null;
-        const rest: FromPass = {
-          kind: 'rest',
-          until: (look ? new Date(now + 200 * DAY_MS) : at).toISOString(),
-          look,
-          carry: EMPTY_CARRY,
-          lastSeq: 0,
-          usage: { cpuSeconds: 0, maxRssMiB: 0 },
-        };
-        setImmediate(() => {
-          pass.emit('message', rest);
-          pass.connected = false;
-          pass.emit('exit', 0, null);
+        if (message.kind === 'stop') {
+          say({ kind: 'ended', usage: { cpuSeconds: 0, maxRssMiB: 0 } });
+          setImmediate(() => {
+            worker.connected = false;
+            worker.emit('exit', 0, null);
+            worker.emit('close', 0, null);
+          });
+        }
+        if (message.kind !== 'step') return true;
+        const { step } = message;
+        const next = new Date(step.target === 'ca' ? now + checkIn() : now + 200 * DAY_MS);
+        const look =
+          step.target === 'ca' && daemonLooks
+            ? {
+                url: 'https://api.test:6443/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0',
+                caPem: '',
+                tlsServerName: null,
+                certFile: '',
+                keyFile: '',
+                digest: 'unchanged',
+                at: next.toISOString(),
+                until: new Date(now + 365 * DAY_MS).toISOString(),
+              }
+            : null;
+        say({
+          kind: 'answer',
+          answer: {
+            id: step.id,
+            target: step.target,
+            next: next.toISOString(),
+            record: null,
+            wake: [],
+            force: [],
+            look,
+            handOver: EMPTY_HAND_OVER,
+          },
         });
         return true;
       };
-      return Object.assign(pass, { send }) as unknown as PassHandle;
+      return Object.assign(worker, { send }) as unknown as WorkerHandle;
     },
   });
-  const running = supervisor.run();
-  while (passes === 0) await new Promise((resolve) => setImmediate(resolve));
-  // The first pass (the bootstrap) is not part of the idle day.
-  const first = { passes, looks };
+  const running = daemon.run();
+  while (workers === 0) await new Promise((resolve) => setImmediate(resolve));
+  // The first worker (the bootstrap) is not part of the idle day.
+  const first = { workers, looks };
   for (let minute = 0; minute < 24 * 60; minute++) await clock.tick(60_000);
   stop.abort();
   await running;
-  return { passes: passes - first.passes, looks: looks - first.looks };
+  return { workers: workers - first.workers, looks: looks - first.looks };
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1]!).href) {
@@ -207,10 +217,10 @@ if (import.meta.url === pathToFileURL(process.argv[1]!).href) {
     const before = await idleDayStarts(false, join(dir, 'day-before'));
     const after = await idleDayStarts(true, join(dir, 'day-after'));
     const rows: [string, string][] = [
-      ['pass processes started in one idle day, CA rotation on (FakeClock): each CA check a pass, as before', `${before.passes}`],
+      ['workers started in one idle day, CA rotation on (FakeClock): each CA check a worker', `${before.workers}`],
       [
         'the same day, the daemon looking at cluster-info itself (daemon/ca-look.ts), unchanged all day',
-        `${after.passes} pass processes, ${after.looks} looks (target ≤ 4 pass processes a day: ${after.passes <= 4 ? 'met' : 'not met'})`,
+        `${after.workers} workers, ${after.looks} looks (target ≤ 4 workers a day: ${after.workers <= 4 ? 'met' : 'not met'})`,
       ],
       ...(await benchIdle(plane, dir)),
       ...(await benchIdle(plane, dir, undefined, 'node')),

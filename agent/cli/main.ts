@@ -11,13 +11,13 @@ import { ExitCode, exitCodeOf, KubebootError } from '../errors.js';
 import { VERSION } from '../version.js';
 import { readOptional } from '../read-optional.js';
 import { fatalText } from './fatal.js';
-import { PASS_COMMAND } from '../daemon/pass-protocol.js';
+import { WORKER_COMMAND } from '../daemon/worker-protocol.js';
 import { commandHelpText, helpText } from './help.js';
 import { ensureNodeFlags } from '../node-flags.js';
 
 async function main(argv: string[]): Promise<number> {
-  // A pass of `kubeboot run` gets its configuration from the daemon, not from argv (daemon/pass-process.ts).
-  if (argv[0] === PASS_COMMAND && argv.length === 1) return (await import('../daemon/pass-process.js')).runPassProcess();
+  // A worker of `kubeboot run` gets its configuration from the daemon, not from argv (daemon/worker.ts).
+  if (argv[0] === WORKER_COMMAND && argv.length === 1) return (await import('../daemon/worker.js')).runWorkerProcess();
   const load = () => loadConfig({ argv, env: process.env, readFile: readOptional, hostname: os.hostname() });
   const loaded = await load();
   if (loaded.version) {

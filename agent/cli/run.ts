@@ -4,8 +4,9 @@
  * must never happen in a root process holding keys (the packaged launcher
  * also passes --disable-sigusr1).
  *
- * This process rests between passes (daemon/supervisor.ts); each pass runs
- * in a child process of the same executable (daemon/pass-process.ts).
+ * This process is the daemon (daemon/daemon.ts), the agent's only sleeper; the
+ * steps it schedules run in a worker, a child process of the same executable
+ * (daemon/worker.ts).
  */
 import { fork } from 'node:child_process';
 import type { Config } from '../config/types.js';
@@ -13,24 +14,24 @@ import { ExitCode, KubebootError } from '../errors.js';
 import { flagName, NODE_FLAGS } from '../node-flags.js';
 import type { Log } from '../log-lines.js';
 import { isLoopbackListen } from '../daemon/http.js';
-import { PASS_PID_FILE, runningDaemon, takeRenewRequest } from '../daemon/control.js';
-import { PASS_COMMAND } from '../daemon/pass-protocol.js';
-import { Supervisor, type PassHandle } from '../daemon/supervisor.js';
+import { runningDaemon, takeRenewRequest, WORKER_PID_FILE } from '../daemon/control.js';
+import { Daemon, type WorkerHandle } from '../daemon/daemon.js';
+import { WORKER_COMMAND } from '../daemon/worker-protocol.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
 
-/** What systemd gives the daemon alone: a pass never talks to systemd itself. */
+/** What systemd gives the daemon alone: a worker never talks to systemd itself. */
 const DAEMON_ONLY_ENV = ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'];
 
-/** Runtime flags for a daemon that only rests (node-flags.ts); a pass allocates in a burst, works and ends. */
+/** Runtime flags for a daemon that only rests (node-flags.ts); a worker allocates in a burst, works and ends. */
 const RESTING_ONLY_FLAGS = new Set(NODE_FLAGS.run.map(flagName));
 
-/** A pass: this same script, with the runtime flags it was started with except the resting daemon's. */
-export function startPassProcess(env: NodeJS.ProcessEnv = process.env): PassHandle {
-  const passEnv = { ...env };
-  for (const name of DAEMON_ONLY_ENV) delete passEnv[name];
-  return fork(process.argv[1]!, [PASS_COMMAND], {
+/** A worker: this same script, with the runtime flags it was started with except the resting daemon's. */
+export function startWorkerProcess(env: NodeJS.ProcessEnv = process.env): WorkerHandle {
+  const workerEnv = { ...env };
+  for (const name of DAEMON_ONLY_ENV) delete workerEnv[name];
+  return fork(process.argv[1]!, [WORKER_COMMAND], {
     execArgv: process.execArgv.filter((a) => !RESTING_ONLY_FLAGS.has(flagName(a))),
-    env: passEnv,
+    env: workerEnv,
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     serialization: 'json',
   });
@@ -38,9 +39,9 @@ export function startPassProcess(env: NodeJS.ProcessEnv = process.env): PassHand
 
 export async function runDaemonCommand(config: Config, logger: Log, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
   // Two daemons on one state directory would race for the same files (and the
-  // sweep below would delete the other's writes in flight); so would a pass
+  // sweep below would delete the other's writes in flight); so would a worker
   // a killed daemon left behind, until it notices and stops.
-  for (const file of [undefined, PASS_PID_FILE]) {
+  for (const file of [undefined, WORKER_PID_FILE]) {
     const other = await runningDaemon(config.stateDir, file);
     if (other !== null)
       throw new KubebootError(
@@ -53,7 +54,7 @@ export async function runDaemonCommand(config: Config, logger: Log, signal: Abor
       `listen ${config.listen} is not a loopback address: /healthz, /readyz and /metrics are unauthenticated and reachable from other hosts`,
     );
   }
-  const daemon = new Supervisor({ config, logger, signal, reload, startPass: () => startPassProcess() });
+  const daemon = new Daemon({ config, logger, signal, reload, startWorker: () => startWorkerProcess() });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {
     void takeRenewRequest(daemon.config.stateDir).then((names) => {

@@ -5,7 +5,8 @@ import { identitiesFor } from '../config/identities.js';
 import { currentCertPath } from '../identity.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { loadCurrent } from '../store/cert-store.js';
-import { readDaemonState, type IdentityState } from '../daemon/state.js';
+import { readDaemonState } from '../daemon/state.js';
+import { publicState, type IdentityState } from '../renewal/record.js';
 import { describePending, pendingCsr } from '../credential/pending-csr.js';
 import { systemClock } from '../time/clock.js';
 import { readOptionalOrProblem } from '../read-optional.js';
@@ -45,7 +46,7 @@ export async function collectStatus(config: Config, now = systemClock.now()): Pr
       currentLink: currentCertPath(identity),
       kubeconfig: identity.kubeconfigPath,
       pendingCsr: pending ? { name: pending.name, since: pending.since.toISOString(), description: describePending(pending, now) } : null,
-      daemon: daemon?.identities[identity.name] ?? null,
+      daemon: daemon?.identities[identity.name] ? publicState(daemon.identities[identity.name]!) : null,
       renewedBy: identity.rotatedByKubelet ? await kubeletRenewerOf(config) : null,
     };
     try {

@@ -11,12 +11,12 @@ import type { CaLook } from '../trust/keeper.js';
 /** What one GET of cluster-info found. */
 export type LookResult = { kind: 'read'; digest: string } | { kind: 'failed'; why: string };
 
-export type LookNext = { kind: 'look'; look: CaLook } | { kind: 'pass'; why: string };
+export type LookNext = { kind: 'look'; look: CaLook } | { kind: 'worker'; why: string };
 
 /** At a look's time: make it, or start a worker because a look no longer stands in for the keeper. */
-export function atLookTime(look: CaLook, now: Date): { kind: 'look' } | { kind: 'pass'; why: string } {
+export function atLookTime(look: CaLook, now: Date): { kind: 'look' } | { kind: 'worker'; why: string } {
   if (now.getTime() >= Date.parse(look.until))
-    return { kind: 'pass', why: `a CA or the trust statement the keeper holds expires at ${look.until}` };
+    return { kind: 'worker', why: `a CA or the trust statement the keeper holds expires at ${look.until}` };
   return { kind: 'look' };
 }
 
@@ -25,8 +25,8 @@ export function atLookTime(look: CaLook, now: Date): { kind: 'look' } | { kind: 
  * (caRotation.interval × 0.8–1.2, trust/keeper.ts `run`); anything else starts a worker.
  */
 export function afterLook(look: CaLook, result: LookResult, input: { now: Date; intervalMs: number; random: () => number }): LookNext {
-  if (result.kind === 'failed') return { kind: 'pass', why: `cannot read cluster-info (${result.why})` };
-  if (result.digest !== look.digest) return { kind: 'pass', why: 'cluster-info changed' };
+  if (result.kind === 'failed') return { kind: 'worker', why: `cannot read cluster-info (${result.why})` };
+  if (result.digest !== look.digest) return { kind: 'worker', why: 'cluster-info changed' };
   const at = new Date(input.now.getTime() + input.intervalMs * (0.8 + 0.4 * input.random()));
   return { kind: 'look', look: { ...look, at: at.toISOString() } };
 }

@@ -12,8 +12,8 @@ import type { IdentityName } from '../identity.js';
 import { writeFileAtomic } from '../store/atomic.js';
 
 export const PID_FILE = 'kubeboot.pid';
-/** A pass process records itself here, so no second daemon starts while an orphaned pass still writes. */
-export const PASS_PID_FILE = 'kubeboot-pass.pid';
+/** A worker records itself here, so no second daemon starts while an orphaned worker still writes. */
+export const WORKER_PID_FILE = 'kubeboot-worker.pid';
 
 export function renewRequestFile(stateDir: string): string {
   return path.join(stateDir, 'renew-request');

@@ -16,6 +16,7 @@ import type { AddressInfo } from 'node:net';
 import { KubebootError } from '../errors.js';
 import type { Log } from '../log-lines.js';
 import { scrub } from '../redact.js';
+import type { Readiness } from './report.js';
 
 export const DEFAULT_HTTP_HOST = '127.0.0.1';
 export const DEFAULT_HTTP_PORT = 10271;
@@ -30,12 +31,6 @@ export function isLoopbackListen(listen: string): boolean {
     .replace(/^\[|\]$/g, '')
     .toLowerCase();
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host) || /^::ffff:127\./.test(host);
-}
-
-export interface Readiness {
-  ready: boolean;
-  /** One line per identity, e.g. "kubelet: valid until 2026-01-01T00:00:00Z". */
-  detail: string[];
 }
 
 export interface HttpOptions {
@@ -155,4 +150,13 @@ export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> 
         server.closeAllConnections();
       }),
   };
+}
+
+/** The status endpoints on `listen` (`host:port`, `[v6]:port`), said in the log once bound. */
+export async function serveStatus(listen: string, opts: Omit<HttpOptions, 'host' | 'port'> & { logger: Log }): Promise<StatusServer> {
+  const at = listen.lastIndexOf(':');
+  const host = listen.slice(0, at).replace(/^\[|\]$/g, '');
+  const server = await startHttpServer({ ...opts, host, port: Number(listen.slice(at + 1)) });
+  opts.logger.info(`serving /healthz, /readyz and /metrics on ${server.address.host}:${server.address.port}`);
+  return server;
 }

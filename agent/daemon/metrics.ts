@@ -1,7 +1,7 @@
 /**
  * `kubeboot run`'s Prometheus series. They live in the resting daemon
- * (daemon/supervisor.ts), which outlasts every pass, so counters count the
- * daemon's whole life; a pass reports each event to it (daemon/pass-protocol.ts).
+ * (daemon/daemon.ts), which outlasts every worker, so counters count the
+ * daemon's whole life; a worker reports each event to it (daemon/worker-protocol.ts).
  * Certificate lifetimes are read at scrape time from a callback, so the TTL is
  * exact when scraped rather than as of the last renewal.
  */
@@ -23,7 +23,7 @@ export interface MetricsOptions {
   processMetrics?: boolean;
 }
 
-/** What a pass records: every method takes plain values, so a pass in another process sends them as they are. */
+/** What a worker records: every method takes plain values, so a worker in another process sends them as they are. */
 export interface MetricEvents extends CaRotationMetrics {
   /** A certificate was issued and stored at `at`. */
   recordRenewal(identity: IdentityName, at: Date): void;
@@ -38,11 +38,11 @@ export interface MetricEvents extends CaRotationMetrics {
 }
 
 export interface KubebootMetrics extends MetricEvents {
-  /** A pass process ended at rest, having spent `cpuSeconds`. */
-  passEnded(cpuSeconds: number): void;
-  /** A pass process ended without finishing (a crash, a kill). */
-  passFailed(): void;
-  /** The resting daemon looked at cluster-info itself: `unchanged` started no pass, the others one. */
+  /** A worker ended at rest, having spent `cpuSeconds`. */
+  workerEnded(cpuSeconds: number): void;
+  /** A worker ended without answering its steps (a crash, a kill). */
+  workerFailed(): void;
+  /** The daemon looked at cluster-info itself: `unchanged` started no worker, the others one. */
   caLook(result: 'unchanged' | 'changed' | 'failed'): void;
   readonly contentType: string;
   render(): string;
@@ -103,19 +103,19 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
   const restarts = book.counter('kubeboot_ca_restarts_total', 'Restarts of a consumer after a CA bundle change, by result.');
   const passes = book.counter(
     'kubeboot_passes_total',
-    'Pass processes that ran to rest (each starts at a deadline, a file change, a signal, or a CA check the daemon could not settle with its own look).',
+    'Worker processes that ran to rest (each starts for a step: a deadline, a file change, a signal, or a CA check the daemon could not settle with its own look).',
   );
   const passFailures = book.counter(
     'kubeboot_pass_failures_total',
-    'Pass processes that ended without finishing (crashed or killed); each is retried after a back-off.',
+    'Worker processes that ended without answering their steps (crashed or killed); their steps are retried after a back-off.',
   );
   const passCpu = book.counter(
     'kubeboot_pass_cpu_seconds_total',
-    'CPU time the pass processes spent; process_cpu_seconds_total is the resting daemon alone.',
+    'CPU time the worker processes spent (the name predates the word); process_cpu_seconds_total is the daemon alone.',
   );
   const caLooks = book.counter(
     'kubeboot_ca_looks_total',
-    "The resting daemon's own GETs of kube-public/cluster-info, by result; only unchanged starts no pass.",
+    "The daemon's own GETs of kube-public/cluster-info, by result; only unchanged starts no worker.",
   );
   if (options.processMetrics !== false) addProcessMetrics(book, now());
 
@@ -139,9 +139,9 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     caBundleRefusalCleared: () => refused.reset(),
     caBundleAdopted: () => adoptions.inc(),
     caRestart: (consumer, ok) => restarts.inc({ consumer, result: ok ? 'ok' : 'failed' }),
-    passFailed: () => passFailures.inc(),
+    workerFailed: () => passFailures.inc(),
     caLook: (result) => caLooks.inc({ result }),
-    passEnded(cpuSeconds) {
+    workerEnded(cpuSeconds) {
       passes.inc();
       passCpu.inc({}, cpuSeconds);
     },

@@ -1,67 +1,57 @@
 /**
  * What the daemon tells the outside about its identities: /readyz, systemd's
  * READY=1 and STATUS=, the log's "ready" lines and `<stateDir>/status.json`.
- * The daemon hands over one typed view per identity after every change; the
- * words are chosen here, from the views, never by filtering formatted text.
+ * The daemon hands over one record per identity (state.ts) after every change; the
+ * words are chosen here, from the records, never by filtering formatted text.
  */
 import { IDENTITY_ROLES } from '../config/identities.js';
-import type { IdentityName } from '../identity.js';
 import type { Log } from '../log-lines.js';
 import type { Notifier } from './notify.js';
-import { writeDaemonState, type IdentityState } from './state.js';
-
-/** One identity as the daemon sees it at this moment. */
-export interface IdentityView {
-  name: IdentityName;
-  /** notAfter of the credential that is valid right now; null when none is. */
-  validUntil: Date | null;
-  /** notAfter of the credential on disk when it has expired. */
-  expiredAt: Date | null;
-  state: IdentityState;
-}
+import { validUntil, type IdentityRecord } from '../renewal/record.js';
+import { writeDaemonState } from './state.js';
 
 export interface Readiness {
   ready: boolean;
+  /** One line per identity, e.g. "kubelet: valid until 2026-01-01T00:00:00Z". */
   detail: string[];
 }
 
-function describe(view: IdentityView): string {
-  if (view.validUntil) return `valid until ${view.validUntil.toISOString()}`;
-  const csr = view.state.pendingCsr;
+function describe(record: IdentityRecord, now: Date): string {
+  const valid = validUntil(record, now);
+  if (valid) return `valid until ${valid.toISOString()}`;
+  const csr = record.pendingCsr;
   if (csr) return `waiting for CSR ${csr} to be approved (kubectl certificate approve ${csr})`;
-  return view.state.lastError ?? (view.expiredAt ? `expired at ${view.expiredAt.toISOString()}` : 'no valid certificate');
+  return record.lastError ?? (record.notAfter ? `expired at ${record.notAfter}` : 'no valid certificate');
 }
 
-function line(view: IdentityView): string {
-  return `${view.name}: ${describe(view)}`;
-}
+const line = (now: Date) => (record: IdentityRecord) => `${record.name}: ${describe(record, now)}`;
 
 /** /readyz: every identity holds a certificate valid right now. */
-export function readinessOf(views: IdentityView[]): Readiness {
-  return { ready: views.every((v) => v.validUntil !== null), detail: views.map(line) };
+export function readinessOf(records: IdentityRecord[], now: Date): Readiness {
+  return { ready: records.every((r) => validUntil(r, now) !== null), detail: records.map(line(now)) };
 }
 
-const holdsReady = (v: IdentityView) => IDENTITY_ROLES[v.name].holdsReady;
+const holdsReady = (r: IdentityRecord) => IDENTITY_ROLES[r.name].holdsReady;
 
 /** READY=1: the kubelet's credential is valid; the other identities may still be pending. */
-export function nodeReadyOf(views: IdentityView[]): boolean {
-  const held = views.filter(holdsReady);
-  return held.length > 0 && held.every((v) => v.validUntil !== null);
+export function nodeReadyOf(records: IdentityRecord[], now: Date): boolean {
+  const held = records.filter(holdsReady);
+  return held.length > 0 && held.every((r) => validUntil(r, now) !== null);
 }
 
 /** The identities READY=1 does not wait for that still have no valid credential. */
-function pendingOthers(views: IdentityView[]): string {
-  return views
-    .filter((v) => !holdsReady(v) && v.validUntil === null)
-    .map(line)
+function pendingOthers(records: IdentityRecord[], now: Date): string {
+  return records
+    .filter((r) => !holdsReady(r) && validUntil(r, now) === null)
+    .map(line(now))
     .join('; ');
 }
 
 /** systemd's STATUS= line. */
-export function statusText(views: IdentityView[]): string {
-  const { ready, detail } = readinessOf(views);
+export function statusText(records: IdentityRecord[], now: Date): string {
+  const { ready, detail } = readinessOf(records, now);
   if (ready) return `credentials valid: ${detail.join('; ')}`;
-  if (nodeReadyOf(views)) return `kubelet ready; pending: ${pendingOthers(views)}`;
+  if (nodeReadyOf(records, now)) return `kubelet ready; pending: ${pendingOthers(records, now)}`;
   return `not ready: ${detail.join('; ')}`;
 }
 
@@ -82,26 +72,26 @@ export class Reporter {
     this.#o = options;
   }
 
-  async publish(views: IdentityView[]): Promise<void> {
+  async publish(records: IdentityRecord[]): Promise<void> {
     const { notifier, logger } = this.#o;
-    const { ready } = readinessOf(views);
-    const status = statusText(views);
-    if (nodeReadyOf(views) && !this.#readySent) {
+    const now = this.#o.now();
+    const { ready } = readinessOf(records, now);
+    const status = statusText(records, now);
+    if (nodeReadyOf(records, now) && !this.#readySent) {
       this.#readySent = true;
       await notifier.ready(status);
       logger.info(
         ready
           ? 'all credentials valid; ready'
-          : `kubelet credential valid; ready (the kubelet may start); pending: ${pendingOthers(views)}`,
+          : `kubelet credential valid; ready (the kubelet may start); pending: ${pendingOthers(records, now)}`,
       );
     } else {
       await notifier.status(status);
       if (ready && !this.#allValidLogged) logger.info('all credentials valid');
     }
     this.#allValidLogged = ready;
-    const identities: Record<string, IdentityState> = {};
-    for (const v of views) identities[v.name] = v.state;
-    await writeDaemonState(this.#o.stateDir(), { pid: process.pid, updated: this.#o.now().toISOString(), identities }).catch((err: Error) =>
+    const identities = Object.fromEntries(records.map((r) => [r.name, r]));
+    await writeDaemonState(this.#o.stateDir(), { pid: process.pid, updated: now.toISOString(), identities }).catch((err: Error) =>
       logger.warn(`cannot write status file: ${err.message}`),
     );
   }

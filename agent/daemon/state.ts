@@ -1,32 +1,17 @@
 /**
- * What the running daemon last knew per identity, written to
- * `<stateDir>/status.json` so `kubeboot status` can show next renewal, last
- * error and hook results without talking to the daemon.
+ * What the running daemon last knew per identity (renewal/record.ts), written
+ * to `<stateDir>/status.json` so `kubeboot status` can show next renewal,
+ * last error and hook results without talking to the daemon.
  */
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
+import type { IdentityRecord } from '../renewal/record.js';
 import { writeFileAtomic } from '../store/atomic.js';
-
-export interface HookOutcome {
-  argv: string[];
-  ok: boolean;
-  exitCode: number | null;
-  at: string;
-}
-
-export interface IdentityState {
-  nextRenewal: string | null;
-  lastSuccess: string | null;
-  lastError: string | null;
-  /** The CSR this identity waits on, while it waits. */
-  pendingCsr: string | null;
-  lastHooks: HookOutcome[];
-}
 
 export interface DaemonState {
   pid: number;
   updated: string;
-  identities: Record<string, IdentityState>;
+  identities: Record<string, IdentityRecord>;
 }
 
 export function stateFile(stateDir: string): string {

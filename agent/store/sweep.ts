@@ -9,7 +9,17 @@ import path from 'node:path';
 import type { Config } from '../config/types.js';
 import { identitiesFor } from '../config/identities.js';
 import type { Log } from '../log-lines.js';
-import { errnoCode, isTempName, removeFileDurably } from './atomic.js';
+import { ensureDir, errnoCode, isTempName, removeFileDurably } from './atomic.js';
+
+/** Creates the node's directories as the store would (0700 for state and keys), so a watcher can watch them before the first write. */
+export async function ensureNodeDirs(config: Config): Promise<void> {
+  await ensureDir(config.stateDir, 0o700);
+  for (const identity of identitiesFor(config)) {
+    await ensureDir(identity.certDir, 0o700);
+    if (identity.kubeconfigPath) await ensureDir(path.dirname(identity.kubeconfigPath), 0o755);
+  }
+  await ensureDir(path.dirname(config.bootstrapKubeconfig), 0o755);
+}
 
 /** Every directory kubeboot writes into under `config`, without duplicates. */
 export function writtenDirs(config: Config): string[] {

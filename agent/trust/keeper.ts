@@ -8,7 +8,8 @@
  * a window, re-issue certificates early once the signer issues under the new
  * CA, and keep the Node's rotation annotation current for the admin.
  *
- * Poll, not watch: a look every interval (jittered) and after every renewal.
+ * Poll, not watch: a look every interval (jittered) and after every renewal,
+ * each one a step the daemon schedules (`step`); the keeper never sleeps.
  * A rotation is paced by an admin over hours; every step restarts the API
  * server, which would drop 1,000 watches at once and have them all
  * re-established in the same second; a GET with resourceVersion=0 is served
@@ -32,7 +33,6 @@ import { toPem } from '../pki/pem.js';
 import { readOptional, readOptionalOrProblem } from '../read-optional.js';
 import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
 import type { Clock } from '../time/clock.js';
-import { sleepUntil } from '../time/timer.js';
 import { trustedBundle, type TrustBundle } from './bundle.js';
 import type { ValidStatement } from './statement.js';
 import {
@@ -81,13 +81,11 @@ export interface CaRotationMetrics {
   caRestart(consumer: string, ok: boolean): void;
 }
 
-/** Log and patch de-duplication, carried from one pass to the next (daemon/pass-protocol.ts). */
+/** Log and patch de-duplication, handed from one worker to the next (daemon/worker-protocol.ts). */
 export interface KeeperMemory {
   lastRefusal: string | null;
   lastAnnotation: string | null;
   forbiddenLogged: boolean;
-  /** When the next look is due (ISO): a pass started for another reason does not look again before. */
-  nextCheckAt?: string | null;
 }
 
 /**
@@ -144,8 +142,6 @@ export interface KeeperDeps {
   runCommands: (argvs: string[][], consumer: Consumer) => Promise<boolean>;
   observer?: WriteObserver | undefined;
   metrics: CaRotationMetrics;
-  /** Told when the keeper goes to sleep (until when) and wakes (null): a pass ends only while everything sleeps. */
-  onSleep?: (until: Date | null) => void;
   /** Seam for tests: the chain the API server presents. */
   presented?: (endpoint: Endpoint, credential: ClientAuth) => Promise<Uint8Array[]>;
 }
@@ -163,13 +159,10 @@ export function serializer(): <T>(fn: () => Promise<T>) => Promise<T> {
 export class TrustKeeper {
   readonly #deps: KeeperDeps;
   #state: KeeperState | null = null;
-  #wake: (() => void) | null = null;
-  #poked = false;
   #lastRefusal: string | null = null;
   #lastAnnotation: string | null = null;
   #forbiddenLogged = false;
   #status: RotationStatus | null = null;
-  #nextCheckAt: Date | null = null;
   /** What the last check leaves for a cheap look (see CaLook), without `at`; null when it left something pending. */
   #quiet: Omit<CaLook, 'at'> | null = null;
 
@@ -179,17 +172,15 @@ export class TrustKeeper {
       this.#lastRefusal = memory.lastRefusal;
       this.#lastAnnotation = memory.lastAnnotation;
       this.#forbiddenLogged = memory.forbiddenLogged;
-      this.#nextCheckAt = memory.nextCheckAt ? new Date(memory.nextCheckAt) : null;
     }
   }
 
-  /** What the next pass needs so it does not log, count or patch again what this one already did. */
+  /** What the next worker needs so it does not log, count or patch again what this one already did. */
   get memory(): KeeperMemory {
     return {
       lastRefusal: this.#lastRefusal,
       lastAnnotation: this.#lastAnnotation,
       forbiddenLogged: this.#forbiddenLogged,
-      nextCheckAt: this.#nextCheckAt?.toISOString() ?? null,
     };
   }
 
@@ -197,59 +188,28 @@ export class TrustKeeper {
     return this.#status;
   }
 
-  /** The look the resting daemon may make in the keeper's place at its next check, or null when that check needs a worker. */
-  restingLook(): CaLook | null {
-    const at = this.#nextCheckAt;
-    if (this.#quiet === null || at === null || at.getTime() >= Date.parse(this.#quiet.until)) return null;
-    return { ...this.#quiet, at: at.toISOString() };
-  }
-
-  /** Look again soon (after a renewal: the new certificate may be under the new CA). */
-  poke(): void {
-    if (this.#wake) this.#wake();
-    else this.#poked = true;
-  }
-
-  /** Until stopped; returns at once when CA rotation is off (turning it on takes a restart, as adding an identity does). */
-  async run(): Promise<void> {
-    const { clock, signal, logger } = this.#deps;
-    if (!this.#deps.config().caRotation.enabled) return;
-    // A look the previous pass scheduled is kept (a poke, as after a renewal, still looks at once).
-    if (this.#nextCheckAt !== null && this.#nextCheckAt > clock.now()) await this.#sleep(this.#nextCheckAt);
-    while (!signal.aborted) {
-      const config = this.#deps.config();
-      let wakeAt = new Date(clock.now().getTime() + config.caRotation.interval * 1000 * (0.8 + 0.4 * this.#deps.random()));
-      try {
-        const due = await this.check();
-        // Never sooner than a second from now: a slot in the past must not turn into a busy loop.
-        if (due && due < wakeAt) wakeAt = new Date(Math.max(due.getTime(), clock.now().getTime() + 1000));
-      } catch (err) {
-        if (signal.aborted) return;
-        logger.warn(`CA rotation: could not check ${WHAT}: ${(err as Error).message}; trying again at ${wakeAt.toISOString()}`);
-      }
-      this.#nextCheckAt = wakeAt;
-      await this.#sleep(wakeAt);
-    }
-  }
-
-  async #sleep(until: Date): Promise<void> {
-    if (this.#deps.signal.aborted) return;
-    const woken = new AbortController();
-    this.#wake = () => woken.abort();
-    if (this.#poked) {
-      this.#poked = false;
-      woken.abort();
-    }
-    const signal = AbortSignal.any([woken.signal, this.#deps.signal]);
-    if (!signal.aborted) this.#deps.onSleep?.(until);
+  /**
+   * One step of the CA check, as the daemon's schedule asks for it: one look
+   * (`check`), and when to look again — every interval (jittered, as the
+   * kubelet's own jitter spreads a fleet), sooner when a restart or re-issue
+   * slot comes, never sooner than a second from now. With `look`, nothing is
+   * pending and the daemon may make that next look itself (daemon/ca-look.ts).
+   */
+  async step(): Promise<{ next: Date; look: CaLook | null }> {
+    const { clock, logger } = this.#deps;
+    const config = this.#deps.config();
+    let next = new Date(clock.now().getTime() + config.caRotation.interval * 1000 * (0.8 + 0.4 * this.#deps.random()));
     try {
-      await sleepUntil(until, this.#deps.clock, { signal });
-    } catch {
-      // Poked, stopping, or the pass ends.
-    } finally {
-      this.#wake = null;
-      this.#deps.onSleep?.(null);
+      const due = await this.check();
+      // A slot in the past must not turn into a busy loop.
+      if (due && due < next) next = new Date(Math.max(due.getTime(), clock.now().getTime() + 1000));
+    } catch (err) {
+      if (this.#deps.signal.aborted) throw err;
+      logger.warn(`CA rotation: could not check ${WHAT}: ${(err as Error).message}; trying again at ${next.toISOString()}`);
     }
+    const quiet = this.#quiet;
+    const look = quiet !== null && next.getTime() < Date.parse(quiet.until) ? { ...quiet, at: next.toISOString() } : null;
+    return { next, look };
   }
 
   /**

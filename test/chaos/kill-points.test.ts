@@ -3,8 +3,8 @@
 // (no link to a missing or torn credential, no kubeconfig pointing nowhere),
 // and one clean rerun must finish with exactly one CSR per attempt chain and
 // no temp file left behind. Then the same against `kubeboot run`: kill -9 of
-// its pass process (the daemon must start another by itself and finish the
-// job) and of the daemon (its orphaned pass must end by itself, and a new
+// its worker process (the daemon must start another by itself and finish the
+// job) and of the daemon (its orphaned worker must end by itself, and a new
 // daemon finish the job). `npm run test:chaos` runs many more points.
 import { execFile } from 'node:child_process';
 import { lstat, readdir, readFile, readlink, stat } from 'node:fs/promises';
@@ -79,11 +79,11 @@ async function running(proc: Proc): Promise<boolean> {
 }
 
 /**
- * The pass processes (`kubeboot __pass`) `daemon` runs now. From /proc, not
- * kubeboot-pass.pid: a pass writes that file only once it has its start
- * message, and a SIGKILLed pass leaves it behind.
+ * The worker processes (`kubeboot __worker`) `daemon` runs now. From /proc, not
+ * kubeboot-worker.pid: a worker writes that file only once it has its start
+ * message, and a SIGKILLed worker leaves it behind.
  */
-async function passesOf(daemon: number): Promise<Proc[]> {
+async function workersOf(daemon: number): Promise<Proc[]> {
   const found: Proc[] = [];
   for (const name of await readdir('/proc')) {
     if (!/^\d+$/.test(name)) continue;
@@ -91,7 +91,7 @@ async function passesOf(daemon: number): Promise<Proc[]> {
     const s = await procStat(pid);
     if (s === null || s.ppid !== daemon || s.state === 'Z') continue;
     const argv = (await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '')).split('\0');
-    if (argv.includes('__pass')) found.push({ pid, start: s.start });
+    if (argv.includes('__worker')) found.push({ pid, start: s.start });
   }
   return found;
 }
@@ -181,15 +181,15 @@ if (plane) {
     );
   }
 
-  // kubeboot run: a resting daemon that forks a pass process (`kubeboot __pass`) for the work.
+  // kubeboot run: a daemon that forks a worker process (`kubeboot __worker`) for the work.
   const runArgs = (node: NodeLayout) => ['run', '--config', node.config, '--listen', 'off'];
-  const passPidFile = (node: NodeLayout) => join(node.stateDir, 'kubeboot-pass.pid');
-  const failedPasses = (output: string) => output.match(/a renewal pass ended without finishing \([^)]*\)/g) ?? [];
+  const workerPidFile = (node: NodeLayout) => join(node.stateDir, 'kubeboot-worker.pid');
+  const failedWorkers = (output: string) => output.match(/a worker ended without finishing its steps \([^)]*\)/g) ?? [];
   /** The node's CSRs: the kubelet's (CN system:node:<name>) and any it filed with its own credential (kube-proxy's). */
   const csrsFor = async (node: string) =>
     (await plane.admin.listCsrs()).filter((c) => csrNode(c) === node || c.spec?.username === `system:node:${node}`);
 
-  /** `kubeboot run` on `node`; whatever is left of it is killed at the end of the test (a pass ends once its daemon is gone). */
+  /** `kubeboot run` on `node`; whatever is left of it is killed at the end of the test (a worker ends once its daemon is gone). */
   function startDaemon(t: Test, node: NodeLayout): Running {
     const daemon = startKubeboot(runArgs(node));
     t.teardown(() => void (daemon.child.exitCode === null && daemon.child.signalCode === null && daemon.child.kill('SIGKILL')));
@@ -204,17 +204,17 @@ if (plane) {
         ? 'CSR pending'
         : 'before the CSR';
 
-  /** Its first pass, once forked. */
-  const firstPass = (daemon: Running) => poll('the first pass', async () => (await passesOf(daemon.child.pid!))[0], 60_000);
+  /** Its first worker, once forked. */
+  const firstWorker = (daemon: Running) => poll('the first worker', async () => (await workersOf(daemon.child.pid!))[0], 60_000);
   const gone = (what: string, proc: Proc, timeoutMs: number) =>
     poll(what, async () => ((await running(proc)) ? undefined : true), timeoutMs);
 
-  /** SIGTERM, then everything it (and its passes) printed: no secret in it, and how many passes ended without finishing. */
+  /** SIGTERM, then everything it (and its workers) printed: no secret in it, and how many workers ended without finishing. */
   async function stopDaemon(t: Test, daemon: Running, when: string): Promise<number> {
     daemon.child.kill('SIGTERM');
     const end = await daemon.done;
     assertNoSecrets(t, end.stdout + end.stderr, `${when}: kubeboot run`);
-    return failedPasses(end.stdout + end.stderr).length;
+    return failedWorkers(end.stdout + end.stderr).length;
   }
 
   /** What must hold once the node is done: every identity valid, kubelet.conf works, as many CSRs as an undisturbed run, nothing left over. */
@@ -235,90 +235,90 @@ if (plane) {
     );
   }
 
-  /** One undisturbed `kubeboot run` on a fresh node: how long its first pass lives, and how many CSRs it files. */
-  let reference: Promise<{ passMs: number; csrs: number }> | undefined;
+  /** One undisturbed `kubeboot run` on a fresh node: how long its first worker lives, and how many CSRs it files. */
+  let reference: Promise<{ workerMs: number; csrs: number }> | undefined;
   const daemonReference = (t: Test) =>
     (reference ??= (async () => {
       const node = await nodeLayout(t.testdir(), 'chaos-run-ref');
       await fresh(node);
       const daemon = startDaemon(t, node);
-      const pass = await firstPass(daemon);
+      const worker = await firstWorker(daemon);
       const started = performance.now();
-      await gone('the first pass to end', pass, 180_000);
-      const passMs = performance.now() - started;
+      await gone('the first worker to end', worker, 180_000);
+      const workerMs = performance.now() - started;
       await daemon.waitForOutput(/all credentials valid/, 60_000);
       const csrs = (await csrsFor(node.name)).length;
       if ((await stopDaemon(t, daemon, 'the reference run')) !== 0)
-        throw new Error(`the reference run had a pass fail:\n${daemon.output()}`);
-      t.comment(`reference kubeboot run: first pass ${Math.round(passMs)} ms, ${csrs} CSR(s)`);
-      return { passMs, csrs };
+        throw new Error(`the reference run had a worker fail:\n${daemon.output()}`);
+      t.comment(`reference kubeboot run: first worker ${Math.round(workerMs)} ms, ${csrs} CSR(s)`);
+      return { workerMs, csrs };
     })());
 
   // Each daemon phase draws its own stream from the seed, so `tap --grep` replays one alone.
   t.test(
-    `kill -9 of the pass at ${POINTS} random moments of kubeboot run's first pass: the daemon starts another by itself, which finishes with no second CSR`,
+    `kill -9 of the worker at ${POINTS} random moments of kubeboot run's first worker: the daemon starts another by itself, which finishes with no second CSR`,
     async (t) => {
       const random = prng(seed + 1);
       const ref = await daemonReference(t);
       let killed = 0;
       let restedKills = 0;
       for (let i = 0; i < POINTS; i++) {
-        const node = await nodeLayout(join(t.testdir(), String(i)), `chaos-pass-${i}`);
+        const node = await nodeLayout(join(t.testdir(), String(i)), `chaos-worker-${i}`);
         await fresh(node);
         const daemon = startDaemon(t, node);
-        const pass = await firstPass(daemon);
-        const killAfter = Math.round(random() * ref.passMs * 1.2);
+        const worker = await firstWorker(daemon);
+        const killAfter = Math.round(random() * ref.workerMs * 1.2);
         await delay(killAfter);
-        const midPass = await running(pass);
-        if (midPass) process.kill(pass.pid, 'SIGKILL');
-        // Reaped, not merely a zombie: the daemon logs how the pass ended in the turn it reaps it.
+        const midWorker = await running(worker);
+        if (midWorker) process.kill(worker.pid, 'SIGKILL');
+        // Reaped, not merely a zombie: the daemon logs how the worker ended in the turn it reaps it.
         await poll(
-          'the daemon to reap the pass',
-          async () => ((await procStat(pass.pid))?.start === pass.start ? undefined : true),
+          'the daemon to reap the worker',
+          async () => ((await procStat(worker.pid))?.start === worker.start ? undefined : true),
           10_000,
         );
         const at = await stage(node);
-        // A pass killed after it said it rests had done its work: the daemon counts it as finished.
+        // A worker killed after it was told to stop had answered its steps: the daemon counts it as finished.
         const unfinished =
-          midPass &&
-          (await daemon.waitForOutput(/a renewal pass ended without finishing \(signal SIGKILL\)/, 5_000).then(
+          midWorker &&
+          (await daemon.waitForOutput(/a worker ended without finishing its steps \(signal SIGKILL\)/, 5_000).then(
             () => true,
             () => false,
           ));
-        const when = !midPass
-          ? `pass not killed at ${killAfter} ms (it had ended)`
+        const when = !midWorker
+          ? `worker not killed at ${killAfter} ms (it had ended)`
           : unfinished
-            ? `pass killed ${killAfter} ms in (${at})`
-            : `pass killed ${killAfter} ms in, after it said it rests (${at})`;
+            ? `worker killed ${killAfter} ms in (${at})`
+            : `worker killed ${killAfter} ms in, after it was told to stop (${at})`;
         await assertConsistent(t, node, when);
         if (unfinished) {
           killed++;
           t.match(
             daemon.output(),
-            /ended without finishing \(signal SIGKILL\); starting another in 5s/,
-            `${when}: the daemon logged that the pass ended without finishing`,
+            /ended without finishing its steps \(signal SIGKILL\); starting another in 5s/,
+            `${when}: the daemon logged that the worker ended without finishing`,
           );
           const again = await poll(
-            'the daemon to start another pass',
-            async () => (await passesOf(daemon.child.pid!)).find((p) => p.pid !== pass.pid || p.start !== pass.start),
+            'the daemon to start another worker',
+            async () => (await workersOf(daemon.child.pid!)).find((p) => p.pid !== worker.pid || p.start !== worker.start),
             60_000,
           );
-          await gone('the new pass to end', again, 180_000);
-          t.notOk(await readOptional(passPidFile(node)), `${when}: the new pass ended by itself (it removed its pid file)`);
-        } else if (midPass) restedKills++;
+          await gone('the new worker to end', again, 180_000);
+          t.notOk(await readOptional(workerPidFile(node)), `${when}: the new worker ended by itself (it removed its pid file)`);
+        } else if (midWorker) restedKills++;
         await daemon.waitForOutput(/all credentials valid/, 60_000);
         t.equal(daemon.child.exitCode, null, `${when}: the same daemon still runs, all credentials valid`);
         await assertFinished(t, node, when, ref.csrs);
-        t.equal(await stopDaemon(t, daemon, when), unfinished ? 1 : 0, `${when}: no other pass failed`);
+        t.equal(await stopDaemon(t, daemon, when), unfinished ? 1 : 0, `${when}: no other worker failed`);
       }
       t.comment(
-        `of ${POINTS} kill points: ${killed} stopped the first pass unfinished, ${restedKills} hit it after it said it rests, the others came after it ended`,
+        `of ${POINTS} kill points: ${killed} stopped the first worker unfinished, ${restedKills} hit it after it was told to stop, the others came after it ended`,
       );
     },
   );
 
   t.test(
-    `kill -9 of the daemon at ${POINTS} random moments of its first pass: the orphaned pass ends by itself, a new kubeboot run finishes with no second CSR`,
+    `kill -9 of the daemon at ${POINTS} random moments of its first worker: the orphaned worker ends by itself, a new kubeboot run finishes with no second CSR`,
     async (t) => {
       const random = prng(seed + 2);
       const ref = await daemonReference(t);
@@ -327,21 +327,21 @@ if (plane) {
         const node = await nodeLayout(join(t.testdir(), String(i)), `chaos-daemon-${i}`);
         await fresh(node);
         const daemon = startDaemon(t, node);
-        const pass = await firstPass(daemon);
-        const killAfter = Math.round(random() * ref.passMs * 1.2);
+        const worker = await firstWorker(daemon);
+        const killAfter = Math.round(random() * ref.workerMs * 1.2);
         await delay(killAfter);
-        const orphaned = await running(pass);
+        const orphaned = await running(worker);
         daemon.child.kill('SIGKILL');
         const at = await stage(node);
         const when = orphaned
-          ? `daemon killed ${killAfter} ms into its first pass (${at})`
-          : `daemon killed ${killAfter} ms after its first pass began (it had ended)`;
+          ? `daemon killed ${killAfter} ms into its first worker (${at})`
+          : `daemon killed ${killAfter} ms after its first worker began (it had ended)`;
         if (orphaned) {
           orphans++;
           const killedAt = performance.now();
-          const ended = await gone('the orphaned pass to end', pass, 60_000).catch(() => false);
-          t.ok(ended, `${when}: the orphaned pass ended by itself (${Math.round(performance.now() - killedAt)} ms)`);
-          if (!ended) process.kill(pass.pid, 'SIGKILL');
+          const ended = await gone('the orphaned worker to end', worker, 60_000).catch(() => false);
+          t.ok(ended, `${when}: the orphaned worker ended by itself (${Math.round(performance.now() - killedAt)} ms)`);
+          if (!ended) process.kill(worker.pid, 'SIGKILL');
         }
         // Closes once the orphan has let go of the output it inherited.
         const end = await daemon.done;
@@ -351,12 +351,12 @@ if (plane) {
 
         const rerun = startDaemon(t, node);
         await rerun.waitForOutput(/all credentials valid/, 120_000);
-        await poll('the new daemon to rest', async () => ((await passesOf(rerun.child.pid!)).length === 0 ? true : undefined), 180_000);
-        t.notOk(await readOptional(passPidFile(node)), `${when}: the new daemon's pass ended by itself (it removed its pid file)`);
+        await poll('the new daemon to rest', async () => ((await workersOf(rerun.child.pid!)).length === 0 ? true : undefined), 180_000);
+        t.notOk(await readOptional(workerPidFile(node)), `${when}: the new daemon's worker ended by itself (it removed its pid file)`);
         await assertFinished(t, node, when, ref.csrs);
-        t.equal(await stopDaemon(t, rerun, when), 0, `${when}: no pass of the new daemon failed`);
+        t.equal(await stopDaemon(t, rerun, when), 0, `${when}: no worker of the new daemon failed`);
       }
-      t.comment(`${orphans} of ${POINTS} kills left an orphaned pass`);
+      t.comment(`${orphans} of ${POINTS} kills left an orphaned worker`);
     },
   );
 }

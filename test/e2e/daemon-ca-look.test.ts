@@ -1,24 +1,24 @@
-// The resting daemon's own look at kube-public/cluster-info (commit 54c71cf),
-// driven by a real pass against a real control plane: the pass's CA keeper
-// hands over a look when nothing is pending, the daemon makes it itself, an
-// unchanged cluster-info starts no pass, a changed one does.
+// The daemon's own look at kube-public/cluster-info (commit 54c71cf), driven
+// by a real worker against a real control plane: the worker's CA step hands
+// over a look when nothing is pending, the daemon makes it itself, an
+// unchanged cluster-info starts no worker, a changed one does.
 //
 // The node registers its Node object the way a kubelet does, with its own
 // credential once that is issued: its kubelet hook runs `kubectl create` on
 // kubelet.conf. Hooks run before the keeper's look after an issue, so that
 // look can already write the Node's kubeboot.io/ca-rotation annotation — the
 // last thing the keeper waits for before it offers a look — and the first
-// pass rests with one. (A Node the test creates from outside, as
+// worker ends with one. (A Node the test creates from outside, as
 // registerNodeOnceCredentialed does, races that look; when it loses, the
-// first pass rests without a look and the hand-over waits a whole interval
-// for the second pass.)
+// first worker ends without a look and the hand-over waits a whole interval
+// for the second worker.)
 //
-// What it costs: about 5–6 minutes, nearly all idle, at worst about 7. A pass
-// rests only when everything sleeps at least REST_AFTER_MS (2 min,
-// daemon/pass-protocol.ts; daemon/loops.ts #maybeRest), and the keeper sleeps
-// caRotation.interval × 0.8–1.2, so the interval is 160 s (≥ 128 s); the
+// What it costs: about 5–6 minutes, nearly all idle, at worst about 7. A
+// worker ends only when nothing is due for REST_AFTER_MS (2 min,
+// daemon/daemon.ts; daemon/schedule.ts mayRest), and the CA step is due again
+// after caRotation.interval × 0.8–1.2, so the interval is 160 s (≥ 128 s); the
 // daemon's looks follow at that interval too: one look unchanged, then
-// cluster-info changes and the next look starts a pass. Certificates are the
+// cluster-info changes and the next look starts a worker. Certificates are the
 // plane's default hour, so no renewal is due meanwhile.
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -41,7 +41,7 @@ if (plane) {
   const kubectl = plane.kubectlPath;
   t.ok(kubectl, 'kubectl is there: the node registers itself with it');
 
-  t.test('the resting daemon looks at cluster-info itself: unchanged starts no pass, changed starts one', async (t) => {
+  t.test('the resting daemon looks at cluster-info itself: unchanged starts no worker, changed starts one', async (t) => {
     const dir = t.testdir();
     const nodeFile = join(dir, 'node.json');
     await writeFile(nodeFile, JSON.stringify({ apiVersion: 'v1', kind: 'Node', metadata: { name: NAME } }));
@@ -79,12 +79,12 @@ if (plane) {
     const registered = (await plane.admin.request<KubeObject>('GET', `/api/v1/nodes/${NAME}`)).body;
     t.equal(registered.metadata.name, NAME, 'the Node is registered (by the kubelet hook, with the node’s own credential)');
 
-    // The first pass rests, handing the CA check's next look to the daemon.
+    // The first worker ends, handing the CA check's next look to the daemon.
     const handover = await explain(daemon.waitForOutput(/the daemon looks at cluster-info itself at [^"\s;]+/, 60_000));
     const rested = await metrics();
     const passesAtRest = counter(rested, 'kubeboot_passes_total');
-    t.ok(passesAtRest >= 1, `a pass ran to rest (kubeboot_passes_total ${passesAtRest})`);
-    t.equal(counter(rested, 'kubeboot_ca_looks_total', 'unchanged'), 0, 'no look made yet when the pass rests');
+    t.ok(passesAtRest >= 1, `a worker ran to rest (kubeboot_passes_total ${passesAtRest})`);
+    t.equal(counter(rested, 'kubeboot_ca_looks_total', 'unchanged'), 0, 'no look made yet when the worker ends');
     const annotated = (await plane.admin.request<KubeObject>('GET', `/api/v1/nodes/${NAME}`)).body;
     const annotation = (annotated.metadata.annotations as Record<string, string> | undefined)?.[NODE_ANNOTATION];
     t.ok(annotation, `the Node carries ${NODE_ANNOTATION} (what the keeper waits for before it offers a look)`);
@@ -92,15 +92,15 @@ if (plane) {
     const restAt = Date.now();
     t.ok(lookAt - restAt >= 0.8 * INTERVAL_S * 1000 - 30_000, `the look is due about an interval on (${new Date(lookAt).toISOString()})`);
 
-    // 1. The daemon's look: cluster-info as the keeper last read it; no pass.
+    // 1. The daemon's look: cluster-info as the keeper last read it; no worker.
     await waitMetric('an unchanged look', (b) => counter(b, 'kubeboot_ca_looks_total', 'unchanged') >= 1, LOOK_BOUND_MS);
     const looked = await metrics();
-    t.ok(Date.now() >= lookAt - 1000, 'the look came when the pass said, not before');
-    t.equal(counter(looked, 'kubeboot_passes_total'), passesAtRest, 'the unchanged look started no pass');
+    t.ok(Date.now() >= lookAt - 1000, 'the look came when the CA step said, not before');
+    t.equal(counter(looked, 'kubeboot_passes_total'), passesAtRest, 'the unchanged look started no worker');
     t.equal(counter(looked, 'kubeboot_ca_looks_total', 'changed'), 0, 'no look found a change');
     t.equal(counter(looked, 'kubeboot_ca_looks_total', 'failed'), 0, 'no look failed');
     t.match(daemon.output(), /cluster-info unchanged; next look at/, 'the daemon schedules its next look itself');
-    t.notMatch(daemon.output(), /starting a pass for the CA check/, 'and starts no pass for it');
+    t.notMatch(daemon.output(), /starting a worker for the CA check/, 'and starts no worker for it');
     t.equal((await get('/readyz')).status, 200, '/readyz 200 while the daemon rests');
 
     // 2. cluster-info changes in a field the digest covers: an unsigned trust statement, which the keeper ignores.
@@ -112,17 +112,17 @@ if (plane) {
 
     await waitMetric('a look that finds cluster-info changed', (b) => counter(b, 'kubeboot_ca_looks_total', 'changed') >= 1, LOOK_BOUND_MS);
     t.equal(counter(await metrics(), 'kubeboot_ca_looks_total', 'unchanged'), 1, 'no second unchanged look came before it');
-    t.match(daemon.output(), /cluster-info changed; starting a pass for the CA check/, 'the daemon starts a pass for the change');
-    await waitMetric('the pass the change started, at rest', (b) => counter(b, 'kubeboot_passes_total') > passesAtRest, 120_000);
+    t.match(daemon.output(), /cluster-info changed; starting a worker for the CA check/, 'the daemon starts a worker for the change');
+    await waitMetric('the worker the change started, at rest', (b) => counter(b, 'kubeboot_passes_total') > passesAtRest, 120_000);
     const after = await metrics();
-    t.equal(counter(after, 'kubeboot_passes_total'), passesAtRest + 1, 'exactly one pass followed the changed look');
+    t.equal(counter(after, 'kubeboot_passes_total'), passesAtRest + 1, 'exactly one worker followed the changed look');
     t.equal(counter(after, 'kubeboot_ca_looks_total', 'failed'), 0, 'no look failed');
     t.equal(counter(after, 'kubeboot_ca_bundle_refusals_total'), 0, 'the unsigned statement refused no bundle');
     t.equal(counter(after, 'kubeboot_renewals_total', 'kubelet'), 1, 'no renewal beyond the first issue');
     t.equal(counter(after, 'kubeboot_hook_failures_total'), 0, 'the registering hook ran once, and succeeded');
     t.equal((await get('/readyz')).status, 200, '/readyz still 200');
     t.equal(await readFile(node.kubeletKubeconfig, 'utf8'), kubeletConfBefore, 'kubelet.conf untouched by the change');
-    // That pass's keeper read the new cluster-info and handed the daemon a look again.
+    // That worker's CA step read the new cluster-info and handed the daemon a look again.
     await explain(
       plane.admin.waitFor(
         'a second hand-over',
@@ -130,7 +130,7 @@ if (plane) {
         30_000,
       ),
     );
-    t.pass('the pass after the change rested with a look for the daemon again');
+    t.pass('the worker after the change ended with a look for the daemon again');
 
     daemon.child.kill('SIGTERM');
     const result = await daemon.done;

@@ -1,7 +1,7 @@
 // The resting daemon's own look at kube-public/cluster-info: the decisions
 // (daemon/ca-look.ts) as tables, and the one GET (daemon/ca-look-get.ts)
-// against a local mTLS server. The supervisor's use of both is in
-// supervisor.test.ts; the real control plane in test/e2e/daemon.test.ts.
+// against a local mTLS server. The daemon's use of both is in
+// daemon.test.ts; the real control plane in test/e2e/daemon.test.ts.
 import { writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -26,28 +26,28 @@ const look: CaLook = {
   until: new Date(NOW.getTime() + 30 * 24 * 60 * MIN).toISOString(),
 };
 
-t.test('at a look’s time: a look while it stands in for the keeper, a pass from the moment a CA or statement expires', async (t) => {
-  const rows: [string, Date, 'look' | 'pass'][] = [
+t.test('at a look’s time: a look while it stands in for the keeper, a worker from the moment a CA or statement expires', async (t) => {
+  const rows: [string, Date, 'look' | 'worker'][] = [
     ['well before the horizon', NOW, 'look'],
     ['a millisecond before it', new Date(Date.parse(look.until) - 1), 'look'],
-    ['at it', new Date(look.until), 'pass'],
-    ['after it', new Date(Date.parse(look.until) + MIN), 'pass'],
+    ['at it', new Date(look.until), 'worker'],
+    ['after it', new Date(Date.parse(look.until) + MIN), 'worker'],
   ];
   for (const [what, now, want] of rows) t.equal(atLookTime(look, now).kind, want, what);
 });
 
-t.test('after a look: the same digest waits for the next, anything else starts a pass', async (t) => {
+t.test('after a look: the same digest waits for the next, anything else starts a worker', async (t) => {
   const input = (random: number) => ({ now: NOW, intervalMs: 10 * MIN, random: () => random });
   const rows: [string, LookResult, number, string][] = [
     ['unchanged, earliest jitter', { kind: 'read', digest: 'd1' }, 0, `look at +8 min`],
     ['unchanged, middle', { kind: 'read', digest: 'd1' }, 0.5, `look at +10 min`],
     ['unchanged, latest jitter', { kind: 'read', digest: 'd1' }, 1, `look at +12 min`],
-    ['changed', { kind: 'read', digest: 'd2' }, 0.5, 'pass: cluster-info changed'],
-    ['unreadable', { kind: 'failed', why: 'HTTP 403' }, 0.5, 'pass: cannot read cluster-info (HTTP 403)'],
+    ['changed', { kind: 'read', digest: 'd2' }, 0.5, 'worker: cluster-info changed'],
+    ['unreadable', { kind: 'failed', why: 'HTTP 403' }, 0.5, 'worker: cannot read cluster-info (HTTP 403)'],
   ];
   for (const [what, result, random, want] of rows) {
     const next = afterLook(look, result, input(random));
-    const got = next.kind === 'look' ? `look at +${(Date.parse(next.look.at) - NOW.getTime()) / MIN} min` : `pass: ${next.why}`;
+    const got = next.kind === 'look' ? `look at +${(Date.parse(next.look.at) - NOW.getTime()) / MIN} min` : `worker: ${next.why}`;
     t.equal(got, want, what);
     if (next.kind === 'look') t.same({ ...next.look, at: look.at }, look, `${what}: only the time moves`);
   }

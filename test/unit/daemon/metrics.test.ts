@@ -132,8 +132,8 @@ t.test('passes that ran to rest are counted with the CPU they spent', async (t) 
   const m = createMetrics({ ...none, processMetrics: false });
   t.match(m.render(), /^# TYPE kubeboot_passes_total counter$/m);
   t.equal(value(m.render(), 'kubeboot_passes_total'), undefined, 'none yet');
-  m.passEnded(0.5);
-  m.passEnded(0.25);
+  m.workerEnded(0.5);
+  m.workerEnded(0.25);
   t.equal(value(m.render(), 'kubeboot_passes_total'), 2);
   t.equal(value(m.render(), 'kubeboot_pass_cpu_seconds_total'), 0.75);
 });

@@ -7,11 +7,13 @@ import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import { identitiesFor } from '../../../agent/config/identities.js';
 import { createMetrics, type KubebootMetrics } from '../../../agent/daemon/metrics.js';
+import { applyMetric, forwardingMetrics } from '../../../agent/daemon/worker-protocol.js';
 import type { Config } from '../../../agent/config/types.js';
 import { assessNode, isNodeCredential, type NodeCredential } from '../../../agent/credential/assess.js';
 import type { IdentityName } from '../../../agent/identity.js';
@@ -25,7 +27,7 @@ import { storeCredential } from '../../../agent/store/cert-store.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
 import { spreadOffset } from '../../../agent/trust/decide.js';
-import { serializer, TrustKeeper, type KeeperMemory } from '../../../agent/trust/keeper.js';
+import { serializer, TrustKeeper } from '../../../agent/trust/keeper.js';
 import { nextStatement, signStatement } from '../../../agent/trust/statement.js';
 import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
 import { createCa, issueLeaf, type CertAndKey } from '../../support/pki.js';
@@ -58,10 +60,7 @@ interface Fixture {
 }
 
 /** `reuse`: a second kubeboot on the same node's files (a restart of the daemon). */
-async function fixture(
-  t: Test,
-  o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture; server?: string; memory?: KeeperMemory } = {},
-): Promise<Fixture> {
+async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture; server?: string } = {}): Promise<Fixture> {
   const dir = o.reuse ? join(o.reuse.config.stateDir, '..') : t.testdir();
   const config = defaultConfig('n1');
   Object.assign(config, { bootstrapKubeconfig: join(dir, 'bootstrap.conf'), stateDir: join(dir, 'state'), listen: null });
@@ -75,7 +74,7 @@ async function fixture(
   };
   await mkdir(config.stateDir, { recursive: true });
   const kubelet = identitiesFor(config)[0]!;
-  if (o.reuse) return withKeeper(t, config, o.reuse.clock, false, o.memory);
+  if (o.reuse) return withKeeper(t, config, o.reuse.clock, false);
   await mkdir(kubelet.certDir, { recursive: true });
   const leaf = await issueLeaf(o.kubeletCa ?? ca1, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
   const stored = await storeCredential(kubelet, leaf.certPem, leaf.keyPem, new Date());
@@ -89,11 +88,11 @@ async function fixture(
       tlsServerName: null,
     });
   await writeFileAtomic(config.kubelet.kubeconfig, kubeconfig(o.trusted ?? ca1.certPem), { mode: 0o600 });
-  return withKeeper(t, config, new FakeClock(new Date()), o.server !== undefined, o.memory);
+  return withKeeper(t, config, new FakeClock(new Date()), o.server !== undefined);
 }
 
 /** `network`: real connections instead of the MockAgent. */
-async function withKeeper(t: Test, config: Config, clock: FakeClock, network: boolean, memory?: KeeperMemory): Promise<Fixture> {
+async function withKeeper(t: Test, config: Config, clock: FakeClock, network: boolean): Promise<Fixture> {
   const f: Fixture = {
     config,
     keeper: undefined as unknown as TrustKeeper,
@@ -153,26 +152,23 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
 
   // The daemon hands over the kubelet credential it last saw valid; here: what is on disk at each check.
   let latest: NodeCredential | null = null;
-  const keeper = new TrustKeeper(
-    {
-      config: () => config,
-      logger,
-      clock: f.clock,
-      random: () => 0.5,
-      signal: new AbortController().signal,
-      dispatcher: network ? undefined : agent,
-      nodeCredential: () => latest,
-      serialize: serializer(),
-      reissue: (identity) => f.reissued.push(identity),
-      runCommands: async (argvs) => {
-        f.restarts.push(...argvs.map((a) => a.join(' ')));
-        return true;
-      },
-      metrics: f.metrics,
-      presented: async () => [f.server.presented],
+  const keeper = new TrustKeeper({
+    config: () => config,
+    logger,
+    clock: f.clock,
+    random: () => 0.5,
+    signal: new AbortController().signal,
+    dispatcher: network ? undefined : agent,
+    nodeCredential: () => latest,
+    serialize: serializer(),
+    reissue: (identity) => f.reissued.push(identity),
+    runCommands: async (argvs) => {
+      f.restarts.push(...argvs.map((a) => a.join(' ')));
+      return true;
     },
-    memory,
-  );
+    metrics: f.metrics,
+    presented: async () => [f.server.presented],
+  });
   const check = keeper.check.bind(keeper);
   keeper.check = async () => {
     const a = (await assessNode(config, f.clock.now())).kubelet;
@@ -481,17 +477,15 @@ t.test('a restart owed is still carried out while a later bundle is refused', as
   t.equal(f.annotations.at(-1)?.refused, 'node-writable-source');
 });
 
-t.test("the daemon's /metrics carries the CA rotation's series (what the alert reads)", async (t) => {
-  const { RenewalLoops } = await import('../../../agent/daemon/loops.js');
-  const metrics = createMetrics({ certificates: () => [] });
-  const daemon = new RenewalLoops({
-    config: defaultConfig('n1'),
-    logger,
-    signal: new AbortController().signal,
-    sink: { metrics, report: () => {}, progress: () => {} },
-    env: {},
+t.test("the daemon's /metrics carries the CA rotation's series (what the alert reads), as a worker forwards them", async (t) => {
+  const metrics = createMetrics({ certificates: () => [], processMetrics: false });
+  // The keeper runs in a worker; its events reach the daemon's metrics over the IPC channel.
+  const forwarded = forwardingMetrics((message) => {
+    if (message.kind === 'metric') applyMetric(metrics, message);
   });
-  t.ok(daemon.config.caRotation, 'a daemon built with these metrics');
+  forwarded.caBundleRefused('unsigned');
+  forwarded.caBundleAdopted();
+  forwarded.caRestart('kubelet', true);
   const text = metrics.render();
   for (const name of [
     'kubeboot_ca_bundle_refused',
@@ -500,6 +494,8 @@ t.test("the daemon's /metrics carries the CA rotation's series (what the alert r
     'kubeboot_ca_restarts_total',
   ])
     t.match(text, new RegExp(`^# TYPE ${name} `, 'm'), `${name} is served`);
+  t.match(text, /^kubeboot_ca_bundle_refused\{reason="unsigned"\} 1$/m, 'with what the worker counted');
+  t.match(text, /^kubeboot_ca_restarts_total\{consumer="kubelet",result="ok"\} 1$/m);
 });
 
 t.test(
@@ -521,77 +517,125 @@ t.test(
   },
 );
 
-t.test('a pass started for another reason keeps the look the previous pass scheduled; a poke still looks at once', async (t) => {
+/** A keeper whose look is `check` (a stub), on its own clock; `said` collects its warnings. */
+function stubbedKeeper(t: Test, check: () => Promise<Date | null>, random: () => number) {
   const clock = new FakeClock(new Date('2025-06-01T00:00:00Z'));
   const config = defaultConfig('n1');
   const stop = new AbortController();
   t.teardown(() => stop.abort());
-  const deps = {
+  const stream = new PassThrough();
+  let said = '';
+  stream.on('data', (d: Buffer) => (said += d.toString()));
+  const keeper = new TrustKeeper({
     config: () => config,
-    logger,
+    logger: createLogger({ level: 'warn', format: 'text', stream }),
     clock,
-    random: () => 0.5,
+    random,
     signal: stop.signal,
     nodeCredential: () => null,
     serialize: serializer(),
     reissue: () => undefined,
     runCommands: async () => true,
     metrics: createMetrics({ certificates: () => [], processMetrics: false }),
-  };
-  const due = new Date(clock.now().getTime() + 5 * 60_000);
-  const keeper = new TrustKeeper(deps, { lastRefusal: null, lastAnnotation: null, forbiddenLogged: false, nextCheckAt: due.toISOString() });
+  });
   let looks = 0;
   keeper.check = async () => {
     looks++;
-    return null;
+    return check();
   };
-  const running = keeper.run();
-  await clock.tick(5 * 60_000 - 1);
-  t.equal(looks, 0, 'no look before the time the last pass scheduled');
-  await clock.tick(1);
-  t.equal(looks, 1, 'one look at it');
-  t.equal(
-    keeper.memory.nextCheckAt,
-    new Date(due.getTime() + config.caRotation.interval * 1000).toISOString(),
-    'and the next is handed on',
+  return { keeper, clock, config, stop, looks: () => looks, said: () => said };
+}
+
+t.test('a CA step looks once and says when to look again: every interval, jittered 0.8–1.2 to spread a fleet', async (t) => {
+  const draws = [0, 0.5, 1];
+  const k = stubbedKeeper(
+    t,
+    async () => null,
+    () => draws.shift()!,
   );
-  keeper.poke();
-  await clock.tick(0);
-  t.equal(looks, 2, 'a poke (after a renewal) looks at once');
-  stop.abort();
-  await running;
+  const interval = k.config.caRotation.interval * 1000;
+  for (const factor of [0.8, 1, 1.2]) {
+    const before = k.looks();
+    const { next, look } = await k.keeper.step();
+    t.equal(k.looks(), before + 1, 'one look per step');
+    t.equal(next.getTime(), k.clock.now().getTime() + interval * factor, `next at ${factor} × the interval`);
+    t.equal(look, null, 'no look for the daemon without a check that read cluster-info');
+  }
+  t.equal(k.clock.pending, 0, 'and nothing sleeps: no timer is left armed');
 });
 
-t.test('with nothing pending, the keeper hands the resting daemon its look: where, as whom, what it acted on, until when', async (t) => {
-  const nextCheckAt = new Date(Date.now() + 10 * 60_000);
-  const memory: KeeperMemory = { lastRefusal: null, lastAnnotation: null, forbiddenLogged: false, nextCheckAt: nextCheckAt.toISOString() };
-  const f = await fixture(t, { memory });
+t.test('a restart or re-issue slot before the interval brings the next step forward, never to less than a second from now', async (t) => {
+  let due: Date | null = null;
+  const k = stubbedKeeper(
+    t,
+    async () => due,
+    () => 0.5,
+  );
+  const now = k.clock.now().getTime();
+  const interval = k.config.caRotation.interval * 1000;
+  due = new Date(now + 5 * 60_000);
+  t.equal((await k.keeper.step()).next.getTime(), now + 5 * 60_000, 'a slot in five minutes: looked at then');
+  due = new Date(now - 60_000);
+  t.equal((await k.keeper.step()).next.getTime(), now + 1000, 'a slot already past: a second from now, not a busy loop');
+  due = new Date(now + 2 * interval);
+  t.equal((await k.keeper.step()).next.getTime(), now + interval, 'a slot after the interval: the interval first');
+});
+
+t.test('a failed check is logged and the step still says when to look again; a stopped one rejects', async (t) => {
+  const k = stubbedKeeper(
+    t,
+    async () => {
+      throw new Error('connection reset');
+    },
+    () => 0.5,
+  );
+  const { next, look } = await k.keeper.step();
+  t.equal(next.getTime(), k.clock.now().getTime() + k.config.caRotation.interval * 1000, 'looked at again after the interval');
+  t.equal(look, null);
+  t.match(
+    k.said(),
+    `CA rotation: could not check kube-public/cluster-info: connection reset; trying again at ${next.toISOString()}`,
+    'the failure is logged with the next try',
+  );
+  k.stop.abort();
+  await t.rejects(k.keeper.step(), /connection reset/, 'a step stopped with the worker is not answered');
+});
+
+t.test('with nothing pending, a CA step hands the daemon its next look: where, as whom, what it acted on, when, until when', async (t) => {
+  const f = await fixture(t);
   // Unsigned: the fixture signs the statement afresh on each GET (ECDSA), which a real cluster-info does not.
   f.published.signer = null;
-  t.equal(f.keeper.restingLook(), null, 'none before a check');
-  t.equal(await f.keeper.check(), null);
-  const look = f.keeper.restingLook();
+  const { next, look } = await f.keeper.step();
   const current = join(identitiesFor(f.config)[0]!.certDir, 'kubelet-client-current.pem');
+  t.equal(next.getTime(), f.clock.now().getTime() + f.config.caRotation.interval * 1000, 'next after the interval');
   t.match(look, {
     url: `${SERVER}/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0`,
     caPem: ca1.certPem,
     tlsServerName: null,
     certFile: current,
     keyFile: current,
-    at: nextCheckAt.toISOString(),
+    at: next.toISOString(),
   });
   t.match(look?.digest, /^[0-9a-f]{64}$/, 'a digest of what it read');
   t.equal(look?.until, ca1.cert.notAfter.toISOString(), 'good until the trusted CA expires');
   t.notOk(JSON.stringify(look).includes('PRIVATE KEY'), 'no key bytes in it');
-  await f.keeper.check();
-  t.equal(f.keeper.restingLook()?.digest, look?.digest, 'the same cluster-info, the same digest');
+  t.equal((await f.keeper.step()).look?.digest, look?.digest, 'the same cluster-info, the same digest');
 
-  f.published.caPem = ca1.certPem + ca2.certPem;
-  await f.keeper.check();
-  t.equal(f.keeper.restingLook(), null, 'a restart owed: the CA check stays with a pass');
+  f.published = { caPem: ca1.certPem + ca2.certPem };
+  const owed = await f.keeper.step();
+  t.equal(owed.look, null, "a restart owed: the next look is a worker's");
+  const slot = spreadOffset('n1', `${hashOf(ca1.certPem + ca2.certPem)}|kubelet`, f.config.caRotation.restartWindow * 1000);
+  const first = Math.max(1000, Math.min(slot, f.config.caRotation.interval * 1000));
+  t.equal(owed.next.getTime(), f.clock.now().getTime() + first, 'at the restart slot or the interval, whichever comes first');
 
-  const g = await fixture(t, { memory });
+  const g = await fixture(t);
   g.published.caPem = 'not a bundle';
-  await g.keeper.check();
-  t.equal(g.keeper.restingLook(), null, 'a refused bundle: a pass looks again (its reason may pass with time)');
+  t.equal((await g.keeper.step()).look, null, 'a refused bundle: a worker looks again (its reason may pass with time)');
+
+  const h = await fixture(t);
+  h.published.signer = null;
+  h.config.caRotation = { ...h.config.caRotation, interval: 30 * 86400 };
+  const late = await h.keeper.step();
+  t.ok(late.next > ca1.cert.notAfter, 'the next look falls after the trusted CA expires');
+  t.equal(late.look, null, "so it is a worker's: the daemon's look is good only until then");
 });

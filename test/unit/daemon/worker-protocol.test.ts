@@ -6,18 +6,19 @@ import { createMetrics, type MetricEvents } from '../../../agent/daemon/metrics.
 import {
   applyMetric,
   carriedCredential,
-  EMPTY_CARRY,
+  EMPTY_HAND_OVER,
   forwardingMetrics,
   restoredCredential,
-  type Carry,
-  type FromPass,
+  type FromWorker,
   type MetricMessage,
-} from '../../../agent/daemon/pass-protocol.js';
+  type ToWorker,
+} from '../../../agent/daemon/worker-protocol.js';
+import { emptyRecord } from '../../../agent/renewal/record.js';
 
 /** Through the IPC channel: JSON both ways. */
 const wire = <T>(value: T): T => JSON.parse(JSON.stringify(value)) as T;
 
-t.test('the kubelet credential survives the trip to the next pass', async (t) => {
+t.test('the kubelet credential survives the trip to the next worker', async (t) => {
   const config = defaultConfig('n1');
   const identity = identitiesFor(config).find((i) => i.name === 'kubelet')!;
   const credential: NodeCredential = {
@@ -44,16 +45,30 @@ t.test('the kubelet credential survives the trip to the next pass', async (t) =>
   t.equal(restoredCredential(config, null), null, 'nothing carried: nothing restored');
 });
 
-t.test('the empty carry holds nothing and is plain JSON', async (t) => {
-  t.same(EMPTY_CARRY, { slots: {}, lastGoodKubelet: null, provenKubeletPem: null, trust: null });
-  t.same(wire(EMPTY_CARRY), EMPTY_CARRY, 'unchanged by the wire');
-  const carry: Carry = EMPTY_CARRY;
-  t.same(Object.keys(carry.slots), []);
+t.test('the empty hand-over holds nothing and is plain JSON', async (t) => {
+  t.same(EMPTY_HAND_OVER, { lastGoodKubelet: null, provenKubeletPem: null, trust: null });
+  t.same(wire(EMPTY_HAND_OVER), EMPTY_HAND_OVER, 'unchanged by the wire');
 });
 
-t.test('metric events forwarded from a pass land on the resting daemon as if recorded there', async (t) => {
+t.test('a start and an answer are the same after the wire: records and hand-over are plain JSON', async (t) => {
+  const record = {
+    ...emptyRecord('kubelet'),
+    notAfter: '2030-01-02T03:04:05.678Z',
+    deadline: { certKey: 'k', at: '2029-12-01T00:00:00.000Z' },
+  };
+  const handOver = { ...EMPTY_HAND_OVER, provenKubeletPem: 'PEM' };
+  const start: ToWorker = { kind: 'start', config: defaultConfig('n1'), records: [record], handOver, joinFirst: true };
+  t.same(wire(start), start, 'start');
+  const answer: FromWorker = {
+    kind: 'answer',
+    answer: { id: 7, target: 'kubelet', next: '2030-01-01T00:00:00.000Z', record, wake: ['ca'], force: [], look: null, handOver },
+  };
+  t.same(wire(answer), answer, 'answer');
+});
+
+t.test('metric events forwarded from a worker land on the resting daemon as if recorded there', async (t) => {
   const at = new Date('2025-06-01T12:00:00.250Z');
-  const sent: FromPass[] = [];
+  const sent: FromWorker[] = [];
   const forwarded = forwardingMetrics((message) => sent.push(wire(message)));
   const record = (m: MetricEvents) => {
     m.recordRenewal('kubelet', at);
