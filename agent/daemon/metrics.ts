@@ -7,6 +7,7 @@
  */
 import type { IdentityName } from '../identity.js';
 import type { CaRotationMetrics } from '../trust/keeper.js';
+import type { StepMetrics } from '../renewal/step.js';
 import { systemClock } from '../time/clock.js';
 import { addProcessMetrics, EXPOSITION_CONTENT_TYPE, Exposition } from './exposition.js';
 
@@ -24,18 +25,7 @@ export interface MetricsOptions {
 }
 
 /** What a worker records: every method takes plain values, so a worker in another process sends them as they are. */
-export interface MetricEvents extends CaRotationMetrics {
-  /** A certificate was issued and stored at `at`. */
-  recordRenewal(identity: IdentityName, at: Date): void;
-  /** `reason` is a short fixed word (denied, timeout, http-503, ...), never a message. */
-  recordRenewalFailure(identity: IdentityName, reason: string): void;
-  recordHookFailure(identity: IdentityName): void;
-  observeCsrWait(identity: IdentityName, seconds: number): void;
-  /** A CSR was created at `at`; its identity waits for approval and issue. */
-  csrPending(identity: IdentityName, at: Date): void;
-  /** The identity's wait ended: issued, or the attempt failed. */
-  csrSettled(identity: IdentityName): void;
-}
+export interface MetricEvents extends CaRotationMetrics, StepMetrics {}
 
 export interface KubebootMetrics extends MetricEvents {
   /** A worker ended at rest, having spent `cpuSeconds`. */

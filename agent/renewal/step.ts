@@ -27,11 +27,15 @@ import type { IdentityRecord } from './record.js';
 
 /** What a step counts (the daemon's metrics serve them; a worker forwards each call). */
 export interface StepMetrics {
+  /** A certificate was issued and stored at `at`. */
   recordRenewal(identity: IdentityName, at: Date): void;
+  /** `reason` is a short fixed word (denied, timeout, http-503, ...), never a message. */
   recordRenewalFailure(identity: IdentityName, reason: string): void;
   recordHookFailure(identity: IdentityName): void;
   observeCsrWait(identity: IdentityName, seconds: number): void;
+  /** A CSR was created at `at`; its identity waits for approval and issue. */
   csrPending(identity: IdentityName, at: Date): void;
+  /** The identity's wait ended: issued, or the attempt failed. */
   csrSettled(identity: IdentityName): void;
 }
 
