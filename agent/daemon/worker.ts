@@ -23,6 +23,7 @@ import { createLogger, type Logger } from '../log.js';
 import { validUntil, type IdentityRecord } from '../renewal/record.js';
 import { runIdentityStep, type StepDeps, type StepMemory } from '../renewal/step.js';
 import type { WriteObserver } from '../store/atomic.js';
+import { fileStore } from '../store/store.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { serializer, TrustKeeper } from '../trust/keeper.js';
 import { removePidFile, WORKER_PID_FILE, writePidFile } from './control.js';
@@ -165,7 +166,7 @@ class Worker {
         serialize: this.#writes,
         reissue: (identity) => void this.#reissue.push(identity),
         runCommands: (argvs) => this.#runCommands(argvs),
-        observer,
+        store: fileStore({ observer }),
         metrics: this.#metrics,
       },
       start.handOver.trust ?? undefined,

@@ -3,7 +3,8 @@
  * certificate Store is two methods, Current and Update; a pass also reads
  * its inputs, writes kubeconfigs, keeps the key of an in-flight CSR, and
  * prunes the credentials a renewal left behind; a join writes the bootstrap
- * kubeconfig through it).
+ * kubeconfig through it, the CA keeper the kubelet's client-CA file, the
+ * kubeconfigs' CA and its bookkeeping).
  * `fileStore` is the real one; tests use an in-memory one, so the pass is
  * unit-tested without a file system.
  */

@@ -20,18 +20,17 @@ import path from 'node:path';
 import { consumerRestarts } from '../config/identities.js';
 import type { Config } from '../config/types.js';
 import { assessNode, isNodeCredential, type Assessment, type NodeCredential } from '../credential/assess.js';
-import { ApiError } from '../errors.js';
+import { ApiError, UnreadableInputError } from '../errors.js';
 import { currentCertPath, type Consumer, type IdentityName } from '../identity.js';
 import { CLUSTER_INFO } from '../kube/discovery.js';
 import { KubeClient, presentedChain, type ClientAuth, type Endpoint } from '../kube/client.js';
 import { annotateNode, canChangeClusterInfo, nodeWarning, readPublishedTrust, type PublishedTrust } from '../kube/trust-requests.js';
 import { whoAmI } from '../kube/whoami.js';
-import { renderClientKubeconfig } from '../kubeconfig/render.js';
+import { renderIdentityKubeconfig } from '../kubeconfig/render.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { toPem } from '../pki/pem.js';
-import { readOptional, readOptionalOrProblem } from '../read-optional.js';
-import { writeFileAtomic, type WriteObserver } from '../store/atomic.js';
+import { storeOf, type Store } from '../store/store.js';
 import type { Clock } from '../time/clock.js';
 import { trustedBundle, type TrustBundle } from './bundle.js';
 import type { ValidStatement } from './statement.js';
@@ -140,7 +139,8 @@ export interface KeeperDeps {
   reissue: (identity: IdentityName) => void;
   /** Runs restart commands one after another; true when all succeeded. */
   runCommands: (argvs: string[][], consumer: Consumer) => Promise<boolean>;
-  observer?: WriteObserver | undefined;
+  /** Where the node's files are read and written (the worker's disk store tells its write observer); unset, the files on disk. */
+  store?: Store | undefined;
   metrics: CaRotationMetrics;
   /** Seam for tests: the chain the API server presents. */
   presented?: (endpoint: Endpoint, credential: ClientAuth) => Promise<Uint8Array[]>;
@@ -158,6 +158,7 @@ export function serializer(): <T>(fn: () => Promise<T>) => Promise<T> {
 
 export class TrustKeeper {
   readonly #deps: KeeperDeps;
+  readonly #store: Store;
   #state: KeeperState | null = null;
   #lastRefusal: string | null = null;
   #lastAnnotation: string | null = null;
@@ -168,6 +169,7 @@ export class TrustKeeper {
 
   constructor(deps: KeeperDeps, memory?: KeeperMemory) {
     this.#deps = deps;
+    this.#store = storeOf(deps);
     if (memory) {
       this.#lastRefusal = memory.lastRefusal;
       this.#lastAnnotation = memory.lastAnnotation;
@@ -224,8 +226,16 @@ export class TrustKeeper {
     const file = config.caRotation.clientCaFile;
     if (!config.caRotation.enabled || file === null) return;
     await this.#deps.serialize(async () => {
-      if ((await readOptionalOrProblem(file)) !== null) return;
-      await writeFileAtomic(file, trustedBundle(caPem).pem, { mode: 0o644, observer: this.#deps.observer });
+      // Only a missing file is seeded: one that is there but unusable (a directory, too big) is the operator's to fix.
+      const there = await this.#store.read(file).then(
+        (text) => text !== null,
+        (err: unknown) => {
+          if (err instanceof UnreadableInputError) return true;
+          throw err;
+        },
+      );
+      if (there) return;
+      await this.#store.write(file, trustedBundle(caPem).pem, { mode: 0o644 });
       this.#deps.logger.info(`CA rotation: wrote the kubelet's client-CA file ${file} from the CA its kubeconfig trusts`);
     });
   }
@@ -236,7 +246,7 @@ export class TrustKeeper {
     const config = this.#deps.config();
     this.#quiet = null;
     // The files first: after an adoption they hold the bundle that verifies the API server now.
-    const onDisk = await assessNode(config, this.#deps.clock.now());
+    const onDisk = await assessNode(config, this.#deps.clock.now(), undefined, this.#store);
     const fromDisk = isNodeCredential(onDisk.kubelet);
     const node = isNodeCredential(onDisk.kubelet) ? onDisk.kubelet : this.#deps.nodeCredential();
     if (node === null) return null;
@@ -391,12 +401,12 @@ export class TrustKeeper {
     await this.#deps.serialize(async () => {
       const now = this.#deps.clock.now();
       // Read inside the unit: a renewal that just landed is what is on disk now.
-      const node = await assessNode(config, now);
+      const node = await assessNode(config, now, undefined, this.#store);
       const files = await this.#trustFiles(config, node.kubelet, node.others);
       const plan = rewritePlan(bundle.hash, files);
       for (const file of plan.rewrite) {
         if (file.kind === 'client-ca') {
-          await writeFileAtomic(file.path, bundle.pem, { mode: 0o644, observer: this.#deps.observer });
+          await this.#store.write(file.path, bundle.pem, { mode: 0o644 });
         } else {
           const owner = [node.kubelet, ...node.others].find((a) => a.identity.kubeconfigPath === file.path)!;
           // Never a kubeconfig whose CA and certificate disagree: a certificate the bundle does not cover waits for its re-issue.
@@ -406,16 +416,8 @@ export class TrustKeeper {
             );
             continue;
           }
-          const cluster = owner.cluster!;
-          const text = renderClientKubeconfig({
-            server: cluster.server,
-            caPem: bundle.pem,
-            certFile: currentCertPath(owner.identity),
-            keyFile: currentCertPath(owner.identity),
-            userName: 'default-auth',
-            tlsServerName: cluster.tlsServerName ?? null,
-          });
-          await writeFileAtomic(file.path, text, { mode: 0o600, observer: this.#deps.observer });
+          const { server, tlsServerName } = owner.cluster!;
+          await this.#store.write(file.path, renderIdentityKubeconfig(owner.identity, { server, caPem: bundle.pem, tlsServerName }));
         }
         logger.info(`CA rotation: ${file.path} now holds the CA bundle ${bundle.hash.slice(0, 12)}`);
       }
@@ -441,7 +443,7 @@ export class TrustKeeper {
         path: clientCa,
         kind: 'client-ca',
         consumer: 'kubelet',
-        heldHash: hashOf(await readOptional(clientCa).catch(() => null)),
+        heldHash: hashOf(await this.#store.read(clientCa).catch(() => null)),
       });
     const held = [kubelet, ...others].flatMap((a) =>
       a.cluster === null ? [] : [{ identity: a.identity, heldHash: hashOf(a.cluster.caPem) }],
@@ -508,7 +510,7 @@ export class TrustKeeper {
 
   /** Keep the Node's annotation current; written only when it changes. */
   async #report(config: Config, client: KubeClient, bundle: TrustBundle, refused: string | null): Promise<void> {
-    const node = await assessNode(config, this.#deps.clock.now());
+    const node = await assessNode(config, this.#deps.clock.now(), undefined, this.#store);
     const usable = [node.kubelet, ...node.others].filter((a) => a.state === 'usable');
     const state = this.#state!;
     const issuers: RotationStatus['issuers'] = {};
@@ -533,7 +535,7 @@ export class TrustKeeper {
     if (this.#state) return this.#state;
     let state: KeeperState = { restarted: {}, pending: {}, signer: null };
     try {
-      const text = await readOptional(path.join(config.stateDir, STATE_FILE));
+      const text = await this.#store.read(path.join(config.stateDir, STATE_FILE));
       if (text) state = { ...state, ...(JSON.parse(text) as Partial<KeeperState>) };
     } catch {
       this.#deps.logger.warn(`${path.join(config.stateDir, STATE_FILE)}: unreadable; starting CA rotation bookkeeping afresh`);
@@ -543,7 +545,7 @@ export class TrustKeeper {
   }
 
   async #saveState(config: Config, state: KeeperState): Promise<void> {
-    await writeFileAtomic(path.join(config.stateDir, STATE_FILE), JSON.stringify(state), { mode: 0o600, observer: this.#deps.observer });
+    await this.#store.write(path.join(config.stateDir, STATE_FILE), JSON.stringify(state));
   }
 }
 

@@ -51,8 +51,12 @@ export function memoryStore(initial: Record<string, string> = {}): MemoryStore {
     update: async (identity, certPem, keyPem, now) => {
       const file = `${identity.certDir}/${identity.filePrefix}-${timestampOf(now)}.pem`;
       const currentPath = currentCertPath(identity);
-      put(file, certPem + keyPem);
-      put(currentPath, certPem + keyPem);
+      // As storeCredential writes it: whole PEM blocks, each ending in a newline (a real TLS connection reads the
+      // kubeconfig's `-current.pem` as the kubelet does). A test's placeholder text is kept as given.
+      const credential = splitCredential(certPem + keyPem);
+      const text = credential === null ? certPem + keyPem : credential.certPem + credential.keyPem;
+      put(file, text);
+      put(currentPath, text);
       links.set(currentPath, file);
       return { file, currentPath };
     },

@@ -1,9 +1,11 @@
 // The node side of a CA rotation (trust/keeper.ts) against undici's
 // MockAgent and a fake clock: what it writes, whom it restarts and when,
-// what it refuses, and when it re-issues. No sleeps, no control plane; the
-// real control plane proves the same in test/e2e/ca-rotation.test.ts.
+// what it refuses, and when it re-issues. The node's files are in memory
+// (memoryStore), except in the one test of the files on disk (their modes,
+// each replaced whole). No sleeps, no control plane; the real control plane
+// proves the same in test/e2e/ca-rotation.test.ts.
 import { createPrivateKey } from 'node:crypto';
-import { mkdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, readdir, stat } from 'node:fs/promises';
 import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -18,18 +20,17 @@ import type { Config } from '../../../agent/config/types.js';
 import { assessNode, isNodeCredential, type NodeCredential } from '../../../agent/credential/assess.js';
 import type { IdentityName } from '../../../agent/identity.js';
 import { parseClientKubeconfig } from '../../../agent/kubeconfig/parse.js';
-import { renderClientKubeconfig } from '../../../agent/kubeconfig/render.js';
+import { renderIdentityKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { createLogger } from '../../../agent/log.js';
 import { pemBlocks } from '../../../agent/pki/pem.js';
-import { readOptional } from '../../../agent/read-optional.js';
-import { writeFileAtomic } from '../../../agent/store/atomic.js';
-import { storeCredential } from '../../../agent/store/cert-store.js';
+import { fileStore, type Store } from '../../../agent/store/store.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
 import { spreadOffset } from '../../../agent/trust/decide.js';
 import { serializer, TrustKeeper } from '../../../agent/trust/keeper.js';
 import { nextStatement, signStatement } from '../../../agent/trust/statement.js';
 import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
+import { memoryStore } from '../../support/memory-store.js';
 import { createCa, issueLeaf, type CertAndKey } from '../../support/pki.js';
 
 const SERVER = 'https://api.test:6443';
@@ -43,6 +44,8 @@ const serving2 = await servingOf(ca2);
 
 interface Fixture {
   config: Config;
+  /** The node's files: in memory, or on disk with `onDisk`. */
+  store: Store;
   keeper: TrustKeeper;
   clock: FakeClock;
   metrics: KubebootMetrics;
@@ -59,9 +62,13 @@ interface Fixture {
   events: Record<string, unknown>[];
 }
 
-/** `reuse`: a second kubeboot on the same node's files (a restart of the daemon). */
-async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture; server?: string } = {}): Promise<Fixture> {
-  const dir = o.reuse ? join(o.reuse.config.stateDir, '..') : t.testdir();
+/** `reuse`: a second kubeboot on the same node's files (a restart of the daemon); `onDisk`: the files in a test directory, through `onDisk`. */
+async function fixture(
+  t: Test,
+  o: { kubeletCa?: CertAndKey; trusted?: string; reuse?: Fixture; server?: string; onDisk?: Store } = {},
+): Promise<Fixture> {
+  const dir = o.reuse ? join(o.reuse.config.stateDir, '..') : o.onDisk ? t.testdir() : '/node';
+  const store = o.reuse?.store ?? o.onDisk ?? memoryStore();
   const config = defaultConfig('n1');
   Object.assign(config, { bootstrapKubeconfig: join(dir, 'bootstrap.conf'), stateDir: join(dir, 'state'), listen: null });
   config.kubelet = { ...config.kubelet, kubeconfig: join(dir, 'kubelet.conf'), certDir: join(dir, 'kubelet-pki') };
@@ -72,29 +79,26 @@ async function fixture(t: Test, o: { kubeletCa?: CertAndKey; trusted?: string; r
     kubeletRestart: [['restart', 'kubelet']],
     kubeProxyRestart: [['restart', 'kube-proxy']],
   };
-  await mkdir(config.stateDir, { recursive: true });
   const kubelet = identitiesFor(config)[0]!;
-  if (o.reuse) return withKeeper(t, config, o.reuse.clock, false);
-  await mkdir(kubelet.certDir, { recursive: true });
+  if (o.reuse) return withKeeper(t, config, store, o.reuse.clock, false);
+  if (o.onDisk) {
+    await mkdir(config.stateDir, { recursive: true });
+    await mkdir(kubelet.certDir, { recursive: true });
+  }
   const leaf = await issueLeaf(o.kubeletCa ?? ca1, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
-  const stored = await storeCredential(kubelet, leaf.certPem, leaf.keyPem, new Date());
-  const kubeconfig = (caPem: string) =>
-    renderClientKubeconfig({
-      server: o.server ?? SERVER,
-      caPem,
-      certFile: stored.currentPath,
-      keyFile: stored.currentPath,
-      userName: 'default-auth',
-      tlsServerName: null,
-    });
-  await writeFileAtomic(config.kubelet.kubeconfig, kubeconfig(o.trusted ?? ca1.certPem), { mode: 0o600 });
-  return withKeeper(t, config, new FakeClock(new Date()), o.server !== undefined);
+  await store.update(kubelet, leaf.certPem, leaf.keyPem, new Date());
+  await store.write(
+    config.kubelet.kubeconfig,
+    renderIdentityKubeconfig(kubelet, { server: o.server ?? SERVER, caPem: o.trusted ?? ca1.certPem }),
+  );
+  return withKeeper(t, config, store, new FakeClock(new Date()), o.server !== undefined);
 }
 
 /** `network`: real connections instead of the MockAgent. */
-async function withKeeper(t: Test, config: Config, clock: FakeClock, network: boolean): Promise<Fixture> {
+async function withKeeper(t: Test, config: Config, store: Store, clock: FakeClock, network: boolean): Promise<Fixture> {
   const f: Fixture = {
     config,
+    store,
     keeper: undefined as unknown as TrustKeeper,
     clock,
     metrics: createMetrics({ certificates: () => [], processMetrics: false }),
@@ -166,12 +170,13 @@ async function withKeeper(t: Test, config: Config, clock: FakeClock, network: bo
       f.restarts.push(...argvs.map((a) => a.join(' ')));
       return true;
     },
+    store,
     metrics: f.metrics,
     presented: async () => [f.server.presented],
   });
   const check = keeper.check.bind(keeper);
   keeper.check = async () => {
-    const a = (await assessNode(config, f.clock.now())).kubelet;
+    const a = (await assessNode(config, f.clock.now(), undefined, store)).kubelet;
     if (!isNodeCredential(a)) throw new Error(`kubelet credential not usable: ${a.state === 'unusable' ? a.reason : ''}`);
     latest = a;
     return check();
@@ -202,9 +207,11 @@ function statementOf(f: Fixture): Record<string, string> {
 }
 
 async function kubeconfigCa(f: Fixture): Promise<string> {
-  const text = (await readOptional(f.config.kubelet.kubeconfig))!;
-  return (await parseClientKubeconfig(f.config.kubelet.kubeconfig, text, readOptional)).caPem!;
+  const text = (await f.store.read(f.config.kubelet.kubeconfig))!;
+  return (await parseClientKubeconfig(f.config.kubelet.kubeconfig, text, f.store.read)).caPem!;
 }
+/** The kubelet's client-CA file as the keeper left it. */
+const clientCa = async (f: Fixture) => (await f.store.read(f.config.caRotation.clientCaFile!))!;
 const hashOf = (pem: string) => trustedBundle(pem).hash;
 /** The samples of one metric family, as /metrics serves them. */
 const samples = (f: Fixture, name: string) =>
@@ -217,14 +224,14 @@ const samples = (f: Fixture, name: string) =>
 t.test('old + new CA published: every file holds both, the kubelet restarts once at its slot', async (t) => {
   const f = await fixture(t);
   t.equal(await f.keeper.check(), null, 'nothing published beyond what is trusted: nothing due');
-  t.equal(await readFile(f.config.caRotation.clientCaFile!, 'utf8'), trustedBundle(ca1.certPem).pem, 'the client-CA file is kept equal');
+  t.equal(await clientCa(f), trustedBundle(ca1.certPem).pem, 'the client-CA file is kept equal');
   t.same(f.restarts, [], 'the client-CA file alone restarts nothing: the kubelet reloads it by itself');
 
   f.published.caPem = ca1.certPem + ca2.certPem;
   const due = await f.keeper.check();
   const both = hashOf(ca1.certPem + ca2.certPem);
   t.equal(hashOf(await kubeconfigCa(f)), both, "the kubelet's kubeconfig holds old + new");
-  t.equal(hashOf(await readFile(f.config.caRotation.clientCaFile!, 'utf8')), both, 'and so does the client-CA file');
+  t.equal(hashOf(await clientCa(f)), both, 'and so does the client-CA file');
   t.same(f.restarts, [], 'no restart before its slot');
   const slot = spreadOffset('n1', `${both}|kubelet`, f.config.caRotation.restartWindow * 1000);
   t.equal(due?.getTime(), f.clock.now().getTime() + slot, "due at this node's slot in the restart window");
@@ -253,7 +260,7 @@ t.test('a restart owed survives a restart of kubeboot, and is not repeated', asy
   const f = await fixture(t);
   f.published.caPem = ca1.certPem + ca2.certPem;
   const due = await f.keeper.check();
-  const state = JSON.parse((await readFile(join(f.config.stateDir, 'ca-rotation.json'), 'utf8')) as string) as {
+  const state = JSON.parse((await f.store.read(join(f.config.stateDir, 'ca-rotation.json')))!) as {
     pending: Record<string, { at: string }>;
   };
   t.equal(state.pending.kubelet?.at, due?.toISOString(), 'the owed restart is on disk');
@@ -311,11 +318,11 @@ t.test('a CA added by whoever may write cluster-info, without a trusted signatur
   for (const c of cases) {
     const f = await fixture(t);
     await f.keeper.check();
-    const clientCa = await readFile(f.config.caRotation.clientCaFile!, 'utf8');
+    const before = await clientCa(f);
     f.published = { caPem: ca1.certPem + rogue.certPem, signer: c.signer };
     await f.keeper.check();
     t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), `${c.name}: the kubeconfig keeps CA 1 alone`);
-    t.equal(await readFile(f.config.caRotation.clientCaFile!, 'utf8'), clientCa, `${c.name}: the client-CA file is untouched`);
+    t.equal(await clientCa(f), before, `${c.name}: the client-CA file is untouched`);
     t.same(f.restarts, [], `${c.name}: nothing restarted`);
     t.equal(f.annotations.at(-1)?.refused, c.reason, `${c.name}: the Node says ${c.reason}`);
     t.match(String(f.events[0]?.message), new RegExp(`^${c.reason}: .*adds sha256:`), `${c.name}: the Event names the CA it would add`);
@@ -406,7 +413,7 @@ t.test('retiring the old CA waits until no certificate hangs from it', async (t)
   g.published.caPem = ca2.certPem;
   await g.keeper.check();
   t.equal(hashOf(await kubeconfigCa(g)), hashOf(ca2.certPem), 'adopted once every certificate is under CA 2');
-  t.notMatch(await readFile(g.config.caRotation.clientCaFile!, 'utf8'), ca1.certPem.split('\n')[1]!, 'CA 1 is in no file');
+  t.notMatch(await clientCa(g), ca1.certPem.split('\n')[1]!, 'CA 1 is in no file');
 });
 
 t.test('a bundle served over a connection the trusted CA does not verify is never read', async (t) => {
@@ -432,7 +439,7 @@ t.test('a bundle served over a connection the trusted CA does not verify is neve
   await t.rejects(f.keeper.check(), /certificate|self.signed|verify/i, 'the TLS handshake fails against the trusted CA');
   t.equal(served, 0, 'no request reached the impostor');
   t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), 'the kubeconfig keeps its CA');
-  t.equal(await readOptional(f.config.caRotation.clientCaFile!), null, 'nothing was written');
+  t.equal(await f.store.read(f.config.caRotation.clientCaFile!), null, 'nothing was written');
 });
 
 t.test('issuance and a CA rewrite never interleave: one writer at a time, in order, a failure does not block the next', async (t) => {
@@ -504,16 +511,55 @@ t.test(
     const f = await fixture(t);
     const file = f.config.caRotation.clientCaFile!;
     await f.keeper.seedClientCa(ca1.certPem);
-    t.equal(hashOf((await readOptional(file))!), hashOf(ca1.certPem), 'a missing file is written from the CA given');
-    t.equal((await stat(file)).mode & 0o777, 0o644, 'readable by the kubelet, as a CA certificate is public');
+    t.equal(hashOf(await clientCa(f)), hashOf(ca1.certPem), 'a missing file is written from the CA given');
 
     await f.keeper.seedClientCa(ca2.certPem);
-    t.equal(hashOf((await readOptional(file))!), hashOf(ca1.certPem), 'an existing file is left to the looks');
+    t.equal(hashOf(await clientCa(f)), hashOf(ca1.certPem), 'an existing file is left to the looks');
 
-    await rm(file);
-    f.config.caRotation = { ...f.config.caRotation, enabled: false };
+    const g = await fixture(t);
+    g.config.caRotation = { ...g.config.caRotation, enabled: false };
+    await g.keeper.seedClientCa(ca1.certPem);
+    t.equal(await g.store.read(file), null, 'nothing is written with CA rotation off');
+  },
+);
+
+t.test(
+  'on disk: the client-CA file is 0644, the kubeconfig and the bookkeeping 0600 whatever the umask, each replaced whole and told to the watcher',
+  async (t) => {
+    const umask = process.umask(0o077);
+    t.teardown(() => process.umask(umask));
+    const told: string[] = [];
+    const f = await fixture(t, {
+      onDisk: fileStore({ observer: { willWrite: (p) => void told.push(`will ${p}`), didWrite: (p) => void told.push(`did ${p}`) } }),
+    });
+    const { kubeconfig } = f.config.kubelet;
+    const clientCaFile = f.config.caRotation.clientCaFile!;
+    const stateFile = join(f.config.stateDir, 'ca-rotation.json');
     await f.keeper.seedClientCa(ca1.certPem);
-    t.equal(await readOptional(file), null, 'nothing is written with CA rotation off');
+    const seeded = await stat(clientCaFile);
+    t.equal(seeded.mode & 0o777, 0o644, 'a seeded client-CA file is readable by the kubelet, as a CA certificate is public');
+    const written = await stat(kubeconfig);
+    told.length = 0;
+
+    f.published.caPem = ca1.certPem + ca2.certPem;
+    await f.keeper.check();
+    t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem + ca2.certPem), 'the kubeconfig holds old + new');
+    const rewritten = { clientCa: await stat(clientCaFile), kubeconfig: await stat(kubeconfig), state: await stat(stateFile) };
+    t.equal(rewritten.clientCa.mode & 0o777, 0o644, 'the rewritten client-CA file stays 0644');
+    t.equal(rewritten.kubeconfig.mode & 0o777, 0o600, 'the kubeconfig 0600');
+    t.equal(rewritten.state.mode & 0o777, 0o600, 'the bookkeeping 0600');
+    t.not(rewritten.clientCa.ino, seeded.ino, 'the client-CA file is a new file renamed over the old, not rewritten in place');
+    t.not(rewritten.kubeconfig.ino, written.ino, 'so is the kubeconfig');
+    t.same(
+      [...(await readdir(join(clientCaFile, '..'))), ...(await readdir(f.config.stateDir))].filter((n) => n.includes('.tmp-')),
+      [],
+      'no temp file is left',
+    );
+    for (const file of [kubeconfig, clientCaFile, stateFile])
+      t.ok(
+        told.indexOf(`will ${file}`) >= 0 && told.indexOf(`will ${file}`) < told.indexOf(`did ${file}`),
+        `${file}: told before and after`,
+      );
   },
 );
 
