@@ -133,6 +133,3 @@ export async function joinSource(config: Config, read: ReadFile = readOptional):
 
 /** How messages name the join settings in place of a kubeconfig file. */
 export const JOIN_SETTINGS = 'join settings (--server, --token/--token-file)';
-
-/** Kept here for the callers that import it from the join: the one renderer is kubeconfig/render.ts. */
-export { renderBootstrapKubeconfig };

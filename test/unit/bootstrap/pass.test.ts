@@ -11,7 +11,7 @@ import { identitiesFor } from '../../../agent/config/identities.js';
 import type { RunDeps } from '../../../agent/credential/issue.js';
 import { BootstrapCredentialError } from '../../../agent/errors.js';
 import type { Identity } from '../../../agent/identity.js';
-import { renderBootstrapKubeconfig } from '../../../agent/join/prepare.js';
+import { renderBootstrapKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { silentLogger } from '../../../agent/log.js';
 import { csrName } from '../../../agent/pki/csr-name.js';
 import { signDetachedJws } from '../../../agent/pki/jws.js';
