@@ -5,7 +5,10 @@ import t from 'tap';
 import { decide } from '../../../agent/approver/decide.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { requestFacts } from '../../../agent/approver/request.js';
+import { KEY_ALGORITHMS } from '../../../agent/identity.js';
+import { generateKey } from '../../../agent/pki/keys.js';
 import { pemBlocks, toPem } from '../../../agent/pki/pem.js';
+import { createCsrPem } from '../../../agent/pki/pkcs10.js';
 import { ambiguousCsrPems, craftCsrPem } from '../../support/approver.js';
 
 const base64 = (pem: string) => Buffer.from(pem).toString('base64');
@@ -68,4 +71,20 @@ t.test('decide reports a refused request as a request-signature violation naming
   };
   const decision = await decide(csr, policy, lookups);
   t.match(decision, { kind: 'violation', rule: 'request-signature', message: /2 CNs in its subject/ });
+});
+
+t.test('the self-signature, checked on node:crypto, for every key kubeboot makes; a tampered request is not signed', async (t) => {
+  for (const algorithm of KEY_ALGORITHMS) {
+    const key = await generateKey(algorithm);
+    const pem = await createCsrPem({ key, subject: { commonName: 'system:node:worker-1', organizations: ['system:nodes'] } });
+    const facts = await requestFacts(base64(pem));
+    t.equal(facts.signatureValid, true, `${algorithm}: signed by its key`);
+    const der = new Uint8Array(pemBlocks(pem)[0]!.der);
+    const at = Buffer.from(der).indexOf('worker-1');
+    der[at + 7] = '2'.charCodeAt(0); // another node's name, the signature unchanged
+    t.equal((await requestFacts(base64(toPem('CERTIFICATE REQUEST', der)))).signatureValid, false, `${algorithm}: subject changed`);
+    const sig = new Uint8Array(pemBlocks(pem)[0]!.der);
+    sig[sig.length - 1] = (sig[sig.length - 1] as number) ^ 0x01;
+    t.equal((await requestFacts(base64(toPem('CERTIFICATE REQUEST', sig)))).signatureValid, false, `${algorithm}: signature changed`);
+  }
 });
