@@ -17,7 +17,7 @@
 import type { Claim, NodeFacts, RecordConfigMap } from './api.js';
 import type { ApiServerFacts } from './apiserver.js';
 import type { ApproverCsr } from './csr-facts.js';
-import { judge, prepare, spendsRecords, type Decision, type Lookups, type Prepared } from './decide.js';
+import { carrySpentBinding, judge, prepare, spendsRecords, type Decision, type Lookups, type Prepared } from './decide.js';
 import type { ApproverPolicy } from './policy.js';
 import type { RequestFacts } from './request.js';
 
@@ -99,11 +99,13 @@ export class RecordView {
       // A claim is made on a record the decision read, at the version read: anything else is a bug.
       if (cm == null || cm.metadata.resourceVersion !== claim.resourceVersion)
         throw new Error(`claim on ConfigMap ${claim.name} does not match the record read`);
-      this.#current.set(claim.name, {
+      const after: RecordConfigMap = {
         ...cm,
         metadata: { ...cm.metadata, annotations: { ...cm.metadata.annotations, ...claim.patch.metadata?.annotations } },
         data: { ...cm.data, ...claim.patch.data },
-      });
+      };
+      carrySpentBinding(claim, after);
+      this.#current.set(claim.name, after);
       const before = this.#claims.get(claim.name);
       const annotations = { ...before?.patch.metadata?.annotations, ...claim.patch.metadata?.annotations };
       const data = { ...before?.patch.data, ...claim.patch.data };

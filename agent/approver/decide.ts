@@ -16,6 +16,9 @@ import {
   parseRevocations,
   REPLACEMENTS,
   REVOCATIONS,
+  type Replacement,
+  type Revocation,
+  type TokenBinding,
 } from '../kube/join-bindings.js';
 import { INVENTORY, inventoryEntry, type InventoryLookup } from '../kube/inventory.js';
 import type { Claim, RecordConfigMap } from './api.js';
@@ -66,6 +69,49 @@ interface ReadRecords {
   replacements: RecordConfigMap | null;
 }
 
+/*
+ * Each record parsed once per ConfigMap object, not once per CSR: a batch's
+ * view (batch.ts) hands every decision the same object until a spend replaces
+ * it, and a spend of a binding hands on its parse with the one name added
+ * (spentBindings), so a pool's binding is parsed once per batch however many
+ * of its CSRs the batch judges. A record is never changed in place (a spend
+ * makes a new object), so a parse kept for an object stays true of it.
+ */
+const bindings = new WeakMap<RecordConfigMap, { tokenId: string; parsed: TokenBinding | { problem: string } }>();
+const replacementsOf = new WeakMap<RecordConfigMap, Map<string, Replacement>>();
+const revocationsOf = new WeakMap<RecordConfigMap, Map<string, Revocation>>();
+/** The binding as a claim leaves it, by claim: RecordView.spend hands it to the ConfigMap it makes (carrySpentBinding). */
+const spentBindings = new WeakMap<Claim, { tokenId: string; parsed: TokenBinding }>();
+
+function parsedBinding(tokenId: string, cm: RecordConfigMap): TokenBinding | { problem: string } {
+  const kept = bindings.get(cm);
+  if (kept !== undefined && kept.tokenId === tokenId) return kept.parsed;
+  const parsed = parseBinding(tokenId, cm);
+  bindings.set(cm, { tokenId, parsed });
+  return parsed;
+}
+
+function parsedOnce<T>(
+  kept: WeakMap<RecordConfigMap, Map<string, T>>,
+  cm: RecordConfigMap | null,
+  parse: (data: Record<string, string> | undefined) => Map<string, T>,
+): Map<string, T> {
+  if (cm === null) return parse(undefined);
+  let parsed = kept.get(cm);
+  if (parsed === undefined) kept.set(cm, (parsed = parse(cm.data)));
+  return parsed;
+}
+
+/**
+ * `after` is the ConfigMap `claim` made of the record (its patch applied):
+ * the binding's parse with the claim's name added is kept for it, so the next
+ * decision does not parse the whole issued map again.
+ */
+export function carrySpentBinding(claim: Claim, after: RecordConfigMap): void {
+  const spent = spentBindings.get(claim);
+  if (spent !== undefined) bindings.set(after, spent);
+}
+
 /** Plain GETs, each only when a rule of this requester reads it: no informer for them yet. */
 async function readRecords(facts: CsrFacts, nodeName: string, nodeExists: boolean, lookups: Lookups): Promise<ReadRecords> {
   const tokenId = tokenIdOf(facts.username);
@@ -76,9 +122,9 @@ async function readRecords(facts: CsrFacts, nodeName: string, nodeExists: boolea
     const revocations = await lookups.record(REVOCATIONS);
     return {
       records: {
-        binding: binding === null ? null : parseBinding(tokenId, binding),
-        replacement: parseReplacements(replacements?.data).get(nodeName) ?? null,
-        revocation: parseRevocations(revocations?.data).get(nodeName) ?? null,
+        binding: binding === null ? null : parsedBinding(tokenId, binding),
+        replacement: parsedOnce(replacementsOf, replacements, parseReplacements).get(nodeName) ?? null,
+        revocation: parsedOnce(revocationsOf, revocations, parseRevocations).get(nodeName) ?? null,
       },
       binding,
       replacements,
@@ -86,7 +132,11 @@ async function readRecords(facts: CsrFacts, nodeName: string, nodeExists: boolea
   }
   const revocations = await lookups.record(REVOCATIONS);
   return {
-    records: { binding: null, replacement: null, revocation: parseRevocations(revocations?.data).get(nodeName) ?? null },
+    records: {
+      binding: null,
+      replacement: null,
+      revocation: parsedOnce(revocationsOf, revocations, parseRevocations).get(nodeName) ?? null,
+    },
     binding: null,
     replacements: null,
   };
@@ -108,12 +158,14 @@ function claimsOf(facts: CsrFacts, nodeName: string, read: ReadRecords): Claim[]
   const claims: Claim[] = [];
   const { binding, replacement } = read.records;
   if (read.binding !== null && binding !== null && !('problem' in binding) && binding.issued[nodeName] !== facts.uid) {
-    const issued = JSON.stringify({ ...binding.issued, [nodeName]: facts.uid });
-    claims.push({
+    const after = { ...binding.issued, [nodeName]: facts.uid };
+    const claim: Claim = {
       name: read.binding.metadata.name,
       resourceVersion: versionOf(read.binding),
-      patch: { metadata: { annotations: { [ISSUED_ANNOTATION]: issued } } },
-    });
+      patch: { metadata: { annotations: { [ISSUED_ANNOTATION]: JSON.stringify(after) } } },
+    };
+    spentBindings.set(claim, { tokenId: binding.tokenId, parsed: { ...binding, issued: after } });
+    claims.push(claim);
   }
   const mark = read.replacements?.data?.[nodeName];
   if (read.replacements !== null && mark !== undefined && replacement !== null && replacement.claimedBy !== facts.uid) {

@@ -277,3 +277,38 @@ t.test("a pool token's CSRs queued together are approved in batches: its names s
   );
   t.ok(seen.patches <= 2, `${seen.patches} claims for four names (the first CSR queued starts a batch alone; the rest share one)`);
 });
+
+t.test("a pool's binding is parsed once per batch, not once per CSR, and spends the same names", async (t) => {
+  const n = 60;
+  const { io } = fakeIo({ 'token-abcdef': pool(n - 10) });
+  const view = new RecordView(io.record);
+  const csrs = await Promise.all(Array.from({ length: n }, (_, i) => kubeletCsr(`w${i}`, 'token')));
+  const parse = JSON.parse;
+  let issuedParses = 0;
+  JSON.parse = ((text: string, reviver?: never) => {
+    if (typeof text === 'string' && text.startsWith('{"w')) issuedParses++;
+    return parse(text, reviver);
+  }) as typeof JSON.parse;
+  let outcomes: Awaited<ReturnType<typeof decideBatch>>;
+  try {
+    outcomes = await decideBatch(csrs, policy, io, view);
+  } finally {
+    JSON.parse = parse;
+  }
+  t.equal(issuedParses, 0, 'no issued map parsed again after a spend (the read one was empty)');
+  const approved = outcomes.filter((o) => 'decision' in o && o.decision.kind === 'approve').map((o) => o.csr.metadata.name);
+  t.same(
+    approved,
+    Array.from({ length: n - 10 }, (_, i) => `csr-w${i}`),
+    'the first max-nodes, in order',
+  );
+  const rejected = outcomes.filter((o) => 'decision' in o && o.decision.kind === 'violation');
+  t.equal(rejected.length, 10);
+  const [claim] = view.claims();
+  const issued = parse(claim?.patch.metadata?.annotations?.['kubeboot.io/issued'] ?? 'null') as Record<string, string>;
+  t.same(
+    Object.keys(issued),
+    approved.map((name) => name.slice(4)),
+    'one claim holding every name spent',
+  );
+});
