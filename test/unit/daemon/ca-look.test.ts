@@ -12,19 +12,11 @@ import { lookAtClusterInfo } from '../../../agent/daemon/ca-look-get.js';
 import { clusterInfoDigest } from '../../../agent/kube/cluster-info-digest.js';
 import type { CaLook } from '../../../agent/trust/keeper.js';
 import { createCa, issueLeaf } from '../../support/pki.js';
+import { caLookAt } from '../../support/ca-look.js';
 
 const NOW = new Date('2025-06-01T00:00:00Z');
 const MIN = 60_000;
-const look: CaLook = {
-  url: 'https://127.0.0.1:6443/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0',
-  caPem: 'CA',
-  tlsServerName: null,
-  certFile: '/var/lib/kubelet/pki/kubelet-client-current.pem',
-  keyFile: '/var/lib/kubelet/pki/kubelet-client-current.pem',
-  digest: 'd1',
-  at: NOW.toISOString(),
-  until: new Date(NOW.getTime() + 30 * 24 * 60 * MIN).toISOString(),
-};
+const look: CaLook = caLookAt(NOW, new Date(NOW.getTime() + 30 * 24 * 60 * MIN));
 
 t.test('at a look’s time: a look while it stands in for the keeper, a worker from the moment a CA or statement expires', async (t) => {
   const rows: [string, Date, 'look' | 'worker'][] = [

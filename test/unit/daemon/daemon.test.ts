@@ -32,6 +32,7 @@ import type { CaLook } from '../../../agent/trust/keeper.js';
 import { configIn } from '../../support/node-config.js';
 import { listenNotifySocket } from '../../support/notify-socket.js';
 import { until } from '../../support/until.js';
+import { caLookAt as lookUntil } from '../../support/ca-look.js';
 
 const SEC = 1_000;
 const MIN = 60_000;
@@ -730,16 +731,7 @@ t.test('a worker told to stop that does not exit is killed after 30 s, and the n
   t.pass('the next worker starts at its time');
 });
 
-const caLookAt = (at: Date, horizon = new Date(at.getTime() + 30 * DAY)): CaLook => ({
-  url: 'https://127.0.0.1:6443/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0',
-  caPem: 'CA',
-  tlsServerName: null,
-  certFile: '/pki/kubelet-client-current.pem',
-  keyFile: '/pki/kubelet-client-current.pem',
-  digest: 'd1',
-  at: at.toISOString(),
-  until: horizon.toISOString(),
-});
+const caLookAt = (at: Date, horizon = new Date(at.getTime() + 30 * DAY)): CaLook => lookUntil(at, horizon);
 
 /**
  * The current worker answers every step it holds — identities due again in

@@ -26,6 +26,7 @@ import {
 } from '../../../agent/daemon/schedule.js';
 import { EMPTY_HAND_OVER, type Answer, type Step, type Target } from '../../../agent/daemon/worker-protocol.js';
 import type { CaLook } from '../../../agent/trust/keeper.js';
+import { caLookAt } from '../../support/ca-look.js';
 
 const T0 = Date.parse('2026-06-01T12:00:00Z');
 const SEC = 1_000;
@@ -63,16 +64,7 @@ function view(s: Schedule): Record<string, string> {
 
 /** What a CA check leaves the daemon when nothing is pending: look at `atMs`. */
 function caLook(atMs: number): CaLook {
-  return {
-    url: 'https://127.0.0.1:6443/api/v1/namespaces/kube-public/configmaps/cluster-info?resourceVersion=0',
-    caPem: 'CA',
-    tlsServerName: null,
-    certFile: '/var/lib/kubelet/pki/kubelet-client-current.pem',
-    keyFile: '/var/lib/kubelet/pki/kubelet-client-current.pem',
-    digest: 'd1',
-    at: iso(atMs),
-    until: iso(30 * DAY),
-  };
+  return caLookAt(new Date(iso(atMs)), new Date(iso(30 * DAY)));
 }
 
 /** A step's answer: due again at `nextMs` (null: not until nudged), nothing else. */
