@@ -169,7 +169,10 @@ if (plane) {
     // An approval the killed leader had in flight is committed by the API server but audited
     // 504 "context canceled" (its client is gone): counted as its write when no other write of
     // that CSR's approval succeeded. The CSR's conditions (below) show that it took effect, once.
-    const cut = cutOffApprovals(plane.auditLog!, leader.credential, killedAt);
+    // The API server may read such a request after the test's clock says "killed" (the bytes
+    // were in the socket; CI saw one), so no bound on when it was received:
+    // the credential is the leader's alone, and a dead process writes nothing new.
+    const cut = cutOffApprovals(plane.auditLog!, leader.credential);
     for (const [n, write] of cut) if (!audit.approvals.has(n)) audit.approvals.set(n, [write]);
     t.comment(`${cut.size} approvals of the killed leader were in flight at the kill and audited 504 (committed all the same)`);
 
@@ -250,18 +253,17 @@ if (plane) {
   });
 }
 
-/** The killed leader's approval writes received before the kill and audited 504 (its connection gone), by CSR name. */
+/** The killed leader's approval writes audited 504 (its connection gone), by CSR name. */
 function cutOffApprovals(
   auditLog: string,
   credential: string,
-  killedAt: number,
 ): Map<string, { receivedAt: number; at: number; credential: string | undefined }> {
   const cut = new Map<string, { receivedAt: number; at: number; credential: string | undefined }>();
   for (const line of readFileSync(auditLog, 'utf8').split('\n')) {
     if (!line.includes('"ResponseComplete"') || !line.includes('/approval')) continue;
     const e = JSON.parse(line) as AuditEvent;
     const receivedAt = Date.parse(e.requestReceivedTimestamp);
-    if (e.responseStatus?.code !== 504 || credentialId(e) !== credential || receivedAt > killedAt) continue;
+    if (e.responseStatus?.code !== 504 || credentialId(e) !== credential) continue;
     if (e.objectRef?.subresource === 'approval' && e.objectRef.name !== undefined)
       cut.set(e.objectRef.name, { receivedAt, at: Date.parse(e.stageTimestamp), credential });
   }
