@@ -15,6 +15,8 @@
 //
 // Before them, the floor: the same 1,000 renewal CSRs created with nothing
 // approving them, for what the API server spends on a storm whoever approves.
+// Between them, the floor for approving: the two storms all at once with
+// scripts/bare-approver.ts, which approves each CSR unchecked as it sees it.
 // After the all-at-once storms, the same two at an arrival rate
 // (KUBEBOOT_BENCH_RATE CSRs a second, default 20: 1,000 nodes over 50 s, a
 // scale-up's shape), labelled as such.
@@ -22,15 +24,16 @@
 // Alone: npm run bench:approvers   (KUBEBOOT_BENCH_NODES, default 1000; KUBEBOOT_BENCH_RATE, 0 for none;
 // KUBEBOOT_BENCH_APPROVER_NODE_OPTIONS, e.g. "--cpu-prof --cpu-prof-dir=DIR", given to the approver as NODE_OPTIONS)
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { KubeClient as WatchClient } from '../agent/kube/client.js';
 import { CSRS, craftCsrPem, createNode, installApprover, nodeClient, startApprover } from '../test/support/approver.js';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
 import { expectStatus, kubeClient, type KubeClient } from '../test/support/http.js';
-import type { Running } from '../test/support/kubeboot.js';
+import { type Running, startWatched } from '../test/support/kubeboot.js';
 import type { AuditEvent } from '../test/support/node-join.js';
 
 const NODES = Number(process.env.KUBEBOOT_BENCH_NODES ?? 1000);
@@ -337,6 +340,23 @@ async function floor(plane: ControlPlane, requests: StormRequest[], pids: Record
   ];
 }
 
+/**
+ * scripts/bare-approver.ts as the approver's user (the same RBAC, the same
+ * client code), running once its watch is open.
+ */
+async function startBareApprover(plane: ControlPlane, dir: string): Promise<Running> {
+  const credential = join(dir, 'bare-approver.json');
+  const cert = await plane.mintClientCert({ commonName: APPROVER_USER });
+  writeFileSync(credential, JSON.stringify({ server: plane.server, caPem: plane.caPem, ...cert }), { mode: 0o600 });
+  const script = fileURLToPath(new URL('bare-approver.ts', import.meta.url));
+  const bare = startWatched(process.execPath, ['--import', '@tapjs/typescript/import', script, credential], {
+    PATH: process.env.PATH,
+    TS_NODE_TRANSPILE_ONLY: '1',
+  });
+  await bare.waitForOutput(/^watching$/m, 60_000);
+  return bare;
+}
+
 /** CSR created → first approval written, both as the API server answered them. */
 function latencyRow(s: StormResult, who: string): [string, string] {
   const created = new Map<string, number>();
@@ -579,9 +599,23 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
           ]
         : [];
     await setKcmBindings(plane, false);
+    const config = await installApprover(plane, dir);
+
+    // The floor for approving: the same two storms all at once, each CSR approved unchecked as soon as it is seen.
+    const bare = await startBareApprover(plane, dir);
+    let bareStorms: StormResult[];
+    try {
+      const barePids = { ...planePids(), bare: bare.child.pid! };
+      bareStorms = [
+        await storm(plane, watch, 'renewal', await renewals(plane, 'bare', nodes), barePids),
+        await storm(plane, watch, 'first issue', await firstIssues(plane, 'bare'), barePids),
+      ];
+    } finally {
+      bare.child.kill('SIGTERM');
+      await bare.done;
+    }
 
     // (b) kubeboot approver, with kube-controller-manager's csrapproving still running, unbound.
-    const config = await installApprover(plane, dir);
     approver = startApprover(
       config,
       // The last --approver-listen wins over the harness's `off`.
@@ -601,8 +635,14 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
           ]
         : [];
 
+    const bareOf = [...bareStorms];
     for (const [kcm, kb] of [[kcmRenew, kbRenew], [kcmFirst, kbFirst], ...kcmPaced.map((kcm, i) => [kcm, kbPaced[i]!] as const)] as const) {
       rows.push(latencyRow(kcm, 'kube-controller-manager csrapproving'));
+      const floorOfIt = kb.kind === kcm.kind && !kcm.kind.includes('/s') ? bareOf.shift() : undefined;
+      if (floorOfIt) {
+        rows.push(latencyRow(floorOfIt, 'bare approver (no rule checked: the floor)'));
+        rows.push(usageRow(floorOfIt, 'bare approver', 'bare'));
+      }
       rows.push(latencyRow(kb, 'kubeboot approver'));
       rows.push(usageRow(kcm, 'kube-controller-manager', 'kube-controller-manager'));
       rows.push(usageRow(kb, 'kubeboot approver', 'approver'));
