@@ -10,10 +10,10 @@
 // CREDENTIAL.json: { server, caPem, certPem, keyPem }. Prints "watching" once
 // its watch is open; ends on SIGTERM.
 import { readFileSync } from 'node:fs';
+import { KUBELET_CLIENT_SIGNER } from '../agent/identity.js';
 import { KubeClient } from '../agent/kube/client.js';
 
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
-const SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
 const IN_FLIGHT = 16;
 
 interface Csr {
@@ -31,7 +31,7 @@ const queued: Csr[] = [];
 const taken = new Set<string>();
 let inFlight = 0;
 
-const undecided = (c: Csr) => c.spec.signerName === SIGNER && !(c.status?.conditions ?? []).length;
+const undecided = (c: Csr) => c.spec.signerName === KUBELET_CLIENT_SIGNER && !(c.status?.conditions ?? []).length;
 
 async function approve(csr: Csr): Promise<void> {
   const body = {

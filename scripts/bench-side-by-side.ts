@@ -635,10 +635,10 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
           ]
         : [];
 
-    const bareOf = [...bareStorms];
     for (const [kcm, kb] of [[kcmRenew, kbRenew], [kcmFirst, kbFirst], ...kcmPaced.map((kcm, i) => [kcm, kbPaced[i]!] as const)] as const) {
       rows.push(latencyRow(kcm, 'kube-controller-manager csrapproving'));
-      const floorOfIt = kb.kind === kcm.kind && !kcm.kind.includes('/s') ? bareOf.shift() : undefined;
+      // The bare approver ran the all-at-once storms only; a paced storm's kind names its rate and matches none.
+      const floorOfIt = bareStorms.find((bare) => bare.kind === kcm.kind);
       if (floorOfIt) {
         rows.push(latencyRow(floorOfIt, 'bare approver (no rule checked: the floor)'));
         rows.push(usageRow(floorOfIt, 'bare approver', 'bare'));
