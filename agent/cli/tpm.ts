@@ -11,6 +11,7 @@ import { ExitCode, InputError } from '../errors.js';
 import { pemBlocks } from '../pki/pem.js';
 import { readOptional } from '../read-optional.js';
 import { excerpt, terminalJson, terminalLines, type Streams } from '../text.js';
+import { systemClock, type Clock } from '../time/clock.js';
 import { identify, withTpm, type TpmIdentity, type TpmLocation } from '../tpm/identify.js';
 
 const CLI = 'command line';
@@ -21,6 +22,7 @@ export async function runTpm(
   output: 'text' | 'json',
   io: Streams = process,
   location: TpmLocation = {},
+  clock: Clock = systemClock,
 ): Promise<number> {
   const [action, ...rest] = positionals;
   if (action !== 'identify')
@@ -34,7 +36,7 @@ export async function runTpm(
   const bundle = ekCaFile === undefined ? undefined : await readEkCaBundle(ekCaFile);
   const where: TpmLocation = { ...location };
   if (typeof given['tpm-swtpm-tcp'] === 'string') where.swtpmTcp = given['tpm-swtpm-tcp'];
-  const id = await withTpm(where, (tpm) => identify(tpm, bundle));
+  const id = await withTpm(where, (tpm) => identify(tpm, clock.now(), bundle));
   io.stdout.write(output === 'json' ? terminalJson(id) : renderIdentity(id, ekCaFile));
   const problems = identityProblems(id, ekCaFile);
   io.stderr.write(terminalLines(problems.map((p) => `kubeboot tpm identify: ${p}`)));

@@ -58,7 +58,7 @@ export async function withTpm<T>(where: TpmLocation, use: (tpm: Tpm) => Promise<
   }
 }
 
-export async function identify(tpm: Tpm, ekCaBundle?: readonly X509Certificate[], now: Date = new Date()): Promise<TpmIdentity> {
+export async function identify(tpm: Tpm, now: Date, ekCaBundle?: readonly X509Certificate[]): Promise<TpmIdentity> {
   const ek = await withEndorsementKey(tpm, async (k) => ({ public: k.public, persistent: k.persistent }));
   const ekKey = publicKeyOf(ek.public);
   const akName = await withAttestationKey(tpm, async (ak) => tpmName(ak.public));

@@ -269,11 +269,7 @@ export function makeCredential(ek: TpmtPublic, objectName: Buffer, secret: Buffe
  * 3.2.9: the TPM's manufacturer, model and version as directory names) is no
  * obstacle, as it is for a path validator that knows no TCG names.
  */
-export function issuedByOneOf(
-  cert: X509Certificate,
-  bundle: readonly X509Certificate[],
-  now: Date = new Date(),
-): { ok: boolean; why: string } {
+export function issuedByOneOf(cert: X509Certificate, bundle: readonly X509Certificate[], now: Date): { ok: boolean; why: string } {
   const named = bundle.filter((c) => c.subject === cert.issuer);
   if (named.length === 0) return { ok: false, why: `its issuer ${oneLine(cert.issuer)} is not in the bundle` };
   const issuer = named.find((c) => cert.verify(c.publicKey));
