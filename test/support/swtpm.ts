@@ -85,12 +85,18 @@ export async function manufactureTpm(ca?: ManufacturedTpm): Promise<Manufactured
   return { dir, stateDir, caBundleFile, rootCaFile, issuerCaFile };
 }
 
-/** Serves a manufactured TPM on two fresh loopback ports (commands, control). */
+/**
+ * Serves a manufactured TPM on two loopback ports, P (commands) and P+1
+ * (control). swtpm serves one connection at a time: close kubeboot's
+ * connection before running a tpm2-tools command, and the other way round.
+ */
 export async function startSwtpm(tpm: ManufacturedTpm): Promise<Swtpm> {
   let component: Component | undefined;
-  const [port, ctrlPort] = (await startOnFreePorts(
-    2,
-    ([p, c]) => {
+  // tpm2-tools' swtpm TCTI finds the control channel at the command port + 1.
+  const [port] = (await startOnFreePorts(
+    1,
+    ([p]) => {
+      const c = (p as number) + 1;
       component = startComponent(
         'swtpm',
         'swtpm',
@@ -111,8 +117,9 @@ export async function startSwtpm(tpm: ManufacturedTpm): Promise<Swtpm> {
       return component;
     },
     // Ready once the control port accepts a connection (swtpm opens both before serving).
-    (c, [, ctrl]) => waitReady(c, 'swtpm control port', () => canConnect(ctrl as number), 10_000),
-  )) as [number, number];
+    (c, [p]) => waitReady(c, 'swtpm control port', () => canConnect((p as number) + 1), 10_000),
+  )) as [number];
+  const ctrlPort = port + 1;
   const started = component as Component;
   return {
     ...tpm,
