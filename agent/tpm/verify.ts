@@ -175,9 +175,9 @@ export function verifyQuote(evidence: QuoteEvidence, expect: QuoteExpectation): 
   if (attest.type !== TPM_ST.ATTEST_QUOTE || attest.quote === undefined)
     throw new EvidenceError('type', `attestation type 0x${attest.type.toString(16)}, not a quote (0x8018)`);
   if (!sameBytes(attest.extraData, expect.nonce)) throw new EvidenceError('nonce', 'the quote is over other qualifying data');
+  checkSignature(akPublic, evidence.attest, evidence.signature);
   if (!sameBytes(attest.qualifiedSigner, primaryQualifiedName(name)))
     throw new EvidenceError('signer', 'the quote names another signer than this AK under the endorsement hierarchy');
-  checkSignature(akPublic, evidence.attest, evidence.signature);
   if (expect.pcrs !== undefined && !sameSelection(attest.quote.pcrSelect, expect.pcrs))
     throw new EvidenceError('pcr-selection', 'the quote covers other PCRs than asked for');
   if (expect.pcrValues !== undefined && !sameBytes(pcrDigest(expect.pcrValues), attest.quote.pcrDigest))
