@@ -13,6 +13,8 @@ export const ExitCode = {
   timedOut: 4,
   /** kube-public/cluster-info carries no signature for the join token: deleted, expired or mistyped; only a new token helps. */
   tokenNotSigned: 5,
+  /** tpm: no TPM kubeboot can use (none, only /dev/tpm0, no access) or the endorsement hierarchy needs a password. */
+  tpmUnavailable: 6,
 } as const;
 export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
 

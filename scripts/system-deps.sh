@@ -6,10 +6,12 @@
 # for the real node's tests (test/e2e/realnode-*) iproute2 (veth pairs,
 # network namespaces) and the nft/iptables/conntrack commands kube-proxy runs,
 # and podman with runc (crun refuses this machine's hybrid cgroups) and skopeo
-# for the image's tests. Needs root (CI and the dev machines run as root).
+# for the image's tests, and swtpm, swtpm-tools, tpm2-tools and
+# libtss2-tcti-swtpm0 for the TPM tests (test/support/swtpm.ts). Needs root
+# (CI and the dev machines run as root).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-want=(systemd python3 systemd-container qemu-user-static iproute2 nftables iptables conntrack podman runc skopeo)
+want=(systemd python3 systemd-container qemu-user-static iproute2 nftables iptables conntrack podman runc skopeo swtpm swtpm-tools tpm2-tools libtss2-tcti-swtpm0)
 [ -f "$root/packaging/deps.txt" ] && mapfile -t -O "${#want[@]}" want < <(grep -v '^\s*#' "$root/packaging/deps.txt" | sed '/^\s*$/d')
 missing=()
 for pkg in "${want[@]}"; do

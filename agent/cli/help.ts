@@ -13,6 +13,7 @@ export const EXIT_CODES_HELP = `Exit codes:
   3  a CSR was denied or failed (the message carries the reason)
   4  timed out waiting for a CSR to be approved and signed
   5  no signature for the join token in kube-public/cluster-info: deleted, expired or mistyped (make a new token)
+  6  tpm: no TPM to use (none, only /dev/tpm0, no access) or the endorsement hierarchy needs a password
   (token, user-data, join-command, node: 1 = cluster unreachable, the admin credential refused or forbidden,
    no namespace kubeboot for a binding or node record, or no RBAC lets a new token create its CSR;
    2 = no or bad admin kubeconfig, invalid --groups/--usages/--ttl/--node/--pool/--max-nodes or node name,
@@ -46,6 +47,8 @@ Cluster admin commands (use the admin kubeconfig, like kubectl):
   ca-rotation publish|status|retire
               rotate the cluster CA with no node touched: publish the bundle, follow every node's progress,
               retire the old CA once every node is ready (docs/ca-rotation.md)
+  tpm identify print this machine's TPM identity for the inventory: EK public-key hash, AK name, EK certificate
+              and, with --ek-ca FILE, whether one of those CAs issued it (docs/tpm.md)
   join-command print \`kubeboot bootstrap --server … --token … --ca-cert-hash …\` for a node with the package
 
 \`kubeboot <command> --help\` shows one command's usage and the options it reads.
@@ -218,6 +221,16 @@ revoked or not, a replacement mark. Holds only once kube-controller-manager's au
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
     },
+  },
+  tpm: {
+    usage: 'kubeboot tpm identify [--ek-ca FILE] [--output json]',
+    summary: `Print this machine's TPM identity, what the inventory records: the EK's public-key hash (SHA-256 of its
+SubjectPublicKeyInfo, hex), the AK's TPM name (an ECC P-256 restricted signing key created under the endorsement
+hierarchy from a fixed template, the same each time, never stored), the EK certificate from NV 0x01c00002 and, with
+--ek-ca, whether a CA in that file issued it. Reads /dev/tpmrm0 and changes nothing in the TPM (docs/tpm.md).
+Exit 6 when there is no TPM, only /dev/tpm0, no access, or the endorsement hierarchy has a password; exit 1 when
+--ek-ca is given and none of its CAs issued the EK certificate (or there is none), or the certificate is for another key.`,
+    options: [...LOG],
   },
   'join-command': {
     usage: 'kubeboot join-command [--create-token [--node NAME] | --token TOKEN | --token-file PATH] [options]',

@@ -90,6 +90,8 @@ async function main(argv: string[]): Promise<number> {
           loaded.extraFlags.output,
           process.env,
         );
+      case 'tpm':
+        return await (await import('./tpm.js')).runTpm(loaded.positionals, loaded.extraFlags.given, loaded.extraFlags.output);
       case 'join-command':
       case 'user-data':
         return await (await import('./user-data.js')).runUserData(loaded.command, config, loaded.extraFlags.given, process.env);

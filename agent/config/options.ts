@@ -419,20 +419,21 @@ export const COMMANDS = [
   'user-data',
   'ca-rotation',
   'node',
+  'tpm',
 ] as const;
 export type Command = (typeof COMMANDS)[number];
 /** The cluster admin's commands that make bootstrap tokens: they run on the admin's machine, not on a node. */
 export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
-/** Commands that need no node name of their own. */
-export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig', 'ca-rotation', 'node'];
+/** Commands that need no node name of their own (tpm reads only the machine's TPM). */
+export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig', 'ca-rotation', 'node', 'tpm'];
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   {
     flag: 'output',
-    commands: ['status', 'token', 'ca-rotation', 'node'],
+    commands: ['status', 'token', 'ca-rotation', 'node', 'tpm'],
     values: ['text', 'json'],
     metavar: 'text|json',
-    help: 'status, token, ca-rotation status, node list: output format',
+    help: 'status, token, ca-rotation status, node list, tpm identify: output format',
   },
   {
     flag: 'signer-ca-hash',
@@ -601,6 +602,18 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     commands: ['user-data'],
     metavar: 'PATH',
     help: 'user-data: write the user-data to this file instead of stdout (0600, atomically: it holds the token)',
+  },
+  {
+    flag: 'ek-ca',
+    commands: ['tpm'],
+    metavar: 'FILE',
+    help: "tpm identify: PEM certificates of the CAs that issue EK certificates (the TPM vendor's, or a hypervisor's swtpm local CA); says whether one of them issued this TPM's, exit 1 if none did",
+  },
+  {
+    flag: 'tpm-swtpm-tcp',
+    commands: ['tpm'],
+    metavar: '127.0.0.1:PORT',
+    help: 'tpm: for tests only: talk to a software TPM (swtpm socket --server type=tcp) on this loopback address instead of /dev/tpmrm0',
   },
 ];
 

@@ -10,8 +10,10 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import type { KubeObject } from '../support/admin.js';
+import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import {
   ambiguousCsrPems,
+  craftCsrPem,
   approvals,
   createNode,
   csrEvents,
@@ -212,6 +214,39 @@ if (plane) {
       t.same((await getCsr(name))?.status?.conditions ?? [], [], `${name}: no condition`);
       t.same(await csrEvents(plane, name), [], `${name}: no Event`);
     }
+    await node.close();
+  });
+
+  t.test('a kubelet client CSR with TPM evidence appended as PEM blocks is stored and signed unchanged (issue 37)', async (t) => {
+    // GKE appends its TPM evidence after the CERTIFICATE REQUEST block; kube-apiserver parses only the
+    // first PEM block (pkg/apis/certificates/helpers.go ParseCSR) and kube-controller-manager's signer
+    // too: the whole spec.request must come back byte for byte, and be signed.
+    await createNode(plane, 'tpm-evidence');
+    const node = await nodeClient(plane, 'tpm-evidence');
+    const evidence = (type: string, bytes: number) =>
+      `-----BEGIN ${type}-----\n${(
+        Buffer.alloc(bytes, 0xa5)
+          .toString('base64')
+          .match(/.{1,64}/g) ?? []
+      ).join('\n')}\n-----END ${type}-----\n`;
+    const pem = `${await craftCsrPem({ cn: 'system:node:tpm-evidence', o: ['system:nodes'] })}\n${evidence('TPM QUOTE', 145)}${evidence('TPM SIGNATURE', 72)}`;
+    const name = await submitCsr(node, {
+      cn: 'unused',
+      pem,
+      signer: 'kubernetes.io/kube-apiserver-client-kubelet',
+      usages: ['digital signature', 'client auth'],
+      name: 'tpm-evidence',
+    });
+    t.equal(Buffer.from((await getCsr(name))?.spec.request, 'base64').toString(), pem, 'kube-apiserver stores spec.request unchanged');
+    await plane.admin.approveCsr(name);
+    const signed = await approved(name);
+    t.equal(Buffer.from(signed?.spec.request, 'base64').toString(), pem, 'and it is unchanged once signed');
+    const [cert] = parseCertificateChain(Buffer.from(signed?.status.certificate, 'base64').toString());
+    t.equal(
+      cert?.subject.commonName,
+      'system:node:tpm-evidence',
+      "kube-controller-manager's signer issued it for the first block's subject",
+    );
     await node.close();
   });
 

@@ -287,7 +287,7 @@ const bad: Bad[] = [
   {
     name: 'command flag with the wrong command',
     argv: ['run', '--output', 'json'],
-    message: 'command line: --output: only valid with: kubeboot status, kubeboot token, kubeboot ca-rotation, kubeboot node',
+    message: 'command line: --output: only valid with: kubeboot status, kubeboot token, kubeboot ca-rotation, kubeboot node, kubeboot tpm',
   },
   {
     name: 'command flag with a bad value',
