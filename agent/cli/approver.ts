@@ -27,6 +27,7 @@ export function approverPolicy(config: Config): ApproverPolicy {
   return {
     kubeProxy: { commonName: config.kubeProxy.commonName, organizations: config.kubeProxy.organizations },
     maxExpirationSeconds: a.maxExpiration,
+    maxProxyServingExpirationSeconds: a.maxProxyServingExpiration,
     keyAlgorithms: a.keyAlgorithms,
     serving: { enabled: a.kubeletServing, dnsSuffixes: a.servingDnsSuffixes, ipCidrs: a.servingIpCidrs },
     kubeletClient: { enabled: a.kubeletClient, unboundTokens: a.unsafeApproveUnboundTokens, protectNodes: a.protectNodes },

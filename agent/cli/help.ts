@@ -99,6 +99,7 @@ const APPROVER = [
   'retry-period',
   'resync-period',
   'max-expiration',
+  'max-proxy-serving-expiration',
   'allowed-key-algorithm',
   'approve-kubelet-serving',
   'approve-kubelet-client',
