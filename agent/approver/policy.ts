@@ -264,21 +264,33 @@ export const DEFAULT_PROXY_SERVING_EXPIRATION = 24 * 3600;
  * A node's kube-proxy and serving certificates outlive a revocation (no CRL
  * or OCSP in Kubernetes): the signer issues min(expirationSeconds,
  * --cluster-signing-duration), a year by default, and the approver cannot
- * change a CSR's spec. So the CSR must ask for a short one itself.
+ * change a CSR's spec. So the CSR must ask for a short one itself: a
+ * kube-proxy CSR always (only kubeboot files those, and it asks for a day);
+ * a serving CSR when it asks at all, because the kubelet's own
+ * serverTLSBootstrap CSRs (install.md's recommended way) carry none and the
+ * kubelet has no setting for it. Such a certificate is only ever for the
+ * node's own name and addresses (dns-sans, ip-sans); docs/node-identity.md
+ * says how long it lives.
  */
-const shortLived: Rule = {
-  name: 'short-lived',
-  summary:
-    "`spec.expirationSeconds` is set and ≤ `--max-proxy-serving-expiration` (default 24h): a revoked node's certificate dies within it (kubeboot asks for at most 24h; the kubelet's own `serverTLSBootstrap` CSRs set none and are refused)",
-  check: ({ csr, policy }) => {
-    const max = policy.maxProxyServingExpirationSeconds ?? DEFAULT_PROXY_SERVING_EXPIRATION;
-    if (csr.expirationSeconds === undefined)
-      return `spec.expirationSeconds is not set: the signer would issue its --cluster-signing-duration, and a revoked node would keep the certificate that long; ask for at most ${max} (kubeboot does; the kubelet's serverTLSBootstrap cannot)`;
-    return csr.expirationSeconds <= max
-      ? null
-      : `expirationSeconds ${csr.expirationSeconds} is above ${max} (--max-proxy-serving-expiration): a revoked node would keep the certificate that long`;
-  },
-};
+function shortLived(unset: 'refused' | 'allowed'): Rule {
+  return {
+    name: 'short-lived',
+    summary:
+      unset === 'refused'
+        ? "`spec.expirationSeconds` is set and ≤ `--max-proxy-serving-expiration` (default 24h): a revoked node's certificate dies within it (kubeboot asks for at most 24h)"
+        : "`spec.expirationSeconds`, when set, ≤ `--max-proxy-serving-expiration` (default 24h; kubeboot asks for at most 24h). Unset is allowed: the kubelet's own `serverTLSBootstrap` CSRs cannot set it, and the certificate, for the node's own names and addresses only, then lives the signer's `--cluster-signing-duration`",
+    check: ({ csr, policy }) => {
+      const max = policy.maxProxyServingExpirationSeconds ?? DEFAULT_PROXY_SERVING_EXPIRATION;
+      if (csr.expirationSeconds === undefined)
+        return unset === 'allowed'
+          ? null
+          : `spec.expirationSeconds is not set: the signer would issue its --cluster-signing-duration, and a revoked node would keep the certificate that long; ask for at most ${max} (kubeboot does)`;
+      return csr.expirationSeconds <= max
+        ? null
+        : `expirationSeconds ${csr.expirationSeconds} is above ${max} (--max-proxy-serving-expiration): a revoked node would keep the certificate that long`;
+    },
+  };
+}
 
 /** `name` is, or is under, one of `suffixes` (case-insensitive, a leading dot ignored): the suffix that matched. */
 function suffixOf(name: string, suffixes: readonly string[]): string | null {
@@ -399,7 +411,7 @@ export const KUBE_PROXY_RULES: readonly Rule[] = [
   usagesRule('client auth', 'rsa'),
   keyAlgorithm,
   expiration,
-  shortLived,
+  shortLived('refused'),
   oneUnissuedPerNode,
 ];
 
@@ -574,7 +586,7 @@ export const KUBELET_SERVING_RULES: readonly Rule[] = [
   usagesRule('server auth', 'any'),
   keyAlgorithm,
   expiration,
-  shortLived,
+  shortLived('allowed'),
 ];
 
 // ---- kubelet client ----

@@ -342,7 +342,7 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'approver.maxProxyServingExpiration',
     type: 'duration',
     min: { seconds: 600, why: 'the API rejects shorter' },
-    help: "approver: kube-proxy client and kubelet serving CSRs must set spec.expirationSeconds, at most this: a revoked node's certificates die within it (the kubelet's own serverTLSBootstrap CSRs set none and are refused)",
+    help: "approver: kube-proxy client CSRs must set spec.expirationSeconds, at most this, and kubelet serving CSRs that set one (the kubelet's own serverTLSBootstrap CSRs cannot): a revoked node's certificates die within it",
   }),
   opt('allowed-key-algorithm', {
     key: 'approver.keyAlgorithms',

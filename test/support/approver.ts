@@ -231,7 +231,7 @@ export interface SubmitSpec extends CraftSpec {
   usages?: string[];
   /**
    * Unset: a day for the kube-apiserver-client and kubelet-serving signers (the
-   * approver's short-lived rule requires one, as kubeboot's node side sends), none otherwise; null: none.
+   * approver's short-lived rule requires one of kube-proxy CSRs, as kubeboot's node side sends), none otherwise; null: none.
    */
   expirationSeconds?: number | null;
   /** Name prefix; a random suffix keeps names unique. */

@@ -150,7 +150,9 @@ export function policyProblems(
       say(`the issued certificate lives ${go.certificate.lifetimeSeconds} s`);
   }
   const shortest = policy.maxProxyServingExpirationSeconds ?? 24 * 3600;
-  if (!(csr.spec.expirationSeconds <= shortest)) say(`expirationSeconds ${csr.spec.expirationSeconds} is not set and <= ${shortest}`);
+  const unsetAllowed = csr.spec.signerName === KUBELET_SERVING && csr.spec.expirationSeconds === undefined;
+  if (!unsetAllowed && !(csr.spec.expirationSeconds <= shortest))
+    say(`expirationSeconds ${csr.spec.expirationSeconds} is not set and <= ${shortest}`);
   const o = identity.organization ?? [];
   const sanKinds = views.flatMap((v) => v.sanTags ?? []);
   const rsa = identity.keyType === 'rsa';
