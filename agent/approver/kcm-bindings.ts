@@ -133,8 +133,9 @@ export function grantingBindings(
 /** What to tell the operator, or null when kube-controller-manager approves no kubelet client CSR. */
 export function kcmAutoApprovalProblem(found: KcmAutoApproval): string | null {
   if (found.grants.length === 0) return null;
+  // Each requester by its most specific group (kubeadm's token group, not system:bootstrappers).
   const said = found.grants.map(
-    (g) => `${g.groups.find((x) => x !== 'system:authenticated')} may create certificatesigningrequests/${g.subresource}`,
+    (g) => `${g.groups.filter((x) => x !== 'system:authenticated').at(-1)} may create certificatesigningrequests/${g.subresource}`,
   );
   const { bindings } = found;
   const fix = !Array.isArray(bindings)

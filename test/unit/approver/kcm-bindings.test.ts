@@ -109,7 +109,7 @@ t.test("kubeadm's token group alone is enough; a grant through no group binding 
   ]);
   t.match(
     kcmAutoApprovalProblem(found),
-    /system:bootstrappers may create certificatesigningrequests\/nodeclient; no ClusterRoleBinding of a group was found/,
+    /says system:bootstrappers:kubeadm:default-node-token may create certificatesigningrequests\/nodeclient; no ClusterRoleBinding of a group was found/,
   );
   await mock.close();
 });
