@@ -69,7 +69,15 @@ async function allowed(client: KubeClient, groups: readonly string[], subresourc
 export async function kcmAutoApproval(client: KubeClient, signal?: AbortSignal): Promise<KcmAutoApproval> {
   const asked = KCM_REQUESTERS.flatMap(({ groups, subresources }) => subresources.map((subresource) => ({ groups, subresource })));
   const answers = await Promise.all(asked.map((g) => allowed(client, g.groups, g.subresource, signal)));
-  const grants = asked.filter((_, i) => answers[i]);
+  const allowedAll = asked.filter((_, i) => answers[i]);
+  // kubeadm's tokens are in system:bootstrappers too: their grant is news only when the group's own is not there.
+  const grants = allowedAll.filter(
+    (g) =>
+      !allowedAll.some(
+        (o) =>
+          o !== g && o.subresource === g.subresource && o.groups.length < g.groups.length && o.groups.every((x) => g.groups.includes(x)),
+      ),
+  );
   if (grants.length === 0) return { grants, bindings: [] };
   try {
     const roles = await listAll<ClusterRole>(client, CLUSTER_ROLES, signal);

@@ -114,6 +114,19 @@ t.test("kubeadm's token group alone is enough; a grant through no group binding 
   await mock.close();
 });
 
+t.test("the stock bindings: a token's grant said once, not again for kubeadm's group inside it", async (t) => {
+  const { mock, client } = authorizer(
+    (groups, sub) =>
+      (groups.includes('system:bootstrappers') && sub === 'nodeclient') || (groups.includes('system:nodes') && sub === 'selfnodeclient'),
+  );
+  const found = await kcmAutoApproval(client);
+  t.same(
+    found.grants.map((g) => `${g.groups.join('+')} ${g.subresource}`),
+    ['system:bootstrappers+system:authenticated nodeclient', 'system:nodes+system:authenticated selfnodeclient'],
+  );
+  await mock.close();
+});
+
 t.test('the bindings named: stock and custom roles, wildcards, only for a group the authorizer allowed', async (t) => {
   const grants = [{ groups: ['system:nodes', 'system:authenticated'], subresource: 'selfnodeclient' }];
   const roles = [
