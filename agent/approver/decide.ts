@@ -276,9 +276,11 @@ export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups:
   const spec = POLICIES[policyName];
   // Only a rule that runs reads the Node (a renewal's rules do not): no GET for the others.
   const node = prepared.readsNode && nodeName !== null ? await lookups.node(nodeName) : null;
-  // Read only when the rules that need them can be reached: a requester of neither kind fails first.
+  // Read only when the rules that need them can be reached: a requester of neither kind fails first,
+  // and not-revoked reads a node's revocation whatever it asks for (the other policies: a node only).
+  const kind = requesterKind(facts);
   const read =
-    policyName === 'kubelet-client' && nodeName !== null && requesterKind(facts) !== null
+    nodeName !== null && (policyName === 'kubelet-client' ? kind !== null : kind === 'node')
       ? await readRecords(facts, nodeName, node !== null, lookups)
       : null;
   const world: World = {

@@ -28,6 +28,11 @@ export interface ApproverPolicy {
   kubeProxy: { commonName: string; organizations: string[] };
   /** Largest spec.expirationSeconds approved; an unset one leaves the signer's --cluster-signing-duration in charge. */
   maxExpirationSeconds: number;
+  /**
+   * --max-proxy-serving-expiration: kube-proxy client and kubelet serving CSRs
+   * must set spec.expirationSeconds, at most this (unset: DEFAULT_PROXY_SERVING_EXPIRATION).
+   */
+  maxProxyServingExpirationSeconds?: number;
   /** `ecdsa-p256`, `rsa-2048`, ...; RSA below 2048 bits is refused whatever this says. */
   keyAlgorithms: string[];
   serving: { enabled: boolean; dnsSuffixes: string[]; ipCidrs: string[] };
@@ -238,6 +243,95 @@ const expiration: Rule = {
       : `expirationSeconds ${csr.expirationSeconds} is above the maximum ${policy.maxExpirationSeconds}`,
 };
 
+const notRevoked: Rule = {
+  name: 'not-revoked',
+  summary:
+    'the node has no entry in `kubeboot/revocations` (`kubeboot node revoke`): a revoked node gets no certificate of any kind, its kubelet client renewed or issued again to any token, its kube-proxy or serving one, until `kubeboot node unrevoke` (what it holds dies at its notAfter)',
+  check: ({ nodeName, world }) => {
+    // Read for every node requester (decide.ts); none read is a revocation not checked, so nothing is approved.
+    if (world.records === null) return `the revocations ${BINDINGS_NAMESPACE}/${REVOCATIONS} were not read`;
+    const revoked = world.records.revocation;
+    if (revoked === null) return null;
+    const at = revoked.at ? ` at ${show(revoked.at)}` : '';
+    return `node ${nodeName} was revoked${at}${revoked.reason ? `: ${show(revoked.reason)}` : ''} (${BINDINGS_NAMESPACE}/${REVOCATIONS})`;
+  },
+};
+
+/** The default of --max-proxy-serving-expiration: a day, the kubelet certificate lifetime docs/node-identity.md recommends. */
+export const DEFAULT_PROXY_SERVING_EXPIRATION = 24 * 3600;
+
+/**
+ * A node's kube-proxy and serving certificates outlive a revocation (no CRL
+ * or OCSP in Kubernetes): the signer issues min(expirationSeconds,
+ * --cluster-signing-duration), a year by default, and the approver cannot
+ * change a CSR's spec. So the CSR must ask for a short one itself: a
+ * kube-proxy CSR always (only kubeboot files those, and it asks for a day);
+ * a serving CSR when it asks at all, because the kubelet's own
+ * serverTLSBootstrap CSRs (install.md's recommended way) carry none and the
+ * kubelet has no setting for it. Such a certificate is only ever for the
+ * node's own name and addresses (dns-sans, ip-sans); docs/node-identity.md
+ * says how long it lives.
+ */
+function shortLived(unset: 'refused' | 'allowed'): Rule {
+  return {
+    name: 'short-lived',
+    summary:
+      unset === 'refused'
+        ? "`spec.expirationSeconds` is set and ≤ `--max-proxy-serving-expiration` (default 24h): a revoked node's certificate dies within it (kubeboot asks for at most 24h)"
+        : "`spec.expirationSeconds`, when set, ≤ `--max-proxy-serving-expiration` (default 24h; kubeboot asks for at most 24h). Unset is allowed: the kubelet's own `serverTLSBootstrap` CSRs cannot set it, and the certificate, for the node's own names and addresses only, then lives the signer's `--cluster-signing-duration`",
+    check: ({ csr, policy }) => {
+      const max = policy.maxProxyServingExpirationSeconds ?? DEFAULT_PROXY_SERVING_EXPIRATION;
+      if (csr.expirationSeconds === undefined)
+        return unset === 'allowed'
+          ? null
+          : `spec.expirationSeconds is not set: the signer would issue its --cluster-signing-duration, and a revoked node would keep the certificate that long; ask for at most ${max} (kubeboot does)`;
+      return csr.expirationSeconds <= max
+        ? null
+        : `expirationSeconds ${csr.expirationSeconds} is above ${max} (--max-proxy-serving-expiration): a revoked node would keep the certificate that long`;
+    },
+  };
+}
+
+/** `name` is, or is under, one of `suffixes` (case-insensitive, a leading dot ignored): the suffix that matched. */
+function suffixOf(name: string, suffixes: readonly string[]): string | null {
+  const n = name.toLowerCase();
+  for (const raw of suffixes) {
+    const s = raw.replace(/^\./, '').toLowerCase();
+    if (n === s || n.endsWith(`.${s}`)) return s;
+  }
+  return null;
+}
+
+/**
+ * With --serving-dns-suffix, a node may have `<n>.<suffix>` as a serving
+ * DNS SAN. A node named `<m>.<suffix>` would hold honest node `<m>`'s FQDN
+ * as its bare name, and with nested suffixes (`a.example`, `b.a.example`) a
+ * name `<m>.b` would hold `<m>.b.a.example`, node `<m>`'s name under the
+ * other: such names are never issued, nor served.
+ */
+export function dnsSuffixNameProblem(nodeName: string, suffixes: readonly string[]): string | null {
+  const under = suffixOf(nodeName, suffixes);
+  if (under !== null)
+    return `node name ${show(nodeName)} ends in the serving DNS suffix ${show(under)} (--serving-dns-suffix): it is another node's FQDN under it`;
+  for (const outer of suffixes)
+    for (const inner of suffixes) {
+      const o = outer.replace(/^\./, '').toLowerCase();
+      const i = inner.replace(/^\./, '').toLowerCase();
+      if (o === i || !o.endsWith(`.${i}`)) continue;
+      const between = o.slice(0, -i.length - 1);
+      if (suffixOf(nodeName, [between]) !== null)
+        return `node name ${show(nodeName)} under the serving DNS suffix ${show(i)} is another node's name under ${show(o)} (--serving-dns-suffix)`;
+    }
+  return null;
+}
+
+const notUnderDnsSuffix: Rule = {
+  name: 'not-under-dns-suffix',
+  summary:
+    "the node name neither is nor ends in a `--serving-dns-suffix` (nor, with nested suffixes, is another node's name under one): `<m>.<suffix>` is honest node `<m>`'s serving name",
+  check: ({ nodeName, policy }) => dnsSuffixNameProblem(nodeName!, policy.serving.dnsSuffixes),
+};
+
 /**
  * Exactly `digital signature` and the purpose, plus `key encipherment` where
  * it is allowed: for a kube-proxy client CSR (only kubeboot asks for those)
@@ -310,12 +404,14 @@ const oneUnissuedPerNode: Rule = {
 export const KUBE_PROXY_RULES: readonly Rule[] = [
   requesterIsNode,
   requestSignature,
+  notRevoked,
   nodeExists,
   proxySubject,
   noSans,
   usagesRule('client auth', 'rsa'),
   keyAlgorithm,
   expiration,
+  shortLived('refused'),
   oneUnissuedPerNode,
 ];
 
@@ -476,10 +572,12 @@ const noEmailUriSans: Rule = {
 export const KUBELET_SERVING_RULES: readonly Rule[] = [
   requesterIsNode,
   requestSignature,
+  notRevoked,
   nodeExists,
   servingSubject,
   hasSan,
   reservedNames,
+  notUnderDnsSuffix,
   dnsSans,
   notApiServerIps,
   ipSans,
@@ -488,6 +586,7 @@ export const KUBELET_SERVING_RULES: readonly Rule[] = [
   usagesRule('server auth', 'any'),
   keyAlgorithm,
   expiration,
+  shortLived('allowed'),
 ];
 
 // ---- kubelet client ----
@@ -584,18 +683,6 @@ const notControlPlane: Rule = {
   },
 };
 
-const notRevoked: Rule = {
-  name: 'not-revoked',
-  summary:
-    "the node has no entry in `kubeboot/revocations` (`kubeboot node revoke`): a revoked identity is never renewed (it dies at its certificate's notAfter), nor issued again to any token until `kubeboot node unrevoke`",
-  check: ({ nodeName, world }) => {
-    const revoked = world.records!.revocation;
-    if (revoked === null) return null;
-    const at = revoked.at ? ` at ${show(revoked.at)}` : '';
-    return `node ${nodeName} was revoked${at}${revoked.reason ? `: ${show(revoked.reason)}` : ''} (${BINDINGS_NAMESPACE}/${REVOCATIONS})`;
-  },
-};
-
 const inventoryListed: Rule = {
   name: 'inventory-listed',
   inventory: 'on',
@@ -616,6 +703,7 @@ export const KUBELET_CLIENT_RULES: readonly Rule[] = [
   keyAlgorithm,
   expiration,
   reservedNodeName,
+  notUnderDnsSuffix,
   tokenBound,
   noTakeover,
   notControlPlane,

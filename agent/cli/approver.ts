@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { Approver } from '../approver/approver.js';
 import { getRecord } from '../approver/api.js';
 import { connect } from '../approver/connect.js';
-import { kcmBindingsMonitor, kcmBindingsProblem, kcmNodeClientBindings } from '../approver/kcm-bindings.js';
+import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem } from '../approver/kcm-bindings.js';
 import { createApproverMetrics } from '../approver/metrics.js';
 import type { ApproverPolicy } from '../approver/policy.js';
 import type { Config } from '../config/types.js';
@@ -27,6 +27,7 @@ export function approverPolicy(config: Config): ApproverPolicy {
   return {
     kubeProxy: { commonName: config.kubeProxy.commonName, organizations: config.kubeProxy.organizations },
     maxExpirationSeconds: a.maxExpiration,
+    maxProxyServingExpirationSeconds: a.maxProxyServingExpiration,
     keyAlgorithms: a.keyAlgorithms,
     serving: { enabled: a.kubeletServing, dnsSuffixes: a.servingDnsSuffixes, ipCidrs: a.servingIpCidrs },
     kubeletClient: { enabled: a.kubeletClient, unboundTokens: a.unsafeApproveUnboundTokens, protectNodes: a.protectNodes },
@@ -49,13 +50,13 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
         : '--unsafe-approve-unbound-tokens has no effect without --approve-kubelet-client',
     );
   const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: process.env, readFile: readOptional });
-  const kcm = a.kubeletClient ? kcmBindingsMonitor(() => kcmNodeClientBindings(client, signal), systemClock) : null;
+  const kcm = a.kubeletClient ? kcmAutoApprovalMonitor(() => kcmAutoApproval(client, signal), systemClock) : null;
   try {
-    const problem = kcm === null ? null : kcmBindingsProblem(await kcm.look());
+    const problem = kcm === null ? null : kcmAutoApprovalProblem(await kcm.look());
     if (problem !== null) logger.warn(problem);
   } catch (err) {
     logger.warn(
-      `could not list ClusterRoleBindings to find kube-controller-manager's own kubelet client approval (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,
+      `could not ask the authorizer whether kube-controller-manager still approves kubelet client CSRs itself (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,
     );
   }
   const inventory = a.inventory ? inventoryStatus(() => getRecord(client, INVENTORY, signal), systemClock) : null;

@@ -102,6 +102,7 @@ const APPROVER = [
   'retry-period',
   'resync-period',
   'max-expiration',
+  'max-proxy-serving-expiration',
   'allowed-key-algorithm',
   'approve-kubelet-serving',
   'approve-kubelet-client',
@@ -200,10 +201,10 @@ kubeadm's group system:bootstrappers:kubeadm:default-node-token; where no group 
     usage: 'kubeboot node replace NAME | revoke NAME [--reason TEXT] [--delete-node] | unrevoke NAME | list [--output json] [options]',
     summary: `Cluster admin: the node records kubeboot approver reads (ConfigMaps kubeboot/replacements and kubeboot/revocations).
 replace: the next CSR for system:node:NAME from a token bound to NAME may take over the existing Node (a replaced machine).
-revoke: kubeboot approver renews no kubelet client certificate of NAME any more; its pending CSRs are denied now;
-a certificate already issued lives to its notAfter, which it prints. list: each Node (and revoked name), its identity,
+revoke: kubeboot approver approves no certificate of NAME any more (kubelet client, kube-proxy, serving); its pending
+CSRs of every signer are denied now; a certificate already issued lives to its notAfter, which it prints. list: each Node (and revoked name), its identity,
 the expiry of its newest kubelet client certificate a CSR still shows ("unknown" once the CSRs are gone), who renews it,
-revoked or not, a replacement mark. Holds only once kube-controller-manager's auto-approval bindings are gone (revoke warns).`,
+revoked or not, a replacement mark. Holds only once the authorizer no longer lets kube-controller-manager approve kubelet client CSRs (revoke warns).`,
     options: [...LOG],
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',

@@ -83,6 +83,8 @@ export function defaultConfig(nodeName: string): Config {
       resyncPeriod: 60,
       // One year: kube-controller-manager's default --cluster-signing-duration.
       maxExpiration: 365 * 24 * 3600,
+      // A day: the kubelet client lifetime docs/node-identity.md recommends, so a revoked node's others die within it.
+      maxProxyServingExpiration: 24 * 3600,
       keyAlgorithms: [...KEY_ALGORITHMS],
       kubeletServing: false,
       kubeletClient: false,

@@ -338,6 +338,12 @@ export const OPTIONS: readonly OptionSpec[] = [
     min: { seconds: 600, why: 'the API rejects shorter' },
     help: 'approver: largest spec.expirationSeconds approved (unset lets the signer decide)',
   }),
+  opt('max-proxy-serving-expiration', {
+    key: 'approver.maxProxyServingExpiration',
+    type: 'duration',
+    min: { seconds: 600, why: 'the API rejects shorter' },
+    help: "approver: kube-proxy client CSRs must set spec.expirationSeconds, at most this, and kubelet serving CSRs that set one (the kubelet's own serverTLSBootstrap CSRs cannot): a revoked node's certificates die within it",
+  }),
   opt('allowed-key-algorithm', {
     key: 'approver.keyAlgorithms',
     type: 'strings',

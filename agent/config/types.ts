@@ -87,6 +87,8 @@ export interface Config {
     retryPeriod: number;
     resyncPeriod: number;
     maxExpiration: number;
+    /** kube-proxy client and kubelet serving CSRs must set spec.expirationSeconds, at most this. */
+    maxProxyServingExpiration: number;
     keyAlgorithms: string[];
     kubeletServing: boolean;
     kubeletClient: boolean;

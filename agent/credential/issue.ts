@@ -91,6 +91,20 @@ export interface Issued {
   storeMillis: number;
 }
 
+/** The most a certificate the node asks for with its own credential may live: kubeboot approver's --max-proxy-serving-expiration default. */
+export const NODE_CREDENTIAL_MAX_EXPIRATION = 24 * 3600;
+
+/**
+ * spec.expirationSeconds for an identity: the configured one, but at most a
+ * day for those the node asks for with its own credential (kube-proxy,
+ * serving), even when none is configured: they outlive a revocation of the
+ * node by their lifetime, and kubeboot approver refuses longer ones (short-lived).
+ */
+export function requestedExpiration(identity: Pick<Identity, 'requester'>, configured: number | null): number | null {
+  if (identity.requester !== 'node-credential') return configured;
+  return Math.min(configured ?? NODE_CREDENTIAL_MAX_EXPIRATION, NODE_CREDENTIAL_MAX_EXPIRATION);
+}
+
 export async function issueCredential(identity: Identity, ctx: IssueContext): Promise<Issued> {
   const log = withFields(ctx.logger, { identity: identity.name });
   const store = storeOf(ctx);
@@ -105,7 +119,13 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
       () =>
         createCsr(
           ctx.requester,
-          { name, requestPem, signerName: identity.signerName, usages: identity.usages, expirationSeconds: ctx.expirationSeconds },
+          {
+            name,
+            requestPem,
+            signerName: identity.signerName,
+            usages: identity.usages,
+            expirationSeconds: requestedExpiration(identity, ctx.expirationSeconds),
+          },
           (existing) => compatibility(existing, identity, key, ctx.clock.now()),
           ctx.signal,
         ),

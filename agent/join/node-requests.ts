@@ -1,10 +1,12 @@
 /**
  * What `kubeboot node replace|revoke|unrevoke|list` asks the cluster: the
  * replacement marks and revocations in `kubeboot` (agent/kube/join-bindings.ts),
- * written over the resourceVersion read; the node's kubelet client CSRs,
- * the pending ones denied on revoke; the Nodes. What to make of the answers
+ * written over the resourceVersion read; the node's CSRs (the pending ones
+ * of every signer denied on revoke); the Nodes; whether kube-controller-
+ * manager still approves kubelet client CSRs (approver/kcm-bindings.ts). What to make of the answers
  * is agent/join/node.ts's.
  */
+import { kcmAutoApproval, kcmAutoApprovalProblem } from '../approver/kcm-bindings.js';
 import { ExitCode, KubebootError, ResponseTooLargeError } from '../errors.js';
 import { KUBELET_CLIENT_SIGNER } from '../identity.js';
 import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
@@ -22,7 +24,7 @@ import { parseCertificateChain } from '../pki/certificate.js';
 import { parseCsrPem } from '../pki/pkcs10.js';
 import { excerpt, terminalLines, type Streams } from '../text.js';
 import { namespaceMissing } from './admin.js';
-import { autoApprovalBindings, newestCerts, nodeRows, NODE_USER, revocationAction, revokedCondition, type IssuedCert } from './node.js';
+import { newestCerts, nodeRows, NODE_USER, revocationAction, revokedCondition, type IssuedCert } from './node.js';
 import { rfc3339 } from './token.js';
 
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
@@ -57,7 +59,7 @@ export interface RevokeOptions {
 export async function revokeNode(client: KubeClient, name: string, o: RevokeOptions): Promise<string[]> {
   await updateEntry(client, REVOCATIONS, name, JSON.stringify({ at: rfc3339(o.now), reason: o.reason }), 'the revocation lives there');
   const lines = [
-    `node ${name} revoked: kubeboot approver renews no kubelet client certificate of ${NODE_USER}${name} from now on (not-revoked)`,
+    `node ${name} revoked: kubeboot approver approves no certificate of ${NODE_USER}${name} from now on, kubelet client, kube-proxy or serving (not-revoked)`,
   ];
   const { pending, approved, certs } = await scanCsrs(client, name);
   for (const csr of pending) {
@@ -84,22 +86,23 @@ export async function revokeNode(client: KubeClient, name: string, o: RevokeOpti
   return lines;
 }
 
-/** Whether kube-controller-manager still approves kubelet client CSRs by itself, which a revocation cannot stop. Advisory: a failed read is said, not fatal. */
+/**
+ * Whether kube-controller-manager still approves kubelet client CSRs by
+ * itself, which a revocation cannot stop: the authorizer is asked
+ * (approver/kcm-bindings.ts). Advisory: a failed look is said, not fatal.
+ */
 async function autoApprovalWarning(client: KubeClient): Promise<string[]> {
-  const bindings: object[] = [];
+  let problem: string | null;
   try {
-    await listPages<object>(client, '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', 'ClusterRoleBindingList', {}, (b) =>
-      bindings.push(b),
-    );
+    problem = kcmAutoApprovalProblem(await kcmAutoApproval(client));
   } catch (err) {
-    return [`kubeboot node: warning: could not check kube-controller-manager's auto-approval bindings: ${excerpt((err as Error).message)}`];
+    return [
+      `kubeboot node: warning: could not ask the authorizer whether kube-controller-manager still approves kubelet client CSRs: ${excerpt((err as Error).message)}`,
+    ];
   }
-  const still = autoApprovalBindings(bindings).map((b) => excerpt(b));
-  if (still.length === 0) return [];
-  return [
-    `kubeboot node: warning: kube-controller-manager still approves kubelet client CSRs through ClusterRoleBinding ${still.join(', ')}: ` +
-      `a revoked node renews or re-joins through them; the revocation holds once they are gone: kubectl delete clusterrolebinding ${still.join(' ')} (docs/node-identity.md)`,
-  ];
+  return problem === null
+    ? []
+    : [`kubeboot node: warning: ${problem}; until then a revoked node renews or re-joins through it (docs/node-identity.md)`];
 }
 
 /** Adds the Denied condition through /approval; false when the CSR was decided or deleted meanwhile. */
@@ -142,9 +145,10 @@ export async function listNodes(client: KubeClient) {
 }
 
 /**
- * The kubelet client CSRs: every issued certificate's node and dates, and,
- * for `node` (null: none), its pending CSRs and the approved ones still
- * waiting for the signer. A CSR or certificate that does not parse is skipped.
+ * Every issued kubelet client certificate's node and dates, and, for `node`
+ * (null: none), its pending CSRs of every signer and the approved ones still
+ * waiting for the signer (all CSRs are listed then; for `node list` only the
+ * kubelet client ones). A CSR or certificate that does not parse is skipped.
  */
 async function scanCsrs(
   client: KubeClient,
@@ -158,7 +162,7 @@ async function scanCsrs(
     client,
     CSRS,
     'CertificateSigningRequestList',
-    { fieldSelector: `spec.signerName=${KUBELET_CLIENT_SIGNER}` },
+    node === null ? { fieldSelector: `spec.signerName=${KUBELET_CLIENT_SIGNER}` } : {},
     (csr) => {
       if (typeof csr.metadata?.name === 'string' && typeof csr.spec?.signerName === 'string') csrs.push(csr);
     },
@@ -166,6 +170,7 @@ async function scanCsrs(
   for (const csr of csrs) {
     const issued = csr.status?.certificate;
     if (issued) {
+      if (csr.spec.signerName !== KUBELET_CLIENT_SIGNER) continue;
       const cert = certOf(issued);
       if (cert?.commonName.startsWith(NODE_USER) && (node === null || cert.commonName === NODE_USER + node))
         certs.push({

@@ -4,7 +4,6 @@
  * node's kubelet client certificate, what `node list` shows. Pure; the
  * requests are agent/join/node-requests.ts's.
  */
-import { KUBELET_CLIENT_SIGNER } from '../identity.js';
 import type { CertificateSigningRequest, CsrCondition } from '../kube/csr-state.js';
 import { csrState } from '../kube/csr-state.js';
 import type { Replacement, Revocation } from '../kube/join-bindings.js';
@@ -108,13 +107,13 @@ export function renderNodeTable(rows: readonly NodeRow[]): string {
 }
 
 /**
- * What a revocation does to one CSR: `deny` a pending kubelet client CSR
- * requested by the node or naming it (CN `system:node:<node>`, whoever asks:
- * a bootstrap token too), `approved` for one already approved (Denied cannot
+ * What a revocation does to one CSR, of any signer: `deny` a pending CSR
+ * requested by the node (its kubelet client renewal, its kube-proxy and
+ * serving CSRs) or naming it (CN `system:node:<node>`, whoever asks: a
+ * bootstrap token too), `approved` for one already approved (Denied cannot
  * be added then; its certificate lives to its notAfter), null for others.
  */
 export function revocationAction(csr: CertificateSigningRequest, commonName: string | null, node: string): 'deny' | 'approved' | null {
-  if (csr.spec.signerName !== KUBELET_CLIENT_SIGNER) return null;
   if (csr.spec.username !== NODE_USER + node && commonName !== NODE_USER + node) return null;
   const state = csrState(csr);
   if (state.state !== 'pending') return null;
@@ -129,29 +128,4 @@ export function revokedCondition(node: string, reason: string, now: Date): CsrCo
     message: `node ${node} is revoked (kubeboot node revoke)${reason ? `: ${reason}` : ''}`,
     lastUpdateTime: rfc3339(now),
   };
-}
-
-/** matches kube-controller-manager's csrapproving: it approves a kubelet client CSR whose requester may create these subresources. */
-export const AUTO_APPROVAL_ROLES = [
-  'system:certificates.k8s.io:certificatesigningrequests:nodeclient',
-  'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient',
-];
-
-interface ClusterRoleBinding {
-  metadata?: { name?: string };
-  roleRef?: { kind?: string; name?: string };
-}
-
-/**
- * The ClusterRoleBindings through which kube-controller-manager still
- * approves kubelet client CSRs (kubeboot's and kubeadm's shipped ones among
- * them): while one binds the nodes, a revoked node renews through it. Only
- * the stock roles are recognised; a custom role granting the same is not.
- */
-export function autoApprovalBindings(bindings: readonly ClusterRoleBinding[]): string[] {
-  return bindings
-    .filter((b) => b.roleRef?.kind === 'ClusterRole' && AUTO_APPROVAL_ROLES.includes(b.roleRef.name ?? ''))
-    .map((b) => b.metadata?.name ?? '')
-    .filter((n) => n !== '')
-    .sort();
 }

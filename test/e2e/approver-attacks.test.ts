@@ -27,9 +27,9 @@ import {
   submitCsr,
 } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { kubeClient } from '../support/http.js';
+import { expectStatus, kubeClient } from '../support/http.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
-import { assertNoSecrets, type Running } from '../support/kubeboot.js';
+import { assertNoSecrets, kubeboot, type Running } from '../support/kubeboot.js';
 import { freePort } from '../support/processes.js';
 
 const plane = await controlPlaneOrSkip(t, { name: 'approver-attacks', csrSigning: false });
@@ -214,6 +214,95 @@ if (plane) {
     t.notMatch(approver.output(), /re-listing/, 'the watch never broke');
     await Promise.all([node.close(), other.close(), bootstrapper.close()]);
   });
+
+  t.test(
+    "issue 35: a revoked node gets no kube-proxy certificate, a lifetime left to the signer is refused, and a custom role's auto-approval shows on /readyz",
+    async (t) => {
+      const CRB = '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings';
+      const CR = '/apis/rbac.authorization.k8s.io/v1/clusterroles';
+      // Revoked by the admin; the node (its kubelet certificate still valid) asks for a kube-proxy one.
+      await createNode(plane, 'revoked-proxy');
+      const revoked = await kubeboot(t, ['node', 'revoke', 'revoked-proxy', '--kubeconfig', plane.adminKubeconfig]);
+      t.equal(revoked.code, 0, revoked.stderr);
+      const node = await nodeClient(plane, 'revoked-proxy');
+      const proxy = await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'revoked-proxy' });
+      t.match((await waitEvent(proxy))[0], { reason: 'PolicyViolation', message: /rule not-revoked: node revoked-proxy was revoked/ });
+      t.notOk(await approvedNow(proxy), 'no kube-proxy certificate for a revoked node');
+      await node.close();
+
+      // No expirationSeconds: the signer would issue its whole --cluster-signing-duration.
+      await createNode(plane, 'long-lived');
+      const longLived = await nodeClient(plane, 'long-lived');
+      const forever = await submitCsr(longLived, { cn: KUBE_PROXY.cn, name: 'long-lived', expirationSeconds: null });
+      t.match((await waitEvent(forever))[0], { message: /rule short-lived: spec\.expirationSeconds is not set/ });
+      t.notOk(await approvedNow(forever));
+      await longLived.close();
+      // A day, from another node (the refused CSR above, pending, holds back that node's later ones: one-unissued-per-node).
+      await createNode(plane, 'short-lived');
+      const shortLived = await nodeClient(plane, 'short-lived');
+      await waitApproved(await submitCsr(shortLived, { cn: KUBE_PROXY.cn, name: 'short-lived', expirationSeconds: 24 * 3600 }));
+      await shortLived.close();
+
+      // The 1.7 TLS bootstrapping docs' role for renewals, of no stock name, bound to every node.
+      const role = 'approve-node-client-renewal-csr';
+      expectStatus(
+        await plane.admin.request('POST', CR, {
+          apiVersion: 'rbac.authorization.k8s.io/v1',
+          kind: 'ClusterRole',
+          metadata: { name: role },
+          rules: [{ apiGroups: ['certificates.k8s.io'], resources: ['certificatesigningrequests/selfnodeclient'], verbs: ['create'] }],
+        }),
+        'create the custom role',
+        201,
+      );
+      expectStatus(
+        await plane.admin.request('POST', CRB, {
+          apiVersion: 'rbac.authorization.k8s.io/v1',
+          kind: 'ClusterRoleBinding',
+          metadata: { name: 'auto-approve-renewals-for-nodes' },
+          roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: role },
+          subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Group', name: 'system:nodes' }],
+        }),
+        'bind it to system:nodes',
+        201,
+      );
+      t.teardown(async () => {
+        await plane.admin.request('DELETE', `${CRB}/auto-approve-renewals-for-nodes`);
+        await plane.admin.request('DELETE', `${CR}/${role}`);
+      });
+      // A standby with --approve-kubelet-client: /readyz says what it found whether it leads or not.
+      const kcmPort = await freePort();
+      const standby = startApprover(config, ['--approve-kubelet-client', '--approver-listen', `127.0.0.1:${kcmPort}`]);
+      t.teardown(async () => {
+        standby.child.kill('SIGTERM');
+        await standby.done;
+      });
+      const said = await plane.admin.waitFor(
+        '/readyz of the standby to name the grant',
+        async () => {
+          const res = await request(`http://127.0.0.1:${kcmPort}/readyz`).catch(() => null);
+          const body = res ? await res.body.text() : '';
+          return /kubelet client approval: on; (?!not looked at)/.test(body) ? body : undefined;
+        },
+        60_000,
+      );
+      t.match(
+        said,
+        'kube-controller-manager still approves kubelet client CSRs on a name-prefix check, whatever this approver refuses or revokes: the authorizer says system:nodes may create certificatesigningrequests/selfnodeclient; remove the grant: kubectl delete clusterrolebinding auto-approve-renewals-for-nodes',
+      );
+      t.match(
+        standby.output(),
+        /kube-controller-manager still approves kubelet client CSRs .*auto-approve-renewals-for-nodes/,
+        'and at start',
+      );
+      const warned = await kubeboot(t, ['node', 'revoke', 'revoked-proxy', '--kubeconfig', plane.adminKubeconfig]);
+      t.match(
+        warned.stderr,
+        /kube-controller-manager still approves kubelet client CSRs .*kubectl delete clusterrolebinding auto-approve-renewals-for-nodes; until then a revoked node renews/,
+        'node revoke says so too',
+      );
+    },
+  );
 
   t.test('a replica that cannot list CSRs never holds the Lease, and says why on /readyz (finding 3)', async (t) => {
     approver.child.kill('SIGTERM');

@@ -135,7 +135,11 @@ if (plane) {
 
   t.test("on start it names kube-controller-manager's node client bindings, and the command that deletes them", async (t) => {
     const command = `kubectl delete clusterrolebinding ${KCM_BINDINGS.join(' ')}`;
-    t.match(approver.output(), `through ClusterRoleBinding ${KCM_BINDINGS.join(', ')}; delete them: ${command}`, 'a warning at start');
+    t.match(
+      approver.output(),
+      `the authorizer says system:bootstrappers may create certificatesigningrequests/nodeclient, system:nodes may create certificatesigningrequests/selfnodeclient; remove the grant: ${command}`,
+      'a warning at start, from the authorizer, naming the bindings found',
+    );
     const ready = await readyz();
     t.equal(ready.status, 200, 'still ready: it approves, it is just not the only one');
     t.match(ready.body, `kubelet client approval: on; kube-controller-manager still approves kubelet client CSRs`, '/readyz says so');

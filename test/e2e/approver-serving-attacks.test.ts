@@ -4,7 +4,9 @@
 // 127.0.0.1 as its address, and a node listing the `kubernetes` Service's
 // cluster IP, get no serving certificate, even with --serving-ip-cidr
 // covering those addresses; a plain node beside them is approved (so the
-// refusals are the rules', not a stalled approver).
+// refusals are the rules', not a stalled approver). With --serving-dns-suffix,
+// a name under the suffix (another node's FQDN) is refused to a pool token
+// and to a node already of that name (issue 35).
 //
 // kube-controller-manager runs here without its CSR signer: "approved" is the Approved condition.
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -14,7 +16,8 @@ import t from 'tap';
 import type { KubeObject } from '../support/admin.js';
 import { approvals, createNode, installApprover, nodeClient, startApprover, submitCsr } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import type { Running } from '../support/kubeboot.js';
+import { kubeClient } from '../support/http.js';
+import { forbid, kubeboot, type Running } from '../support/kubeboot.js';
 
 const plane = await controlPlaneOrSkip(t, { name: 'approver-serving-attacks', csrSigning: false });
 if (plane) {
@@ -24,7 +27,7 @@ if (plane) {
   const service = (await plane.admin.request<KubeObject>('GET', '/api/v1/namespaces/default/services/kubernetes')).body;
   const clusterIp = service.spec.clusterIP as string;
   // The CIDRs an admin might give: the node network (here it contains the Service range and loopback too).
-  const approver: Running = startApprover(config, [
+  let approver: Running = startApprover(config, [
     '--resync-period',
     '10m',
     '--approve-kubelet-serving',
@@ -100,5 +103,65 @@ if (plane) {
       t.match(events[0]?.message, new RegExp(`rule ${c.rule}: `), `${c.what}: refused under ${c.rule}`);
       t.same(approvals(await plane.admin.getCsr(names[i]!)), [], `${c.what}: not approved`);
     }
+  });
+
+  t.test("issue 35: a name under --serving-dns-suffix is honest node <name>'s FQDN: refused for client and serving", async (t) => {
+    // Restarted with the suffix and kubelet client approval (SIGTERM releases the Lease at once).
+    approver.child.kill('SIGTERM');
+    await approver.done;
+    approver = startApprover(config, [
+      '--resync-period',
+      '10m',
+      '--approve-kubelet-serving',
+      '--approve-kubelet-client',
+      '--serving-dns-suffix',
+      'nodes.example',
+      '--serving-ip-cidr',
+      '10.0.0.0/8',
+    ]);
+    await approver.waitForOutput(/became the leader/, 60_000);
+    const waitEvent = (name: string) =>
+      plane.admin.waitFor(
+        `an Event on ${name}`,
+        async () => {
+          const found = await eventsFor(name);
+          return found.length > 0 ? found : undefined;
+        },
+        60_000,
+      );
+    const KUBELET_CLIENT = { signer: 'kubernetes.io/kube-apiserver-client-kubelet', usages: ['digital signature', 'client auth'] };
+
+    // A pool token for g4-pool-*: g4-pool-7.nodes.example is under its prefix, and honest g4-pool-7's serving name.
+    const created = await kubeboot(t, ['token', 'create', '--kubeconfig', plane.adminKubeconfig, '--pool', 'g4-pool-', '--max-nodes', '3']);
+    t.equal(created.code, 0, created.stderr);
+    const token = created.stdout.trim();
+    forbid(token.split('.')[1] ?? '');
+    const pool = kubeClient({ server: plane.server, caPem: plane.caPem, token });
+    const stolen = await submitCsr(pool, {
+      ...KUBELET_CLIENT,
+      cn: 'system:node:g4-pool-7.nodes.example',
+      o: ['system:nodes'],
+      name: 'fqdn',
+    });
+    const honest = await submitCsr(pool, { ...KUBELET_CLIENT, cn: 'system:node:g4-pool-7', o: ['system:nodes'], name: 'honest' });
+    await pool.close();
+    await plane.admin.waitFor(
+      'the honest name approved',
+      async () => (approvals(await plane.admin.getCsr(honest)).length > 0 ? true : undefined),
+      60_000,
+    );
+    t.match(
+      (await waitEvent(stolen))[0]?.message,
+      /rule not-under-dns-suffix: node name g4-pool-7\.nodes\.example ends in the serving DNS suffix nodes\.example/,
+    );
+    t.same(approvals(await plane.admin.getCsr(stolen)), [], 'the FQDN name is not issued');
+
+    // A node already registered under such a name (joined before the rule) gets no serving certificate for it.
+    const serve = await servingCsrOf('g4-pool-8.nodes.example', [{ type: 'InternalIP', address: '10.30.0.8' }], {
+      dns: ['g4-pool-8.nodes.example'],
+      ips: ['10.30.0.8'],
+    });
+    t.match((await waitEvent(serve))[0]?.message, /kubelet-serving rule not-under-dns-suffix: /);
+    t.same(approvals(await plane.admin.getCsr(serve)), [], 'no serving certificate');
   });
 }

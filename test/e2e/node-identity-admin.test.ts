@@ -1,7 +1,7 @@
 // The admin side of node identity against a real control plane: `kubeboot
 // token create --node/--pool` writes a binding kubeboot approver's parser
-// reads, `token delete` removes token and binding, `node revoke` denies a
-// pending kubelet client CSR of that node and `node list` shows it revoked
+// reads, `token delete` removes token and binding, `node revoke` denies the
+// node's pending CSRs of every signer (kubelet client, kube-proxy, serving) and `node list` shows it revoked
 // (with the expiry and renewer of the certificate a CSR still shows), `node
 // replace` writes the mark the approver claims.
 import { mkdtempSync } from 'node:fs';
@@ -118,10 +118,31 @@ if (plane) {
     );
     await loose.close();
     t.equal((await plane.admin.getCsr(pending))?.status?.conditions, undefined, 'pending: nothing approved it');
+    // Its kube-proxy and serving CSRs, pending too (no approver runs here): a revocation covers every signer (issue 35).
+    const asNode = await nodeClient(plane, node);
+    const proxy = await submitCsr(asNode, { cn: 'system:kube-proxy', name: 'proxy-pending' });
+    const serving = await submitCsr(asNode, {
+      cn: `system:node:${node}`,
+      o: ['system:nodes'],
+      dns: [node],
+      signer: 'kubernetes.io/kubelet-serving',
+      usages: ['digital signature', 'server auth'],
+      name: 'serving-pending',
+    });
+    await asNode.close();
 
     const revoked = await kubeboot(t, ['node', 'revoke', node, '--reason', 'disk stolen', ...admin]);
     t.equal(revoked.code, 0, revoked.stderr);
     t.match(revoked.stdout, `denied pending CSR ${pending} (reason KubebootRevoked)`);
+    for (const other of [proxy, serving]) {
+      t.match(revoked.stdout, `denied pending CSR ${other} (reason KubebootRevoked)`);
+      const conditions = (await plane.admin.getCsr(other))?.status?.conditions ?? [];
+      t.match(
+        conditions.find((c: { type: string }) => c.type === 'Denied'),
+        { reason: 'KubebootRevoked' },
+        `${other}: denied`,
+      );
+    }
     t.match(revoked.stdout, new RegExp(`its newest certificate a CSR still shows \\(${renewal}\\) stays valid until \\d{4}-`));
     t.notMatch(
       revoked.stderr,

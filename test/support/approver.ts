@@ -229,7 +229,11 @@ export async function ambiguousCsrPems(): Promise<{ what: string; pem: string; w
 export interface SubmitSpec extends CraftSpec {
   signer?: string;
   usages?: string[];
-  expirationSeconds?: number;
+  /**
+   * Unset: a day for the kube-apiserver-client and kubelet-serving signers (the
+   * approver's short-lived rule requires one of kube-proxy CSRs, as kubeboot's node side sends), none otherwise; null: none.
+   */
+  expirationSeconds?: number | null;
   /** Name prefix; a random suffix keeps names unique. */
   name?: string;
   /** The whole name, as given (hostile names: long, with newlines or control characters). */
@@ -247,15 +251,18 @@ export const KUBE_PROXY = {
 /** Submits a CSR as `client`; returns its name. */
 export async function submitCsr(client: Pick<KubeClient, 'request'>, spec: SubmitSpec): Promise<string> {
   const name = spec.exactName ?? `${spec.name ?? 'crafted'}-${randomBytes(4).toString('hex')}`;
+  const signer = spec.signer ?? KUBE_PROXY.signer;
+  const shortLived = signer === KUBE_PROXY.signer || signer === 'kubernetes.io/kubelet-serving';
+  const expirationSeconds = spec.expirationSeconds === undefined ? (shortLived ? 24 * 3600 : null) : spec.expirationSeconds;
   const body = {
     apiVersion: 'certificates.k8s.io/v1',
     kind: 'CertificateSigningRequest',
     metadata: { name },
     spec: {
       request: Buffer.from(spec.pem ?? (await craftCsrPem(spec))).toString('base64'),
-      signerName: spec.signer ?? KUBE_PROXY.signer,
+      signerName: signer,
       usages: spec.usages ?? [...KUBE_PROXY.usages],
-      ...(spec.expirationSeconds !== undefined ? { expirationSeconds: spec.expirationSeconds } : {}),
+      ...(expirationSeconds !== null ? { expirationSeconds } : {}),
     },
   };
   expectStatus(await client.request('POST', CSRS, body), `create CSR ${name.slice(0, 64)}`, 201);

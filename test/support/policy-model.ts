@@ -29,6 +29,8 @@ export interface ModelPolicy {
   ipv4Cidr: string;
   /** --max-expiration */
   maxExpirationSeconds: number;
+  /** --max-proxy-serving-expiration (default 24h): kube-proxy and serving CSRs must set expirationSeconds, at most this. */
+  maxProxyServingExpirationSeconds?: number;
 }
 
 export interface World {
@@ -147,6 +149,10 @@ export function policyProblems(
     if (go.certificate.lifetimeSeconds > policy.maxExpirationSeconds + 3600)
       say(`the issued certificate lives ${go.certificate.lifetimeSeconds} s`);
   }
+  const shortest = policy.maxProxyServingExpirationSeconds ?? 24 * 3600;
+  const unsetAllowed = csr.spec.signerName === KUBELET_SERVING && csr.spec.expirationSeconds === undefined;
+  if (!unsetAllowed && !(csr.spec.expirationSeconds <= shortest))
+    say(`expirationSeconds ${csr.spec.expirationSeconds} is not set and <= ${shortest}`);
   const o = identity.organization ?? [];
   const sanKinds = views.flatMap((v) => v.sanTags ?? []);
   const rsa = identity.keyType === 'rsa';
@@ -165,6 +171,9 @@ export function policyProblems(
     }
     case KUBELET_SERVING: {
       if (identity.commonName !== `system:node:${node}`) say(`CN ${JSON.stringify(identity.commonName)} is not the requester's`);
+      const suffix = policy.dnsSuffix.toLowerCase();
+      if (node !== null && (node.toLowerCase() === suffix || node.toLowerCase().endsWith(`.${suffix}`)))
+        say(`node name ${node} is under the serving DNS suffix`);
       if (!sameSet(o, ['system:nodes'])) say(`O ${JSON.stringify(o)} is not [system:nodes]`);
       if (sanKinds.some((k) => k !== 2 && k !== 7)) say(`SAN kinds ${sanKinds.join(',')} beyond DNS and IP`);
       const dns = identity.dnsNames ?? [];

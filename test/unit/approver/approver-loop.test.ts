@@ -36,6 +36,7 @@ async function kubeProxyCsrOfNode(name: string, uid: string) {
       username: 'system:node:n1',
       groups: ['system:nodes', 'system:authenticated'],
       usages: ['digital signature', 'client auth'],
+      expirationSeconds: 86_400,
     },
     status: {},
   };
@@ -68,6 +69,10 @@ async function run(t: Test, node: 'missing' | 'present', approval: number): Prom
     )
     .persist();
   leadAndAllow(pool);
+  pool
+    .intercept({ path: '/api/v1/namespaces/kubeboot/configmaps/revocations', method: 'GET' })
+    .reply(404, { kind: 'Status', code: 404 })
+    .persist();
   pool
     .intercept({ path: `${CSR_PATH}/stuck/approval`, method: 'PUT' })
     .reply<object>(() => (count.approvalPuts++, { statusCode: approval, data: { kind: 'Status', code: approval } }))

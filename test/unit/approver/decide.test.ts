@@ -29,20 +29,25 @@ async function csr(
       usages: ['digital signature', 'client auth'],
       username: 'system:node:n1',
       groups: ['system:nodes', 'system:authenticated'],
+      expirationSeconds: 86_400,
       ...over,
     },
   };
 }
 
-function lookups(opts: { allowed?: boolean; all?: ApproverCsr[] } = {}): Lookups & { reviews: string[] } {
+function lookups(
+  opts: { allowed?: boolean; all?: ApproverCsr[]; records?: Record<string, RecordConfigMap> } = {},
+): Lookups & { reviews: string[]; read: string[] } {
   const reviews: string[] = [];
+  const read: string[] = [];
   return {
     reviews,
+    read,
     node: async (name) => (name === 'n1' ? { name, addresses: [] } : null),
     allowed: async (_c, sub) => (reviews.push(sub), opts.allowed ?? true),
     sameRequester: () => opts.all ?? [],
     apiServer: async () => ({ names: ['api.example'], ips: ['10.96.0.1'] }),
-    record: async () => null,
+    record: async (name) => (read.push(name), opts.records?.[name] ?? null),
   };
 }
 
@@ -270,4 +275,36 @@ t.test('a record the approver may not read fails the decision (closed), it is ne
     decide(await csr('forbidden', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }), clientPolicy, l),
     /may not read/,
   );
+});
+
+t.test("a revoked node's kube-proxy and serving CSRs are refused: the revocation is read for every node requester", async (t) => {
+  const revocations: RecordConfigMap = {
+    kind: 'ConfigMap',
+    metadata: { name: 'revocations', resourceVersion: '3' },
+    data: { n1: JSON.stringify({ at: '2026-01-01T00:00:00Z', reason: 'stolen' }) },
+  };
+  const l = lookups({ records: { revocations } });
+  const proxy = await decide(await csr('proxy', { cn: 'system:kube-proxy' }), policy, l);
+  t.same(proxy.kind === 'violation' ? proxy.rule : proxy.kind, 'not-revoked', 'kube-proxy');
+  const servingPolicy = { ...policy, serving: { enabled: true, dnsSuffixes: [], ipCidrs: [] } };
+  const serving = await decide(
+    await csr(
+      'serving',
+      { cn: 'system:node:n1', o: ['system:nodes'], dns: ['n1'] },
+      {
+        signerName: 'kubernetes.io/kubelet-serving',
+        usages: ['digital signature', 'server auth'],
+      },
+    ),
+    servingPolicy,
+    l,
+  );
+  t.same(serving.kind === 'violation' ? serving.rule : serving.kind, 'not-revoked', 'serving');
+  t.same(l.read, ['revocations', 'revocations'], 'only the revocations are read');
+  t.same(l.reviews, [], 'nothing is reviewed');
+  const other = await decide(await csr('proxy-n2', { cn: 'system:kube-proxy' }, { username: 'system:node:n2' }), policy, {
+    ...lookups({ records: { revocations } }),
+    node: async (name) => ({ name, addresses: [] }),
+  });
+  t.equal(other.kind, 'approve', 'another node is not affected');
 });

@@ -10,6 +10,7 @@ import {
   renderRuleTables,
   recognize,
   allowedDnsNames,
+  dnsSuffixNameProblem,
   signersReading,
   type ApproverPolicy,
   type Rule,
@@ -51,7 +52,8 @@ const world = (over: Partial<World> = {}): World => ({
   },
   blocking: [],
   apiServer: { names: ['api.example', 'kube-apiserver.internal'], ips: ['10.96.0.1', '10.0.0.2'] },
-  records: null,
+  // What decide.ts reads for every node requester: its revocation (none).
+  records: { binding: null, replacement: null, revocation: null },
   ...over,
 });
 
@@ -65,7 +67,7 @@ function proxyInput(csr: Partial<CsrFacts> = {}, req: Partial<RequestFacts> = {}
       username: 'system:node:n1',
       groups: ['system:nodes', 'system:authenticated'],
       usages: ['digital signature', 'client auth'],
-      expirationSeconds: undefined,
+      expirationSeconds: 86_400,
       request: request(req),
       requestProblem: null,
       ...csr,
@@ -552,4 +554,96 @@ t.test('a rule reads the Node and the CSRs standing before it only when it decla
     'so a renewal does no Node GET',
   );
   t.same(signersReading('blocking'), new Set(['kubernetes.io/kube-apiserver-client']), 'only kube-proxy CSRs wait on an older one');
+});
+
+const revokedRecords = { binding: null, replacement: null, revocation: { at: '2026-12-01T09:00:00Z', reason: 'stolen disk' } };
+
+t.test('a revoked node gets no kube-proxy or serving certificate either, and one whose revocation was not read gets none', async (t) => {
+  for (const [what, input, rules] of [
+    ['kube-proxy', proxyInput({}, {}, { records: revokedRecords }), KUBE_PROXY_RULES],
+    ['serving', servingInput({}, {}, { records: revokedRecords }), KUBELET_SERVING_RULES],
+    // --delete-node: the revoked node re-creates its Node; without it, still the revocation is what is said.
+    ['kube-proxy, Node deleted', proxyInput({}, {}, { records: revokedRecords, node: null }), KUBE_PROXY_RULES],
+  ] as const) {
+    t.same(
+      evaluate(rules, input),
+      {
+        ok: false,
+        rule: 'not-revoked',
+        problem: 'node n1 was revoked at 2026-12-01T09:00:00Z: stolen disk (kubeboot/revocations)',
+      },
+      what,
+    );
+  }
+  const unread = evaluate(KUBE_PROXY_RULES, proxyInput({}, {}, { records: null }));
+  t.same(unread, { ok: false, rule: 'not-revoked', problem: 'the revocations kubeboot/revocations were not read' }, 'fails closed');
+});
+
+t.test('kube-proxy and serving CSRs must ask for a short lifetime: a revoked node keeps what it holds until then', async (t) => {
+  const short = { ...policy, maxProxyServingExpirationSeconds: 3600 };
+  for (const [what, input, rules] of [
+    ['kube-proxy', proxyInput({ expirationSeconds: undefined }), KUBE_PROXY_RULES],
+    ['serving', servingInput({ expirationSeconds: undefined }), KUBELET_SERVING_RULES],
+  ] as const) {
+    const over = evaluate(rules, { ...input, csr: { ...input.csr, expirationSeconds: 7200 }, policy: short });
+    t.same(
+      over,
+      {
+        ok: false,
+        rule: 'short-lived',
+        problem:
+          'expirationSeconds 7200 is above 3600 (--max-proxy-serving-expiration): a revoked node would keep the certificate that long',
+      },
+      `${what}: above --max-proxy-serving-expiration`,
+    );
+    t.same(evaluate(rules, { ...input, csr: { ...input.csr, expirationSeconds: 3600 }, policy: short }), { ok: true }, `${what}: at it`);
+  }
+  const proxy = evaluate(KUBE_PROXY_RULES, proxyInput({ expirationSeconds: undefined }));
+  t.equal(proxy.ok ? null : proxy.rule, 'short-lived', 'kube-proxy: unset is refused (only kubeboot files these, and it sets one)');
+  t.match(proxy.ok ? '' : proxy.problem, /spec\.expirationSeconds is not set: .* ask for at most 86400/);
+  t.same(
+    evaluate(KUBELET_SERVING_RULES, servingInput({ expirationSeconds: undefined })),
+    { ok: true },
+    "serving: unset is allowed, the kubelet's own serverTLSBootstrap CSR cannot set it (documented)",
+  );
+  t.same(evaluate(KUBELET_CLIENT_RULES, clientInput()), { ok: true }, "the kubelet client's unset expiration is left to --max-expiration");
+});
+
+t.test("a node name under the serving DNS suffix is refused, for client and serving: it is another node's FQDN", async (t) => {
+  // g4-pool-7.nodes.example is honest node g4-pool-7's serving name under --serving-dns-suffix nodes.example.
+  const stolen = 'g4-pool-7.nodes.example';
+  const client = evaluate(
+    KUBELET_CLIENT_RULES,
+    clientInput(
+      {},
+      { subject: { commonName: `system:node:${stolen}`, organizations: ['system:nodes'] } },
+      {},
+      {
+        binding: bound({ kind: 'prefix', prefix: 'g4-pool-', names: undefined, maxNodes: 10 } as unknown as Partial<TokenBinding>),
+      },
+    ),
+  );
+  t.same(
+    client,
+    {
+      ok: false,
+      rule: 'not-under-dns-suffix',
+      problem: `node name ${stolen} ends in the serving DNS suffix nodes.example (--serving-dns-suffix): it is another node's FQDN under it`,
+    },
+    'a pool token does not get the name',
+  );
+  const serving = servingInput(
+    { username: `system:node:${stolen}` },
+    { subject: { commonName: `system:node:${stolen}`, organizations: ['system:nodes'] }, dnsNames: [stolen] },
+    { node: { name: stolen, addresses: [] } },
+  );
+  const verdict = evaluate(KUBELET_SERVING_RULES, { ...serving, nodeName: stolen });
+  t.equal(verdict.ok ? null : verdict.rule, 'not-under-dns-suffix', 'a node already of that name gets no serving certificate for it');
+  t.equal(dnsSuffixNameProblem('nodes.example', ['nodes.example']) !== null, true, 'the suffix itself');
+  t.equal(dnsSuffixNameProblem('G4-POOL-7.Nodes.Example', ['.nodes.example']) !== null, true, 'whatever the case, a leading dot');
+  t.equal(dnsSuffixNameProblem('g4-pool-7', ['nodes.example']), null, 'the honest node');
+  t.equal(dnsSuffixNameProblem('g4-pool-7.nodes.example', []), null, 'no suffix configured: nothing to clash with');
+  // Nested suffixes: m.b under a.example is m.b.a.example, node m's name under b.a.example.
+  t.match(dnsSuffixNameProblem('m.b', ['a.example', 'b.a.example']), /is another node's name under b\.a\.example/);
+  t.equal(dnsSuffixNameProblem('m.c', ['a.example', 'b.a.example']), null);
 });

@@ -5,7 +5,7 @@ import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import { identitiesFor } from '../../../agent/config/identities.js';
-import { type IssueContext, issueCredential } from '../../../agent/credential/issue.js';
+import { type IssueContext, issueCredential, requestedExpiration } from '../../../agent/credential/issue.js';
 import { CsrRejectedError, IdentityMismatchError, KubebootError, TimedOutError } from '../../../agent/errors.js';
 import { currentCertPath } from '../../../agent/identity.js';
 import { KubeClient } from '../../../agent/kube/client.js';
@@ -184,4 +184,17 @@ t.test('a certificate from another CA is refused before it is proven or kept', a
     [REVIEWS],
     'the SelfSubjectReview was never sent',
   );
+});
+
+t.test("kube-proxy and serving CSRs ask for at most a day, configured or not; the kubelet's for what is configured", async (t) => {
+  const all = identitiesFor({ ...config, kubeletServing: { ...config.kubeletServing, enabled: true, ipAddresses: ['10.0.0.7'] } });
+  const by = (name: string) => all.find((i) => i.name === name)!;
+  const day = 24 * 3600;
+  for (const name of ['kube-proxy', 'kubelet-serving']) {
+    t.equal(requestedExpiration(by(name), null), day, `${name}: a day when none is configured (the signer's default is a year)`);
+    t.equal(requestedExpiration(by(name), 3600), 3600, `${name}: a shorter one configured`);
+    t.equal(requestedExpiration(by(name), 30 * day), day, `${name}: never more than a day`);
+  }
+  t.equal(requestedExpiration(by('kubelet'), null), null, "the kubelet client's is left to the signer");
+  t.equal(requestedExpiration(by('kubelet'), 30 * day), 30 * day);
 });

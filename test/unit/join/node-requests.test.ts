@@ -32,6 +32,7 @@ interface CsrSpec {
   cn: string;
   conditions?: { type: string; status: string; reason?: string }[];
   cert?: { notBefore: Date; notAfter: Date };
+  signer?: string;
 }
 async function csr(s: CsrSpec) {
   const certPem = s.cert
@@ -41,7 +42,7 @@ async function csr(s: CsrSpec) {
     kind: 'CertificateSigningRequest',
     metadata: { name: s.name, uid: `uid-${s.name}`, resourceVersion: '1' },
     spec: {
-      signerName: SIGNER,
+      signerName: s.signer ?? SIGNER,
       username: s.username,
       usages: ['digital signature', 'client auth'],
       request: b64(await craftCsrPem({ cn: s.cn, o: ['system:nodes'] })),
@@ -89,7 +90,7 @@ t.test('node replace writes the mark, creating kubeboot/replacements; a conflict
 });
 
 t.test(
-  'node revoke records it, denies the pending kubelet client CSRs of the node, and says until when its certificate lives',
+  'node revoke records it, denies the pending CSRs of the node of every signer, and says until when its certificate lives',
   async (t) => {
     const { client, calls, on } = mockAdmin(t);
     on('GET', `${CONFIGMAPS}/revocations`, 200, () => configMap('revocations', '7', { other: '{"at":"x","reason":""}' }));
@@ -98,6 +99,14 @@ t.test(
       await csr({ name: 'csr-pending', username: 'system:node:n1', cn: 'system:node:n1' }),
       await csr({ name: 'node-csr-bootstrap', username: 'system:bootstrap:abcdef', cn: 'system:node:n1' }),
       await csr({ name: 'csr-neighbour', username: 'system:node:n2', cn: 'system:node:n2' }),
+      await csr({ name: 'csr-proxy', username: 'system:node:n1', cn: 'system:kube-proxy', signer: 'kubernetes.io/kube-apiserver-client' }),
+      await csr({ name: 'csr-serving', username: 'system:node:n1', cn: 'system:node:n1', signer: 'kubernetes.io/kubelet-serving' }),
+      await csr({
+        name: 'csr-neighbour-proxy',
+        username: 'system:node:n2',
+        cn: 'system:kube-proxy',
+        signer: 'kubernetes.io/kube-apiserver-client',
+      }),
       await csr({
         name: 'csr-issued',
         username: 'system:node:n1',
@@ -118,16 +127,38 @@ t.test(
     on('PUT', `${CSRS}/node-csr-bootstrap/approval`, 409, () => ({ kind: 'Status', reason: 'Conflict', code: 409 }));
     on('GET', `${CSRS}/node-csr-bootstrap`, 200, () => items[1]);
     on('PUT', `${CSRS}/node-csr-bootstrap/approval`, 200, (b) => b);
+    on('PUT', `${CSRS}/csr-proxy/approval`, 200, (b) => b);
+    on('PUT', `${CSRS}/csr-serving/approval`, 200, (b) => b);
     on('DELETE', '/api/v1/nodes/n1', 200, () => ({ kind: 'Status', status: 'Success' }));
+    // The authorizer lets nodes renew through kube-controller-manager, by a role of any name.
+    for (let i = 0; i < 4; i++)
+      on('POST', '/apis/authorization.k8s.io/v1/subjectaccessreviews', 201, (b) => ({
+        status: { allowed: b.spec.groups.includes('system:nodes') && b.spec.resourceAttributes.subresource === 'selfnodeclient' },
+      }));
+    on('GET', '/apis/rbac.authorization.k8s.io/v1/clusterroles', 200, () => ({
+      kind: 'ClusterRoleList',
+      metadata: {},
+      items: [
+        {
+          metadata: { name: 'approve-node-client-renewal-csr' },
+          rules: [{ apiGroups: ['certificates.k8s.io'], resources: ['certificatesigningrequests/selfnodeclient'], verbs: ['create'] }],
+        },
+      ],
+    }));
     on('GET', '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings', 200, () => ({
       kind: 'ClusterRoleBindingList',
       metadata: {},
       items: [
         {
-          metadata: { name: 'kubeboot:node-autoapprove-certificate-rotation' },
-          roleRef: { kind: 'ClusterRole', name: 'system:certificates.k8s.io:certificatesigningrequests:selfnodeclient' },
+          metadata: { name: 'auto-approve-renewals-for-nodes' },
+          roleRef: { kind: 'ClusterRole', name: 'approve-node-client-renewal-csr' },
+          subjects: [{ kind: 'Group', name: 'system:nodes' }],
         },
-        { metadata: { name: 'kubeboot:node-bootstrapper' }, roleRef: { kind: 'ClusterRole', name: 'system:node-bootstrapper' } },
+        {
+          metadata: { name: 'kubeboot:node-bootstrapper' },
+          roleRef: { kind: 'ClusterRole', name: 'system:node-bootstrapper' },
+          subjects: [{ kind: 'Group', name: 'system:bootstrappers' }],
+        },
       ],
     }));
     let stderr = '';
@@ -138,13 +169,13 @@ t.test(
     t.equal(recorded.metadata.resourceVersion, '7');
     t.same(JSON.parse(recorded.data.n1), { at: '2030-01-01T00:00:00Z', reason: 'stolen disk' });
     t.equal(recorded.data.other, '{"at":"x","reason":""}', 'other revocations stay');
-    t.equal(calls.find((c) => c.path === CSRS)!.query.get('fieldSelector'), `spec.signerName=${SIGNER}`);
+    t.equal(calls.find((c) => c.path === CSRS)!.query.get('fieldSelector'), null, 'the CSRs of every signer are read');
 
     const denials = calls.filter((c) => c.path.endsWith('/approval'));
     t.same(
       denials.map((c) => c.path.split('/')[5]),
-      ['csr-pending', 'node-csr-bootstrap', 'node-csr-bootstrap'],
-      "the node's own pending CSR and a bootstrap token's for its name (retried after a conflict); nothing else",
+      ['csr-pending', 'node-csr-bootstrap', 'node-csr-bootstrap', 'csr-proxy', 'csr-serving'],
+      "the node's own pending CSRs (kubelet client, kube-proxy, serving) and a bootstrap token's for its name (retried after a conflict); nothing else",
     );
     t.match(denials[0]!.body.status.conditions.at(-1), {
       type: 'Denied',
@@ -153,16 +184,18 @@ t.test(
       message: 'node n1 is revoked (kubeboot node revoke): stolen disk',
     });
     t.same(lines, [
-      'node n1 revoked: kubeboot approver renews no kubelet client certificate of system:node:n1 from now on (not-revoked)',
+      'node n1 revoked: kubeboot approver approves no certificate of system:node:n1 from now on, kubelet client, kube-proxy or serving (not-revoked)',
       'denied pending CSR csr-pending (reason KubebootRevoked)',
       'denied pending CSR node-csr-bootstrap (reason KubebootRevoked)',
+      'denied pending CSR csr-proxy (reason KubebootRevoked)',
+      'denied pending CSR csr-serving (reason KubebootRevoked)',
       'CSR csr-approved was already approved: the certificate it gets stays valid until its notAfter',
       'its newest certificate a CSR still shows (csr-issued) stays valid until 2030-01-02T00:00:00Z: a certificate cannot be recalled, it dies then',
       'Node n1 deleted',
     ]);
     t.match(
       stderr,
-      /^kubeboot node: warning: kube-controller-manager still approves kubelet client CSRs through ClusterRoleBinding kubeboot:node-autoapprove-certificate-rotation: .*kubectl delete clusterrolebinding kubeboot:node-autoapprove-certificate-rotation \(docs\/node-identity\.md\)\n$/,
+      /^kubeboot node: warning: kube-controller-manager still approves kubelet client CSRs .*system:nodes may create certificatesigningrequests\/selfnodeclient; remove the grant: kubectl delete clusterrolebinding auto-approve-renewals-for-nodes; until then a revoked node renews or re-joins through it \(docs\/node-identity\.md\)\n$/,
     );
   },
 );
