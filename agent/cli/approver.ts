@@ -34,6 +34,17 @@ export function approverPolicy(config: Config): ApproverPolicy {
   };
 }
 
+/**
+ * What to say at start when kubelet client approval is off: with the shipped
+ * RBAC nothing else approves a node's first certificate or its renewals, so
+ * every node would stop at `notAfter`. Null while kube-controller-manager
+ * still approves them through a binding (the operator's choice).
+ */
+export function kubeletClientOffProblem(kcmBindings: readonly string[]): string | null {
+  if (kcmBindings.length > 0) return null;
+  return "KUBELET CLIENT APPROVAL IS OFF (--no-approve-kubelet-client) and no ClusterRoleBinding lets kube-controller-manager approve them: no node gets its first kubelet client certificate or renews it, and every node drops off the cluster at its certificate's notAfter; drop --no-approve-kubelet-client (approver.kubeletClient: false in the config file)";
+}
+
 export async function runApprover(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
   const a = config.approver;
   if (a.kubeletServing && a.servingIpCidrs.length === 0) {
@@ -51,8 +62,13 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
   const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: process.env, readFile: readOptional });
   const kcm = a.kubeletClient ? kcmBindingsMonitor(() => kcmNodeClientBindings(client, signal), systemClock) : null;
   try {
-    const problem = kcm === null ? null : kcmBindingsProblem(await kcm.look());
-    if (problem !== null) logger.warn(problem);
+    if (kcm === null) {
+      const off = kubeletClientOffProblem(await kcmNodeClientBindings(client, signal));
+      if (off !== null) logger.error(off);
+    } else {
+      const problem = kcmBindingsProblem(await kcm.look());
+      if (problem !== null) logger.warn(problem);
+    }
   } catch (err) {
     logger.warn(
       `could not list ClusterRoleBindings to find kube-controller-manager's own kubelet client approval (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,
