@@ -32,10 +32,16 @@ if [ -x "$out/helm" ]; then log "reusing $out/helm (built meanwhile)"; echo "$ou
 start=$(date +%s)
 log "building helm v$helm from the Go module proxy (a cold build takes minutes on 2 cores)"
 # go install pkg@version: the release's own go.mod and go.sum, checked against
-# the checksum database; the version stamp is what helm's Makefile sets.
+# the checksum database. The stamps are those helm's Makefile sets: its
+# version, and the Kubernetes version `helm template` and `helm lint` assume
+# (1.<client-go's minor>; unset it is 1.20, below a chart's kubeVersion).
+gomod=$(go mod download -json "helm.sh/helm/v3@v$helm" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+minor=$(sed -n 's/^\s*k8s.io\/client-go v0\.\([0-9]*\)\..*/\1/p' "$gomod")
+[ -n "$minor" ] || { log "no k8s.io/client-go in $gomod"; exit 1; }
+pkg=helm.sh/helm/v3
 GOBIN="$out/tmp" GOFLAGS=-mod=mod go install -trimpath \
-  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$helm" \
-  "helm.sh/helm/v3/cmd/helm@v$helm" >&2
+  -ldflags "-s -w -X $pkg/internal/version.version=v$helm -X $pkg/pkg/lint/rules.k8sVersionMajor=1 -X $pkg/pkg/lint/rules.k8sVersionMinor=$minor -X $pkg/pkg/chartutil.k8sVersionMajor=1 -X $pkg/pkg/chartutil.k8sVersionMinor=$minor" \
+  "$pkg/cmd/helm@v$helm" >&2
 mv "$out/tmp/helm" "$out/helm"
 rmdir "$out/tmp"
 log "built helm v$helm in $(( $(date +%s) - start ))s"
