@@ -9,8 +9,12 @@
 // rotation's polling costs the API server (trust/keeper.ts `check`, each
 // node on its own certificate): a look while nothing changed, and the look
 // that adopts a newly published bundle. The plane's kubeboot approver
-// --approve-kubelet-client approves every kubelet client CSR (the shipped
-// RBAC grants kube-controller-manager none). Not a test and not part of CI.
+// approves every kubelet client CSR (the shipped RBAC grants
+// kube-controller-manager none), its requests in the priority level of
+// approver-flowschema.yaml; the 429s are counted apart for it and for the
+// nodes. `--low-only`: only the low-limit run; `--without-flowschema`: that
+// FlowSchema deleted first (the approver's user then falls to the stock
+// global-default level with the bootstrap tokens). Not a test and not part of CI.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -35,6 +39,8 @@ const { values } = parseArgs({
     nodes: { type: 'string', default: '1000' },
     'low-inflight': { type: 'string', default: '20' },
     'ca-rotation': { type: 'boolean', default: false },
+    'low-only': { type: 'boolean', default: false },
+    'without-flowschema': { type: 'boolean', default: false },
   },
 });
 const NODES = Number(values.nodes);
@@ -95,8 +101,13 @@ function audit(plane: ControlPlane, since: number): AuditEvent[] {
     .filter((e) => e.stage === 'ResponseComplete' && Date.parse(e.requestReceivedTimestamp) >= since);
 }
 
-async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> {
+async function fleet(run: string, apiserverFlags: string[]): Promise<string[]> {
+  const mode = values['without-flowschema'] ? `${run}, without the FlowSchema` : run;
   const plane = await startControlPlane({ name: 'fleet', audit: true, apiserverFlags });
+  if (values['without-flowschema']) {
+    const res = await plane.admin.request('DELETE', '/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kubeboot-approver');
+    if (res.status !== 200) throw new Error(`deleting FlowSchema kubeboot-approver: ${res.status}`);
+  }
   const dir = mkdtempSync(join(tmpdir(), 'kubeboot-fleet-'));
   try {
     const nodes: NodeRun[] = [];
@@ -185,6 +196,12 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
       return peak;
     };
     const throttled = (events: AuditEvent[]) => events.filter((e) => e.responseStatus?.code === 429).length;
+    const APPROVER_USER = 'kubeboot:approver';
+    const approverEvents = [...bootstrapAudit, ...renewAudit].filter((e) => e.user?.username === APPROVER_USER);
+    const nodeEvents = [...bootstrapAudit, ...renewAudit].filter((e) => nodeOfUser.has(e.user?.username ?? ''));
+    const approverMs = approverEvents
+      .filter((e) => e.verb !== 'watch')
+      .map((e) => Date.parse(e.stageTimestamp) - Date.parse(e.requestReceivedTimestamp));
     // Retries logged by the product, with the wait it chose; none may come sooner than the first backoff step.
     const retryWaits = nodes.flatMap((n) => n.log.flatMap((l) => [...l.matchAll(/retrying in ([\d.]+)s/g)].map((m) => Number(m[1]))));
     const tooFast = retryWaits.filter((s) => s < 1).length;
@@ -207,6 +224,7 @@ async function fleet(mode: string, apiserverFlags: string[]): Promise<string[]> 
       `| ${mode} | bootstrap latency p50 ${quantile(boot, 0.5).toFixed(0)} ms, p99 ${quantile(boot, 0.99).toFixed(0)} ms; renewal p50 ${quantile(renew, 0.5).toFixed(0)} ms, p99 ${quantile(renew, 0.99).toFixed(0)} ms |`,
       `| ${mode} | API requests per node: bootstrap ${Math.min(...reqBoot)}-${Math.max(...reqBoot)} (mean ${(reqBoot.reduce((a, b) => a + b, 0) / reqBoot.length).toFixed(2)}), renewal ${Math.min(...reqRenew)}-${Math.max(...reqRenew)} (mean ${(reqRenew.reduce((a, b) => a + b, 0) / reqRenew.length).toFixed(2)}) |`,
       `| ${mode} | peak ${peakPerSecond(bootstrapAudit)} requests/s; ${throttled(bootstrapAudit) + throttled(renewAudit)} answered 429; peak ${peakWatches(bootstrapAudit)} watches open |`,
+      `| ${mode} | kubeboot approver: ${approverEvents.length} requests, ${throttled(approverEvents)} answered 429, p99 ${quantile(approverMs, 0.99)} ms, max ${Math.max(0, ...approverMs)} ms (audit); nodes: ${nodeEvents.length} requests, ${throttled(nodeEvents)} answered 429 |`,
       `| ${mode} | ${retryWaits.length} retries logged, shortest wait ${retryWaits.length ? Math.min(...retryWaits).toFixed(1) : '-'} s, ${tooFast} under 1 s |`,
       `| ${mode} | harness memory ${peakRssPerNode.toFixed(0)} KiB per simulated node (RSS growth / N) |`,
       `| ${mode} | kubelet client CSRs by approval: ${[...approvedBy].map(([r, c]) => `${r} ${c}`).join(', ')}; kubeboot approver peak RSS ${approverRss.toFixed(0)} MiB |`,
@@ -290,7 +308,7 @@ async function caRotationCost(plane: ControlPlane, nodes: NodeRun[], bootStarted
 const rows = values['ca-rotation']
   ? await fleet('ca-rotation', [])
   : [
-      ...(await fleet('default limits', [])),
+      ...(values['low-only'] ? [] : await fleet('default limits', [])),
       ...(await fleet(`--max-requests-inflight=${LOW_INFLIGHT}`, [
         `--max-requests-inflight=${LOW_INFLIGHT}`,
         `--max-mutating-requests-inflight=${Math.max(1, Math.floor(LOW_INFLIGHT / 2))}`,

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { Approver } from '../approver/approver.js';
 import { getRecord } from '../approver/api.js';
 import { connect } from '../approver/connect.js';
-import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem } from '../approver/kcm-bindings.js';
+import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem, type KcmAutoApproval } from '../approver/kcm-bindings.js';
 import { createApproverMetrics } from '../approver/metrics.js';
 import type { ApproverPolicy } from '../approver/policy.js';
 import type { Config } from '../config/types.js';
@@ -35,6 +35,17 @@ export function approverPolicy(config: Config): ApproverPolicy {
   };
 }
 
+/**
+ * What to say at start when kubelet client approval is off: with the shipped
+ * RBAC nothing else approves a node's first certificate or its renewals, so
+ * every node would stop at `notAfter`. Null while kube-controller-manager
+ * still approves them through a binding (the operator's choice).
+ */
+export function kubeletClientOffProblem(kcm: Pick<KcmAutoApproval, 'grants'>): string | null {
+  if (kcm.grants.length > 0) return null;
+  return "KUBELET CLIENT APPROVAL IS OFF (--no-approve-kubelet-client) and the authorizer lets kube-controller-manager approve none: no node gets its first kubelet client certificate or renews it, and every node drops off the cluster at its certificate's notAfter; drop --no-approve-kubelet-client (approver.kubeletClient: false in the config file)";
+}
+
 export async function runApprover(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
   const a = config.approver;
   if (a.kubeletServing && a.servingIpCidrs.length === 0) {
@@ -52,8 +63,13 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
   const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: process.env, readFile: readOptional });
   const kcm = a.kubeletClient ? kcmAutoApprovalMonitor(() => kcmAutoApproval(client, signal), systemClock) : null;
   try {
-    const problem = kcm === null ? null : kcmAutoApprovalProblem(await kcm.look());
-    if (problem !== null) logger.warn(problem);
+    if (kcm === null) {
+      const off = kubeletClientOffProblem(await kcmAutoApproval(client, signal));
+      if (off !== null) logger.error(off);
+    } else {
+      const problem = kcmAutoApprovalProblem(await kcm.look());
+      if (problem !== null) logger.warn(problem);
+    }
   } catch (err) {
     logger.warn(
       `could not ask the authorizer whether kube-controller-manager still approves kubelet client CSRs itself (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,

@@ -32,7 +32,7 @@ Commands:
   renew       ask the running daemon to renew now (or renew directly when no daemon runs)
   wait        return once an identity (--identity) or every enabled one holds a valid credential on disk;
               reads files only (an ExecStartPre= for kube-proxy.service); exit 4 after --timeout
-  approver    cluster side: approve kubelet client (--approve-kubelet-client), kube-proxy client and, opted in, kubelet serving CSRs that pass every rule
+  approver    cluster side: approve kubelet client (unless --no-approve-kubelet-client), kube-proxy client and, opted in, kubelet serving CSRs that pass every rule
   approver-kubeconfig (cluster admin) write the approver's kubeconfig: user kubeboot:approver, a client
               certificate from kubernetes.io/kube-apiserver-client approved with the admin kubeconfig
 
@@ -168,7 +168,7 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   approver: {
     usage: 'kubeboot approver [--kubeconfig PATH] [options]',
     summary:
-      'Cluster side: approve kubelet client (with --approve-kubelet-client: first issue under the token binding, and renewal), kube-proxy client and, opted in, kubelet serving CSRs that pass every rule.',
+      'Cluster side: approve kubelet client (first issue under the token binding, and renewal; on unless --no-approve-kubelet-client), kube-proxy client and, opted in, kubelet serving CSRs that pass every rule.',
     options: ['config', ...APPROVER, ...LOG],
     meanings: { kubeconfig: "The approver's own kubeconfig (as approver.kubeconfig); without one the in-cluster service account is used" },
   },

@@ -87,7 +87,8 @@ export function defaultConfig(nodeName: string): Config {
       maxProxyServingExpiration: 24 * 3600,
       keyAlgorithms: [...KEY_ALGORITHMS],
       kubeletServing: false,
-      kubeletClient: false,
+      // On: the shipped RBAC leaves kubelet client approval to this approver alone.
+      kubeletClient: true,
       unsafeApproveUnboundTokens: false,
       protectNodes: [],
       inventory: false,

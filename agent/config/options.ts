@@ -359,7 +359,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('approve-kubelet-client', {
     key: 'approver.kubeletClient',
     type: 'bool',
-    help: "approver: also approve kubelet client CSRs (signer kubernetes.io/kube-apiserver-client-kubelet): first issue only for the names a bootstrap token is bound to, never a live or control-plane Node's; renewal while the node is not revoked",
+    help: "approver: approve kubelet client CSRs (signer kubernetes.io/kube-apiserver-client-kubelet; on by default, --no-approve-kubelet-client turns it off; --approve-kubelet-client is accepted and changes nothing): first issue only for the names a bootstrap token is bound to, never a live or control-plane Node's; renewal while the node is not revoked",
   }),
   opt('unsafe-approve-unbound-tokens', {
     key: 'approver.unsafeApproveUnboundTokens',

@@ -59,7 +59,9 @@ const BURST_SIZE = 4;
 const DNS_SUFFIX = 'nodes.example';
 const IP_CIDR = '10.0.0.0/16';
 const MAX_EXPIRATION = 24 * 3600;
+// The model judges no kubelet client rule: that approval (on by default) stays off here.
 const POLICY_FLAGS = [
+  '--no-approve-kubelet-client',
   '--approve-kubelet-serving',
   '--max-expiration',
   '24h',

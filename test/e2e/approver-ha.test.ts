@@ -9,6 +9,7 @@ import t from 'tap';
 import type { KubeObject } from '../support/admin.js';
 import {
   approvals,
+  CSRS,
   createNode,
   FAST_LEASE,
   installApprover,
@@ -18,6 +19,7 @@ import {
   submitCsr,
 } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
+import { expectStatus, kubeClient } from '../support/http.js';
 import type { Running } from '../support/kubeboot.js';
 
 const plane = await controlPlaneOrSkip(t, { name: 'approver-ha' });
@@ -137,5 +139,29 @@ if (plane) {
     t.ok(Date.parse(approval?.lastUpdateTime ?? '') >= Math.floor(releasedAt / 1000) * 1000, 'approved only after the lease came back');
     t.equal(approvals(csr).length, 1, 'approved once');
     await node.close();
+  });
+
+  t.test("the approver's requests get the priority level of the shipped approver-flowschema.yaml, not the nodes'", async (t) => {
+    const get = async (path: string) => expectStatus(await plane.admin.request<KubeObject>('GET', path), `GET ${path}`, 200).body;
+    const flowSchema = await get('/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kubeboot-approver');
+    const level = await get('/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/kubeboot-approver');
+    const approver = kubeClient({
+      server: plane.server,
+      caPem: plane.caPem,
+      ...(await plane.mintClientCert({ commonName: 'kubeboot:approver' })),
+    });
+    const node = await nodeClient(plane, 'apf-node');
+    t.teardown(() => Promise.all([approver.close(), node.close()]));
+    const res = await approver.request('GET', `${CSRS}?limit=1`);
+    t.equal(res.status, 200);
+    t.equal(
+      res.headers['x-kubernetes-pf-flowschema-uid'],
+      flowSchema.metadata.uid,
+      'the user kubeboot:approver: FlowSchema kubeboot-approver',
+    );
+    t.equal(res.headers['x-kubernetes-pf-prioritylevel-uid'], level.metadata.uid, 'and its PriorityLevelConfiguration');
+    const fromNode = await node.request('GET', '/api/v1/nodes/apf-node');
+    t.not(fromNode.headers['x-kubernetes-pf-flowschema-uid'], undefined, 'a node request is classed too');
+    t.not(fromNode.headers['x-kubernetes-pf-prioritylevel-uid'], level.metadata.uid, "a node's is not in the approver's level");
   });
 }

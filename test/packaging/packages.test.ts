@@ -255,7 +255,7 @@ if (toolsOrSkip(t, tools, true)) {
       'NotifyAccess=all',
       'DynamicUser=yes',
       'LoadCredential=approver.conf:/etc/kubeboot/approver.conf',
-      'ExecStart=/usr/bin/kubeboot approver --kubeconfig %d/approver.conf --approve-kubelet-client $KUBEBOOT_APPROVER_ARGS',
+      'ExecStart=/usr/bin/kubeboot approver --kubeconfig %d/approver.conf $KUBEBOOT_APPROVER_ARGS',
       'ProtectSystem=strict',
       'CapabilityBoundingSet=',
       'LimitCORE=0',

@@ -59,7 +59,8 @@ const kubeletClientGrantsOnly = (m: Manifest) => !/kubeproxyclient|selfnodeservi
  */
 export async function startKubeletApprover(plane: ApproverPlane, dir: string): Promise<Running> {
   const config = await writeApproverConfig(plane, dir, kubeletClientGrantsOnly);
-  const approver = startApprover(config, ['--approve-kubelet-client', '--unsafe-approve-unbound-tokens']);
+  // Kubelet client approval is the binary's default: no flag turns it on.
+  const approver = startApprover(config, ['--unsafe-approve-unbound-tokens']);
   try {
     await approver.waitForOutput(/became the leader/, 60_000);
   } catch (err) {

@@ -17,6 +17,8 @@ const kinds: Record<string, { plural: string; namespaced: boolean }> = {
   ConfigMap: { plural: 'configmaps', namespaced: true },
   Namespace: { plural: 'namespaces', namespaced: false },
   ServiceAccount: { plural: 'serviceaccounts', namespaced: true },
+  FlowSchema: { plural: 'flowschemas', namespaced: false },
+  PriorityLevelConfiguration: { plural: 'prioritylevelconfigurations', namespaced: false },
 };
 
 export interface Manifest {

@@ -373,3 +373,16 @@ t.test('the approver, like the admin commands, needs no node name: a hostname th
     'a node still does',
   );
 });
+
+t.test(
+  'kubelet client approval is on by default; --no-approve-kubelet-client turns it off, --approve-kubelet-client changes nothing',
+  async (t) => {
+    t.equal((await loadConfig(input({ argv: ['approver'] }))).config.approver.kubeletClient, true, 'default');
+    t.equal((await loadConfig(input({ argv: ['approver', '--approve-kubelet-client'] }))).config.approver.kubeletClient, true, 'old flag');
+    t.equal((await loadConfig(input({ argv: ['approver', '--no-approve-kubelet-client'] }))).config.approver.kubeletClient, false, '--no-');
+    const fromFile = await loadConfig(input({ argv: ['approver'], files: { [CONFIG]: 'approver: { kubeletClient: false }\n' } }));
+    t.equal(fromFile.config.approver.kubeletClient, false, 'approver.kubeletClient: false in the file');
+    const env = await loadConfig(input({ argv: ['approver'], env: { KUBEBOOT_APPROVE_KUBELET_CLIENT: 'false' } }));
+    t.equal(env.config.approver.kubeletClient, false, 'KUBEBOOT_APPROVE_KUBELET_CLIENT=false');
+  },
+);
