@@ -419,12 +419,20 @@ export const COMMANDS = [
   'user-data',
   'ca-rotation',
   'node',
+  'records',
 ] as const;
 export type Command = (typeof COMMANDS)[number];
 /** The cluster admin's commands that make bootstrap tokens: they run on the admin's machine, not on a node. */
 export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
 /** Commands that need no node name of their own. */
-export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig', 'ca-rotation', 'node'];
+export const CLUSTER_COMMANDS: readonly Command[] = [
+  ...ADMIN_COMMANDS,
+  'approver',
+  'approver-kubeconfig',
+  'ca-rotation',
+  'node',
+  'records',
+];
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   {
@@ -474,9 +482,9 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   },
   {
     flag: 'kubeconfig',
-    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver', 'ca-rotation', 'node'],
+    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver', 'ca-rotation', 'node', 'records'],
     metavar: 'PATH',
-    help: 'token, join-command, user-data, approver-kubeconfig, ca-rotation, node: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
+    help: 'token, join-command, user-data, approver-kubeconfig, ca-rotation, node, records: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
   },
   {
     flag: 'ttl',
@@ -542,6 +550,19 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     type: 'bool',
     metavar: '',
     help: 'node revoke: also delete the Node object',
+  },
+  {
+    flag: 'for-token',
+    commands: ['node'],
+    metavar: 'ID',
+    help: 'node replace: the bootstrap token whose CSR may claim the mark (default: the next token create --node NAME)',
+  },
+  {
+    flag: 'dry-run',
+    commands: ['records'],
+    type: 'bool',
+    metavar: '',
+    help: 'records migrate: print what would be moved, write nothing',
   },
   {
     flag: 'create-token',
