@@ -1,14 +1,23 @@
 /**
- * The approver's API calls: Node look-up, the records of
- * agent/kube/join-bindings.ts and the claims on them, SubjectAccessReview,
+ * The approver's API calls: Node look-up, the claims it writes on the
+ * records of agent/records/ (which it reads through their informers),
+ * SubjectAccessReview,
  * the /approval subresource and Events. Each is one request; errors
  * propagate (the worker retries the CSR later).
  */
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { ApiError, KubebootError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
-import { BINDINGS_NAMESPACE } from '../kube/join-bindings.js';
 import { expectObject, objectPath } from '../kube/objects.js';
+import {
+  KINDS,
+  recordRef,
+  recordsPath,
+  type NodeClaimObject,
+  type RecordObject,
+  type RecordObjects,
+  type RecordResource,
+} from '../records/kinds.js';
 import type { ApproverCsr } from './csr-facts.js';
 import { CSR_PATH } from './informer.js';
 import type { NodeAddress } from './policy.js';
@@ -17,7 +26,6 @@ export const APPROVER_REASON = 'KubebootApprover';
 export const EVENT_SOURCE = 'kubeboot-approver';
 
 const NODES = '/api/v1/nodes';
-const RECORDS = `/api/v1/namespaces/${BINDINGS_NAMESPACE}/configmaps`;
 /** Where the approver's access to the records is granted. */
 const RECORDS_MANIFEST = 'packaging/manifests/approver/node-identity.yaml';
 
@@ -39,13 +47,6 @@ export async function getNode(client: KubeClient, name: string, signal?: AbortSi
   return { name: node.metadata.name, addresses: node.status?.addresses ?? [], labels: node.metadata.labels ?? {} };
 }
 
-/** A ConfigMap of agent/kube/join-bindings.ts, as far as the approver reads it. */
-export interface RecordConfigMap {
-  kind: 'ConfigMap';
-  metadata: { name: string; resourceVersion?: string; annotations?: Record<string, string> };
-  data?: Record<string, string>;
-}
-
 function forbidden(err: unknown, what: string): never {
   if (err instanceof ApiError && err.status === 403)
     throw new KubebootError(
@@ -56,41 +57,56 @@ function forbidden(err: unknown, what: string): never {
   throw err;
 }
 
-/** `kubeboot/<name>`, or null when there is none. Forbidden fails closed, naming the manifest that grants it. */
-export async function getRecord(client: KubeClient, name: string, signal?: AbortSignal): Promise<RecordConfigMap | null> {
+/**
+ * A spend written before an approval, conditional on the record as read:
+ * a status written with the resourceVersion read (binding, mark), or a
+ * name's claim created (its existence is the spend) or taken over through a
+ * replacement mark with the resourceVersion read.
+ */
+export type Claim =
+  | { op: 'status'; resource: 'tokenbindings' | 'nodereplacements'; name: string; resourceVersion: string; status: object }
+  | { op: 'create'; resource: 'nodeclaims'; name: string; object: NodeClaimObject }
+  | { op: 'replace'; resource: 'nodeclaims'; name: string; resourceVersion: string; object: NodeClaimObject };
+
+/** The record a claim writes, as the API server answered; null when it changed, appeared or went meanwhile (409, 404). */
+export async function writeClaim(client: KubeClient, claim: Claim, signal?: AbortSignal): Promise<RecordObject | null> {
+  const collection = recordsPath(claim.resource);
+  const accept = [404, 409];
   try {
-    const res = await client.request('GET', objectPath(RECORDS, name), { accept: [404], signal });
-    return res.status === 404 ? null : expectObject<RecordConfigMap>(res.body, 'ConfigMap', name);
+    let res: { status: number; body: unknown };
+    if (claim.op === 'create') res = await client.request('POST', collection, { body: claim.object, accept, signal });
+    else if (claim.op === 'replace')
+      res = await client.request('PUT', objectPath(collection, claim.name), {
+        body: { ...claim.object, metadata: { ...claim.object.metadata, resourceVersion: claim.resourceVersion } },
+        accept,
+        signal,
+      });
+    // A resourceVersion in a merge patch is a precondition: 409 when the record changed since it was read.
+    else
+      res = await client.request('PATCH', `${objectPath(collection, claim.name)}/status`, {
+        body: { metadata: { resourceVersion: claim.resourceVersion }, status: claim.status },
+        contentType: 'application/merge-patch+json',
+        accept,
+        signal,
+      });
+    return res.status === 404 || res.status === 409 ? null : expectObject<RecordObject>(res.body, KINDS[claim.resource], claim.name);
   } catch (err) {
-    return forbidden(err, `read ConfigMap ${BINDINGS_NAMESPACE}/${name}`);
+    return forbidden(err, `write ${recordRef(claim.resource, claim.name)}${claim.op === 'status' ? ' status' : ''}`);
   }
 }
 
-/** A spend written before an approval: a JSON merge patch of one record, made on the resourceVersion read. */
-export interface Claim {
-  /** ConfigMap in `kubeboot`. */
-  name: string;
-  resourceVersion: string;
-  patch: { metadata?: { annotations: Record<string, string> }; data?: Record<string, string> };
-}
-
-/**
- * Writes the claim only if the record is still as read (the resourceVersion
- * in a merge patch is a precondition): false when it changed or went
- * meanwhile (409, 404), and the CSR must be decided again on what it now says.
- */
-export async function writeClaim(client: KubeClient, claim: Claim, signal?: AbortSignal): Promise<boolean> {
-  const body = { ...claim.patch, metadata: { ...claim.patch.metadata, resourceVersion: claim.resourceVersion } };
+/** A record read now, past the informer (after a claim met a change): null when there is none. */
+export async function getRecord<R extends RecordResource>(
+  client: KubeClient,
+  resource: R,
+  name: string,
+  signal?: AbortSignal,
+): Promise<RecordObjects[R] | null> {
   try {
-    const res = await client.request('PATCH', objectPath(RECORDS, claim.name), {
-      body,
-      contentType: 'application/merge-patch+json',
-      accept: [404, 409],
-      signal,
-    });
-    return res.status !== 404 && res.status !== 409;
+    const res = await client.request('GET', objectPath(recordsPath(resource), name), { accept: [404], signal });
+    return res.status === 404 ? null : expectObject<RecordObjects[R]>(res.body, KINDS[resource], name);
   } catch (err) {
-    return forbidden(err, `update ConfigMap ${BINDINGS_NAMESPACE}/${claim.name}`);
+    return forbidden(err, `read ${recordRef(resource, name)}`);
   }
 }
 

@@ -12,6 +12,8 @@ import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
 import { KubebootError } from '../errors.js';
 import { decideCsr, getNode, getRecord, subjectAccessReview, warnOnCsr, writeClaim, type DecisionWrite } from './api.js';
+import { LEGACY_FOLLOWED, RecordInformers, type LegacyFollowed } from '../records/informer.js';
+import { recordRef, type RecordResource } from '../records/kinds.js';
 import { cachedApiServerFacts, readApiServerFacts, type ApiServerFacts } from './apiserver.js';
 import { decideBatch, limiter, RecordView, type BatchIo, type Outcome } from './batch.js';
 import { isSettled, isUnissued, type ApproverCsr } from './csr-facts.js';
@@ -68,6 +70,10 @@ export interface ApproverOptions {
 
 export class Approver {
   readonly informer: CsrInformer;
+  /** The records decisions read (agent/records/), through their informers. */
+  readonly records: RecordInformers;
+  /** A record changed: the CSRs left pending are looked at again (coalesced). */
+  #recheckPending: TimerHandle | null = null;
   readonly leader: LeaderElector;
   readonly #client: KubeClient;
   readonly #opts: ApproverOptions;
@@ -82,6 +88,8 @@ export class Approver {
   readonly #unroutable = new Map<string, string | undefined>();
   /** CSR uid → the violation last reported, so a resync does not repeat the Event. */
   readonly #reported = new Map<string, string>();
+  /** CSR uid → name, of the CSRs left pending on a violation: decided again when a record changes. */
+  readonly #leftPending = new Map<string, string>();
   /** CSR uid → how often a transient rule failed, for the back-off of its re-check. */
   readonly #rechecks = new Map<string, number>();
   /** Requesters with a batch in flight. */
@@ -121,6 +129,10 @@ export class Approver {
       logger,
     );
     metrics.csrCache(() => ({ bytes: this.informer.cache.bytes, full: this.informer.full }));
+    this.records = new RecordInformers(client, logger, {
+      clock: this.#clock,
+      onChange: (resource, name, type, rv) => this.#recordChanged(resource, name, type, rv),
+    });
     this.leader = new LeaderElector(
       client,
       {
@@ -128,7 +140,7 @@ export class Approver {
         clock: this.#clock,
         // A replica whose CSR cache is not in sync would hold the lease and approve nothing (a list it
         // cannot read, RBAC it lacks): it stands aside until it has synced, so a healthy one leads.
-        mayLead: () => this.informer.synced,
+        mayLead: () => this.informer.synced && this.records.synced,
         onChange: (leading) => {
           metrics.leader(leading);
           // A new leader looks at everything: CSRs may have arrived while it waited.
@@ -142,12 +154,30 @@ export class Approver {
   async run(signal: AbortSignal): Promise<void> {
     this.#signal = signal;
     try {
-      await Promise.all([this.informer.run(signal), this.leader.run(signal)]);
+      await Promise.all([this.informer.run(signal), this.records.run(signal), this.leader.run(signal)]);
     } finally {
       // Pending re-checks must not hold a stopping process open (they were unref'd Node timers before the Clock).
       for (const handle of this.#timers.values()) this.#clock.clearTimeout(handle);
       this.#timers.clear();
+      if (this.#recheckPending !== null) this.#clock.clearTimeout(this.#recheckPending);
     }
+  }
+
+  /**
+   * A record an admin or an approver wrote arrived: what was refused from
+   * the records before may pass now (a binding made, a mark given), so the
+   * CSRs left pending are decided again, once for a burst of changes.
+   */
+  #recordChanged(resource: RecordResource | 'configmaps', name: string, type: string, resourceVersion: string): void {
+    const what = resource === 'configmaps' ? `ConfigMap kubeboot/${name}` : recordRef(resource, name);
+    // What the approver decides from, as it changes (a claim is the approval's own line).
+    if (resource !== 'nodeclaims')
+      this.#logger.info(`record ${type === 'DELETED' ? 'removed' : 'seen'}: ${what} (resourceVersion ${resourceVersion})`);
+    if (this.#recheckPending !== null || this.#stopped()) return;
+    this.#recheckPending = this.#clock.setTimeout(() => {
+      this.#recheckPending = null;
+      for (const name of this.#leftPending.values()) if (this.informer.cache.get(name) !== undefined) this.#enqueue(name);
+    }, 1000);
   }
 
   #stopped(): boolean {
@@ -319,6 +349,7 @@ export class Approver {
   #forget(csr: ApproverCsr): void {
     const key = csr.metadata.uid ?? csr.metadata.name;
     this.#reported.delete(key);
+    this.#leftPending.delete(key);
     this.#rechecks.delete(key);
     this.#unroutable.delete(key);
     this.#parsed.delete(key);
@@ -334,7 +365,11 @@ export class Approver {
     const io: BatchIo = {
       node: (name) => this.#timed('node', () => getNode(client, name, signal)),
       allowed: (c, subresource) => this.#timed('subjectaccessreview', () => subjectAccessReview(client, c, subresource, signal)),
-      record: (name) => this.#timed('record', () => getRecord(client, name, signal)),
+      record: async (resource, name) => this.records.get(resource, name),
+      legacy: (name) =>
+        (LEGACY_FOLLOWED as readonly string[]).includes(name)
+          ? Promise.resolve(this.records.legacy(name as LegacyFollowed))
+          : this.#timed('record', () => this.records.legacyBinding(name, signal)),
       apiServer: this.#apiServer,
       sameRequester: (c) => this.informer.cache.sameRequester(c),
       request: (c) => this.#requestOf(c),
@@ -348,7 +383,7 @@ export class Approver {
       if (changed === null) return this.#act(outcomes);
       if (attempt >= SPEND_ATTEMPTS)
         throw new KubebootError(`the records these CSRs spend or read changed ${attempt} times while they were decided (${changed})`);
-      this.#logger.info(`ConfigMap kubeboot/${changed} changed while deciding; deciding again`, { csrs: batch.length });
+      this.#logger.info(`record ${changed} changed while deciding; deciding again`, { csrs: batch.length });
     }
   }
 
@@ -366,7 +401,18 @@ export class Approver {
   async #spend(view: RecordView): Promise<string | null> {
     const signal = this.#signal ?? undefined;
     for (const claim of view.claims()) {
-      if (!(await this.#timed('claim', () => writeClaim(this.#client, claim, signal)))) return claim.name;
+      const written = await this.#timed('claim', () => writeClaim(this.#client, claim, signal));
+      if (written !== null) {
+        this.records.remember(claim.resource, written);
+        continue;
+      }
+      // Changed, made or gone meanwhile: the informer may not have it yet; the next decision must.
+      this.records.refresh(
+        claim.resource,
+        claim.name,
+        await this.#timed('record', () => getRecord(this.#client, claim.resource, claim.name, signal)),
+      );
+      return `${claim.resource}/${claim.name}`;
     }
     return view.changedSinceRead();
   }
@@ -414,6 +460,7 @@ export class Approver {
       // come first; look again soon instead of a resync away.
       this.#later(csr, this.#backoff(csr));
     }
+    this.#leftPending.set(key, csr.metadata.name);
     if (this.#reported.get(key) === decision.message) return;
     this.#reported.set(key, decision.message);
     this.#metrics.decision(csr.spec.signerName, 'left-pending', decision.rule);

@@ -1,23 +1,26 @@
 /**
  * A batch: the CSRs a worker took off the queue at once, decided on one
- * view of the records (the `kubeboot/<name>` ConfigMaps of
- * agent/kube/join-bindings.ts) as if one after another. A CSR that spends a
+ * view of the records (agent/records/, as the informers have them) as if
+ * one after another. A CSR that spends a
  * record (a bootstrap token's first issue) is judged after the one before it
  * in the batch, on the records with that one's spend applied, so a pool's
  * CSRs spend its names exactly as they would one at a time; every other CSR
  * is judged beside them. What the batch spends is then written as one claim
- * per record, on the resourceVersion every decision read; the records it
- * read and did not write are read again and must be unchanged. Only then is
+ * per record, on the resourceVersion every decision read (or a name's claim
+ * created); the records it read and did not write are looked at again and
+ * must be unchanged. Only then is
  * any decision acted on: an approval never rests on a record older than that.
  *
  * Within a batch a Node is read once, and a SubjectAccessReview asked once
  * for the same user, uid, groups, extra and subresource: the batch is one
  * moment, as that many reviews asked at once would be.
  */
-import type { Claim, NodeFacts, RecordConfigMap } from './api.js';
+import type { LegacyConfigMap } from '../records/legacy.js';
+import type { RecordObject, RecordObjects, RecordResource } from '../records/kinds.js';
+import type { Claim, NodeFacts } from './api.js';
 import type { ApiServerFacts } from './apiserver.js';
 import type { ApproverCsr } from './csr-facts.js';
-import { carrySpentBinding, judge, prepare, spendsRecords, type Decision, type Lookups, type Prepared } from './decide.js';
+import { judge, prepare, spendsRecords, type Decision, type Lookups, type Prepared } from './decide.js';
 import type { ApproverPolicy } from './policy.js';
 import type { RequestFacts } from './request.js';
 
@@ -25,7 +28,10 @@ import type { RequestFacts } from './request.js';
 export interface BatchIo {
   node(name: string): Promise<NodeFacts | null>;
   allowed(csr: ApproverCsr, subresource: string): Promise<boolean>;
-  record(name: string): Promise<RecordConfigMap | null>;
+  /** A record as the informers have it now. */
+  record(resource: RecordResource, name: string): Promise<RecordObject | null>;
+  /** A ConfigMap record of an earlier release, to refuse. */
+  legacy(name: string): Promise<LegacyConfigMap | null>;
   apiServer(): Promise<ApiServerFacts>;
   sameRequester(csr: ApproverCsr): Iterable<ApproverCsr>;
   /** The parsed spec.request (kept per CSR by the caller). */
@@ -66,76 +72,77 @@ export function reviewKey(csr: ApproverCsr, subresource: string): string {
   return JSON.stringify([csr.spec.username ?? '', csr.spec.uid ?? '', csr.spec.groups ?? [], extra, subresource]);
 }
 
+type Read = RecordObject | null;
+
+const keyOf = (resource: RecordResource, name: string) => `${resource}/${name}`;
+
+/** The record a claim leaves, applied to the record as the view has it. */
+function applied(claim: Claim, before: Read): RecordObject {
+  if (claim.op !== 'status') return claim.object;
+  // A claim is made on a record the decision read, at the version read: anything else is a bug.
+  if (before === null || before.metadata.resourceVersion !== claim.resourceVersion)
+    throw new Error(`claim on ${claim.resource}/${claim.name} does not match the record read`);
+  return { ...before, status: claim.status } as RecordObject;
+}
+
 /**
- * The records as the batch's decisions see them: each read once, with the
- * spends of the decisions before applied, and the claims that write those
- * spends, one per record.
+ * The records as the batch's decisions see them: each read once (from the
+ * informers), with the spends of the decisions before applied, and the
+ * claims that write those spends, one per record.
  */
 export class RecordView {
-  readonly #read: (name: string) => Promise<RecordConfigMap | null>;
+  readonly #read: (resource: RecordResource, name: string) => Promise<Read>;
   /** What was read, as read. */
-  readonly #asRead = new Map<string, Promise<RecordConfigMap | null>>();
+  readonly #asRead = new Map<string, { resource: RecordResource; name: string; read: Promise<Read> }>();
   /** What was read, with the batch's spends applied. */
-  readonly #current = new Map<string, RecordConfigMap | null>();
+  readonly #current = new Map<string, Read>();
   readonly #claims = new Map<string, Claim>();
 
-  constructor(read: (name: string) => Promise<RecordConfigMap | null>) {
+  constructor(read: (resource: RecordResource, name: string) => Promise<Read>) {
     this.#read = read;
   }
 
-  async get(name: string): Promise<RecordConfigMap | null> {
-    if (this.#current.has(name)) return this.#current.get(name)!;
-    let read = this.#asRead.get(name);
-    if (read === undefined) this.#asRead.set(name, (read = this.#read(name)));
-    const cm = await read;
-    if (!this.#current.has(name)) this.#current.set(name, cm);
-    return this.#current.get(name)!;
+  async get<R extends RecordResource>(resource: R, name: string): Promise<RecordObjects[R] | null> {
+    const key = keyOf(resource, name);
+    if (this.#current.has(key)) return this.#current.get(key) as RecordObjects[R] | null;
+    let entry = this.#asRead.get(key);
+    if (entry === undefined) this.#asRead.set(key, (entry = { resource, name, read: this.#read(resource, name) }));
+    const object = await entry.read;
+    if (!this.#current.has(key)) this.#current.set(key, object);
+    return this.#current.get(key) as RecordObjects[R] | null;
   }
 
   /** Applies an approval's claims to the view, and adds them to what the batch writes. */
   spend(claims: readonly Claim[]): void {
     for (const claim of claims) {
-      const cm = this.#current.get(claim.name);
-      // A claim is made on a record the decision read, at the version read: anything else is a bug.
-      if (cm == null || cm.metadata.resourceVersion !== claim.resourceVersion)
-        throw new Error(`claim on ConfigMap ${claim.name} does not match the record read`);
-      const after: RecordConfigMap = {
-        ...cm,
-        metadata: { ...cm.metadata, annotations: { ...cm.metadata.annotations, ...claim.patch.metadata?.annotations } },
-        data: { ...cm.data, ...claim.patch.data },
-      };
-      carrySpentBinding(claim, after);
-      this.#current.set(claim.name, after);
-      const before = this.#claims.get(claim.name);
-      const annotations = { ...before?.patch.metadata?.annotations, ...claim.patch.metadata?.annotations };
-      const data = { ...before?.patch.data, ...claim.patch.data };
-      this.#claims.set(claim.name, {
-        name: claim.name,
-        resourceVersion: claim.resourceVersion,
-        patch: {
-          ...(Object.keys(annotations).length > 0 ? { metadata: { annotations } } : {}),
-          ...(Object.keys(data).length > 0 ? { data } : {}),
-        },
-      });
+      const key = keyOf(claim.resource, claim.name);
+      this.#current.set(key, applied(claim, this.#current.get(key) ?? null));
+      const before = this.#claims.get(key);
+      if (before !== undefined && (before.op !== 'status' || claim.op !== 'status')) throw new Error(`two claims on ${key} in one batch`);
+      // Statuses are written whole: the later one carries the earlier's spends, on the version first read.
+      this.#claims.set(
+        key,
+        before?.op === 'status' && claim.op === 'status' ? { ...claim, resourceVersion: before.resourceVersion } : claim,
+      );
     }
   }
 
-  /** One claim per record spent on, in the order first spent (the binding before the replacement mark, as one decision makes them). */
+  /** One claim per record spent on, in the order first spent (a binding before a name, a name before a mark, as one decision makes them). */
   claims(): Claim[] {
     return [...this.#claims.values()];
   }
 
   /**
-   * Reads again every record read and not claimed (a claim's own
-   * resourceVersion precondition covers the others): the name of one that
-   * changed or appeared or went since, or null when none did.
+   * Looks again at every record read and not claimed (a claim's own
+   * precondition covers the others): the name of one that changed or
+   * appeared or went since, or null when none did.
    */
   async changedSinceRead(): Promise<string | null> {
-    for (const [name, read] of this.#asRead) {
-      if (this.#claims.has(name)) continue;
-      const [was, now] = [await read, await this.#read(name)];
+    for (const [key, { resource, name, read }] of this.#asRead) {
+      if (this.#claims.has(key)) continue;
+      const [was, now] = [await read, await this.#read(resource, name)];
       if (was === null && now === null) continue;
-      if (was === null || now === null || was.metadata.resourceVersion !== now.metadata.resourceVersion) return name;
+      if (was === null || now === null || was.metadata.resourceVersion !== now.metadata.resourceVersion) return key;
     }
     return null;
   }
@@ -159,7 +166,8 @@ export async function decideBatch(csrs: readonly ApproverCsr[], policy: Approver
     },
     sameRequester: (csr) => io.sameRequester(csr),
     apiServer: () => io.apiServer(),
-    record: (name) => view.get(name),
+    record: (resource, name) => view.get(resource, name),
+    legacy: (name) => io.legacy(name),
   };
   const prepared = await Promise.all(
     csrs.map(async (csr): Promise<Outcome | Prepared> => {

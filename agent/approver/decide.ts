@@ -10,18 +10,19 @@
 import { KubebootError } from '../errors.js';
 import {
   bindingName,
-  ISSUED_ANNOTATION,
+  claimRecord,
+  nameClaim,
   parseBinding,
-  parseReplacements,
-  parseRevocations,
-  REPLACEMENTS,
-  REVOCATIONS,
+  replacementOf,
+  revocationOf,
+  type NameTaken,
   type Replacement,
-  type Revocation,
   type TokenBinding,
-} from '../kube/join-bindings.js';
-import { INVENTORY, inventoryEntry, type InventoryLookup } from '../kube/inventory.js';
-import type { Claim, RecordConfigMap } from './api.js';
+} from '../records/bindings.js';
+import { inventoryEntry, type InventoryLookup } from '../records/inventory.js';
+import { INVENTORY_NAME, type RecordObjects, type RecordResource, type TokenBindingObject } from '../records/kinds.js';
+import { legacyBindingName, legacyEntries, unmigrated, type LegacyConfigMap } from '../records/legacy.js';
+import type { Claim } from './api.js';
 import type { ApiServerFacts } from './apiserver.js';
 import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr-facts.js';
 import {
@@ -58,124 +59,122 @@ export interface Lookups {
   sameRequester(csr: ApproverCsr): Iterable<ApproverCsr>;
   /** The API server's names and addresses (apiserver.ts), for the serving and kubelet client rules. */
   apiServer(): Promise<ApiServerFacts>;
-  /** A record of agent/kube/join-bindings.ts, `kubeboot/<name>`, or null when there is none. */
-  record(name: string): Promise<RecordConfigMap | null>;
+  /** A record of records/kinds.ts, or null when there is none. */
+  record<R extends RecordResource>(resource: R, name: string): Promise<RecordObjects[R] | null>;
+  /** A ConfigMap record of an earlier release still in `kubeboot` (records/legacy.ts), or null: only ever refused. */
+  legacy(name: string): Promise<LegacyConfigMap | null>;
 }
 
-/** The records, parsed for the rules, and the ConfigMaps they came from (for the claims). */
+/** The records, parsed for the rules, and the objects they came from (for the claims). */
 interface ReadRecords {
   records: NodeRecords;
-  binding: RecordConfigMap | null;
-  replacements: RecordConfigMap | null;
+  tokenId: string | null;
+  binding: RecordObjects['tokenbindings'] | null;
+  claim: RecordObjects['nodeclaims'] | null;
+  mark: RecordObjects['nodereplacements'] | null;
 }
 
 /*
- * Each record parsed once per ConfigMap object, not once per CSR: a batch's
- * view (batch.ts) hands every decision the same object until a spend replaces
- * it, and a spend of a binding hands on its parse with the one name added
- * (spentBindings), so a pool's binding is parsed once per batch however many
- * of its CSRs the batch judges. A record is never changed in place (a spend
- * makes a new object), so a parse kept for an object stays true of it.
+ * A binding parsed once per object, not once per CSR: a batch's view
+ * (batch.ts) hands every decision the same object until a spend replaces it.
+ * A record is never changed in place (a spend makes a new object), so a
+ * parse kept for an object stays true of it.
  */
-const bindings = new WeakMap<RecordConfigMap, { tokenId: string; parsed: TokenBinding | { problem: string } }>();
-const replacementsOf = new WeakMap<RecordConfigMap, Map<string, Replacement>>();
-const revocationsOf = new WeakMap<RecordConfigMap, Map<string, Revocation>>();
-/** The binding as a claim leaves it, by claim: RecordView.spend hands it to the ConfigMap it makes (carrySpentBinding). */
-const spentBindings = new WeakMap<Claim, { tokenId: string; parsed: TokenBinding }>();
+const bindings = new WeakMap<TokenBindingObject, TokenBinding | { problem: string }>();
 
-function parsedBinding(tokenId: string, cm: RecordConfigMap): TokenBinding | { problem: string } {
-  const kept = bindings.get(cm);
-  if (kept !== undefined && kept.tokenId === tokenId) return kept.parsed;
-  const parsed = parseBinding(tokenId, cm);
-  bindings.set(cm, { tokenId, parsed });
+function parsedBinding(tokenId: string, object: TokenBindingObject): TokenBinding | { problem: string } {
+  let parsed = bindings.get(object);
+  if (parsed === undefined) bindings.set(object, (parsed = parseBinding(tokenId, object)));
   return parsed;
 }
 
-function parsedOnce<T>(
-  kept: WeakMap<RecordConfigMap, Map<string, T>>,
-  cm: RecordConfigMap | null,
-  parse: (data: Record<string, string> | undefined) => Map<string, T>,
-): Map<string, T> {
-  if (cm === null) return parse(undefined);
-  let parsed = kept.get(cm);
-  if (parsed === undefined) kept.set(cm, (parsed = parse(cm.data)));
-  return parsed;
+/** The mark frees the name for this CSR: bound to its token, unclaimed or claimed by it, and older than the CSR. */
+function markFrees(mark: Replacement | null, tokenId: string, facts: CsrFacts): boolean {
+  if (mark === null || mark.tokenId !== tokenId || (mark.claimedBy !== null && mark.claimedBy !== facts.uid)) return false;
+  return Date.parse(facts.created ?? '') >= Math.floor(Date.parse(mark.at) / 1000) * 1000;
 }
 
-/**
- * `after` is the ConfigMap `claim` made of the record (its patch applied):
- * the binding's parse with the claim's name added is kept for it, so the next
- * decision does not parse the whole issued map again.
- */
-export function carrySpentBinding(claim: Claim, after: RecordConfigMap): void {
-  const spent = spentBindings.get(claim);
-  if (spent !== undefined) bindings.set(after, spent);
+/** The node's revocation: its record, or (fail closed) an entry a legacy ConfigMap still holds, refused as unmigrated. */
+async function revocationFor(nodeName: string, lookups: Lookups): Promise<NodeRecords['revocation']> {
+  const revocation = await lookups.record('noderevocations', nodeName);
+  if (revocation !== null) return revocationOf(revocation);
+  const legacy = await lookups.legacy('revocations');
+  return legacy !== null && legacyEntries(legacy.data).has(nodeName) ? { at: '', reason: unmigrated('revocations') } : null;
 }
 
-/** Plain GETs, each only when a rule of this requester reads it: no informer for them yet. */
-async function readRecords(facts: CsrFacts, nodeName: string, nodeExists: boolean, lookups: Lookups): Promise<ReadRecords> {
+/** The informer's records, each only when a rule of this requester reads it. */
+async function readRecords(facts: CsrFacts, nodeName: string, lookups: Lookups): Promise<ReadRecords> {
   const tokenId = tokenIdOf(facts.username);
-  if (requesterKind(facts) === 'bootstrap' && tokenId !== null) {
-    const binding = await lookups.record(bindingName(tokenId));
-    const replacements = nodeExists ? await lookups.record(REPLACEMENTS) : null;
-    // A revoked name is not re-joined by a new token either, until `kubeboot node unrevoke`.
-    const revocations = await lookups.record(REVOCATIONS);
-    return {
-      records: {
-        binding: binding === null ? null : parsedBinding(tokenId, binding),
-        replacement: parsedOnce(replacementsOf, replacements, parseReplacements).get(nodeName) ?? null,
-        revocation: parsedOnce(revocationsOf, revocations, parseRevocations).get(nodeName) ?? null,
-      },
-      binding,
-      replacements,
-    };
+  // A revoked name is not re-joined by a new token either, until `kubeboot node unrevoke`.
+  const revocation = await revocationFor(nodeName, lookups);
+  if (requesterKind(facts) !== 'bootstrap' || tokenId === null)
+    return { records: { binding: null, replacement: null, revocation }, tokenId: null, binding: null, claim: null, mark: null };
+  const binding = await lookups.record('tokenbindings', bindingName(tokenId));
+  const claim = await lookups.record('nodeclaims', nodeName);
+  const mark = await lookups.record('nodereplacements', nodeName);
+  const replacement = mark === null ? null : replacementOf(mark);
+  let parsed: NodeRecords['binding'] = null;
+  if (binding !== null) {
+    parsed = parsedBinding(tokenId, binding);
+    const spent = claim === null ? null : nameClaim(claim);
+    const taken: NameTaken | null = spent !== null && spent.csrUid !== facts.uid && !markFrees(replacement, tokenId, facts) ? spent : null;
+    if (!('problem' in parsed) && taken !== null) parsed = { ...parsed, nameTaken: taken };
+  } else if ((await lookups.legacy(legacyBindingName(tokenId))) !== null) {
+    parsed = { problem: unmigrated(legacyBindingName(tokenId)) };
   }
-  const revocations = await lookups.record(REVOCATIONS);
-  return {
-    records: {
-      binding: null,
-      replacement: null,
-      revocation: parsedOnce(revocationsOf, revocations, parseRevocations).get(nodeName) ?? null,
-    },
-    binding: null,
-    replacements: null,
-  };
+  return { records: { binding: parsed, replacement, revocation }, tokenId, binding, claim, mark };
 }
 
-function versionOf(cm: RecordConfigMap): string {
-  const rv = cm.metadata.resourceVersion;
+function versionOf(object: { kind: string; metadata: { name: string; resourceVersion?: string } }): string {
+  const rv = object.metadata.resourceVersion;
   // Without it the write would be unconditional, and two approvers could both spend the last name.
-  if (!rv) throw new KubebootError(`ConfigMap ${cm.metadata.name} came without a resourceVersion; nothing is spent without one`);
+  if (!rv) throw new KubebootError(`${object.kind} ${object.metadata.name} came without a resourceVersion; nothing is spent without one`);
   return rv;
 }
 
 /**
  * What approving this CSR spends, unless it is already spent on it (the same
- * CSR decided again after a failed approval write): the token's name, and
- * the replacement mark of the Node it takes over.
+ * CSR decided again after a failed approval write): the name in the token's
+ * binding, the name's claim, and the replacement mark bound to the token.
+ * In that order: a binding's count is spent before the name, so a lost race
+ * for the name costs the pool one of its count, never a name twice.
  */
 function claimsOf(facts: CsrFacts, nodeName: string, read: ReadRecords): Claim[] {
   const claims: Claim[] = [];
   const { binding, replacement } = read.records;
-  if (read.binding !== null && binding !== null && !('problem' in binding) && binding.issued[nodeName] !== facts.uid) {
-    const after = { ...binding.issued, [nodeName]: facts.uid };
-    const claim: Claim = {
+  if (read.binding === null || read.tokenId === null || binding === null || 'problem' in binding) return claims;
+  if (binding.issued.get(nodeName) !== facts.uid) {
+    const issued = [...binding.issued].map(([node, csrUID]) => ({ node, csrUID }));
+    claims.push({
+      op: 'status',
+      resource: 'tokenbindings',
       name: read.binding.metadata.name,
       resourceVersion: versionOf(read.binding),
-      patch: { metadata: { annotations: { [ISSUED_ANNOTATION]: JSON.stringify(after) } } },
-    };
-    spentBindings.set(claim, { tokenId: binding.tokenId, parsed: { ...binding, issued: after } });
-    claims.push(claim);
+      status: { issued: [...issued, { node: nodeName, csrUID: facts.uid }] },
+    });
   }
-  const mark = read.replacements?.data?.[nodeName];
-  if (read.replacements !== null && mark !== undefined && replacement !== null && replacement.claimedBy !== facts.uid) {
-    const claimed = JSON.stringify({ ...(JSON.parse(mark) as object), claimedBy: facts.uid });
-    claims.push({ name: REPLACEMENTS, resourceVersion: versionOf(read.replacements), patch: { data: { [nodeName]: claimed } } });
-  }
+  const object = claimRecord(nodeName, read.tokenId, facts.uid);
+  if (read.claim === null) claims.push({ op: 'create', resource: 'nodeclaims', name: nodeName, object });
+  else if (read.claim.spec?.csrUID !== facts.uid)
+    claims.push({
+      op: 'replace',
+      resource: 'nodeclaims',
+      name: nodeName,
+      resourceVersion: versionOf(read.claim),
+      object: { ...object, metadata: { ...read.claim.metadata } },
+    });
+  if (read.mark !== null && replacement !== null && replacement.tokenId === read.tokenId && replacement.claimedBy !== facts.uid)
+    claims.push({
+      op: 'status',
+      resource: 'nodereplacements',
+      name: nodeName,
+      resourceVersion: versionOf(read.mark),
+      status: { claimedBy: facts.uid },
+    });
   return claims;
 }
 
-/** With --inventory, the node's entry for the kubelet client and serving rules; one GET of `kubeboot/inventory` per CSR. */
+/** With --inventory, the node's entry for the kubelet client and serving rules (a legacy ConfigMap is named, never read as one). */
 async function readInventory(
   policyName: PolicyName,
   nodeName: string | null,
@@ -183,8 +182,9 @@ async function readInventory(
   lookups: Lookups,
 ): Promise<InventoryLookup | null> {
   if (policy.inventory !== true || policyName === 'kube-proxy-client' || nodeName === null) return null;
-  const cm = await lookups.record(INVENTORY);
-  return cm === null ? { found: false } : { found: true, entry: inventoryEntry(cm.data, nodeName) };
+  const inventory = await lookups.record('inventories', INVENTORY_NAME);
+  if (inventory !== null) return { found: true, entry: inventoryEntry(inventory.spec?.nodes, nodeName) };
+  return (await lookups.legacy('inventory')) === null ? { found: false } : { found: false, legacy: unmigrated('inventory') };
 }
 
 export { AUTHORIZED_RULE } from './policy.js';
@@ -281,7 +281,7 @@ export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups:
   const kind = requesterKind(facts);
   const read =
     nodeName !== null && (policyName === 'kubelet-client' ? kind !== null : kind === 'node')
-      ? await readRecords(facts, nodeName, node !== null, lookups)
+      ? await readRecords(facts, nodeName, lookups)
       : null;
   const world: World = {
     node,

@@ -9,16 +9,9 @@
 import { BlockList, isIP } from 'node:net';
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER } from '../identity.js';
-import {
-  bindingAllows,
-  bindingName,
-  BINDINGS_NAMESPACE,
-  REVOCATIONS,
-  type Replacement,
-  type Revocation,
-  type TokenBinding,
-} from '../kube/join-bindings.js';
-import { INVENTORY_REF, inventoryHasIp, type InventoryEntry, type InventoryLookup } from '../kube/inventory.js';
+import { bindingAllows, bindingRef, type Replacement, type Revocation, type TokenBinding } from '../records/bindings.js';
+import { INVENTORY_REF, inventoryHasIp, type InventoryEntry, type InventoryLookup } from '../records/inventory.js';
+import { recordRef } from '../records/kinds.js';
 import { reservedNameProblem } from '../pki/names.js';
 import { excerpt } from '../text.js';
 import type { ApiServerFacts } from './apiserver.js';
@@ -39,7 +32,7 @@ export interface ApproverPolicy {
   /** Absent or not enabled: kubelet client CSRs are left to kube-controller-manager, as before. */
   kubeletClient?: KubeletClientPolicy;
   /**
-   * --inventory: `kubeboot/inventory` (agent/kube/inventory.ts) is the authority: kubelet client CSRs
+   * --inventory: `inventories.kubeboot.io/inventory` (agent/records/inventory.ts) is the authority: kubelet client CSRs
    * (first issue and renewal) only for listed names, serving IP SANs only among the listed addresses.
    */
   inventory?: boolean;
@@ -89,16 +82,16 @@ export interface World {
   blocking: string[];
   /** The API server's names and addresses (apiserver.ts); null for a policy that does not read them. */
   apiServer: ApiServerFacts | null;
-  /** kubelet-client only (null otherwise): what agent/kube/join-bindings.ts's records say of this token and name. */
+  /** kubelet-client only (null otherwise): what the records of agent/records/bindings.ts say of this token and name. */
   records: NodeRecords | null;
-  /** With --inventory, for kubelet-client and kubelet-serving (null otherwise): the node's entry in `kubeboot/inventory`. */
+  /** With --inventory, for kubelet-client and kubelet-serving (null otherwise): the node's entry in `inventories.kubeboot.io/inventory`. */
   inventory?: InventoryLookup | null;
 }
 
 export interface NodeRecords {
-  /** First issue: the token's binding (`kubeboot/token-<id>`), why it cannot be trusted, or null when there is none. */
+  /** First issue: the token's binding (`tokenbindings.kubeboot.io/<id>`), why it cannot be trusted, or null when there is none. */
   binding: TokenBinding | { problem: string } | null;
-  /** First issue: the replacement mark of the name, read when that Node exists. */
+  /** First issue: the replacement mark of the name, if any (the rule checks it is for this token). */
   replacement: Replacement | null;
   /** Renewal: the node's revocation. */
   revocation: Revocation | null;
@@ -246,14 +239,14 @@ const expiration: Rule = {
 const notRevoked: Rule = {
   name: 'not-revoked',
   summary:
-    'the node has no entry in `kubeboot/revocations` (`kubeboot node revoke`): a revoked node gets no certificate of any kind, its kubelet client renewed or issued again to any token, its kube-proxy or serving one, until `kubeboot node unrevoke` (what it holds dies at its notAfter)',
+    'the node has no revocation `noderevocations.kubeboot.io/<n>` (`kubeboot node revoke`), nor an entry in an unmigrated ConfigMap `kubeboot/revocations`: a revoked node gets no certificate of any kind, its kubelet client renewed or issued again to any token, its kube-proxy or serving one, until `kubeboot node unrevoke` (what it holds dies at its notAfter)',
   check: ({ nodeName, world }) => {
     // Read for every node requester (decide.ts); none read is a revocation not checked, so nothing is approved.
-    if (world.records === null) return `the revocations ${BINDINGS_NAMESPACE}/${REVOCATIONS} were not read`;
+    if (world.records === null) return `the revocation ${recordRef('noderevocations', nodeName!)} was not read`;
     const revoked = world.records.revocation;
     if (revoked === null) return null;
     const at = revoked.at ? ` at ${show(revoked.at)}` : '';
-    return `node ${nodeName} was revoked${at}${revoked.reason ? `: ${show(revoked.reason)}` : ''} (${BINDINGS_NAMESPACE}/${REVOCATIONS})`;
+    return `node ${nodeName} was revoked${at}${revoked.reason ? `: ${show(revoked.reason)}` : ''} (${recordRef('noderevocations', nodeName!)})`;
   },
 };
 
@@ -489,8 +482,8 @@ const ipSans: Rule = {
 /** The node's inventory entry, or why there is none an inventory rule can trust. */
 function trustedEntry(lookup: InventoryLookup | null | undefined, nodeName: string): InventoryEntry | string {
   if (lookup === null || lookup === undefined || !lookup.found)
-    return `the inventory ConfigMap ${INVENTORY_REF} does not exist: with --inventory no kubelet client or serving CSR is approved without it (kubectl create configmap inventory -n kubeboot --from-literal=${nodeName}='ips: ...')`;
-  if (lookup.entry === null) return `node ${nodeName} is not in the inventory ${INVENTORY_REF} (add a key ${nodeName})`;
+    return `the inventory ${INVENTORY_REF} does not exist: with --inventory no kubelet client or serving CSR is approved without it (docs/node-identity.md: an Inventory named inventory, spec.nodes.${nodeName}: 'ips: ...')${lookup?.found === false && lookup.legacy ? `; ${lookup.legacy}` : ''}`;
+  if (lookup.entry === null) return `node ${nodeName} is not in the inventory ${INVENTORY_REF} (add a key ${nodeName} to spec.nodes)`;
   return 'problem' in lookup.entry ? `the inventory entry cannot be trusted: ${lookup.entry.problem}` : lookup.entry;
 }
 
@@ -498,7 +491,7 @@ const inventoryAddresses: Rule = {
   name: 'inventory-addresses',
   inventory: 'on',
   summary:
-    "the node is listed in `kubeboot/inventory` and each IP SAN is one of its entry's `ips` or inside one of its CIDRs (instead of the Node's `status.addresses`, which its kubelet writes: kubernetes/kubernetes#50635), and inside a `--serving-ip-cidr` when any is set",
+    "the node is listed in `inventories.kubeboot.io/inventory` and each IP SAN is one of its entry's `ips` or inside one of its CIDRs (instead of the Node's `status.addresses`, which its kubelet writes: kubernetes/kubernetes#50635), and inside a `--serving-ip-cidr` when any is set",
   check: ({ csr, world, policy, nodeName }) => {
     const entry = trustedEntry(world.inventory, nodeName!);
     if (typeof entry === 'string') return entry;
@@ -627,10 +620,10 @@ const tokenBound: Rule = {
   name: 'token-bound',
   only: 'bootstrap',
   summary:
-    "the token's binding `kubeboot/token-<id>` (`kubeboot token create --node/--pool`) allows `<n>`: one of its names or under its prefix, within its max-nodes, and a name it was spent on only for that same CSR; a token with no binding only under `--unsafe-approve-unbound-tokens`",
+    "the token's binding `tokenbindings.kubeboot.io/<id>` (`kubeboot token create --node/--pool`) allows `<n>`: one of its names or under its prefix, within its max-nodes, and a name spent (by any token: `nodeclaims.kubeboot.io/<n>`) only for that same CSR, or freed by a replacement mark for this token; a token with no binding only under `--unsafe-approve-unbound-tokens`",
   check: ({ csr, nodeName, world, policy }) => {
     const binding = world.records!.binding;
-    const where = `${BINDINGS_NAMESPACE}/${bindingName(tokenIdOf(csr.username)!)}`;
+    const where = bindingRef(tokenIdOf(csr.username)!);
     if (binding === null)
       return policy.kubeletClient?.unboundTokens === true
         ? null
@@ -646,13 +639,15 @@ const noTakeover: Rule = {
   reads: ['node'],
   only: 'bootstrap',
   summary:
-    'no Node `<n>` exists, unless the admin marked it as being replaced (`kubeboot node replace`: `kubeboot/replacements`) before this CSR was made and no other CSR has claimed the mark (the first one wins)',
+    'no Node `<n>` exists, unless the admin marked it as being replaced for this token (`kubeboot node replace`: `nodereplacements.kubeboot.io/<n>`) before this CSR was made and no other CSR has claimed the mark (the first one wins)',
   check: ({ csr, nodeName, world }) => {
     if (world.node === null) return null;
     const mark = world.records!.replacement;
     const live = `Node ${nodeName} exists: a bootstrap token never takes over a registered node's name`;
     if (mark === null) return `${live} (kubeboot node replace ${nodeName} marks it as being replaced)`;
     if (mark.claimedBy === csr.uid) return null;
+    if (mark.tokenId !== tokenIdOf(csr.username))
+      return `${live}; its replacement mark is for ${mark.tokenId ? `token ${show(mark.tokenId)}` : 'no token yet (kubeboot token create --node binds it)'}`;
     if (mark.claimedBy !== null) return `${live}; its replacement mark was claimed by the CSR with uid ${show(mark.claimedBy)}`;
     // A CSR filed before the mark (an attacker's, pending since) must not win it: the replacement machine boots after.
     const marked = Math.floor(Date.parse(mark.at) / 1000) * 1000;
@@ -687,7 +682,7 @@ const inventoryListed: Rule = {
   name: 'inventory-listed',
   inventory: 'on',
   summary:
-    'the node name is a key of `kubeboot/inventory` whose entry parses, for a renewal too: removing a node from the inventory stops its renewals as a revocation does; a missing inventory approves nothing',
+    'the node name is a key of `inventories.kubeboot.io/inventory` (spec.nodes) whose entry parses, for a renewal too: removing a node from the inventory stops its renewals as a revocation does; a missing inventory approves nothing',
   check: ({ world, nodeName }) => {
     const entry = trustedEntry(world.inventory, nodeName!);
     return typeof entry === 'string' ? entry : null;

@@ -7,14 +7,15 @@
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { Approver } from '../approver/approver.js';
-import { getRecord } from '../approver/api.js';
 import { connect } from '../approver/connect.js';
 import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem, type KcmAutoApproval } from '../approver/kcm-bindings.js';
 import { createApproverMetrics } from '../approver/metrics.js';
 import type { ApproverPolicy } from '../approver/policy.js';
 import type { Config } from '../config/types.js';
-import { INVENTORY, INVENTORY_REF } from '../kube/inventory.js';
-import { inventoryStatus } from '../kube/inventory-status.js';
+import { INVENTORY_REF } from '../records/inventory.js';
+import { inventoryStatus } from '../records/inventory-status.js';
+import { INVENTORY_NAME } from '../records/kinds.js';
+import { MIGRATE_COMMAND } from '../records/legacy.js';
 import { startHttpServer, type StatusServer } from '../daemon/http.js';
 import { createNotifier, startWatchdog } from '../daemon/notify.js';
 import { ExitCode } from '../errors.js';
@@ -46,6 +47,11 @@ export function kubeletClientOffProblem(kcm: Pick<KcmAutoApproval, 'grants'>): s
   return "KUBELET CLIENT APPROVAL IS OFF (--no-approve-kubelet-client) and the authorizer lets kube-controller-manager approve none: no node gets its first kubelet client certificate or renews it, and every node drops off the cluster at its certificate's notAfter; drop --no-approve-kubelet-client (approver.kubeletClient: false in the config file)";
 }
 
+/** ConfigMap records of an earlier release still in `kubeboot`: what the approver does with them, and the command that moves them. */
+function legacyRecordsProblem(names: readonly string[]): string {
+  return `unmigrated ConfigMap records ${names.map((n) => `kubeboot/${n}`).join(', ')}: never trusted (a revocation there still refuses its node; nothing else is read); move them with: ${MIGRATE_COMMAND}`;
+}
+
 export async function runApprover(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
   const a = config.approver;
   if (a.kubeletServing && a.servingIpCidrs.length === 0) {
@@ -57,7 +63,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
   if (a.unsafeApproveUnboundTokens)
     logger.warn(
       a.kubeletClient
-        ? "--unsafe-approve-unbound-tokens: a bootstrap token with no kubeboot/token-<id> binding gets a kubelet certificate for any node name not yet registered, as many as it asks for; whoever reads a node pool's user-data can mint node identities"
+        ? "--unsafe-approve-unbound-tokens: a bootstrap token with no tokenbindings.kubeboot.io/<id> binding gets a kubelet certificate for any node name not yet registered, as many as it asks for; whoever reads a node pool's user-data can mint node identities"
         : '--unsafe-approve-unbound-tokens has no effect without --approve-kubelet-client',
     );
   const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: process.env, readFile: readOptional });
@@ -75,14 +81,8 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
       `could not ask the authorizer whether kube-controller-manager still approves kubelet client CSRs itself (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,
     );
   }
-  const inventory = a.inventory ? inventoryStatus(() => getRecord(client, INVENTORY, signal), systemClock) : null;
-  if (inventory !== null) {
-    if (!a.kubeletClient && !a.kubeletServing)
-      logger.warn('--inventory has no effect without --approve-kubelet-client or --approve-kubelet-serving');
-    const seen = await inventory.look();
-    if (seen.ok) logger.info(`--inventory: ${INVENTORY_REF}: ${seen.text}`);
-    else logger.warn(`--inventory: ${INVENTORY_REF}: ${seen.text}`);
-  }
+  if (a.inventory && !a.kubeletClient && !a.kubeletServing)
+    logger.warn('--inventory has no effect without --approve-kubelet-client or --approve-kubelet-serving');
   // matches client-go's leader-election identity: hostname plus a unique suffix, so two processes on one host differ.
   const identity = `${os.hostname()}_${randomUUID()}`;
   const metrics = createApproverMetrics();
@@ -104,6 +104,20 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     logger,
     metrics,
   );
+  const inventory = a.inventory
+    ? inventoryStatus(async () => approver.records.get('inventories', INVENTORY_NAME)?.spec?.nodes ?? null, systemClock)
+    : null;
+  // Once the records are in: what the inventory holds, and any record of an earlier release still trusted by nothing.
+  void approver.records.whenSynced().then(async () => {
+    if (signal.aborted) return;
+    if (inventory !== null) {
+      const seen = await inventory.look();
+      if (seen.ok) logger.info(`--inventory: ${INVENTORY_REF}: ${seen.text}`);
+      else logger.warn(`--inventory: ${INVENTORY_REF}: ${seen.text}`);
+    }
+    const legacy = approver.records.legacyPresent();
+    if (legacy.length > 0) logger.warn(legacyRecordsProblem(legacy));
+  });
   const notifier = createNotifier({ env: process.env, logger });
   let http: StatusServer | null = null;
   if (a.listen !== null) {
@@ -113,9 +127,11 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
       port: Number(a.listen.slice(at + 1)),
       healthy: () => !signal.aborted,
       readiness: () => ({
-        ready: approver.informer.synced,
+        ready: approver.informer.synced && approver.records.synced,
         detail: [
           `csr cache: ${approver.informer.synced ? `synced (${approver.informer.cache.size} CSRs)` : `not synced: ${approver.informer.notSyncedBecause ?? ''}; not taking part in leader election`}`,
+          `records: ${approver.records.synced ? 'synced' : `not synced: ${approver.records.notSyncedBecause ?? ''} (apply packaging/manifests/approver/node-identity.yaml); not taking part in leader election`}`,
+          ...(approver.records.legacyPresent().length > 0 ? [legacyRecordsProblem(approver.records.legacyPresent())] : []),
           `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`,
           ...(kcm === null ? [] : [kcm.detail()]),
           ...(inventory === null ? [] : [inventory.detail()]),

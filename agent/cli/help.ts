@@ -15,7 +15,7 @@ export const EXIT_CODES_HELP = `Exit codes:
   5  no signature for the join token in kube-public/cluster-info: deleted, expired or mistyped (make a new token)
   6  tpm: no TPM to use (none, only /dev/tpm0, no access) or the endorsement hierarchy needs a password
   (token, user-data, join-command, node: 1 = cluster unreachable, the admin credential refused or forbidden,
-   no namespace kubeboot for a binding or node record, or no RBAC lets a new token create its CSR;
+   kubeboot's records (CustomResourceDefinitions) not installed, or no RBAC lets a new token create its CSR;
    2 = no or bad admin kubeconfig, invalid --groups/--usages/--ttl/--node/--pool/--max-nodes or node name,
    unknown token id, unrevoke of a node not revoked)`;
 
@@ -43,6 +43,8 @@ Cluster admin commands (use the admin kubeconfig, like kubectl):
   node replace|revoke|unrevoke NAME | list
               mark a node as being replaced (its re-join under the same name), revoke or unrevoke its identity
               (pending CSRs denied now, renewals refused), list every node's identity, expiry, renewer, state
+  records migrate [--dry-run]
+              move the ConfigMap records of an earlier release (namespace kubeboot) into kubeboot.io records
   user-data   print cloud-init user-data (or --format script) that installs kubeboot and joins a node
   ca-rotation publish|status|retire
               rotate the cluster CA with no node touched: publish the bundle, follow every node's progress,
@@ -187,8 +189,8 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   token: {
     usage: 'kubeboot token create [--node NAME | --pool PREFIX --max-nodes N] | list | delete ID [options]',
     summary: `Cluster admin: make a bootstrap token (prints only the token), list them (never the secret) with what each may join, delete one.
---node/--pool write the binding kubeboot/token-<id> (a ConfigMap kubeboot approver reads) before the token, and delete
-removes it after the token; without the namespace kubeboot nothing is made (docs/node-identity.md).
+--node/--pool write the binding tokenbindings.kubeboot.io/<id> (a record kubeboot approver reads) before the token, and delete
+removes it after the token (the names it spent stay spent); without kubeboot's records installed nothing is made (docs/node-identity.md).
 create asks the cluster's authorizer what the token may do first: on a kubeadm cluster without kubeboot's RBAC it adds
 kubeadm's group system:bootstrappers:kubeadm:default-node-token; where no group may create a CSR it makes nothing (exit 1).`,
     options: [...LOG],
@@ -198,9 +200,11 @@ kubeadm's group system:bootstrappers:kubeadm:default-node-token; where no group 
     },
   },
   node: {
-    usage: 'kubeboot node replace NAME | revoke NAME [--reason TEXT] [--delete-node] | unrevoke NAME | list [--output json] [options]',
-    summary: `Cluster admin: the node records kubeboot approver reads (ConfigMaps kubeboot/replacements and kubeboot/revocations).
-replace: the next CSR for system:node:NAME from a token bound to NAME may take over the existing Node (a replaced machine).
+    usage:
+      'kubeboot node replace NAME [--for-token ID] | revoke NAME [--reason TEXT] [--delete-node] | unrevoke NAME | list [--output json] [options]',
+    summary: `Cluster admin: the node records kubeboot approver reads (nodereplacements.kubeboot.io and noderevocations.kubeboot.io).
+replace: the next CSR for system:node:NAME from the token the mark is for (--for-token, else the next token create --node NAME)
+may take the name again, spent or with a live Node (a replaced machine); the replaced machine's certificate lives to its notAfter.
 revoke: kubeboot approver approves no certificate of NAME any more (kubelet client, kube-proxy, serving); its pending
 CSRs of every signer are denied now; a certificate already issued lives to its notAfter, which it prints. list: each Node (and revoked name), its identity,
 the expiry of its newest kubelet client certificate a CSR still shows ("unknown" once the CSRs are gone), who renews it,
@@ -210,8 +214,17 @@ revoked or not, a replacement mark. Holds only once the authorizer no longer let
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
       reason: 'revoke: why; recorded with the revocation and in the message of the CSRs it denies',
       'delete-node': 'revoke: also delete the Node object',
+      'for-token': 'replace: the bootstrap token whose first CSR for NAME may claim the mark',
       output: 'list: text or json',
     },
+  },
+  records: {
+    usage: 'kubeboot records migrate [--dry-run] [options]',
+    summary: `Cluster admin: move the ConfigMap records of an earlier release (namespace kubeboot: token-<id>, replacements, revocations,
+inventory) into kubeboot.io records only the cluster admin can write, then delete each ConfigMap. Idempotent; --dry-run writes
+nothing. kubeboot approver refuses to act on a ConfigMap record until it is moved; read what --dry-run prints first.`,
+    options: [...LOG],
+    meanings: { kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)' },
   },
   'ca-rotation': {
     usage:

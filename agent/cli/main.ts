@@ -83,6 +83,8 @@ async function main(argv: string[]): Promise<number> {
           loaded.extraFlags.output,
           process.env,
         );
+      case 'records':
+        return await (await import('./records.js')).runRecords(loaded.positionals, loaded.extraFlags.given, process.env);
       case 'ca-rotation':
         return await (await import('./ca-rotation.js')).runCaRotation(
           loaded.positionals,

@@ -1,6 +1,6 @@
 /**
  * `kubeboot node replace|revoke|unrevoke|list`: the records `kubeboot
- * approver` reads before it issues a kubelet identity (agent/kube/join-bindings.ts),
+ * approver` reads before it issues a kubelet identity (agent/records/),
  * and what the cluster shows about each node's. revoke also denies the
  * node's pending kubelet client CSRs now (the approver refuses its renewals
  * from then on); a certificate already issued cannot be recalled and lives
@@ -13,6 +13,7 @@ import { ExitCode, InputError } from '../errors.js';
 import { withAdmin, type Admin } from '../join/admin.js';
 import { renderNodeTable } from '../join/node.js';
 import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../join/node-requests.js';
+import { parseTokenId } from '../join/token.js';
 import { excerpt, terminalJson, terminalLines, type Streams } from '../text.js';
 import { systemClock, type Clock } from '../time/clock.js';
 
@@ -37,13 +38,15 @@ export async function runNode(
   if (action !== 'revoke')
     for (const flag of ['reason', 'delete-node'])
       if (given[flag] !== undefined) throw new InputError(CLI, `--${flag}`, 'only with kubeboot node revoke');
+  if (action !== 'replace' && given['for-token'] !== undefined) throw new InputError(CLI, '--for-token', 'only with kubeboot node replace');
   let act: (admin: Admin) => Promise<string[]>;
   let doing: string;
   switch (action) {
     case 'replace': {
-      const name = nameArg('replace NAME');
+      const name = nameArg('replace NAME [--for-token ID]');
+      const forToken = typeof given['for-token'] === 'string' ? parseTokenId(given['for-token']) : null;
       doing = `mark node ${name} as being replaced`;
-      act = (admin) => replaceNode(admin.client, name, clock.now());
+      act = (admin) => replaceNode(admin.client, name, forToken);
       break;
     }
     case 'revoke': {
@@ -61,7 +64,9 @@ export async function runNode(
     }
     case 'list': {
       if (rest.length !== 0) throw new InputError(CLI, 'arguments', 'usage: kubeboot node list [--output json]');
-      const rows = await withAdmin(given, env, 'list the Nodes, their CSRs and kubeboot/revocations', (admin) => listNodes(admin.client));
+      const rows = await withAdmin(given, env, 'list the Nodes, their CSRs, revocations and replacement marks', (admin) =>
+        listNodes(admin.client),
+      );
       io.stdout.write(output === 'json' ? terminalJson(rows) : renderNodeTable(rows));
       return ExitCode.ok;
     }

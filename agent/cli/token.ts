@@ -2,9 +2,10 @@
  * `kubeboot token create|list|delete`: bootstrap tokens for joining nodes,
  * as `kubeadm token` makes them. create prints only the token; list never
  * prints a secret. `--node`/`--pool` bind the token to what it may join: a
- * ConfigMap `kubeboot/token-<id>` (agent/kube/join-bindings.ts) that
- * `kubeboot approver` reads, written before the token exists and deleted
- * after it, so no token is ever without its binding (agent/join/cluster-requests.ts).
+ * TokenBinding `tokenbindings.kubeboot.io/<id>` (agent/records/bindings.ts)
+ * that `kubeboot approver` reads, written before the token exists (and
+ * given its Secret's uid once it does) and deleted after it, so no token is
+ * ever without its binding (agent/join/cluster-requests.ts).
  */
 import type { Given } from '../config/load.js';
 import { ExitCode, InputError } from '../errors.js';
@@ -44,7 +45,13 @@ export async function runToken(
     case 'list': {
       expect(0, 'list');
       const listed = await withAdmin(given, env, 'list bootstrap tokens in kube-system', listTokens);
-      process.stdout.write(output === 'json' ? terminalJson(listed.tokens) : renderTokenTable(listed));
+      // A binding's spent names are a Map (agent/records/bindings.ts): shown as an object.
+      const json = listed.tokens.map((tk) =>
+        tk.binding !== null && 'issued' in tk.binding
+          ? { ...tk, binding: { ...tk.binding, issued: Object.fromEntries(tk.binding.issued) } }
+          : tk,
+      );
+      process.stdout.write(output === 'json' ? terminalJson(json) : renderTokenTable(listed));
       return ExitCode.ok;
     }
     case 'delete': {

@@ -426,12 +426,21 @@ export const COMMANDS = [
   'ca-rotation',
   'node',
   'tpm',
+  'records',
 ] as const;
 export type Command = (typeof COMMANDS)[number];
 /** The cluster admin's commands that make bootstrap tokens: they run on the admin's machine, not on a node. */
 export const ADMIN_COMMANDS: readonly Command[] = ['token', 'join-command', 'user-data'];
 /** Commands that need no node name of their own (tpm reads only the machine's TPM). */
-export const CLUSTER_COMMANDS: readonly Command[] = [...ADMIN_COMMANDS, 'approver', 'approver-kubeconfig', 'ca-rotation', 'node', 'tpm'];
+export const CLUSTER_COMMANDS: readonly Command[] = [
+  ...ADMIN_COMMANDS,
+  'approver',
+  'approver-kubeconfig',
+  'ca-rotation',
+  'node',
+  'records',
+  'tpm',
+];
 
 export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   {
@@ -481,9 +490,9 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
   },
   {
     flag: 'kubeconfig',
-    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver', 'ca-rotation', 'node'],
+    commands: [...ADMIN_COMMANDS, 'approver-kubeconfig', 'approver', 'ca-rotation', 'node', 'records'],
     metavar: 'PATH',
-    help: 'token, join-command, user-data, approver-kubeconfig, ca-rotation, node: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
+    help: 'token, join-command, user-data, approver-kubeconfig, ca-rotation, node, records: the admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config); approver: its own kubeconfig, as approver.kubeconfig',
   },
   {
     flag: 'ttl',
@@ -549,6 +558,19 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     type: 'bool',
     metavar: '',
     help: 'node revoke: also delete the Node object',
+  },
+  {
+    flag: 'for-token',
+    commands: ['node'],
+    metavar: 'ID',
+    help: 'node replace: the bootstrap token whose CSR may claim the mark (default: the next token create --node NAME)',
+  },
+  {
+    flag: 'dry-run',
+    commands: ['records'],
+    type: 'bool',
+    metavar: '',
+    help: 'records migrate: print what would be moved, write nothing',
   },
   {
     flag: 'create-token',

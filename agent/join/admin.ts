@@ -8,7 +8,6 @@ import os from 'node:os';
 import path from 'node:path';
 import type { Given } from '../config/load.js';
 import { ApiError, ExitCode, InputError, KubebootError, TransportError } from '../errors.js';
-import { BINDINGS_NAMESPACE } from '../kube/join-bindings.js';
 import { KubeClient } from '../kube/client.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import { caCertHash } from '../pki/pin.js';
@@ -113,10 +112,5 @@ export function defaultJoinPins(admin: Admin): string[] {
   return admin.kubeconfig.caPem === null ? [] : [caCertHash(admin.kubeconfig.caPem)];
 }
 
-/** What makes the namespace `kubeboot` (and the approver's RBAC on it). */
-export const MANIFESTS_COMMAND = 'kubectl apply -f /usr/share/kubeboot/manifests/ -f /usr/share/kubeboot/manifests/approver/';
-
-/** A create in `kubeboot` answered 404: the namespace is not there. */
-export function namespaceMissing(what: string): KubebootError {
-  return new KubebootError(`namespace ${BINDINGS_NAMESPACE} does not exist (${what}); create it with: ${MANIFESTS_COMMAND}`);
-}
+/** What installs kubeboot's records (and the approver's RBAC on them). */
+export { MANIFESTS_COMMAND } from '../records/requests.js';

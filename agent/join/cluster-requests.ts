@@ -1,27 +1,18 @@
 /**
  * What the admin commands ask the cluster when they make what a node joins
  * with (`kubeboot token`, `user-data`/`join-command --create-token`): the
- * bootstrap token Secrets in kube-system and their bindings in `kubeboot`
- * (agent/kube/join-bindings.ts), what a token may do (SubjectAccessReview),
+ * bootstrap token Secrets in kube-system and their bindings (TokenBinding
+ * records, agent/records/bindings.ts), what a token may do (SubjectAccessReview),
  * how kube-proxy runs. The decisions on what comes back are agent/join/token.ts's
  * and agent/join/cluster-side.ts's.
  */
 import { BOOTSTRAPPERS_GROUP } from '../approver/policy.js';
 import { ApiError, ExitCode, InputError, KubebootError } from '../errors.js';
 import type { ApiResponse } from '../kube/client.js';
-import {
-  BINDING_LABEL,
-  BINDINGS_CONFIGMAPS,
-  BINDINGS_NAMESPACE,
-  bindingConfigMap,
-  bindingName,
-  parseBinding,
-  parseReplacements,
-  REPLACEMENTS,
-  type TokenBinding,
-} from '../kube/join-bindings.js';
+import { bindingName, bindingRecord, bindingRef, parseBinding, type TokenBinding } from '../records/bindings.js';
+import { createRecord, deleteRecord, listRecords, patchSpec, readRecord } from '../records/requests.js';
 import { excerpt } from '../text.js';
-import { namespaceMissing, type Admin } from './admin.js';
+import type { Admin } from './admin.js';
 import {
   approvalNotes,
   KUBEADM_TOKEN_GROUP,
@@ -67,13 +58,20 @@ export async function createToken(
       for (const name of binding.names) {
         const problem = nodeNameProblem(name, [host]);
         if (problem !== null) throw new InputError('command line', '--node', problem);
-        notes.push(...(await takeoverNotes(admin, name)));
       }
     }
-    const made = await admin.client.request('POST', BINDINGS_CONFIGMAPS, { body: bindingConfigMap(token.id, binding), accept: [404] });
-    if (made.status === 404) throw namespaceMissing('the token would have no binding, so no token was made');
+    const made = await createRecord(
+      admin.client,
+      'tokenbindings',
+      bindingRecord(token.id, binding),
+      'the token would have no binding, so no token was made',
+    );
+    if (made === null)
+      throw new KubebootError(
+        `a binding ${bindingRef(token.id)} exists already; no token was made (delete it with: kubeboot token delete ${token.id})`,
+      );
   }
-  let res: ApiResponse<{ metadata?: { name?: string }; data?: Record<string, string> }>;
+  let res: ApiResponse<{ metadata?: { name?: string; uid?: string }; data?: Record<string, string> }>;
   try {
     res = await admin.client.request('POST', SECRETS, { body: tokenSecret(token, spec, now) });
   } catch (err) {
@@ -83,6 +81,16 @@ export async function createToken(
   const summary = summarize(res.body);
   if (summary === null)
     throw new KubebootError(`the API server returned bootstrap token Secret ${secretName(token.id)} without its token-id`);
+  if (binding !== null) {
+    // Until the binding names its Secret the approver approves nothing from it: a binding whose token was never made stays unusable.
+    const bound = await readRecord(admin.client, 'tokenbindings', bindingName(token.id));
+    const uid = res.body.metadata?.uid ?? '';
+    if (bound === null || uid === '' || !(await patchSpec(admin.client, bound, 'tokenbindings', { tokenSecretUID: uid }))) {
+      await deleteToken(admin, token.id).catch(() => undefined);
+      throw new KubebootError(`the binding ${bindingRef(token.id)} changed or went while its token was made; nothing was kept, try again`);
+    }
+    if ('names' in binding) for (const name of binding.names) notes.push(...(await takeoverNotes(admin, name, token.id)));
+  }
   return { token, summary, notes };
 }
 
@@ -158,63 +166,77 @@ async function undoBinding(admin: Admin, id: string, err: unknown): Promise<void
       );
     }
   }
-  await admin.client.request('DELETE', `${BINDINGS_CONFIGMAPS}/${bindingName(id)}`, { accept: [404] }).catch(() => undefined);
+  await deleteRecord(admin.client, 'tokenbindings', bindingName(id)).catch(() => undefined);
 }
 
-/** A live Node of that name is refused to a bootstrap token (`no-takeover`) unless marked as being replaced. Advisory: a failed read says nothing. */
-async function takeoverNotes(admin: Admin, name: string): Promise<string[]> {
+/**
+ * A live Node of that name is refused to a bootstrap token (`no-takeover`)
+ * unless marked as being replaced for that token: an unclaimed mark bound to
+ * no token yet is bound to this one. Advisory: a failed read says nothing.
+ */
+async function takeoverNotes(admin: Admin, name: string, tokenId: string): Promise<string[]> {
   try {
+    const mark = await readRecord(admin.client, 'nodereplacements', name);
+    if (mark !== null && !mark.status?.claimedBy) {
+      const markedFor = mark.spec?.tokenID ?? '';
+      if (markedFor === tokenId) return [];
+      if (markedFor === '' && (await patchSpec(admin.client, mark, 'nodereplacements', { tokenID: tokenId })))
+        return [`the replacement mark of node ${name} is now for this token: its first CSR for ${name} claims it`];
+      return [
+        `node ${name} is marked as being replaced for token ${markedFor}, not this one: kubeboot node replace ${name} --for-token ${tokenId} gives the mark to this one`,
+      ];
+    }
     const node = await admin.client.request('GET', `/api/v1/nodes/${encodeURIComponent(name)}`, { accept: [404] });
-    if (node.status === 404) return [];
-    const marks = await admin.client.request<{ data?: Record<string, string> }>('GET', `${BINDINGS_CONFIGMAPS}/${REPLACEMENTS}`, {
-      accept: [404],
-    });
-    const mark = marks.status === 404 ? undefined : parseReplacements(marks.body.data).get(name);
-    if (mark !== undefined && mark.claimedBy === null) return [];
+    if (node.status === 404 && (await readRecord(admin.client, 'nodeclaims', name)) === null) return [];
     return [
-      `Node ${name} exists: kubeboot approver refuses a bootstrap token its name (no-takeover) unless the machine is being replaced: kubeboot node replace ${name}`,
+      `${node.status === 404 ? `the name ${name} was spent on a token before` : `Node ${name} exists`}: kubeboot approver refuses it to a bootstrap token (${node.status === 404 ? 'token-bound' : 'no-takeover'}) unless the machine is being replaced: kubeboot node replace ${name} --for-token ${tokenId}`,
     ];
   } catch {
     return [];
   }
 }
 
-/** `token delete`: the Secret first (its binding must outlive it), then the binding; either may already be gone. */
+/** `token delete`: the Secret first (its binding must outlive it), then the binding; either may already be gone. The names it spent stay spent. */
 export async function deleteToken(admin: Admin, id: string): Promise<string> {
   const secret = await admin.client.request('DELETE', `${SECRETS}/${secretName(id)}`, { accept: [404] });
-  const binding = await admin.client.request('DELETE', `${BINDINGS_CONFIGMAPS}/${bindingName(id)}`, { accept: [404] });
-  const where = `${BINDINGS_NAMESPACE}/${bindingName(id)}`;
-  if (secret.status === 404 && binding.status === 404)
-    throw new KubebootError(`no bootstrap token ${id} in ${TOKEN_NAMESPACE}`, ExitCode.badInput);
+  const binding = await deleteRecord(admin.client, 'tokenbindings', bindingName(id)).catch((err: unknown) => {
+    if (err instanceof ApiError && err.status === 404) return false;
+    throw err;
+  });
+  const where = bindingRef(id);
+  if (secret.status === 404 && !binding) throw new KubebootError(`no bootstrap token ${id} in ${TOKEN_NAMESPACE}`, ExitCode.badInput);
   if (secret.status === 404) return `binding ${where} deleted (bootstrap token ${id} was already gone)`;
-  return binding.status === 404 ? `bootstrap token ${id} deleted` : `bootstrap token ${id} and its binding ${where} deleted`;
+  return binding ? `bootstrap token ${id} and its binding ${where} deleted` : `bootstrap token ${id} deleted`;
 }
 
 /** A listed token and what it may join: `binding` null for an unbound token, `{ problem }` for a binding the approver cannot use. */
 export type ListedToken = TokenSummary & { binding: TokenBinding | { problem: string } | null };
 
-interface ConfigMapList {
-  items?: { metadata?: { name?: string; annotations?: Record<string, string> }; data?: Record<string, string> }[];
-}
-
 export async function listTokens(admin: Admin): Promise<{ tokens: ListedToken[]; orphans: string[] }> {
-  const res = await admin.client.request<{ items?: { data?: Record<string, string> }[] }>('GET', SECRETS, {
-    query: { fieldSelector: `type=${TOKEN_SECRET_TYPE}` },
-  });
-  const maps = await admin.client.request<ConfigMapList>('GET', BINDINGS_CONFIGMAPS, {
-    query: { labelSelector: `${BINDING_LABEL}=true` },
-    accept: [404],
-  });
-  const bindings = new Map<string, ListedToken['binding']>();
-  for (const cm of maps.status === 404 ? [] : (maps.body.items ?? [])) {
-    const id = /^token-([a-z0-9]{6})$/.exec(cm.metadata?.name ?? '')?.[1];
-    if (id === undefined) continue;
-    bindings.set(id, parseBinding(id, cm));
+  const res = await admin.client.request<{ items?: { metadata?: { name?: string; uid?: string }; data?: Record<string, string> }[] }>(
+    'GET',
+    SECRETS,
+    {
+      query: { fieldSelector: `type=${TOKEN_SECRET_TYPE}` },
+    },
+  );
+  const bindings = new Map<string, { secretUid: string; parsed: ListedToken['binding'] }>();
+  for (const record of await listRecords(admin.client, 'tokenbindings')) {
+    const id = record.metadata.name;
+    bindings.set(id, { secretUid: record.spec?.tokenSecretUID ?? '', parsed: parseBinding(id, record) });
   }
   const tokens = (res.body.items ?? [])
-    .map(summarize)
-    .filter((s): s is TokenSummary => s !== null)
-    .map((s) => ({ ...s, binding: bindings.get(s.id) ?? null }))
+    .map((secret) => ({ summary: summarize(secret), uid: secret.metadata?.uid ?? '' }))
+    .filter((s): s is { summary: TokenSummary; uid: string } => s.summary !== null)
+    .map(({ summary, uid }) => {
+      const bound = bindings.get(summary.id);
+      // The approver cannot read Secrets: the admin's listing is where a binding that outlived its token shows.
+      const stale = bound !== undefined && bound.secretUid !== '' && bound.secretUid !== uid;
+      return {
+        ...summary,
+        binding: bound === undefined ? null : stale ? { problem: 'made for another Secret of this id (tokenSecretUID)' } : bound.parsed,
+      };
+    })
     .sort((a, b) => a.id.localeCompare(b.id));
   const listed = new Set(tokens.map((t) => t.id));
   return { tokens, orphans: [...bindings.keys()].filter((id) => !listed.has(id)).sort() };

@@ -1,9 +1,10 @@
 /**
  * What `kubeboot node replace|revoke|unrevoke|list` asks the cluster: the
- * replacement marks and revocations in `kubeboot` (agent/kube/join-bindings.ts),
- * written over the resourceVersion read; the node's CSRs (the pending ones
- * of every signer denied on revoke); the Nodes; whether kube-controller-
- * manager still approves kubelet client CSRs (approver/kcm-bindings.ts). What to make of the answers
+ * NodeReplacement and NodeRevocation records (agent/records/kinds.ts), each
+ * made or deleted whole, so the API server's creationTimestamp is the time
+ * of the mark; the node's CSRs (the pending ones of every signer denied on
+ * revoke); the Nodes; whether kube-controller-manager still approves kubelet
+ * client CSRs (approver/kcm-bindings.ts). What to make of the answers
  * is agent/join/node.ts's.
  */
 import { kcmAutoApproval, kcmAutoApprovalProblem } from '../approver/kcm-bindings.js';
@@ -11,36 +12,42 @@ import { ExitCode, KubebootError, ResponseTooLargeError } from '../errors.js';
 import { KUBELET_CLIENT_SIGNER } from '../identity.js';
 import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
-import {
-  BINDINGS_CONFIGMAPS,
-  BINDINGS_NAMESPACE,
-  parseReplacements,
-  parseRevocations,
-  REPLACEMENTS,
-  REVOCATIONS,
-} from '../kube/join-bindings.js';
+import { replacementOf, revocationOf, type Replacement, type Revocation } from '../records/bindings.js';
+import { newRecord, recordRef } from '../records/kinds.js';
+import { legacyEntries, LEGACY_CONFIGMAPS, LEGACY_REVOCATIONS, MIGRATE_COMMAND } from '../records/legacy.js';
+import { createRecord, deleteRecord, listRecords, readRecord } from '../records/requests.js';
 import { expectObject, objectPath } from '../kube/objects.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { parseCsrPem } from '../pki/pkcs10.js';
 import { excerpt, terminalLines, type Streams } from '../text.js';
-import { namespaceMissing } from './admin.js';
 import { newestCerts, nodeRows, NODE_USER, revocationAction, revokedCondition, type IssuedCert } from './node.js';
 import { rfc3339 } from './token.js';
 
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const NODES = '/api/v1/nodes';
 
-/** `node replace`: the first bootstrap CSR for the name claims the mark (the approver writes `claimedBy`); a mark given again starts over. */
-export async function replaceNode(client: KubeClient, name: string, now: Date): Promise<string[]> {
-  await updateEntry(client, REPLACEMENTS, name, JSON.stringify({ at: rfc3339(now), claimedBy: null }), 'the replacement mark lives there');
+/**
+ * `node replace`: a new mark (a mark given again starts over: the old one is
+ * deleted, so its time is the API server's now), for `tokenId` or, without
+ * one, for the next token `kubeboot token create --node` makes for the name.
+ * The first CSR for the name from that token claims it; every other is refused.
+ */
+export async function replaceNode(client: KubeClient, name: string, tokenId: string | null): Promise<string[]> {
+  await deleteRecord(client, 'nodereplacements', name).catch((err: unknown) => {
+    if (!(err instanceof Error && 'status' in err && err.status === 404)) throw err;
+  });
+  const mark = newRecord('nodereplacements', name, { spec: { tokenID: tokenId ?? '' } });
+  if ((await createRecord(client, 'nodereplacements', mark, 'the replacement mark is one; nothing was written')) === null)
+    throw new KubebootError(`${recordRef('nodereplacements', name)} was made again meanwhile; run kubeboot node replace ${name} again`);
   const lines = [
-    `node ${name} marked as being replaced: the first CSR for ${NODE_USER}${name} from a token bound to it claims the mark, every other is refused`,
-    `make that token with: kubeboot token create --node ${name} (or user-data --create-token --node ${name})`,
+    `node ${name} marked as being replaced (${recordRef('nodereplacements', name)}): the first CSR for ${NODE_USER}${name} from ${tokenId === null ? 'the token bound to it next' : `token ${tokenId}`} claims the mark, every other is refused`,
+    tokenId === null
+      ? `make that token with: kubeboot token create --node ${name} (or user-data --create-token --node ${name}); it takes the mark`
+      : `token ${tokenId} must be bound to ${name} (kubeboot token create --node ${name} made it so)`,
   ];
   const node = await client.request('GET', objectPath(NODES, name), { accept: [404] });
-  if (node.status === 404) lines.push(`no Node ${name} exists now: a token bound to it joins without the mark`);
-  const revoked = await readMap(client, REVOCATIONS);
-  if (parseRevocations(revoked).has(name))
+  if (node.status === 404) lines.push(`no Node ${name} exists now`);
+  if ((await readRecord(client, 'noderevocations', name)) !== null)
     lines.push(`node ${name} is revoked: the new machine's renewals are refused until: kubeboot node unrevoke ${name}`);
   return lines;
 }
@@ -57,9 +64,16 @@ export interface RevokeOptions {
  * denies the name), then its pending CSRs are denied, then the Node deleted if asked.
  */
 export async function revokeNode(client: KubeClient, name: string, o: RevokeOptions): Promise<string[]> {
-  await updateEntry(client, REVOCATIONS, name, JSON.stringify({ at: rfc3339(o.now), reason: o.reason }), 'the revocation lives there');
+  const made = await createRecord(
+    client,
+    'noderevocations',
+    newRecord('noderevocations', name, { spec: { reason: o.reason } }),
+    'the revocation is one; nothing was written',
+  );
   const lines = [
-    `node ${name} revoked: kubeboot approver approves no certificate of ${NODE_USER}${name} from now on, kubelet client, kube-proxy or serving (not-revoked)`,
+    made === null
+      ? `node ${name} was revoked already (${recordRef('noderevocations', name)}); its reason is left as it was`
+      : `node ${name} revoked: kubeboot approver approves no certificate of ${NODE_USER}${name} from now on, kubelet client, kube-proxy or serving (not-revoked)`,
   ];
   const { pending, approved, certs } = await scanCsrs(client, name);
   for (const csr of pending) {
@@ -128,8 +142,17 @@ async function denyCsr(client: KubeClient, first: CertificateSigningRequest, nod
 }
 
 export async function unrevokeNode(client: KubeClient, name: string): Promise<string[]> {
-  const before = await updateEntry(client, REVOCATIONS, name, undefined, 'the revocations live there');
-  if (before === undefined) throw new KubebootError(`node ${name} is not revoked`, ExitCode.badInput);
+  const legacy = await client.request<{ data?: Record<string, string> }>('GET', objectPath(LEGACY_CONFIGMAPS, LEGACY_REVOCATIONS), {
+    accept: [404],
+  });
+  const stillLegacy = legacy.status !== 404 && legacyEntries(legacy.body.data).has(name);
+  if (!(await deleteRecord(client, 'noderevocations', name).catch(() => false))) {
+    if (stillLegacy)
+      throw new KubebootError(
+        `node ${name} is revoked by the ConfigMap kubeboot/revocations of an earlier release; move it first: ${MIGRATE_COMMAND}`,
+      );
+    throw new KubebootError(`node ${name} is not revoked`, ExitCode.badInput);
+  }
   return [`node ${name} is no longer revoked: kubeboot approver may renew its kubelet client certificate again`];
 }
 
@@ -139,8 +162,10 @@ export async function listNodes(client: KubeClient) {
     if (typeof n.metadata?.name === 'string') nodes.push(n.metadata.name);
   });
   const { certs } = await scanCsrs(client, null);
-  const revocations = parseRevocations(await readMap(client, REVOCATIONS));
-  const replacements = parseReplacements(await readMap(client, REPLACEMENTS));
+  const revocations = new Map<string, Revocation>();
+  for (const r of await listRecords(client, 'noderevocations')) revocations.set(r.metadata.name, revocationOf(r));
+  const replacements = new Map<string, Replacement>();
+  for (const r of await listRecords(client, 'nodereplacements')) replacements.set(r.metadata.name, replacementOf(r));
   return nodeRows(nodes, certs, revocations, replacements);
 }
 
@@ -240,58 +265,4 @@ async function listPages<T>(
     if (token === undefined) return;
     limit = Math.min(PAGE, limit * 2);
   }
-}
-
-type ConfigMap = {
-  kind?: string;
-  metadata: { name: string; resourceVersion?: string; [k: string]: unknown };
-  data?: Record<string, string>;
-};
-
-/** data of `kubeboot/<name>`; empty when it (or the namespace) does not exist. */
-async function readMap(client: KubeClient, name: string): Promise<Record<string, string>> {
-  const res = await client.request<ConfigMap>('GET', `${BINDINGS_CONFIGMAPS}/${name}`, { accept: [404] });
-  return res.status === 404 ? {} : (expectObject<ConfigMap>(res.body, 'ConfigMap', name).data ?? {});
-}
-
-/**
- * Sets data[key] of `kubeboot/<map>` (removes it for undefined), creating
- * the ConfigMap when absent; written over the resourceVersion read, so a
- * concurrent writer (the approver claiming a mark) is never overwritten.
- * Returns the value before.
- */
-async function updateEntry(
-  client: KubeClient,
-  map: string,
-  key: string,
-  value: string | undefined,
-  lives: string,
-): Promise<string | undefined> {
-  for (let attempt = 0; attempt < 5; attempt++) {
-    const got = await client.request<ConfigMap>('GET', `${BINDINGS_CONFIGMAPS}/${map}`, { accept: [404] });
-    if (got.status === 404) {
-      if (value === undefined) return undefined;
-      const made = await client.request('POST', BINDINGS_CONFIGMAPS, {
-        body: {
-          apiVersion: 'v1',
-          kind: 'ConfigMap',
-          metadata: { name: map, namespace: BINDINGS_NAMESPACE, labels: { 'app.kubernetes.io/part-of': 'kubeboot' } },
-          data: { [key]: value },
-        },
-        accept: [404, 409],
-      });
-      if (made.status === 404) throw namespaceMissing(`${lives}; nothing was written`);
-      if (made.status === 409) continue;
-      return undefined;
-    }
-    const cm = expectObject<ConfigMap>(got.body, 'ConfigMap', map);
-    const before = cm.data?.[key];
-    if (value === undefined && before === undefined) return undefined;
-    const data = { ...cm.data };
-    if (value === undefined) delete data[key];
-    else data[key] = value;
-    const put = await client.request('PUT', `${BINDINGS_CONFIGMAPS}/${map}`, { body: { ...cm, data }, accept: [409] });
-    if (put.status !== 409) return before;
-  }
-  throw new KubebootError(`${BINDINGS_NAMESPACE}/${map} kept changing while it was being written; try again`);
 }

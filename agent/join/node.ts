@@ -6,7 +6,7 @@
  */
 import type { CertificateSigningRequest, CsrCondition } from '../kube/csr-state.js';
 import { csrState } from '../kube/csr-state.js';
-import type { Replacement, Revocation } from '../kube/join-bindings.js';
+import type { Replacement, Revocation } from '../records/bindings.js';
 import { columns, terminalLines } from '../text.js';
 import { rfc3339 } from './token.js';
 

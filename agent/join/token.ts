@@ -7,7 +7,7 @@
 import { randomInt } from 'node:crypto';
 import { InputError } from '../errors.js';
 import { dns1123SubdomainProblem, parseDuration, quote } from '../config/values.js';
-import type { TokenBinding } from '../kube/join-bindings.js';
+import type { TokenBinding } from '../records/bindings.js';
 import { reservedNameProblem } from '../pki/names.js';
 
 export const TOKEN_SECRET_TYPE = 'bootstrap.kubernetes.io/token';
@@ -209,6 +209,6 @@ export interface BindingView {
 export function bindingView(binding: TokenBinding | { problem: string } | null): BindingView {
   if (binding === null) return { joins: '<unbound>', spent: '' };
   if ('problem' in binding) return { joins: `<unusable: ${binding.problem}>`, spent: '' };
-  const spent = `${Object.keys(binding.issued).length}/${binding.maxNodes}`;
+  const spent = `${binding.issued.size}/${binding.maxNodes}`;
   return { joins: binding.kind === 'names' ? binding.names.join(',') : `${binding.prefix}*`, spent };
 }

@@ -1,5 +1,5 @@
 // `kubeboot approver --inventory` against a real control plane: the admin's
-// kubeboot/inventory is the authority. While it is missing nothing of the
+// Inventory record (inventories.kubeboot.io/inventory) is the authority. While it is missing nothing of the
 // kubelet's is approved; then a bound token's CSR is approved for a listed
 // name and refused (rule named) for an unlisted one its binding allows; a
 // serving IP SAN outside the node's entry is refused though the Node's
@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { request } from 'undici';
-import { bindingConfigMap } from '../../agent/kube/join-bindings.js';
+import { newRecord, recordsPath } from '../../agent/records/kinds.js';
 import type { KubeObject } from '../support/admin.js';
 import { approvals, createNode, csrEvents, installApprover, nodeClient, startApprover, submitCsr } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
@@ -18,8 +18,7 @@ import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import type { Running } from '../support/kubeboot.js';
 import { freePort } from '../support/processes.js';
 
-const RECORDS = '/api/v1/namespaces/kubeboot/configmaps';
-const INVENTORY = `${RECORDS}/inventory`;
+const INVENTORY = `${recordsPath('inventories')}/inventory`;
 const KCM_BINDINGS = ['kubeboot:node-autoapprove-bootstrap', 'kubeboot:node-autoapprove-certificate-rotation'];
 const KUBELET_CLIENT = {
   signer: 'kubernetes.io/kube-apiserver-client-kubelet',
@@ -59,10 +58,14 @@ if (plane) {
   let approver = await start(['--inventory']);
   t.teardown(() => stop(approver));
 
+  /** The approver has the record at this resourceVersion (it logs each record it sees). */
+  const seen = (ref: string, rv: string) =>
+    approver.waitForOutput(new RegExp(`record seen: ${ref.replace(/[.]/g, '\\.')} \\(resourceVersion ${rv}\\)`), 30_000);
   /** A bootstrap token bound to `names`, as `kubeboot token create --node` makes it. */
   const tokenFor = async (names: string[]) => {
-    const token = await plane.admin.createBootstrapToken();
-    expectStatus(await plane.admin.request('POST', RECORDS, bindingConfigMap(token.id, { names })), `binding of ${token.id}`, 201);
+    const token = await plane.admin.createBootstrapToken({ bind: { names } });
+    const binding = await plane.admin.request<KubeObject>('GET', `${recordsPath('tokenbindings')}/${token.id}`);
+    await seen(`tokenbindings.kubeboot.io/${token.id}`, binding.body.metadata.resourceVersion as string);
     const client = kubeClient({ server: plane.server, caPem: plane.caPem, token: token.token });
     clients.push(client);
     return client;
@@ -81,19 +84,31 @@ if (plane) {
     const csr = await plane.admin.getCsr(name);
     return { message: event.message, conditions: (csr?.status?.conditions ?? []) as KubeObject[] };
   };
-  const setInventory = async (data: Record<string, string>) => {
+  /** Writes the inventory's spec.nodes, and waits until the approver has it. */
+  const setInventory = async (nodes: Record<string, string>) => {
     const got = await plane.admin.request<KubeObject>('GET', INVENTORY);
-    const cm = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'inventory', namespace: 'kubeboot' }, data };
-    if (got.status === 404) expectStatus(await plane.admin.request('POST', RECORDS, cm), 'create inventory', 201);
-    else expectStatus(await plane.admin.request('PUT', INVENTORY, { ...got.body, data }), 'update inventory', 200);
+    const made =
+      got.status === 404
+        ? expectStatus(
+            await plane.admin.request<KubeObject>(
+              'POST',
+              recordsPath('inventories'),
+              newRecord('inventories', 'inventory', { spec: { nodes } }),
+            ),
+            'create inventory',
+            201,
+          )
+        : expectStatus(await plane.admin.request<KubeObject>('PUT', INVENTORY, { ...got.body, spec: { nodes } }), 'update inventory', 200);
+    await seen('inventories.kubeboot.io/inventory', made.body.metadata.resourceVersion as string);
   };
   const readyz = async () => (await request(`http://127.0.0.1:${listen}/readyz`)).body.text();
 
-  t.test('with --inventory and no kubeboot/inventory, no kubelet client CSR is approved, and it says why', async (t) => {
-    t.match(approver.output(), '--inventory: kubeboot/inventory: missing', 'a warning at start');
-    t.match(await readyz(), 'inventory kubeboot/inventory: missing', '/readyz says so');
+  t.test('with --inventory and no inventory record, no kubelet client CSR is approved, and it says why', async (t) => {
+    await approver.waitForOutput(/--inventory: inventories\.kubeboot\.io\/inventory: missing/, 30_000);
+    t.match(approver.output(), '--inventory: inventories.kubeboot.io/inventory: missing', 'a warning at start');
+    t.match(await readyz(), 'inventory inventories.kubeboot.io/inventory: missing', '/readyz says so');
     const r = await refused(await ask(await tokenFor(['early-1']), 'early-1'), 'inventory-listed');
-    t.match(r.message, 'the inventory ConfigMap kubeboot/inventory does not exist');
+    t.match(r.message, 'the inventory inventories.kubeboot.io/inventory does not exist');
     t.same(r.conditions, [], 'left pending');
   });
 
@@ -106,10 +121,10 @@ if (plane) {
       'listed: approved',
     );
     const unlisted = await refused(await ask(token, 'inv-2'), 'inventory-listed');
-    t.match(unlisted.message, 'node inv-2 is not in the inventory kubeboot/inventory');
+    t.match(unlisted.message, 'node inv-2 is not in the inventory inventories.kubeboot.io/inventory');
     t.same(unlisted.conditions, []);
     const malformed = await refused(await ask(await tokenFor(['bad-1']), 'bad-1'), 'inventory-listed');
-    t.match(malformed.message, 'kubeboot/inventory key bad-1 field ips', 'a malformed entry names its key and field');
+    t.match(malformed.message, 'inventories.kubeboot.io/inventory key bad-1 field ips', 'a malformed entry names its key and field');
   });
 
   t.test("a serving IP SAN outside the node's inventory entry is refused, though its Node claims it", async (t) => {

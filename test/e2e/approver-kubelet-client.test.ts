@@ -5,14 +5,17 @@
 // token gets exactly the names its binding allows, once; never a live
 // Node's name unless it is marked as being replaced (then the first CSR
 // after the mark wins), never a control-plane Node's, an API server or
-// Service name; a node renews its own identity until it is revoked.
+// Service name; a name spent by one token is refused to every other; a node
+// renews its own identity until it is revoked. The records are kubeboot.io
+// objects the approver follows through informers: each test waits for the
+// approver to have seen the record it wrote (its log line) before it acts.
 import { setTimeout as delay } from 'node:timers/promises';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { request } from 'undici';
-import { bindingConfigMap } from '../../agent/kube/join-bindings.js';
+import { newRecord, recordsPath } from '../../agent/records/kinds.js';
 import type { KubeObject } from '../support/admin.js';
 import {
   approvals,
@@ -31,7 +34,6 @@ import type { Running } from '../support/kubeboot.js';
 import { freePort } from '../support/processes.js';
 
 const KCM_BINDINGS = ['kubeboot:node-autoapprove-bootstrap', 'kubeboot:node-autoapprove-certificate-rotation'];
-const RECORDS = '/api/v1/namespaces/kubeboot/configmaps';
 const KUBELET_CLIENT = {
   signer: 'kubernetes.io/kube-apiserver-client-kubelet',
   // As the kubelet's bootstrap asks, with its ECDSA key.
@@ -80,11 +82,13 @@ if (plane) {
   const clients: KubeClient[] = [];
   t.teardown(() => Promise.all(clients.map((c) => c.close())));
 
+  /** The approver's informers have `resource/name` at the version written (it logs each record it sees). */
+  const seen = (resource: string, name: string) =>
+    approver.waitForOutput(new RegExp(`record seen: ${resource}\\.kubeboot\\.io/${name.replace(/[.]/g, '\\.')} `), 30_000);
   /** A new bootstrap token, and its binding as `kubeboot token create --node/--pool` writes it (none for `unbound`). */
   const tokenFor = async (spec: { names: string[] } | { prefix: string; maxNodes: number } | 'unbound') => {
-    const token = await plane.admin.createBootstrapToken();
-    if (spec !== 'unbound')
-      expectStatus(await plane.admin.request('POST', RECORDS, bindingConfigMap(token.id, spec)), `binding of ${token.id}`, 201);
+    const token = await plane.admin.createBootstrapToken(spec === 'unbound' ? {} : { bind: spec });
+    if (spec !== 'unbound') await seen('tokenbindings', token.id);
     const client = kubeClient({ server: plane.server, caPem: plane.caPem, token: token.token });
     clients.push(client);
     return { ...token, client };
@@ -105,27 +109,17 @@ if (plane) {
     const csr = await plane.admin.getCsr(name);
     return { message: event.message, conditions: (csr?.status?.conditions ?? []) as KubeObject[] };
   };
-  /** Adds entries to kubeboot/<name> (replacements, revocations), making it when there is none. */
-  const record = async (name: string, entries: Record<string, object>) => {
-    const data = Object.fromEntries(Object.entries(entries).map(([k, v]) => [k, JSON.stringify(v)]));
-    const got = await plane.admin.request<KubeObject>('GET', `${RECORDS}/${name}`);
-    if (got.status === 404)
-      expectStatus(
-        await plane.admin.request('POST', RECORDS, {
-          apiVersion: 'v1',
-          kind: 'ConfigMap',
-          metadata: { name, namespace: 'kubeboot' },
-          data,
-        }),
-        `create ${name}`,
-        201,
-      );
-    else
-      expectStatus(
-        await plane.admin.request('PUT', `${RECORDS}/${name}`, { ...got.body, data: { ...got.body.data, ...data } }),
-        `update ${name}`,
-        200,
-      );
+  /** Marks a node as being replaced for a token, as `kubeboot node replace NAME --for-token ID` does; waits until the approver has it. */
+  const mark = async (node: string, tokenId: string) => {
+    const body = newRecord('nodereplacements', node, { spec: { tokenID: tokenId } });
+    expectStatus(await plane.admin.request('POST', recordsPath('nodereplacements'), body), `mark ${node}`, 201);
+    await seen('nodereplacements', node);
+  };
+  /** Revokes a node, as `kubeboot node revoke` records it; waits until the approver has it. */
+  const revoke = async (node: string, reason: string) => {
+    const body = newRecord('noderevocations', node, { spec: { reason } });
+    expectStatus(await plane.admin.request('POST', recordsPath('noderevocations'), body), `revoke ${node}`, 201);
+    await seen('noderevocations', node);
   };
   const readyz = async () => {
     const res = await request(`http://127.0.0.1:${listen}/readyz`);
@@ -165,12 +159,10 @@ if (plane) {
     const csr = await issued(first);
     counts.approved++;
     t.match(approvals(csr)[0], { reason: 'KubebootApprover', message: /kubelet-client: every rule passed/ }, 'approved by kubeboot');
-    const binding = (await plane.admin.request<KubeObject>('GET', `${RECORDS}/token-${token.id}`)).body;
-    t.same(
-      JSON.parse((binding.metadata.annotations as Record<string, string>)['kubeboot.io/issued']!),
-      { 'bound-1': csr.metadata.uid },
-      'the name is spent on that CSR',
-    );
+    const binding = (await plane.admin.request<KubeObject>('GET', `${recordsPath('tokenbindings')}/${token.id}`)).body;
+    t.same(binding.status.issued, [{ node: 'bound-1', csrUID: csr.metadata.uid }], 'the name is spent on that CSR');
+    const claim = (await plane.admin.request<KubeObject>('GET', `${recordsPath('nodeclaims')}/bound-1`)).body;
+    t.same(claim.spec, { tokenID: token.id, csrUID: csr.metadata.uid }, 'and claimed across every token');
 
     const other = await refused(await ask(token.client, 'bound-2'), 'token-bound');
     const again = await refused(await ask(token.client, 'bound-1'), 'token-bound');
@@ -201,7 +193,7 @@ if (plane) {
     counts.refused++;
     // creationTimestamp has whole seconds: the mark comes in a later second than the CSR made before it.
     await delay(1_100);
-    await record('replacements', { taken: { at: new Date().toISOString() } });
+    await mark('taken', early.id);
     // Touch the early CSR, so the approver looks at it again now that the mark exists.
     const csrPath = `${CSRS}/${before}`;
     const got = (await plane.admin.request<KubeObject>('GET', csrPath)).body;
@@ -213,20 +205,24 @@ if (plane) {
       'a CSR pending from before the mark never wins it',
     );
 
-    const winner = await issued(await ask((await tokenFor({ names: ['taken'] })).client, 'taken'));
+    const winner = await issued(await ask(early.client, 'taken'));
     counts.approved++;
-    const marks = (await plane.admin.request<KubeObject>('GET', `${RECORDS}/replacements`)).body.data;
-    t.equal(JSON.parse(marks.taken).claimedBy, winner.metadata.uid, 'the first CSR after the mark is issued and claims it');
-    const second = await refused(await ask((await tokenFor({ names: ['taken'] })).client, 'taken'), 'no-takeover');
+    const marked = (await plane.admin.request<KubeObject>('GET', `${recordsPath('nodereplacements')}/taken`)).body;
+    t.equal(marked.status.claimedBy, winner.metadata.uid, 'the first CSR after the mark is issued and claims it');
+    const second = await refused(await ask(early.client, 'taken'), 'token-bound');
     counts.refused++;
-    t.match(second.message, `claimed by the CSR with uid ${winner.metadata.uid}`, 'a second one is refused');
+    t.match(second.message, `token ${early.id} was already spent on taken`, 'a second one of the same token is refused');
+    const other = await refused(await ask((await tokenFor({ names: ['taken'] })).client, 'taken'), 'token-bound');
+    counts.refused++;
+    t.match(other.message, `taken was already spent on token ${early.id}`, 'the name is spent for every other token too');
   });
 
   t.test('a control-plane Node is never issued to a bootstrap token, even with a mark', async (t) => {
     const node = { apiVersion: 'v1', kind: 'Node', metadata: { name: 'cp-1', labels: { 'node-role.kubernetes.io/control-plane': '' } } };
     expectStatus(await plane.admin.request('POST', '/api/v1/nodes', node), 'create cp-1', 201);
-    await record('replacements', { 'cp-1': { at: new Date(Date.now() - 60_000).toISOString() } });
-    const cp = await refused(await ask((await tokenFor({ names: ['cp-1'] })).client, 'cp-1'), 'not-control-plane');
+    const token = await tokenFor({ names: ['cp-1'] });
+    await mark('cp-1', token.id);
+    const cp = await refused(await ask(token.client, 'cp-1'), 'not-control-plane');
     counts.refused++;
     t.match(cp.message, 'node-role.kubernetes.io/control-plane');
     t.same(cp.conditions, []);
@@ -247,7 +243,7 @@ if (plane) {
     const renewal = await issued(await submitCsr(renewer, { ...KUBELET_CLIENT, cn: 'system:node:renewer', name: 'renew' }));
     counts.approved++;
     t.match(approvals(renewal)[0]?.message, /may create certificatesigningrequests\/kubebootselfnodeclient/, 'approved as a renewal');
-    await record('revocations', { renewer: { at: new Date().toISOString(), reason: 'machine stolen' } });
+    await revoke('renewer', 'machine stolen');
     const after = await refused(await submitCsr(renewer, { ...KUBELET_CLIENT, cn: 'system:node:renewer', name: 'renew' }), 'not-revoked');
     counts.refused++;
     t.match(after.message, 'node renewer was revoked');
@@ -257,13 +253,13 @@ if (plane) {
   t.test('a token kubeboot did not bind is refused', async (t) => {
     const r = await refused(await ask((await tokenFor('unbound')).client, 'stray-1'), 'token-bound');
     counts.refused++;
-    t.match(r.message, 'has no binding kubeboot/token-');
+    t.match(r.message, 'has no binding tokenbindings.kubeboot.io/');
     t.same(r.conditions, []);
   });
 
   t.test('counts', async (t) => {
     t.comment(`issued ${counts.approved}, refused ${counts.refused}`);
-    t.same(counts, { approved: 5, refused: 11 });
+    t.same(counts, { approved: 5, refused: 12 });
     t.notMatch(approver.output(), 'could not decide on CSR', 'every record was readable: no decision failed');
   });
 }

@@ -3,13 +3,17 @@
 // reads, `token delete` removes token and binding, `node revoke` denies the
 // node's pending CSRs of every signer (kubelet client, kube-proxy, serving) and `node list` shows it revoked
 // (with the expiry and renewer of the certificate a CSR still shows), `node
-// replace` writes the mark the approver claims.
+// replace` writes the mark the approver claims (bound to the next token made
+// for the name), `records migrate` moves the ConfigMap records of an earlier
+// release, and no stock or add-on role but the admin's can change a record
+// (SubjectAccessReview).
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import type { NodeRow } from '../../agent/join/node.js';
-import { parseBinding, parseReplacements, parseRevocations } from '../../agent/kube/join-bindings.js';
+import { parseBinding, replacementOf } from '../../agent/records/bindings.js';
+import { recordsPath, type RecordResource } from '../../agent/records/kinds.js';
 import { waitFor } from '../support/admin.js';
 import { createNode, installApprover, nodeClient, submitCsr } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
@@ -18,6 +22,12 @@ import { forbid, kubeboot } from '../support/kubeboot.js';
 
 const KUBELET_CLIENT = { signer: 'kubernetes.io/kube-apiserver-client-kubelet', usages: ['digital signature', 'client auth'] };
 const CONFIGMAPS = '/api/v1/namespaces/kubeboot/configmaps';
+type Obj = {
+  kind: string;
+  metadata: { name: string; [k: string]: unknown };
+  spec?: Record<string, unknown>;
+  status?: Record<string, unknown>;
+};
 
 const plane = await controlPlaneOrSkip(t, { name: 'node-identity-admin' });
 if (plane) {
@@ -33,11 +43,9 @@ if (plane) {
       201,
     );
   }
-  const configMap = async (name: string) =>
-    await plane.admin.request<{ metadata: { annotations?: Record<string, string> }; data?: Record<string, string> }>(
-      'GET',
-      `${CONFIGMAPS}/${name}`,
-    );
+  const record = async (resource: RecordResource, name: string) =>
+    // biome-ignore lint/suspicious/noExplicitAny: a test reads any field of a record
+    await plane.admin.request<any>('GET', `${recordsPath(resource)}/${name}`);
   const created = async (t: Test, args: string[]) => {
     const result = await kubeboot(t, ['token', 'create', ...admin, ...args]);
     t.equal(result.code, 0, `exit 0; stderr: ${result.stderr}`);
@@ -49,10 +57,12 @@ if (plane) {
 
   t.test('token create --node writes a binding the approver parses; token list shows it; token delete removes both', async (t) => {
     const { id } = await created(t, ['--node', 'worker-9', '--ttl', '10m']);
-    const cm = await configMap(`token-${id}`);
-    t.equal(cm.status, 200, 'the binding kubeboot/token-<id> exists');
-    t.match(parseBinding(id, cm.body), { kind: 'names', names: ['worker-9'], maxNodes: 1, issued: {} });
-    t.equal((await plane.admin.request('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`)).status, 200);
+    const bound = await record('tokenbindings', id);
+    t.equal(bound.status, 200, 'the binding tokenbindings.kubeboot.io/<id> exists');
+    t.match(parseBinding(id, bound.body), { kind: 'names', names: ['worker-9'], maxNodes: 1 });
+    const secret = await plane.admin.request<Obj>('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`);
+    t.equal(secret.status, 200);
+    t.equal(bound.body.spec.tokenSecretUID, secret.body.metadata.uid, "the binding names its token's Secret");
 
     const list = await kubeboot(t, ['token', 'list', ...admin]);
     t.match(
@@ -67,14 +77,14 @@ if (plane) {
 
     const deleted = await kubeboot(t, ['token', 'delete', id, ...admin]);
     t.equal(deleted.code, 0, deleted.stderr);
-    t.equal(deleted.stdout, `bootstrap token ${id} and its binding kubeboot/token-${id} deleted\n`);
-    t.equal((await configMap(`token-${id}`)).status, 404, 'the binding is gone');
+    t.equal(deleted.stdout, `bootstrap token ${id} and its binding tokenbindings.kubeboot.io/${id} deleted\n`);
+    t.equal((await record('tokenbindings', id)).status, 404, 'the binding is gone');
     t.equal((await plane.admin.request('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${id}`)).status, 404);
   });
 
   t.test('token create --pool binds a prefix and a count; a reserved name or a bad pool is refused before anything is made', async (t) => {
     const { id } = await created(t, ['--pool', 'pool-a-', '--max-nodes', '3']);
-    t.match(parseBinding(id, (await configMap(`token-${id}`)).body), { kind: 'prefix', prefix: 'pool-a-', maxNodes: 3 });
+    t.match(parseBinding(id, (await record('tokenbindings', id)).body), { kind: 'prefix', prefix: 'pool-a-', maxNodes: 3 });
     t.equal((await kubeboot(t, ['token', 'delete', id, ...admin])).code, 0);
     const reserved = await kubeboot(t, ['token', 'create', ...admin, '--node', 'kubernetes.default.svc']);
     t.equal(reserved.code, 2);
@@ -151,7 +161,7 @@ if (plane) {
     );
     const denied = (await plane.admin.getCsr(pending))?.status?.conditions?.find((c: { type: string }) => c.type === 'Denied');
     t.match(denied, { status: 'True', reason: 'KubebootRevoked', message: 'node victim-1 is revoked (kubeboot node revoke): disk stolen' });
-    t.ok(parseRevocations((await configMap('revocations')).body.data).has(node), 'recorded in kubeboot/revocations');
+    t.equal((await record('noderevocations', node)).status, 200, 'recorded as noderevocations.kubeboot.io/victim-1');
 
     const list = await kubeboot(t, ['node', 'list', ...admin, '--output', 'json']);
     t.equal(list.code, 0, list.stderr);
@@ -173,7 +183,7 @@ if (plane) {
 
     const again = await kubeboot(t, ['node', 'unrevoke', node, ...admin]);
     t.equal(again.code, 0, again.stderr);
-    t.notOk(parseRevocations((await configMap('revocations')).body.data).has(node), 'unrevoke removes the entry');
+    t.equal((await record('noderevocations', node)).status, 404, 'unrevoke removes it');
     t.equal((await kubeboot(t, ['node', 'unrevoke', node, ...admin])).code, 2, 'a node not revoked is bad input');
   });
 
@@ -183,11 +193,204 @@ if (plane) {
     const result = await kubeboot(t, ['node', 'replace', 'worker-1', ...admin]);
     t.equal(result.code, 0, result.stderr);
     t.match(result.stdout, 'kubeboot token create --node worker-1');
-    const mark = parseReplacements((await configMap('replacements')).body.data).get('worker-1');
-    t.equal(mark?.claimedBy, null);
-    t.ok(Date.parse(mark?.at ?? '') >= Math.floor(before / 1000) * 1000, 'marked now');
+    const mark = replacementOf((await record('nodereplacements', 'worker-1')).body);
+    t.same([mark.claimedBy, mark.tokenId], [null, ''], 'unclaimed, for no token yet');
+    t.ok(Date.parse(mark.at) >= Math.floor(before / 1000) * 1000, "marked now, by the API server's clock");
     const token = await kubeboot(t, ['token', 'create', ...admin, '--node', 'worker-1']);
-    t.equal(token.stderr, '', 'a marked Node draws no takeover note');
+    t.match(token.stderr, 'the replacement mark of node worker-1 is now for this token', 'the new token takes the mark');
+    const id = token.stdout.trim().split('.')[0] ?? '';
     forbid(token.stdout.trim().split('.')[1] ?? '');
+    t.equal(replacementOf((await record('nodereplacements', 'worker-1')).body).tokenId, id, 'bound to it');
   });
+
+  t.test(
+    'records migrate moves the ConfigMap records of an earlier release; --dry-run writes nothing; a second run finds nothing',
+    async (t) => {
+      const token = await plane.admin.createBootstrapToken();
+      const secret = await plane.admin.request<Obj>('GET', `/api/v1/namespaces/kube-system/secrets/bootstrap-token-${token.id}`);
+      const legacy: Record<string, { data: Record<string, string>; annotations?: Record<string, string> }> = {
+        [`token-${token.id}`]: {
+          data: { 'token-id': token.id, names: 'mig-1', 'max-nodes': '1' },
+          annotations: { 'kubeboot.io/issued': JSON.stringify({ 'mig-1': 'uid-of-its-csr' }) },
+        },
+        revocations: { data: { 'mig-gone': JSON.stringify({ at: '2026-01-01T00:00:00Z', reason: 'stolen' }) } },
+        replacements: {
+          data: {
+            'mig-open': JSON.stringify({ at: '2026-01-01T00:00:00Z', claimedBy: null }),
+            'mig-done': JSON.stringify({ at: '2026-01-01T00:00:00Z', claimedBy: 'uid-x' }),
+          },
+        },
+        inventory: { data: { 'mig-1': 'ips: 10.9.0.1' } },
+      };
+      for (const [name, { data, annotations }] of Object.entries(legacy))
+        expectStatus(
+          await plane.admin.request('POST', CONFIGMAPS, {
+            apiVersion: 'v1',
+            kind: 'ConfigMap',
+            metadata: { name, namespace: 'kubeboot', ...(annotations ? { annotations } : {}) },
+            data,
+          }),
+          `legacy ${name}`,
+          201,
+        );
+
+      const dry = await kubeboot(t, ['records', 'migrate', '--dry-run', ...admin]);
+      t.equal(dry.code, 0, dry.stderr);
+      t.match(
+        dry.stdout,
+        `kubeboot/token-${token.id}: would create tokenbindings.kubeboot.io/${token.id}: binding of token ${token.id}: mig-1, 1/1 spent`,
+      );
+      t.match(dry.stdout, 'kubeboot/replacements: the mark of mig-done was claimed (CSR uid-x); not moved');
+      t.equal((await record('tokenbindings', token.id)).status, 404, 'the dry run wrote nothing');
+      t.equal((await plane.admin.request('GET', `${CONFIGMAPS}/revocations`)).status, 200, 'and deleted nothing');
+
+      const run = await kubeboot(t, ['records', 'migrate', ...admin]);
+      t.equal(run.code, 0, run.stderr);
+      t.match(run.stdout, `kubeboot/token-${token.id}: deleted the ConfigMap`);
+      const bound = (await record('tokenbindings', token.id)).body;
+      t.match(parseBinding(token.id, bound), { kind: 'names', names: ['mig-1'], maxNodes: 1 }, 'the binding, usable');
+      t.equal(bound.spec.tokenSecretUID, secret.body.metadata.uid, "naming its token's Secret");
+      t.same(bound.status.issued, [{ node: 'mig-1', csrUID: 'uid-of-its-csr' }], 'its spent names kept');
+      t.same((await record('nodeclaims', 'mig-1')).body.spec, { tokenID: token.id, csrUID: 'uid-of-its-csr' }, 'and claimed');
+      t.match((await record('noderevocations', 'mig-gone')).body.spec.reason, 'stolen (revoked 2026-01-01T00:00:00Z');
+      t.equal((await record('nodereplacements', 'mig-open')).status, 200, 'an open mark moves');
+      t.equal((await record('nodereplacements', 'mig-done')).status, 404, 'a claimed one does not');
+      t.same((await record('inventories', 'inventory')).body.spec.nodes, { 'mig-1': 'ips: 10.9.0.1' });
+      for (const name of Object.keys(legacy))
+        t.equal((await plane.admin.request('GET', `${CONFIGMAPS}/${name}`)).status, 404, `ConfigMap kubeboot/${name} deleted`);
+
+      const again = await kubeboot(t, ['records', 'migrate', ...admin]);
+      t.equal(again.stdout, 'nothing to migrate: no ConfigMap records in namespace kubeboot\n', 'idempotent');
+    },
+  );
+
+  t.test(
+    "no stock role but the admin's and kube-controller-manager's wildcard controllers, and no add-on role, may change a record (SubjectAccessReview)",
+    async (t) => {
+      const RBAC = '/apis/rbac.authorization.k8s.io/v1';
+      // Roles as add-ons install them: trust-manager writes ConfigMaps in every namespace, istiod its
+      // config and certificates, a GitOps controller anything in the core and apps groups.
+      const addOns = [
+        { name: 'test:trust-manager-like', rules: [{ apiGroups: [''], resources: ['configmaps'], verbs: ['*'] }] },
+        {
+          name: 'test:istiod-like',
+          rules: [
+            { apiGroups: [''], resources: ['configmaps', 'secrets', 'events'], verbs: ['*'] },
+            { apiGroups: ['networking.istio.io', 'security.istio.io', 'admissionregistration.k8s.io'], resources: ['*'], verbs: ['*'] },
+            {
+              apiGroups: ['certificates.k8s.io'],
+              resources: ['certificatesigningrequests', 'certificatesigningrequests/approval'],
+              verbs: ['*'],
+            },
+          ],
+        },
+        { name: 'test:gitops-like', rules: [{ apiGroups: ['', 'apps'], resources: ['*'], verbs: ['*'] }] },
+      ];
+      for (const role of addOns)
+        expectStatus(
+          await plane.admin.request('POST', `${RBAC}/clusterroles`, {
+            apiVersion: 'rbac.authorization.k8s.io/v1',
+            kind: 'ClusterRole',
+            metadata: { name: role.name },
+            rules: role.rules,
+          }),
+          role.name,
+          201,
+          409,
+        );
+      const all = (
+        await plane.admin.request<{
+          items: (Obj & { rules?: { apiGroups?: string[]; resources?: string[]; verbs: string[]; resourceNames?: string[] }[] })[];
+        }>('GET', `${RBAC}/clusterroles`)
+      ).body.items;
+      const stock = [
+        'admin',
+        'edit',
+        'view',
+        'system:node',
+        'system:kube-proxy',
+        'system:node-bootstrapper',
+        'system:kube-controller-manager',
+        'system:kube-scheduler',
+        'system:certificates.k8s.io:certificatesigningrequests:nodeclient',
+        'kubeboot:approver',
+        'kubeboot:approver-records',
+      ];
+      const roles = all.filter(
+        (r) => r.metadata.name.startsWith('system:controller:') || stock.includes(r.metadata.name) || r.metadata.name.startsWith('test:'),
+      );
+      t.ok(
+        roles.filter((r) => r.metadata.name.startsWith('system:controller:')).length >= 20,
+        `${roles.length} roles swept, the stock controllers among them`,
+      );
+      const review = async (user: string, attrs: Record<string, string>) =>
+        (
+          await plane.admin.request<{ status: { allowed: boolean } }>('POST', '/apis/authorization.k8s.io/v1/subjectaccessreviews', {
+            apiVersion: 'authorization.k8s.io/v1',
+            kind: 'SubjectAccessReview',
+            spec: { user, groups: ['system:authenticated'], resourceAttributes: attrs },
+          })
+        ).body.status.allowed;
+      const findings: Record<string, string[]> = {};
+      for (const [i, role] of roles.entries()) {
+        const user = `records-sweep-${i}`;
+        expectStatus(
+          await plane.admin.request('POST', `${RBAC}/clusterrolebindings`, {
+            apiVersion: 'rbac.authorization.k8s.io/v1',
+            kind: 'ClusterRoleBinding',
+            metadata: { name: user },
+            roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: role.metadata.name },
+            subjects: [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'User', name: user }],
+          }),
+          user,
+          201,
+        );
+        // The binding is in force before a "no" counts: the role's first resource rule answers yes.
+        const rule = (role.rules ?? []).find((r) => r.resources?.length && r.verbs.length);
+        if (rule !== undefined) {
+          const [resource = '', subresource = ''] = (rule.resources![0] === '*' ? 'pods' : rule.resources![0]!).split('/');
+          const probe = {
+            group: rule.apiGroups?.[0] === '*' ? '' : (rule.apiGroups?.[0] ?? ''),
+            resource,
+            subresource,
+            verb: rule.verbs[0] === '*' ? 'get' : rule.verbs[0]!,
+            ...(rule.resourceNames?.[0] ? { name: rule.resourceNames[0] } : {}),
+          };
+          await waitFor(`${role.metadata.name} bound`, async () => ((await review(user, probe)) ? true : undefined));
+        }
+        for (const resource of ['tokenbindings', 'nodeclaims', 'nodereplacements', 'noderevocations', 'inventories'])
+          for (const subresource of ['', 'status'])
+            for (const verb of ['create', 'update', 'patch', 'delete', 'deletecollection'])
+              if (await review(user, { group: 'kubeboot.io', resource, subresource, verb }))
+                (findings[role.metadata.name] ??= []).push(`${verb} ${resource}${subresource ? `/${subresource}` : ''}`);
+      }
+      const summary = Object.fromEntries(
+        Object.entries(findings).map(([role, what]) => [role, [...new Set(what.map((w) => w.split(' ')[0]))].sort()]),
+      );
+      t.comment(JSON.stringify(summary));
+      t.same(
+        summary,
+        {
+          // kube-controller-manager's wildcard controllers (docs/node-identity.md): who holds them holds the signing key.
+          'system:controller:generic-garbage-collector': ['delete', 'patch', 'update'],
+          'system:controller:namespace-controller': ['delete', 'deletecollection'],
+          // The approver: what it spends, and nothing of what the admin writes.
+          'kubeboot:approver-records': ['create', 'patch', 'update'],
+        },
+        'nobody else',
+      );
+      t.same(
+        [...findings['kubeboot:approver-records']!].sort(),
+        [
+          'create nodeclaims',
+          'patch nodereplacements/status',
+          'patch tokenbindings/status',
+          'update nodeclaims',
+          'update nodereplacements/status',
+          'update tokenbindings/status',
+        ],
+        'the approver writes claims and statuses only: never a binding, a mark, a revocation or the inventory',
+      );
+    },
+  );
 }

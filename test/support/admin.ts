@@ -2,7 +2,8 @@
 // and bounded waits, done over the REST API with the admin client cert.
 import { randomInt } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { BINDINGS_NAMESPACE, bindingConfigMap } from '../../agent/kube/join-bindings.js';
+import { bindingRecord } from '../../agent/records/bindings.js';
+import { recordsPath } from '../../agent/records/kinds.js';
 import { expectStatus, type KubeClient, type KubeResponse } from './http.js';
 
 export interface BootstrapToken {
@@ -21,8 +22,8 @@ export interface CreateTokenOptions {
   usages?: TokenUsage[];
   /**
    * Bind the token as `kubeboot token create --node/--pool` does (the
-   * ConfigMap kubeboot/token-<id>, written first); needs the namespace
-   * kubeboot (packaging/manifests/approver/node-identity.yaml).
+   * TokenBinding tokenbindings.kubeboot.io/<id>, naming its Secret's uid);
+   * needs kubeboot's CRDs (packaging/manifests/approver/node-identity.yaml).
    */
   bind?: { names: string[] } | { prefix: string; maxNodes: number };
 }
@@ -124,12 +125,6 @@ export function adminApi(client: KubeClient, asToken: (token: string) => KubeCli
       for (const u of usages) stringData[`usage-bootstrap-${u}`] = 'true';
       if (opts.expiration) stringData.expiration = rfc3339(opts.expiration);
       if (opts.extraGroups?.length) stringData['auth-extra-groups'] = opts.extraGroups.join(',');
-      if (opts.bind)
-        expectStatus(
-          await client.request('POST', `/api/v1/namespaces/${BINDINGS_NAMESPACE}/configmaps`, bindingConfigMap(id, opts.bind)),
-          `bind bootstrap token ${id}`,
-          201,
-        );
       const secretObject = {
         apiVersion: 'v1',
         kind: 'Secret',
@@ -137,11 +132,17 @@ export function adminApi(client: KubeClient, asToken: (token: string) => KubeCli
         type: 'bootstrap.kubernetes.io/token',
         stringData,
       };
-      expectStatus(
-        await client.request('POST', '/api/v1/namespaces/kube-system/secrets', secretObject),
+      const made = expectStatus(
+        await client.request<{ metadata: { uid: string } }>('POST', '/api/v1/namespaces/kube-system/secrets', secretObject),
         `create bootstrap token ${id}`,
         201,
       );
+      if (opts.bind)
+        expectStatus(
+          await client.request('POST', recordsPath('tokenbindings'), bindingRecord(id, opts.bind, made.body.metadata.uid)),
+          `bind bootstrap token ${id}`,
+          201,
+        );
       const token = `${id}.${secret}`;
       const expired = opts.expiration !== undefined && opts.expiration.getTime() <= Date.now();
       if (usages.includes('authentication') && !expired) await untilAuthenticates(token, id);

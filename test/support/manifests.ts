@@ -19,6 +19,7 @@ const kinds: Record<string, { plural: string; namespaced: boolean }> = {
   ServiceAccount: { plural: 'serviceaccounts', namespaced: true },
   FlowSchema: { plural: 'flowschemas', namespaced: false },
   PriorityLevelConfiguration: { plural: 'prioritylevelconfigurations', namespaced: false },
+  CustomResourceDefinition: { plural: 'customresourcedefinitions', namespaced: false },
 };
 
 export interface Manifest {
@@ -45,6 +46,19 @@ export function collectionPath(m: Manifest): string {
   return `${group}/namespaces/${m.metadata.namespace}/${kind.plural}`;
 }
 
+/** A CRD serves its objects once Established (kubectl wait --for=condition=Established). */
+async function established(client: Pick<KubeClient, 'request'>, name: string): Promise<void> {
+  for (let i = 0; i < 300; i++) {
+    const res = await client.request<{ status?: { conditions?: { type?: string; status?: string }[] } }>(
+      'GET',
+      `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${name}`,
+    );
+    if (res.body.status?.conditions?.some((c) => c.type === 'Established' && c.status === 'True')) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`CustomResourceDefinition ${name} did not become Established within 30 s`);
+}
+
 /**
  * Creates every object in every `*.yaml` of the directory (or those `keep`
  * accepts); an existing object (409) is left as it is.
@@ -61,6 +75,7 @@ export async function applyManifests(
     for (const m of readManifests(join(dir, file)).filter(keep)) {
       const what = `${m.kind}/${m.metadata.name}`;
       expectStatus(await client.request('POST', collectionPath(m), m), `apply ${file}: ${what}`, 201, 409);
+      if (m.kind === 'CustomResourceDefinition') await established(client, m.metadata.name);
       applied.push(what);
     }
   }

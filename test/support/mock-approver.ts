@@ -1,11 +1,14 @@
 /**
  * What an approver under undici's MockAgent needs from "the API server" to
  * lead and decide, whatever the test is about: no Lease yet (it creates
- * one), and every SubjectAccessReview allowed.
+ * one), every SubjectAccessReview allowed, and no records (agent/records/:
+ * each list empty, unless the test answered it first).
  */
 import type { Interceptable } from 'undici';
+import { KINDS, RECORD_RESOURCES, recordsPath } from '../../agent/records/kinds.js';
 
 export function leadAndAllow(pool: Interceptable): void {
+  emptyRecords(pool);
   pool
     .intercept({ path: '/apis/authorization.k8s.io/v1/subjectaccessreviews', method: 'POST' })
     .reply(201, { status: { allowed: true } })
@@ -17,5 +20,27 @@ export function leadAndAllow(pool: Interceptable): void {
   pool
     .intercept({ path: (p) => p.endsWith('/leases'), method: 'POST' })
     .reply(201, {})
+    .persist();
+}
+
+/** Every record list answered empty (agent/records/): the approver's record informers sync, so it may lead. */
+export function emptyRecords(pool: Interceptable): void {
+  for (const resource of RECORD_RESOURCES)
+    pool
+      .intercept({ path: (p) => p.startsWith(`${recordsPath(resource)}?`) && !p.includes('watch=true'), method: 'GET' })
+      .reply(200, { kind: `${KINDS[resource]}List`, metadata: { resourceVersion: '1' }, items: [] })
+      .persist();
+  pool
+    .intercept({ path: (p) => p.startsWith('/api/v1/namespaces/kubeboot/configmaps?') && !p.includes('watch=true'), method: 'GET' })
+    .reply(200, { kind: 'ConfigMapList', metadata: { resourceVersion: '1' }, items: [] })
+    .persist();
+  // Their watches bring nothing (answered when the test ends), so no re-list timer is armed.
+  pool
+    .intercept({
+      path: (p) => p.includes('watch=true') && (p.startsWith('/apis/kubeboot.io/') || p.startsWith('/api/v1/namespaces/kubeboot/')),
+      method: 'GET',
+    })
+    .reply(200, '')
+    .delay(600_000)
     .persist();
 }

@@ -54,44 +54,55 @@ t.test('decideCsr: written, a conflict, or a CSR the API server cannot find by i
   t.same(await decideCsr(client, csr, 'Denied', 'no'), { kind: 'not-found' });
 });
 
-t.test("getRecord: kubeboot's ConfigMap, null when there is none; forbidden fails closed naming the manifest", async (t) => {
+t.test('getRecord: a kubeboot.io record, null when there is none; forbidden fails closed naming the manifest', async (t) => {
   const { pool, client } = setup(t);
-  const path = '/api/v1/namespaces/kubeboot/configmaps';
-  pool
-    .intercept({ path: `${path}/token-abcdef`, method: 'GET' })
-    .reply(200, { kind: 'ConfigMap', metadata: { name: 'token-abcdef' }, data: {} });
-  t.match(await getRecord(client, 'token-abcdef'), { metadata: { name: 'token-abcdef' } });
-  pool.intercept({ path: `${path}/revocations`, method: 'GET' }).reply(404, { kind: 'Status', reason: 'NotFound' });
-  t.equal(await getRecord(client, 'revocations'), null);
-  pool.intercept({ path: `${path}/replacements`, method: 'GET' }).reply(403, { kind: 'Status', reason: 'Forbidden' });
+  const path = '/apis/kubeboot.io/v1alpha1/tokenbindings';
+  pool.intercept({ path: `${path}/abcdef`, method: 'GET' }).reply(200, { kind: 'TokenBinding', metadata: { name: 'abcdef' } });
+  t.match(await getRecord(client, 'tokenbindings', 'abcdef'), { metadata: { name: 'abcdef' } });
+  pool.intercept({ path: `${path}/gone`, method: 'GET' }).reply(404, { kind: 'Status', reason: 'NotFound' });
+  t.equal(await getRecord(client, 'tokenbindings', 'gone'), null);
+  pool.intercept({ path: `${path}/secret`, method: 'GET' }).reply(403, { kind: 'Status', reason: 'Forbidden' });
   await t.rejects(
-    getRecord(client, 'replacements'),
-    /may not read ConfigMap kubeboot\/replacements \(apply packaging\/manifests\/approver\/node-identity.yaml\)/,
+    getRecord(client, 'tokenbindings', 'secret'),
+    /may not read tokenbindings\.kubeboot\.io\/secret \(apply packaging\/manifests\/approver\/node-identity.yaml\)/,
   );
 });
 
-t.test('writeClaim: a merge patch on the resourceVersion read; changed or gone meanwhile is false', async (t) => {
+t.test('writeClaim: a status merge patch on the resourceVersion read, a claim created; changed, taken or gone is null', async (t) => {
   const { pool, client } = setup(t);
-  const path = '/api/v1/namespaces/kubeboot/configmaps/token-abcdef';
+  const status = '/apis/kubeboot.io/v1alpha1/tokenbindings/abcdef/status';
   const sent: { body: unknown; type: unknown }[] = [];
   const claim = {
-    name: 'token-abcdef',
+    op: 'status' as const,
+    resource: 'tokenbindings' as const,
+    name: 'abcdef',
     resourceVersion: '7',
-    patch: { metadata: { annotations: { 'kubeboot.io/issued': '{"w1":"u"}' } } },
+    status: { issued: [{ node: 'w1', csrUID: 'u' }] },
   };
-  for (const status of [200, 409, 404]) {
+  const answers: [number, object][] = [
+    [200, { kind: 'TokenBinding', metadata: { name: 'abcdef', resourceVersion: '8' } }],
+    [409, {}],
+    [404, {}],
+  ];
+  for (const [code, data] of answers) {
     pool
-      .intercept({ path, method: 'PATCH' })
+      .intercept({ path: status, method: 'PATCH' })
       .reply<object>(
         (o) => (
           sent.push({ body: JSON.parse(String(o.body)), type: (o.headers as Record<string, string>)['content-type'] }),
-          { statusCode: status, data: {} }
+          { statusCode: code, data }
         ),
       );
   }
-  t.same([await writeClaim(client, claim), await writeClaim(client, claim), await writeClaim(client, claim)], [true, false, false]);
+  t.same(
+    [await writeClaim(client, claim), await writeClaim(client, claim), await writeClaim(client, claim)],
+    [{ kind: 'TokenBinding', metadata: { name: 'abcdef', resourceVersion: '8' } }, null, null],
+  );
   t.same(sent[0], {
-    body: { metadata: { annotations: { 'kubeboot.io/issued': '{"w1":"u"}' }, resourceVersion: '7' } },
+    body: { metadata: { resourceVersion: '7' }, status: { issued: [{ node: 'w1', csrUID: 'u' }] } },
     type: 'application/merge-patch+json',
   });
+  const object = { kind: 'NodeClaim' as const, metadata: { name: 'w1' }, spec: { tokenID: 'abcdef', csrUID: 'u' } };
+  pool.intercept({ path: '/apis/kubeboot.io/v1alpha1/nodeclaims', method: 'POST' }).reply(409, { kind: 'Status', reason: 'AlreadyExists' });
+  t.equal(await writeClaim(client, { op: 'create', resource: 'nodeclaims', name: 'w1', object }), null, 'a name spent meanwhile: 409');
 });

@@ -11,7 +11,7 @@ import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { craftCsrPem } from '../../support/approver.js';
-import { leadAndAllow } from '../../support/mock-approver.js';
+import { emptyRecords, leadAndAllow } from '../../support/mock-approver.js';
 import { until } from '../../support/fake-time.js';
 
 const server = 'https://api.test';
@@ -124,6 +124,8 @@ t.test('on a fake clock: a CSR waiting for its Node is looked at again after 5, 
   mock.disableNetConnect();
   const pool = mock.get(server);
   const lookedAt: number[] = [];
+  // First: the records' watches are theirs, not the CSR watch's below.
+  emptyRecords(pool);
   pool
     .intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' })
     .reply(200, { kind: 'CertificateSigningRequestList', metadata: { resourceVersion: '10' }, items: [csr] });

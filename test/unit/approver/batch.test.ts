@@ -4,7 +4,6 @@
 // written must be unchanged before anything is approved.
 import t from 'tap';
 import { MockAgent } from 'undici';
-import type { RecordConfigMap } from '../../../agent/approver/api.js';
 import { Approver } from '../../../agent/approver/approver.js';
 import { decideBatch, limiter, RecordView, reviewKey, type BatchIo } from '../../../agent/approver/batch.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
@@ -13,7 +12,8 @@ import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { KubeClient } from '../../../agent/kube/client.js';
-import { bindingConfigMap } from '../../../agent/kube/join-bindings.js';
+import { bindingRecord } from '../../../agent/records/bindings.js';
+import type { RecordObject, TokenBindingObject } from '../../../agent/records/kinds.js';
 import { silentLogger } from '../../../agent/log.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { until } from '../../support/fake-time.js';
@@ -43,17 +43,19 @@ async function kubeletCsr(node: string, requester: 'token' | 'node'): Promise<Ap
 }
 
 /** A pool binding `w*` of `maxNodes`, at resourceVersion 7. */
-function pool(maxNodes: number): RecordConfigMap {
-  const cm = bindingConfigMap('abcdef', { prefix: 'w', maxNodes }) as RecordConfigMap;
-  return { ...cm, metadata: { ...cm.metadata, resourceVersion: '7' } };
+function pool(maxNodes: number): TokenBindingObject {
+  const made = bindingRecord('abcdef', { prefix: 'w', maxNodes }, 'secret-uid');
+  return { ...made, metadata: { ...made.metadata, resourceVersion: '7' } };
 }
 
-function fakeIo(records: Record<string, RecordConfigMap | null>) {
+/** Records by `resource/name`, as the informers would have them. */
+function fakeIo(records: Record<string, RecordObject | null>) {
   const calls = { node: [] as string[], reviews: 0, records: [] as string[] };
   const io: BatchIo = {
     node: async (name) => (calls.node.push(name), null),
     allowed: async () => (calls.reviews++, true),
-    record: async (name) => (calls.records.push(name), records[name] ?? null),
+    record: async (resource, name) => (calls.records.push(`${resource}/${name}`), records[`${resource}/${name}`] ?? null),
+    legacy: async () => null,
     apiServer: async () => ({ names: [], ips: [] }),
     sameRequester: () => [],
     request: parsedRequest,
@@ -62,7 +64,7 @@ function fakeIo(records: Record<string, RecordConfigMap | null>) {
 }
 
 t.test("a pool's CSRs in one batch spend its names in order, within max-nodes, and as one claim", async (t) => {
-  const { io, calls } = fakeIo({ 'token-abcdef': pool(2) });
+  const { io, calls } = fakeIo({ 'tokenbindings/abcdef': pool(2) });
   const view = new RecordView(io.record);
   const csrs = await Promise.all(['w1', 'w2', 'w3'].map((n) => kubeletCsr(n, 'token')));
   const outcomes = await decideBatch(csrs, policy, io, view);
@@ -76,17 +78,28 @@ t.test("a pool's CSRs in one batch spend its names in order, within max-nodes, a
   const w3 = outcomes.find((o) => o.csr.metadata.name === 'csr-w3');
   t.match(w3 && 'decision' in w3 && w3.decision.kind === 'violation' ? w3.decision.message : '', /joined 2 of its 2 node/);
   t.same(
-    view.claims(),
+    view
+      .claims()
+      .map((c) => [c.op, c.resource, c.name, 'resourceVersion' in c ? c.resourceVersion : null, c.op === 'status' ? c.status : null]),
     [
-      {
-        name: 'token-abcdef',
-        resourceVersion: '7',
-        patch: { metadata: { annotations: { 'kubeboot.io/issued': JSON.stringify({ w1: 'uid-w1', w2: 'uid-w2' }) } } },
-      },
+      [
+        'status',
+        'tokenbindings',
+        'abcdef',
+        '7',
+        {
+          issued: [
+            { node: 'w1', csrUID: 'uid-w1' },
+            { node: 'w2', csrUID: 'uid-w2' },
+          ],
+        },
+      ],
+      ['create', 'nodeclaims', 'w1', null, null],
+      ['create', 'nodeclaims', 'w2', null, null],
     ],
-    'one claim, on the version every decision read, with both names (what two claims one after another would have left)',
+    "one status, on the version every decision read, with both names (what two writes one after another would have left), and each name's claim",
   );
-  t.equal(calls.records.filter((r) => r === 'token-abcdef').length, 1, 'the binding read once');
+  t.equal(calls.records.filter((r) => r === 'tokenbindings/abcdef').length, 1, 'the binding read once');
   t.same([...calls.node].sort(), ['w1', 'w2', 'w3'], 'each Node read once (no-takeover)');
   t.equal(calls.reviews, 1, "one SubjectAccessReview for the token's user, groups, uid and extra in this batch");
 });
@@ -110,17 +123,17 @@ t.test('a renewal makes no Node GET (no rule of a renewal reads the Node)', asyn
   const outcomes = await decideBatch([await kubeletCsr('w1', 'node')], policy, io, new RecordView(io.record));
   t.match(outcomes, [{ decision: { kind: 'approve' } }]);
   t.same(calls.node, [], 'no Node read');
-  t.same(calls.records, ['revocations'], 'its revocation read');
+  t.same(calls.records, ['noderevocations/w1'], 'its revocation read');
 });
 
 t.test('a record read and not written is read again: a change meanwhile is reported, no change is not', async (t) => {
-  const records: Record<string, RecordConfigMap | null> = { revocations: null };
+  const records: Record<string, RecordObject | null> = {};
   const { io } = fakeIo(records);
   const view = new RecordView(io.record);
   await decideBatch([await kubeletCsr('w1', 'node')], policy, io, view);
   t.equal(await view.changedSinceRead(), null, 'still absent');
-  records.revocations = { kind: 'ConfigMap', metadata: { name: 'revocations', resourceVersion: '3' }, data: { w1: '{}' } };
-  t.equal(await view.changedSinceRead(), 'revocations', 'appeared since');
+  records['noderevocations/w1'] = { kind: 'NodeRevocation', metadata: { name: 'w1', resourceVersion: '3' }, spec: {} };
+  t.equal(await view.changedSinceRead(), 'noderevocations/w1', 'appeared since');
 });
 
 t.test('the limiter runs at most n at once and every call in the end', async (t) => {
@@ -141,13 +154,13 @@ t.test('the limiter runs at most n at once and every call in the end', async (t)
   t.equal(most, 2);
 });
 
-t.test('a revocation written while a renewal was decided stops its approval: decided again, left pending as revoked', async (t) => {
+t.test('a renewal is decided on the revocations the informer listed: no GET per CSR, refused as revoked', async (t) => {
   const csr = await kubeletCsr('w1', 'node');
   const mock = new MockAgent();
   mock.disableNetConnect();
   const server = 'https://api.test';
   const p = mock.get(server);
-  const seen = { revocationReads: 0, approvals: 0, events: [] as string[] };
+  const seen = { approvals: 0, events: [] as string[] };
   p.intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' })
     .reply(200, { kind: 'CertificateSigningRequestList', metadata: { resourceVersion: '10' }, items: [csr] })
     .persist();
@@ -155,20 +168,12 @@ t.test('a revocation written while a renewal was decided stops its approval: dec
     .reply(200, '')
     .delay(60_000)
     .persist();
-  // The first read (the decision's) finds no revocation; every later one (the check before approving, the next decision) finds w1 revoked.
-  p.intercept({ path: '/api/v1/namespaces/kubeboot/configmaps/revocations', method: 'GET' })
-    .reply<object>(() =>
-      ++seen.revocationReads === 1
-        ? { statusCode: 404, data: { kind: 'Status', code: 404 } }
-        : {
-            statusCode: 200,
-            data: {
-              kind: 'ConfigMap',
-              metadata: { name: 'revocations', resourceVersion: '12' },
-              data: { w1: JSON.stringify({ at: '2026-12-01T16:00:01Z', reason: 'stolen' }) },
-            },
-          },
-    )
+  p.intercept({ path: '/apis/kubeboot.io/v1alpha1/noderevocations?limit=500', method: 'GET' })
+    .reply(200, {
+      kind: 'NodeRevocationList',
+      metadata: { resourceVersion: '12' },
+      items: [{ metadata: { name: 'w1', resourceVersion: '12', creationTimestamp: '2026-12-01T16:00:01Z' }, spec: { reason: 'stolen' } }],
+    })
     .persist();
   leadAndAllow(p);
   p.intercept({ path: `${CSR_PATH}/csr-w1/approval`, method: 'PUT' })
@@ -197,9 +202,8 @@ t.test('a revocation written while a renewal was decided stops its approval: dec
   stop.abort();
   await running;
   await mock.close();
-  t.equal(seen.approvals, 0, 'not approved on the revocations it read first');
-  t.match(seen.events, [/kubelet-client rule not-revoked: node w1 was revoked/]);
-  t.equal(seen.revocationReads, 4, 'read, read again (changed); read by the decision made again, read again (unchanged)');
+  t.equal(seen.approvals, 0, 'not approved');
+  t.match(seen.events, [/kubelet-client rule not-revoked: node w1 was revoked at 2026-12-01T16:00:01Z: stolen/]);
 });
 
 t.test("a pool token's CSRs queued together are approved in batches: its names spent in order, within max-nodes, few claims", async (t) => {
@@ -220,21 +224,28 @@ t.test("a pool token's CSRs queued together are approved in batches: its names s
   p.intercept({ path: (x) => x.startsWith('/api/v1/nodes/'), method: 'GET' })
     .reply(404, { kind: 'Status', code: 404 })
     .persist();
-  p.intercept({ path: '/api/v1/namespaces/kubeboot/configmaps/revocations', method: 'GET' })
-    .reply(404, { kind: 'Status', code: 404 })
+  const BINDINGS = '/apis/kubeboot.io/v1alpha1/tokenbindings';
+  p.intercept({ path: `${BINDINGS}?limit=500`, method: 'GET' })
+    .reply<object>(() => ({ statusCode: 200, data: { kind: 'TokenBindingList', metadata: { resourceVersion: '7' }, items: [binding] } }))
     .persist();
-  p.intercept({ path: '/api/v1/namespaces/kubeboot/configmaps/token-abcdef', method: 'GET' })
+  p.intercept({ path: `${BINDINGS}/abcdef`, method: 'GET' })
     .reply<object>(() => ({ statusCode: 200, data: binding }))
     .persist();
-  p.intercept({ path: '/api/v1/namespaces/kubeboot/configmaps/token-abcdef', method: 'PATCH' })
+  p.intercept({ path: `${BINDINGS}/abcdef/status`, method: 'PATCH' })
     .reply<object>((req) => {
       seen.patches++;
-      const body = JSON.parse(String(req.body)) as { metadata: { resourceVersion: string; annotations: Record<string, string> } };
+      const body = JSON.parse(String(req.body)) as { metadata: { resourceVersion: string }; status: TokenBindingObject['status'] };
       if (body.metadata.resourceVersion !== binding.metadata.resourceVersion)
         return { statusCode: 409, data: { kind: 'Status', code: 409 } };
       const rv = String(Number(binding.metadata.resourceVersion) + 1);
-      binding = { ...binding, metadata: { ...binding.metadata, resourceVersion: rv, annotations: body.metadata.annotations } };
+      binding = { ...binding, metadata: { ...binding.metadata, resourceVersion: rv }, status: body.status };
       return { statusCode: 200, data: binding };
+    })
+    .persist();
+  p.intercept({ path: '/apis/kubeboot.io/v1alpha1/nodeclaims', method: 'POST' })
+    .reply<object>((req) => {
+      const body = JSON.parse(String(req.body)) as { metadata: { name: string } };
+      return { statusCode: 201, data: { ...body, metadata: { ...body.metadata, resourceVersion: '30' } } };
     })
     .persist();
   leadAndAllow(p);
@@ -271,31 +282,19 @@ t.test("a pool token's CSRs queued together are approved in batches: its names s
   t.same([...seen.approved].sort(), ['csr-w1', 'csr-w2', 'csr-w3', 'csr-w4'], 'the first four, in the order they came');
   t.match(seen.events, [/token-bound: token abcdef is spent: it joined 4 of its 4 node/], 'the fifth finds the token spent');
   t.same(
-    JSON.parse(binding.metadata.annotations!['kubeboot.io/issued']!),
+    Object.fromEntries((binding.status?.issued ?? []).map((i) => [i.node, i.csrUID])),
     { w1: 'uid-w1', w2: 'uid-w2', w3: 'uid-w3', w4: 'uid-w4' },
     'each name spent on its own CSR',
   );
   t.ok(seen.patches <= 2, `${seen.patches} claims for four names (the first CSR queued starts a batch alone; the rest share one)`);
 });
 
-t.test("a pool's binding is parsed once per batch, not once per CSR, and spends the same names", async (t) => {
+t.test("a pool's CSRs of one batch spend the same names as one at a time would, in one status", async (t) => {
   const n = 60;
-  const { io } = fakeIo({ 'token-abcdef': pool(n - 10) });
+  const { io } = fakeIo({ 'tokenbindings/abcdef': pool(n - 10) });
   const view = new RecordView(io.record);
   const csrs = await Promise.all(Array.from({ length: n }, (_, i) => kubeletCsr(`w${i}`, 'token')));
-  const parse = JSON.parse;
-  let issuedParses = 0;
-  JSON.parse = ((text: string, reviver?: never) => {
-    if (typeof text === 'string' && text.startsWith('{"w')) issuedParses++;
-    return parse(text, reviver);
-  }) as typeof JSON.parse;
-  let outcomes: Awaited<ReturnType<typeof decideBatch>>;
-  try {
-    outcomes = await decideBatch(csrs, policy, io, view);
-  } finally {
-    JSON.parse = parse;
-  }
-  t.equal(issuedParses, 0, 'no issued map parsed again after a spend (the read one was empty)');
+  const outcomes = await decideBatch(csrs, policy, io, view);
   const approved = outcomes.filter((o) => 'decision' in o && o.decision.kind === 'approve').map((o) => o.csr.metadata.name);
   t.same(
     approved,
@@ -304,11 +303,11 @@ t.test("a pool's binding is parsed once per batch, not once per CSR, and spends 
   );
   const rejected = outcomes.filter((o) => 'decision' in o && o.decision.kind === 'violation');
   t.equal(rejected.length, 10);
-  const [claim] = view.claims();
-  const issued = parse(claim?.patch.metadata?.annotations?.['kubeboot.io/issued'] ?? 'null') as Record<string, string>;
+  const [status] = view.claims();
   t.same(
-    Object.keys(issued),
+    status?.op === 'status' ? (status.status as { issued: { node: string }[] }).issued.map((i) => i.node) : null,
     approved.map((name) => name.slice(4)),
-    'one claim holding every name spent',
+    'one status holding every name spent',
   );
+  t.equal(view.claims().length, 1 + n - 10, 'and one claim per name');
 });

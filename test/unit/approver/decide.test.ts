@@ -2,7 +2,6 @@
 // SubjectAccessReview, with the cluster look-ups faked.
 import t from 'tap';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
-import type { RecordConfigMap } from '../../../agent/approver/api.js';
 import { decide, type Lookups } from '../../../agent/approver/decide.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { keyAlgorithmName, requestFacts } from '../../../agent/approver/request.js';
@@ -36,7 +35,7 @@ async function csr(
 }
 
 function lookups(
-  opts: { allowed?: boolean; all?: ApproverCsr[]; records?: Record<string, RecordConfigMap> } = {},
+  opts: { allowed?: boolean; all?: ApproverCsr[]; records?: Record<string, unknown> } = {},
 ): Lookups & { reviews: string[]; read: string[] } {
   const reviews: string[] = [];
   const read: string[] = [];
@@ -47,7 +46,9 @@ function lookups(
     allowed: async (_c, sub) => (reviews.push(sub), opts.allowed ?? true),
     sameRequester: () => opts.all ?? [],
     apiServer: async () => ({ names: ['api.example'], ips: ['10.96.0.1'] }),
-    record: async (name) => (read.push(name), opts.records?.[name] ?? null),
+    // biome-ignore lint/suspicious/noExplicitAny: a fake store answers any record
+    record: async (resource, name) => (read.push(`${resource}/${name}`), (opts.records?.[`${resource}/${name}`] ?? null) as any),
+    legacy: async (name) => (read.push(`configmaps/${name}`), null),
   };
 }
 
@@ -158,15 +159,15 @@ const KUBELET = {
 };
 const bootstrapper = { username: 'system:bootstrap:abcdef', groups: ['system:bootstrappers', 'system:authenticated'] };
 
-const configMap = (name: string, rv: string, data: Record<string, string>, annotations: Record<string, string> = {}): RecordConfigMap => ({
-  kind: 'ConfigMap',
-  metadata: { name, resourceVersion: rv, annotations },
-  data,
-});
+type AnyRecord = { kind: string; metadata: { name: string; resourceVersion?: string; creationTimestamp?: string }; [k: string]: unknown };
 
-/** The records as `kubeboot token create --node w1` and `kubeboot node replace` write them, and which were read. */
+/** The records as `kubeboot token create --node w1` and `kubeboot node replace` make them (by `resource/name`), and which were read. */
 function clientLookups(
-  o: { records?: Record<string, RecordConfigMap>; nodes?: Record<string, Record<string, string>> } = {},
+  o: {
+    records?: Record<string, AnyRecord>;
+    legacy?: Record<string, { metadata: { name: string }; data?: Record<string, string> }>;
+    nodes?: Record<string, Record<string, string>>;
+  } = {},
 ): Lookups & { reviews: string[]; read: string[] } {
   const read: string[] = [];
   const base = lookups();
@@ -174,20 +175,34 @@ function clientLookups(
     ...base,
     read,
     node: async (name) => (o.nodes?.[name] ? { name, addresses: [], labels: o.nodes[name] } : null),
-    record: async (name) => (read.push(name), o.records?.[name] ?? null),
+    // biome-ignore lint/suspicious/noExplicitAny: a fake store answers any record
+    record: async (resource, name) => (read.push(`${resource}/${name}`), (o.records?.[`${resource}/${name}`] ?? null) as any),
+    legacy: async (name) => (read.push(`configmaps/${name}`), o.legacy?.[name] ?? null),
   };
 }
 
-const w1Binding = (issued = '{}') =>
-  configMap('token-abcdef', '7', { 'token-id': 'abcdef', names: 'w1', 'max-nodes': '1' }, { 'kubeboot.io/issued': issued });
+const w1Binding = (issued: { node: string; csrUID: string }[] = [], names = ['w1']): AnyRecord => ({
+  kind: 'TokenBinding',
+  metadata: { name: 'abcdef', resourceVersion: '7' },
+  spec: { tokenID: 'abcdef', names, maxNodes: names.length, tokenSecretUID: 'secret-uid' },
+  status: { issued },
+});
+const claim = (node: string, tokenID: string, csrUID: string): AnyRecord => ({
+  kind: 'NodeClaim',
+  metadata: { name: node, resourceVersion: '20' },
+  spec: { tokenID, csrUID },
+});
+const markFor = (node: string, tokenID: string, claimedBy?: string): AnyRecord => ({
+  kind: 'NodeReplacement',
+  metadata: { name: node, resourceVersion: '12', creationTimestamp: '2025-12-31T00:00:00Z' },
+  spec: { tokenID },
+  status: claimedBy ? { claimedBy } : {},
+});
+const first = (name: string, cn = 'system:node:w1') => csr(name, { cn, o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper });
 
 t.test("a bootstrap token's kubelet client CSR for its bound name is approved, spending the name with the version read", async (t) => {
-  const l = clientLookups({ records: { 'token-abcdef': w1Binding() } });
-  const d = await decide(
-    await csr('first', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }),
-    clientPolicy,
-    l,
-  );
+  const l = clientLookups({ records: { 'tokenbindings/abcdef': w1Binding() } });
+  const d = await decide(await first('first'), clientPolicy, l);
   t.match(d, {
     kind: 'approve',
     policy: 'kubelet-client',
@@ -195,59 +210,132 @@ t.test("a bootstrap token's kubelet client CSR for its bound name is approved, s
       /token-bound, no-takeover, not-control-plane, not-revoked\) and system:bootstrap:abcdef may create certificatesigningrequests\/kubebootnodeclient$/,
   });
   t.same(d.kind === 'approve' ? d.claims : null, [
-    { name: 'token-abcdef', resourceVersion: '7', patch: { metadata: { annotations: { 'kubeboot.io/issued': '{"w1":"uid-first"}' } } } },
+    {
+      op: 'status',
+      resource: 'tokenbindings',
+      name: 'abcdef',
+      resourceVersion: '7',
+      status: { issued: [{ node: 'w1', csrUID: 'uid-first' }] },
+    },
+    {
+      op: 'create',
+      resource: 'nodeclaims',
+      name: 'w1',
+      object: {
+        apiVersion: 'kubeboot.io/v1alpha1',
+        kind: 'NodeClaim',
+        metadata: { name: 'w1', labels: { 'app.kubernetes.io/part-of': 'kubeboot' } },
+        spec: { tokenID: 'abcdef', csrUID: 'uid-first' },
+      },
+    },
   ]);
   t.same(l.reviews, ['kubebootnodeclient'], 'the SubjectAccessReview is for the bootstrap subresource');
-  t.same(l.read, ['token-abcdef', 'revocations'], 'no Node of that name: the replacements are not read');
+  t.same(l.read, ['noderevocations/w1', 'configmaps/revocations', 'tokenbindings/abcdef', 'nodeclaims/w1', 'nodereplacements/w1']);
 });
 
-t.test('the same CSR decided again after its claim was written spends nothing more', async (t) => {
-  const l = clientLookups({ records: { 'token-abcdef': w1Binding('{"w1":"uid-again"}') } });
-  const d = await decide(
-    await csr('again', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }),
-    clientPolicy,
-    l,
-  );
+t.test('the same CSR decided again after its claims were written spends nothing more', async (t) => {
+  const l = clientLookups({
+    records: {
+      'tokenbindings/abcdef': w1Binding([{ node: 'w1', csrUID: 'uid-again' }]),
+      'nodeclaims/w1': claim('w1', 'abcdef', 'uid-again'),
+    },
+  });
+  const d = await decide(await first('again'), clientPolicy, l);
   t.same(d.kind === 'approve' ? d.claims : d, []);
 });
 
-t.test('taking over a Node marked as being replaced claims the mark too, keeping what the admin wrote', async (t) => {
-  const marked = JSON.stringify({ at: '2025-12-31T00:00:00Z', by: 'admin' });
+t.test('a name another token spent is refused to this one, however its binding reads', async (t) => {
+  const l = clientLookups({ records: { 'tokenbindings/abcdef': w1Binding(), 'nodeclaims/w1': claim('w1', 'zzzzzz', 'uid-theirs') } });
+  const d = await decide(await first('second'), clientPolicy, l);
+  t.match(d, { kind: 'violation', rule: 'token-bound', message: /w1 was already spent on token zzzzzz .*kubeboot node replace w1/ });
+  t.same(l.reviews, [], 'refused before any review');
+});
+
+t.test('a node name is a Map key: `constructor` reads as spent by no one', async (t) => {
+  const l = clientLookups({ records: { 'tokenbindings/abcdef': w1Binding([], ['constructor']) } });
+  t.match(await decide(await first('ctor', 'system:node:constructor'), clientPolicy, l), { kind: 'approve' });
+});
+
+t.test('a replacement mark for this token frees a spent name and a live Node, and is claimed with the name', async (t) => {
   const l = clientLookups({
     nodes: { w1: {} },
-    records: { 'token-abcdef': w1Binding(), replacements: configMap('replacements', '12', { w1: marked, w2: '{"at":"x"}' }) },
+    records: {
+      'tokenbindings/abcdef': w1Binding(),
+      'nodeclaims/w1': claim('w1', 'oldtok', 'uid-old'),
+      'nodereplacements/w1': markFor('w1', 'abcdef'),
+    },
   });
-  const d = await decide(
-    await csr('replace', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }),
-    clientPolicy,
-    l,
-  );
-  t.same(d.kind === 'approve' ? d.claims.map((c) => [c.name, c.resourceVersion, c.patch]) : d, [
-    ['token-abcdef', '7', { metadata: { annotations: { 'kubeboot.io/issued': '{"w1":"uid-replace"}' } } }],
-    ['replacements', '12', { data: { w1: '{"at":"2025-12-31T00:00:00Z","by":"admin","claimedBy":"uid-replace"}' } }],
+  const d = await decide(await first('replace'), clientPolicy, l);
+  t.same(d.kind === 'approve' ? d.claims.map((c) => [c.op, c.resource, 'resourceVersion' in c ? c.resourceVersion : null]) : d, [
+    ['status', 'tokenbindings', '7'],
+    ['replace', 'nodeclaims', '20'],
+    ['status', 'nodereplacements', '12'],
   ]);
-  t.same(l.read, ['token-abcdef', 'replacements', 'revocations']);
+  const other = clientLookups({
+    nodes: { w1: {} },
+    records: { 'tokenbindings/abcdef': w1Binding(), 'nodereplacements/w1': markFor('w1', 'zzzzzz') },
+  });
+  t.match(await decide(await first('notmine'), clientPolicy, other), {
+    kind: 'violation',
+    rule: 'no-takeover',
+    message: /its replacement mark is for token zzzzzz/,
+  });
+  const claimed = clientLookups({
+    records: {
+      'tokenbindings/abcdef': w1Binding(),
+      'nodeclaims/w1': claim('w1', 'oldtok', 'uid-old'),
+      'nodereplacements/w1': markFor('w1', 'abcdef', 'uid-someone'),
+    },
+  });
+  t.match(
+    await decide(await first('late'), clientPolicy, claimed),
+    { kind: 'violation', rule: 'token-bound' },
+    'a claimed mark frees nothing more',
+  );
 });
 
 t.test('a live Node without a mark is refused (no-takeover) before anything is spent or reviewed', async (t) => {
-  const l = clientLookups({ nodes: { w1: {} }, records: { 'token-abcdef': w1Binding() } });
-  const d = await decide(
-    await csr('takeover', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }),
-    clientPolicy,
-    l,
-  );
+  const l = clientLookups({ nodes: { w1: {} }, records: { 'tokenbindings/abcdef': w1Binding() } });
+  const d = await decide(await first('takeover'), clientPolicy, l);
   t.match(d, { kind: 'violation', rule: 'no-takeover', message: /^kubelet-client rule no-takeover: Node w1 exists/ });
   t.same(l.reviews, []);
 });
 
-t.test('a renewal reads only the revocations and is reviewed for kubebootselfnodeclient', async (t) => {
+t.test('a ConfigMap record of an earlier release is refused, naming the command that moves it', async (t) => {
+  const legacy = clientLookups({
+    legacy: { 'token-abcdef': { metadata: { name: 'token-abcdef' }, data: { names: 'w1', 'max-nodes': '1' } } },
+  });
+  t.match(await decide(await first('old'), clientPolicy, legacy), {
+    kind: 'violation',
+    rule: 'token-bound',
+    message: /kubeboot\/token-abcdef is a ConfigMap record of an earlier release.*not trusted; move it with: kubeboot records migrate/,
+  });
   const node = { username: 'system:node:w1', groups: ['system:nodes', 'system:authenticated'] };
-  const l = clientLookups({ records: { 'token-abcdef': w1Binding() } });
+  const revoked = clientLookups({ legacy: { revocations: { metadata: { name: 'revocations' }, data: { w1: '{}' } } } });
+  t.match(
+    await decide(await csr('renew-old', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...node }), clientPolicy, revoked),
+    {
+      kind: 'violation',
+      rule: 'not-revoked',
+      message: /kubeboot\/revocations is a ConfigMap record.*kubeboot records migrate/,
+    },
+  );
+});
+
+t.test('a renewal reads only the revocation and is reviewed for kubebootselfnodeclient', async (t) => {
+  const node = { username: 'system:node:w1', groups: ['system:nodes', 'system:authenticated'] };
+  const l = clientLookups({ records: { 'tokenbindings/abcdef': w1Binding() } });
   const d = await decide(await csr('renew', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...node }), clientPolicy, l);
   t.match(d, { kind: 'approve', claims: [] });
-  t.same([l.read, l.reviews], [['revocations'], ['kubebootselfnodeclient']]);
+  t.same([l.read, l.reviews], [['noderevocations/w1', 'configmaps/revocations'], ['kubebootselfnodeclient']]);
   const revoked = clientLookups({
-    records: { revocations: configMap('revocations', '3', { w1: '{"at":"2026-12-01T00:00:00Z","reason":"stolen"}' }) },
+    records: {
+      'noderevocations/w1': {
+        kind: 'NodeRevocation',
+        metadata: { name: 'w1', creationTimestamp: '2026-12-01T00:00:00Z' },
+        spec: { reason: 'stolen' },
+      },
+    },
   });
   const r = await decide(
     await csr('renew2', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...node }),
@@ -258,7 +346,7 @@ t.test('a renewal reads only the revocations and is reviewed for kubebootselfnod
 });
 
 t.test('kubelet client CSRs are not ours without --approve-kubelet-client', async (t) => {
-  const l = clientLookups({ records: { 'token-abcdef': w1Binding() } });
+  const l = clientLookups({ records: { 'tokenbindings/abcdef': w1Binding() } });
   t.same(await decide(await csr('off', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }), policy, l), {
     kind: 'ignore',
     why: 'not-ours',
@@ -266,10 +354,10 @@ t.test('kubelet client CSRs are not ours without --approve-kubelet-client', asyn
   t.same(l.read, []);
 });
 
-t.test('a record the approver may not read fails the decision (closed), it is never taken as absent', async (t) => {
+t.test('a legacy record the approver could not read fails the decision (closed), it is never taken as absent', async (t) => {
   const l = {
     ...clientLookups(),
-    record: async () => Promise.reject(new Error('the approver may not read ConfigMap kubeboot/token-abcdef')),
+    legacy: async () => Promise.reject(new Error('the approver may not read ConfigMap kubeboot/token-abcdef')),
   };
   await t.rejects(
     decide(await csr('forbidden', { cn: 'system:node:w1', o: ['system:nodes'] }, { ...KUBELET, ...bootstrapper }), clientPolicy, l),
@@ -278,12 +366,14 @@ t.test('a record the approver may not read fails the decision (closed), it is ne
 });
 
 t.test("a revoked node's kube-proxy and serving CSRs are refused: the revocation is read for every node requester", async (t) => {
-  const revocations: RecordConfigMap = {
-    kind: 'ConfigMap',
-    metadata: { name: 'revocations', resourceVersion: '3' },
-    data: { n1: JSON.stringify({ at: '2026-01-01T00:00:00Z', reason: 'stolen' }) },
+  const revocations = {
+    'noderevocations/n1': {
+      kind: 'NodeRevocation',
+      metadata: { name: 'n1', creationTimestamp: '2026-01-01T00:00:00Z' },
+      spec: { reason: 'stolen' },
+    },
   };
-  const l = lookups({ records: { revocations } });
+  const l = lookups({ records: revocations });
   const proxy = await decide(await csr('proxy', { cn: 'system:kube-proxy' }), policy, l);
   t.same(proxy.kind === 'violation' ? proxy.rule : proxy.kind, 'not-revoked', 'kube-proxy');
   const servingPolicy = { ...policy, serving: { enabled: true, dnsSuffixes: [], ipCidrs: [] } };
@@ -300,10 +390,10 @@ t.test("a revoked node's kube-proxy and serving CSRs are refused: the revocation
     l,
   );
   t.same(serving.kind === 'violation' ? serving.rule : serving.kind, 'not-revoked', 'serving');
-  t.same(l.read, ['revocations', 'revocations'], 'only the revocations are read');
+  t.same(l.read, ['noderevocations/n1', 'noderevocations/n1'], 'only the revocations are read');
   t.same(l.reviews, [], 'nothing is reviewed');
   const other = await decide(await csr('proxy-n2', { cn: 'system:kube-proxy' }, { username: 'system:node:n2' }), policy, {
-    ...lookups({ records: { revocations } }),
+    ...lookups({ records: revocations }),
     node: async (name) => ({ name, addresses: [] }),
   });
   t.equal(other.kind, 'approve', 'another node is not affected');

@@ -1,8 +1,7 @@
-// --inventory: kubeboot/inventory's entries parsed strictly, one node at a
+// --inventory: the Inventory record's entries parsed strictly, one node at a
 // time, and the two rules that make it the authority over kubelet client
 // names and serving IP SANs; decide() reads it only when the flag is on.
 import t from 'tap';
-import type { RecordConfigMap } from '../../../agent/approver/api.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { decide, type Lookups } from '../../../agent/approver/decide.js';
 import {
@@ -14,7 +13,7 @@ import {
   type World,
 } from '../../../agent/approver/policy.js';
 import type { RequestFacts } from '../../../agent/approver/request.js';
-import { inventoryEntry, inventoryHasIp, parseInventoryEntry, type InventoryEntry } from '../../../agent/kube/inventory.js';
+import { inventoryEntry, inventoryHasIp, parseInventoryEntry, type InventoryEntry } from '../../../agent/records/inventory.js';
 import { craftCsrPem, type CraftSpec } from '../../support/approver.js';
 
 t.test('an entry: ips (addresses and CIDRs) and machine-id, in any order, spaces ignored', async (t) => {
@@ -45,7 +44,7 @@ t.test('a malformed entry is a problem naming the key and the field, never a par
     const parsed = parseInventoryEntry('w1', raw);
     t.ok('problem' in parsed, `${JSON.stringify(raw)} is a problem`);
     t.match('problem' in parsed ? parsed.problem : '', problem);
-    t.match('problem' in parsed ? parsed.problem : '', /^kubeboot\/inventory key w1 /);
+    t.match('problem' in parsed ? parsed.problem : '', /^inventories\.kubeboot\.io\/inventory key w1 /);
   }
 });
 
@@ -129,15 +128,15 @@ t.test('inventory-listed: a kubelet client renewal only for a listed name whose 
   t.match(evaluate(KUBELET_CLIENT_RULES, input('client', { inventory: { found: true, entry: null } })), {
     ok: false,
     rule: 'inventory-listed',
-    problem: 'node w1 is not in the inventory kubeboot/inventory (add a key w1)',
+    problem: 'node w1 is not in the inventory inventories.kubeboot.io/inventory (add a key w1 to spec.nodes)',
   });
   t.match(evaluate(KUBELET_CLIENT_RULES, input('client', { inventory: listed('ips: x') })), {
     rule: 'inventory-listed',
-    problem: /the inventory entry cannot be trusted: kubeboot\/inventory key w1 field ips/,
+    problem: /the inventory entry cannot be trusted: inventories\.kubeboot\.io\/inventory key w1 field ips/,
   });
   t.match(evaluate(KUBELET_CLIENT_RULES, input('client', { inventory: { found: false } })), {
     rule: 'inventory-listed',
-    problem: /the inventory ConfigMap kubeboot\/inventory does not exist/,
+    problem: /the inventory inventories\.kubeboot\.io\/inventory does not exist/,
   });
   t.match(evaluate(KUBELET_CLIENT_RULES, input('client', { inventory: null })), { rule: 'inventory-listed' }, 'not read: closed');
   t.same(
@@ -162,7 +161,7 @@ t.test("inventory-addresses: serving IP SANs from the inventory, not the Node's 
   t.same(serving('', []), { ok: true }, 'DNS SANs only, for a listed node without addresses');
   t.match(serving('ips: 10.0.0.7', ['10.0.0.66']), {
     rule: 'inventory-addresses',
-    problem: "IP SAN 10.0.0.66 is not among node w1's inventory addresses [10.0.0.7] (kubeboot/inventory)",
+    problem: "IP SAN 10.0.0.66 is not among node w1's inventory addresses [10.0.0.7] (inventories.kubeboot.io/inventory)",
   });
   t.match(serving(null, []), { rule: 'inventory-addresses', problem: /does not exist/ }, 'missing inventory: no serving CSR');
   t.match(serving('machine-id: nope', ['10.0.0.7']), { rule: 'inventory-addresses', problem: /key w1 field machine-id/ });
@@ -186,7 +185,9 @@ async function csr(name: string, spec: CraftSpec, over: Partial<ApproverCsr['spe
   };
 }
 
-function lookups(records: Record<string, RecordConfigMap>): Lookups & { read: string[] } {
+type InventoryRecord = { kind: 'Inventory'; metadata: { name: string }; spec: { nodes: Record<string, string> } };
+
+function lookups(records: Record<string, InventoryRecord>): Lookups & { read: string[] } {
   const read: string[] = [];
   return {
     read,
@@ -194,11 +195,17 @@ function lookups(records: Record<string, RecordConfigMap>): Lookups & { read: st
     allowed: async () => true,
     sameRequester: () => [],
     apiServer: async () => ({ names: [], ips: ['10.96.0.1'] }),
-    record: async (name) => (read.push(name), records[name] ?? null),
+    // biome-ignore lint/suspicious/noExplicitAny: the fake holds only the inventory
+    record: async (resource, name) => (read.push(resource), (records[name] ?? null) as any),
+    legacy: async (name) => (read.push(`configmaps/${name}`), null),
   };
 }
 
-const inventory = (data: Record<string, string>): RecordConfigMap => ({ kind: 'ConfigMap', metadata: { name: 'inventory' }, data });
+const inventory = (nodes: Record<string, string>): InventoryRecord => ({
+  kind: 'Inventory',
+  metadata: { name: 'inventory' },
+  spec: { nodes },
+});
 const renewal = {
   signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
   usages: ['digital signature', 'client auth'],
@@ -216,11 +223,12 @@ t.test('decide: a renewal of a name removed from the inventory is refused as a r
   const subject = { cn: 'system:node:w1', o: ['system:nodes'] };
   const l = lookups({ inventory: inventory({ w1: 'ips: 10.0.0.7' }) });
   t.match(await decide(await csr('a', subject, renewal), policy, l), { kind: 'approve', message: /not-revoked, inventory-listed\)/ });
-  t.same(l.read, ['revocations', 'inventory']);
+  t.same(l.read, ['noderevocations', 'configmaps/revocations', 'inventories']);
   t.match(await decide(await csr('b', subject, renewal), policy, lookups({ inventory: inventory({ w2: '' }) })), {
     kind: 'violation',
     rule: 'inventory-listed',
-    message: 'kubelet-client rule inventory-listed: node w1 is not in the inventory kubeboot/inventory (add a key w1)',
+    message:
+      'kubelet-client rule inventory-listed: node w1 is not in the inventory inventories.kubeboot.io/inventory (add a key w1 to spec.nodes)',
   });
 });
 
@@ -233,5 +241,5 @@ t.test('decide: serving IP SANs are checked against the inventory; the inventory
   });
   const off = lookups(records);
   t.match(await decide(await csr('s', spec, servingCsr), { ...policy, inventory: false }, off), { kind: 'approve' });
-  t.same(off.read, ['revocations'], 'no GET of kubeboot/inventory (the revocations, for not-revoked)');
+  t.same(off.read, ['noderevocations', 'configmaps/revocations'], 'the inventory is not read (the revocation is, for not-revoked)');
 });

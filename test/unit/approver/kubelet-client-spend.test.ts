@@ -1,7 +1,8 @@
 // Spending a bootstrap token's name is a compare-and-swap: the approver writes
-// the claim on the binding with the resourceVersion it decided on, before the
-// approval. When another approver (or an admin) changed the binding meanwhile
-// (409), the CSR is decided again on what the binding now says.
+// the binding's status with the resourceVersion it decided on, then creates
+// the name's claim, before the approval. When another approver (or an admin)
+// changed the binding meanwhile (409), the binding is read again and the CSR
+// decided again on what it now says.
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { Approver } from '../../../agent/approver/approver.js';
@@ -9,14 +10,15 @@ import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { KubeClient } from '../../../agent/kube/client.js';
-import { bindingConfigMap } from '../../../agent/kube/join-bindings.js';
+import { bindingRecord } from '../../../agent/records/bindings.js';
 import { silentLogger } from '../../../agent/log.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { leadAndAllow } from '../../support/mock-approver.js';
 import { until } from '../../support/fake-time.js';
 
 const server = 'https://api.test';
-const BINDING = '/api/v1/namespaces/kubeboot/configmaps/token-abcdef';
+const BINDINGS = '/apis/kubeboot.io/v1alpha1/tokenbindings';
+const BINDING = `${BINDINGS}/abcdef`;
 const policy: ApproverPolicy = {
   keyAlgorithms: ['ecdsa-p256'],
   maxExpirationSeconds: 86_400,
@@ -27,8 +29,12 @@ const policy: ApproverPolicy = {
 
 /** The binding of `kubeboot token create --node w1` at a resourceVersion, `issued` as the approver wrote it. */
 function binding(resourceVersion: string, issued: Record<string, string>) {
-  const cm = bindingConfigMap('abcdef', { names: ['w1'] }) as { metadata: Record<string, unknown> };
-  return { ...cm, metadata: { ...cm.metadata, resourceVersion, annotations: { 'kubeboot.io/issued': JSON.stringify(issued) } } };
+  const made = bindingRecord('abcdef', { names: ['w1'] }, 'secret-uid');
+  return {
+    ...made,
+    metadata: { ...made.metadata, resourceVersion },
+    status: { issued: Object.entries(issued).map(([node, csrUID]) => ({ node, csrUID })) },
+  };
 }
 
 interface Seen {
@@ -69,22 +75,29 @@ async function run(t: Test, after: Record<string, string>): Promise<Seen> {
     .persist();
   pool.intercept({ path: '/api/v1/nodes/w1', method: 'GET' }).reply(404, { kind: 'Status', code: 404 }).persist();
   pool
-    .intercept({ path: '/api/v1/namespaces/kubeboot/configmaps/revocations', method: 'GET' })
-    .reply(404, { kind: 'Status', code: 404 })
+    .intercept({ path: `${BINDINGS}?limit=500`, method: 'GET' })
+    .reply(200, { kind: 'TokenBindingList', metadata: { resourceVersion: '7' }, items: [binding('7', {})] })
     .persist();
   pool
     .intercept({ path: BINDING, method: 'GET' })
-    .reply<object>(() => ({ statusCode: 200, data: seen.patches.length === 0 ? binding('7', {}) : binding('8', after) }))
+    .reply<object>(() => ({ statusCode: 200, data: binding('8', after) }))
     .persist();
   pool
-    .intercept({ path: BINDING, method: 'PATCH' })
+    .intercept({ path: `${BINDING}/status`, method: 'PATCH' })
     .reply<object>((req) => {
-      const body = JSON.parse(String(req.body)) as { metadata: { resourceVersion: string; annotations: Record<string, string> } };
-      seen.patches.push({ resourceVersion: body.metadata.resourceVersion, issued: body.metadata.annotations['kubeboot.io/issued']! });
+      const body = JSON.parse(String(req.body)) as { metadata: { resourceVersion: string }; status: { issued: object[] } };
+      seen.patches.push({ resourceVersion: body.metadata.resourceVersion, issued: JSON.stringify(body.status.issued) });
       return seen.patches.length === 1
         ? { statusCode: 409, data: { kind: 'Status', code: 409, reason: 'Conflict' } }
-        : { statusCode: 200, data: binding('9', JSON.parse(body.metadata.annotations['kubeboot.io/issued']!)) };
+        : { statusCode: 200, data: { ...binding('9', {}), status: body.status } };
     })
+    .persist();
+  pool
+    .intercept({ path: '/apis/kubeboot.io/v1alpha1/nodeclaims', method: 'POST' })
+    .reply<object>((req) => ({
+      statusCode: 201,
+      data: { ...JSON.parse(String(req.body)), metadata: { name: 'w1', resourceVersion: '10' } },
+    }))
     .persist();
   leadAndAllow(pool);
   pool
@@ -126,8 +139,8 @@ t.test(
     t.same(
       seen.patches,
       [
-        { resourceVersion: '7', issued: '{"w1":"uid-1"}' },
-        { resourceVersion: '8', issued: '{"w1":"uid-1"}' },
+        { resourceVersion: '7', issued: '[{"node":"w1","csrUID":"uid-1"}]' },
+        { resourceVersion: '8', issued: '[{"node":"w1","csrUID":"uid-1"}]' },
       ],
       'each claim is made on the version it was decided on',
     );

@@ -19,7 +19,7 @@ import {
   type World,
 } from '../../../agent/approver/policy.js';
 import type { RequestFacts } from '../../../agent/approver/request.js';
-import type { TokenBinding } from '../../../agent/kube/join-bindings.js';
+import type { TokenBinding } from '../../../agent/records/bindings.js';
 
 const policy: ApproverPolicy = {
   kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
@@ -295,8 +295,16 @@ const clientPolicy: ApproverPolicy = {
   ...policy,
   kubeletClient: { enabled: true, unboundTokens: false, protectNodes: ['example.com/tier=db'] },
 };
-const bound = (over: Partial<TokenBinding> = {}): TokenBinding =>
-  ({ kind: 'names', tokenId: 'abcdef', names: ['w1'], maxNodes: 1, issued: {}, ...over }) as TokenBinding;
+/** `issued` as a plain object for short cases: a Map, as parseBinding makes it. */
+const bound = (over: { [k: string]: unknown; issued?: Record<string, string> } = {}): TokenBinding =>
+  ({
+    kind: 'names',
+    tokenId: 'abcdef',
+    names: ['w1'],
+    maxNodes: 1,
+    ...over,
+    issued: new Map(Object.entries(over.issued ?? {})),
+  }) as TokenBinding;
 
 /** A bootstrap token's first kubelet client CSR for `w1`, no such Node yet, its binding allowing exactly that name. */
 function clientInput(
@@ -331,7 +339,12 @@ const renewal = (records: Partial<NonNullable<World['records']>> = {}, req: Part
   clientInput({ username: 'system:node:w1', groups: ['system:nodes', 'system:authenticated'] }, req, {}, records);
 
 const liveNode = (labels: Record<string, string> = {}) => ({ node: { name: 'w1', addresses: [], labels } });
-const mark = (over: { at?: string; claimedBy?: string | null } = {}) => ({ at: '2026-12-01T09:59:59.500Z', claimedBy: null, ...over });
+const mark = (over: { at?: string; claimedBy?: string | null; tokenId?: string } = {}) => ({
+  at: '2026-12-01T09:59:59.500Z',
+  tokenId: 'abcdef',
+  claimedBy: null,
+  ...over,
+});
 
 t.test('kubelet client rules: first issue from a bootstrap token, renewal by the node itself', async (t) => {
   const passes: [string, RuleInput][] = [
@@ -436,6 +449,13 @@ t.test('kubelet client rules: first issue from a bootstrap token, renewal by the
       'token-bound',
     ],
     ['a live Node of that name', clientInput({}, {}, liveNode()), 'no-takeover'],
+    ['a mark for another token', clientInput({}, {}, liveNode(), { replacement: mark({ tokenId: 'zzzzzz' }) }), 'no-takeover'],
+    ['a mark bound to no token yet', clientInput({}, {}, liveNode(), { replacement: mark({ tokenId: '' }) }), 'no-takeover'],
+    [
+      'a name another token spent (its claim)',
+      clientInput({}, {}, {}, { binding: bound({ nameTaken: { tokenId: 'zzzzzz', csrUid: 'uid-other' } }) }),
+      'token-bound',
+    ],
     ['a mark claimed by another CSR', clientInput({}, {}, liveNode(), { replacement: mark({ claimedBy: 'uid-first' }) }), 'no-takeover'],
     [
       'a CSR made before the mark',
@@ -480,7 +500,7 @@ t.test('the first failure names the spent token and what it joined', async (t) =
   const verdict = evaluate(KUBELET_CLIENT_RULES, clientInput({}, {}, {}, { binding: bound({ issued: { w1: 'uid-other' } }) }));
   t.match(verdict, { ok: false, rule: 'token-bound', problem: 'token abcdef was already spent on w1' });
   const unbound = evaluate(KUBELET_CLIENT_RULES, clientInput({}, {}, {}, { binding: null }));
-  t.match(unbound, { problem: /no binding kubeboot\/token-abcdef .*--unsafe-approve-unbound-tokens/ });
+  t.match(unbound, { problem: /no binding tokenbindings\.kubeboot\.io\/abcdef .*--unsafe-approve-unbound-tokens/ });
 });
 
 t.test('recognition of kubelet client CSRs only with --approve-kubelet-client', async (t) => {
@@ -570,13 +590,13 @@ t.test('a revoked node gets no kube-proxy or serving certificate either, and one
       {
         ok: false,
         rule: 'not-revoked',
-        problem: 'node n1 was revoked at 2026-12-01T09:00:00Z: stolen disk (kubeboot/revocations)',
+        problem: 'node n1 was revoked at 2026-12-01T09:00:00Z: stolen disk (noderevocations.kubeboot.io/n1)',
       },
       what,
     );
   }
   const unread = evaluate(KUBE_PROXY_RULES, proxyInput({}, {}, { records: null }));
-  t.same(unread, { ok: false, rule: 'not-revoked', problem: 'the revocations kubeboot/revocations were not read' }, 'fails closed');
+  t.same(unread, { ok: false, rule: 'not-revoked', problem: 'the revocation noderevocations.kubeboot.io/n1 was not read' }, 'fails closed');
 });
 
 t.test('kube-proxy and serving CSRs must ask for a short lifetime: a revoked node keeps what it holds until then', async (t) => {
@@ -619,7 +639,7 @@ t.test("a node name under the serving DNS suffix is refused, for client and serv
       { subject: { commonName: `system:node:${stolen}`, organizations: ['system:nodes'] } },
       {},
       {
-        binding: bound({ kind: 'prefix', prefix: 'g4-pool-', names: undefined, maxNodes: 10 } as unknown as Partial<TokenBinding>),
+        binding: bound({ kind: 'prefix', prefix: 'g4-pool-', names: undefined, maxNodes: 10 } as never),
       },
     ),
   );

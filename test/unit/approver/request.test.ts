@@ -57,6 +57,7 @@ t.test('decide reports a refused request as a request-signature violation naming
     sameRequester: () => [],
     apiServer: async () => ({ names: [], ips: [] }),
     record: async () => null,
+    legacy: async () => null,
   };
   const [twoCns] = await ambiguousCsrPems();
   const csr = {

@@ -56,6 +56,7 @@ const lookups: Lookups = {
   sameRequester: () => [],
   apiServer: async () => ({ names: [], ips: [] }),
   record: async () => null,
+  legacy: async () => null,
 };
 
 t.test("another signer's CSR keeps its name, age, requester and signer, and nothing it brought", async (t) => {

@@ -7,31 +7,34 @@ import { HOSTILE, RAW } from '../../support/hostile.js';
 import { mockAdmin } from '../../support/mock-admin.js';
 
 const SECRETS = '/api/v1/namespaces/kube-system/secrets';
-const CONFIGMAPS = '/api/v1/namespaces/kubeboot/configmaps';
+const BINDINGS = '/apis/kubeboot.io/v1alpha1/tokenbindings';
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 
 t.test('token list shows what each token may join, escaped; a binding without its token is named', async (t) => {
   const { admin, on } = mockAdmin(t);
   const token = (id: string, description = '') => ({
-    metadata: { name: `bootstrap-token-${id}` },
+    metadata: { name: `bootstrap-token-${id}`, uid: `uid-of-${id}` },
     data: { 'token-id': b64(id), 'usage-bootstrap-authentication': b64('true'), description: b64(description) },
   });
   on('GET', SECRETS, 200, () => ({
     kind: 'SecretList',
     items: [token('aaaaaa', 'one node'), token('bbbbbb'), token('cccccc'), token('dddddd'), token('kubadm')],
   }));
-  const binding = (id: string, data: Record<string, string>, issued = '{}') => ({
-    metadata: { name: `token-${id}`, annotations: { 'kubeboot.io/issued': issued } },
-    data,
+  const binding = (id: string, spec: object, issued: Record<string, string> = {}) => ({
+    kind: 'TokenBinding',
+    metadata: { name: id },
+    spec: { tokenID: id, tokenSecretUID: `uid-of-${id}`, ...spec },
+    status: { issued: Object.entries(issued).map(([node, csrUID]) => ({ node, csrUID })) },
   });
-  on('GET', CONFIGMAPS, 200, () => ({
-    kind: 'ConfigMapList',
+  on('GET', BINDINGS, 200, () => ({
+    kind: 'TokenBindingList',
+    metadata: {},
     items: [
-      binding('aaaaaa', { names: 'worker-7', 'max-nodes': '1' }, '{"worker-7":"uid-1"}'),
-      binding('bbbbbb', { prefix: 'pool-a-', 'max-nodes': '20' }, '{"pool-a-1":"u1","pool-a-2":"u2"}'),
-      binding('cccccc', { names: `evil${HOSTILE}`, 'max-nodes': '1' }),
-      binding('dddddd', { prefix: 'p-', 'max-nodes': 'many' }),
-      binding('zzzzzz', { names: 'gone', 'max-nodes': '1' }),
+      binding('aaaaaa', { names: ['worker-7'], maxNodes: 1 }, { 'worker-7': 'uid-1' }),
+      binding('bbbbbb', { prefix: 'pool-a-', maxNodes: 20 }, { 'pool-a-1': 'u1', 'pool-a-2': 'u2' }),
+      binding('cccccc', { names: [`evil${HOSTILE}`], maxNodes: 1 }),
+      binding('dddddd', { prefix: 'p-', maxNodes: 0 }),
+      binding('zzzzzz', { names: ['gone'], maxNodes: 1 }),
     ],
   }));
   const listed = await listTokens(admin);
@@ -43,10 +46,11 @@ t.test('token list shows what each token may join, escaped; a binding without it
   t.match(rows[1], /^aaaaaa +<never> +authentication +<none> +worker-7 +1\/1 +one node$/);
   t.match(rows[2], /^bbbbbb .* pool-a-\* +2\/20$/);
   t.match(rows[3], /evil\\u001b\[2J\\u001b\[H/, 'a hostile name is shown escaped');
-  t.match(rows[4], /<unusable: max-nodes "many" is not a whole number ≥ 1>/);
+  t.match(rows[4], /<unusable: spec.maxNodes 0 is not a whole number ≥ 1>/);
   t.match(rows[5], /^kubadm .* <unbound>$/, "a token kubeboot did not make (kubeadm's) has no binding");
   t.equal(rows[6], 'bindings whose token is gone (kubeboot token delete ID removes one): zzzzzz');
   const entry = listed.tokens.find((e) => e.id === 'aaaaaa');
-  t.match(entry?.binding, { kind: 'names', names: ['worker-7'], issued: { 'worker-7': 'uid-1' } });
+  t.match(entry?.binding, { kind: 'names', names: ['worker-7'] });
+  t.same(entry?.binding && 'issued' in entry.binding ? [...entry.binding.issued] : null, [['worker-7', 'uid-1']]);
   t.equal(listed.tokens.find((e) => e.id === 'kubadm')?.binding, null);
 });

@@ -1,7 +1,7 @@
 // What `kubeboot node replace|revoke|unrevoke|list` asks of the cluster
 // (join/node-requests.ts, join/node.ts) against undici's MockAgent:
-// the records kubeboot approver reads are written over the resourceVersion
-// read (a concurrent claim is never lost), a revocation denies the node's
+// the records kubeboot approver reads are made whole (their time is the API
+// server's creationTimestamp), a revocation denies the node's
 // pending kubelet client CSRs and says until when its certificate lives, and
 // the listing shows each node's identity, expiry and renewer, escaped.
 import t from 'tap';
@@ -14,6 +14,8 @@ import { mockAdmin, notFound } from '../../support/mock-admin.js';
 import { createCa, issueLeaf } from '../../support/pki.js';
 
 const CONFIGMAPS = '/api/v1/namespaces/kubeboot/configmaps';
+const MARKS = '/apis/kubeboot.io/v1alpha1/nodereplacements';
+const REVOCATIONS = '/apis/kubeboot.io/v1alpha1/noderevocations';
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
 const NOW = new Date('2030-01-01T00:00:00Z');
@@ -52,40 +54,43 @@ async function csr(s: CsrSpec) {
 }
 const approved = [{ type: 'Approved', status: 'True', reason: 'AutoApproved' }];
 
-t.test('node replace writes the mark, creating kubeboot/replacements; a conflict is read again, no entry lost', async (t) => {
+t.test('node replace makes a new mark (an old one deleted first), for a token or the next one bound to the name', async (t) => {
   const fresh = mockAdmin(t);
-  fresh.on('GET', `${CONFIGMAPS}/replacements`, 404, notFound);
-  fresh.on('POST', CONFIGMAPS, 201, (b) => b);
+  fresh.on('DELETE', `${MARKS}/n1`, 404, notFound);
+  fresh.on('POST', MARKS, 201, (b) => b);
   fresh.on('GET', '/api/v1/nodes/n1', 200, () => ({ kind: 'Node', metadata: { name: 'n1' } }));
-  fresh.on('GET', `${CONFIGMAPS}/revocations`, 404, notFound);
-  const lines = await replaceNode(fresh.client, 'n1', NOW);
+  fresh.on('GET', `${REVOCATIONS}/n1`, 404, notFound);
+  const lines = await replaceNode(fresh.client, 'n1', null);
   const made = fresh.calls[1]!.body;
-  t.equal(made.metadata.name, 'replacements');
-  t.equal(made.metadata.namespace, 'kubeboot');
-  t.same(JSON.parse(made.data.n1), { at: '2030-01-01T00:00:00Z', claimedBy: null });
+  t.match(made, { apiVersion: 'kubeboot.io/v1alpha1', kind: 'NodeReplacement', metadata: { name: 'n1' }, spec: { tokenID: '' } });
+  t.notOk('at' in made.spec, 'no time of ours: the API server stamps creationTimestamp');
   t.match(lines[1], 'kubeboot token create --node n1');
 
-  const raced = mockAdmin(t);
-  raced.on('GET', `${CONFIGMAPS}/replacements`, 200, () => configMap('replacements', '3', { old: '{"at":"x","claimedBy":null}' }));
-  raced.on('PUT', `${CONFIGMAPS}/replacements`, 409, () => ({ kind: 'Status', reason: 'Conflict', code: 409 }));
-  raced.on('GET', `${CONFIGMAPS}/replacements`, 200, () =>
-    configMap('replacements', '4', { old: '{"at":"x","claimedBy":null}', other: '{"at":"y","claimedBy":"uid-9"}' }),
+  const again = mockAdmin(t);
+  again.on('DELETE', `${MARKS}/n1`, 200, () => ({ kind: 'Status', status: 'Success' }));
+  again.on('POST', MARKS, 201, (b) => b);
+  again.on('GET', '/api/v1/nodes/n1', 404, notFound);
+  again.on('GET', `${REVOCATIONS}/n1`, 200, () => ({ kind: 'NodeRevocation', metadata: { name: 'n1' } }));
+  const said = await replaceNode(again.client, 'n1', 'abcdef');
+  t.same(
+    again.calls.map((c) => `${c.method} ${c.path}`).slice(0, 2),
+    [`DELETE ${MARKS}/n1`, `POST ${MARKS}`],
+    'a mark given again starts over',
   );
-  raced.on('PUT', `${CONFIGMAPS}/replacements`, 200, (b) => b);
-  raced.on('GET', '/api/v1/nodes/n1', 404, notFound);
-  raced.on('GET', `${CONFIGMAPS}/revocations`, 200, () => configMap('revocations', '1', { n1: '{"at":"z","reason":""}' }));
-  const said = await replaceNode(raced.client, 'n1', NOW);
-  const put = raced.calls.filter((c) => c.method === 'PUT').at(-1)!.body;
-  t.equal(put.metadata.resourceVersion, '4', 'written over the version read after the conflict');
-  t.same(Object.keys(put.data).sort(), ['n1', 'old', 'other'], "the approver's claim on another node survives");
-  t.match(said, [/marked as being replaced/, /token create --node n1/, /no Node n1 exists now/, /is revoked.*kubeboot node unrevoke n1/]);
+  t.equal(again.calls[1]!.body.spec.tokenID, 'abcdef', 'bound to the token named');
+  t.match(said, [
+    /marked as being replaced.*token abcdef/,
+    /token abcdef must be bound to n1/,
+    /no Node n1 exists now/,
+    /is revoked.*kubeboot node unrevoke n1/,
+  ]);
 
   const missing = mockAdmin(t);
-  missing.on('GET', `${CONFIGMAPS}/replacements`, 404, notFound);
-  missing.on('POST', CONFIGMAPS, 404, notFound);
-  await t.rejects(replaceNode(missing.client, 'n1', NOW), {
+  missing.on('DELETE', `${MARKS}/n1`, 404, notFound);
+  missing.on('POST', MARKS, 404, notFound);
+  await t.rejects(replaceNode(missing.client, 'n1', null), {
     message:
-      'namespace kubeboot does not exist (the replacement mark lives there; nothing was written); create it with: kubectl apply -f /usr/share/kubeboot/manifests/ -f /usr/share/kubeboot/manifests/approver/',
+      'the kubeboot.io records are not installed in this cluster (the replacement mark is one; nothing was written); install them with: kubectl apply -f /usr/share/kubeboot/manifests/ -f /usr/share/kubeboot/manifests/approver/',
   });
 });
 
@@ -93,8 +98,7 @@ t.test(
   'node revoke records it, denies the pending CSRs of the node of every signer, and says until when its certificate lives',
   async (t) => {
     const { client, calls, on } = mockAdmin(t);
-    on('GET', `${CONFIGMAPS}/revocations`, 200, () => configMap('revocations', '7', { other: '{"at":"x","reason":""}' }));
-    on('PUT', `${CONFIGMAPS}/revocations`, 200, (b) => b);
+    on('POST', REVOCATIONS, 201, (b) => b);
     const items = [
       await csr({ name: 'csr-pending', username: 'system:node:n1', cn: 'system:node:n1' }),
       await csr({ name: 'node-csr-bootstrap', username: 'system:bootstrap:abcdef', cn: 'system:node:n1' }),
@@ -165,10 +169,9 @@ t.test(
     const io = { stdout: { write: () => true }, stderr: { write: (s: string) => (stderr += s) } };
     const lines = await revokeNode(client, 'n1', { reason: 'stolen disk', deleteNode: true, now: NOW, io });
 
-    const recorded = calls.find((c) => c.method === 'PUT' && c.path.endsWith('/revocations'))!.body;
-    t.equal(recorded.metadata.resourceVersion, '7');
-    t.same(JSON.parse(recorded.data.n1), { at: '2030-01-01T00:00:00Z', reason: 'stolen disk' });
-    t.equal(recorded.data.other, '{"at":"x","reason":""}', 'other revocations stay');
+    const recorded = calls.find((c) => c.method === 'POST' && c.path === REVOCATIONS)!.body;
+    t.match(recorded, { kind: 'NodeRevocation', metadata: { name: 'n1' }, spec: { reason: 'stolen disk' } });
+    t.equal(calls[0]!.path, REVOCATIONS, 'recorded before any CSR is denied');
     t.equal(calls.find((c) => c.path === CSRS)!.query.get('fieldSelector'), null, 'the CSRs of every signer are read');
 
     const denials = calls.filter((c) => c.path.endsWith('/approval'));
@@ -200,17 +203,20 @@ t.test(
   },
 );
 
-t.test('node unrevoke removes the entry; a node not revoked is bad input', async (t) => {
+t.test('node unrevoke deletes the revocation; a node not revoked is bad input; one an old ConfigMap revokes needs migrating', async (t) => {
   const revoked = mockAdmin(t);
-  revoked.on('GET', `${CONFIGMAPS}/revocations`, 200, () =>
-    configMap('revocations', '2', { n1: '{"at":"x","reason":""}', n2: '{"at":"y","reason":""}' }),
-  );
-  revoked.on('PUT', `${CONFIGMAPS}/revocations`, 200, (b) => b);
+  revoked.on('GET', `${CONFIGMAPS}/revocations`, 404, notFound);
+  revoked.on('DELETE', `${REVOCATIONS}/n1`, 200, () => ({ kind: 'Status', status: 'Success' }));
   await unrevokeNode(revoked.client, 'n1');
-  t.same(Object.keys(revoked.calls[1]!.body.data), ['n2']);
+  t.equal(revoked.calls[1]!.method, 'DELETE');
   const not = mockAdmin(t);
   not.on('GET', `${CONFIGMAPS}/revocations`, 404, notFound);
+  not.on('DELETE', `${REVOCATIONS}/n1`, 404, notFound);
   await t.rejects(unrevokeNode(not.client, 'n1'), { message: 'node n1 is not revoked', code: ExitCode.badInput });
+  const legacy = mockAdmin(t);
+  legacy.on('GET', `${CONFIGMAPS}/revocations`, 200, () => configMap('revocations', '2', { n1: '{"at":"x","reason":""}' }));
+  legacy.on('DELETE', `${REVOCATIONS}/n1`, 404, notFound);
+  await t.rejects(unrevokeNode(legacy.client, 'n1'), { message: /ConfigMap kubeboot\/revocations.*kubeboot records migrate/ });
 });
 
 t.test('node list: identity, newest certificate a CSR shows, who renews, revoked, marked; the cluster text escaped', async (t) => {
@@ -230,12 +236,19 @@ t.test('node list: identity, newest certificate a CSR shows, who renews, revoked
     await csr({ name: 'csr-xyz', username: 'system:node:n3', cn: 'system:node:n3', conditions: approved, cert: newer }),
   ];
   on('GET', CSRS, 200, () => ({ kind: 'CertificateSigningRequestList', metadata: {}, items }));
-  on('GET', `${CONFIGMAPS}/revocations`, 200, () =>
-    configMap('revocations', '1', { gone: JSON.stringify({ at: '2029-12-30T00:00:00Z', reason: HOSTILE }), n3: 'not json' }),
-  );
-  on('GET', `${CONFIGMAPS}/replacements`, 200, () =>
-    configMap('replacements', '1', { n2: JSON.stringify({ at: '2029-12-31T10:00:00Z', claimedBy: null }) }),
-  );
+  on('GET', REVOCATIONS, 200, () => ({
+    kind: 'NodeRevocationList',
+    metadata: {},
+    items: [
+      { metadata: { name: 'gone', creationTimestamp: '2029-12-30T00:00:00Z' }, spec: { reason: HOSTILE } },
+      { metadata: { name: 'n3', creationTimestamp: '2029-12-30T01:00:00Z' } },
+    ],
+  }));
+  on('GET', MARKS, 200, () => ({
+    kind: 'NodeReplacementList',
+    metadata: {},
+    items: [{ metadata: { name: 'n2', creationTimestamp: '2029-12-31T10:00:00Z' }, spec: { tokenID: '' } }],
+  }));
   const rows = await listNodes(client);
   t.same(
     rows.map((r) => [r.name, r.registered, r.certificateExpires, r.renewedBy, r.revoked !== null, r.replacement?.at ?? null]),
@@ -246,7 +259,7 @@ t.test('node list: identity, newest certificate a CSR shows, who renews, revoked
       ['n2', true, '2030-01-01T12:00:00Z', 'not yet', false, '2029-12-31T10:00:00Z'],
       ['n3', true, '2030-01-01T12:00:00Z', 'kubelet', true, null],
     ],
-    'a revoked name without a Node is listed; an unreadable revocation counts as revoked',
+    'a revoked name without a Node is listed; a revocation without a reason counts as revoked',
   );
   const out = renderNodeTable(rows);
   t.equal(out.search(RAW), -1, 'no raw control character');

@@ -10,13 +10,13 @@ import { tokenSpecFrom } from '../../../agent/join/token.js';
 import { MOCK_SERVER, mockAdmin, type Call } from '../../support/mock-admin.js';
 
 const SECRETS = '/api/v1/namespaces/kube-system/secrets';
-const CONFIGMAPS = '/api/v1/namespaces/kubeboot/configmaps';
+const BINDINGS = '/apis/kubeboot.io/v1alpha1/tokenbindings';
 const REVIEWS = '/apis/authorization.k8s.io/v1/subjectaccessreviews';
 const NOW = new Date('2030-01-01T00:00:00Z');
 const b64 = (s: string) => Buffer.from(s).toString('base64');
 const secretCreated = (body: Call['body']) => ({
   kind: 'Secret',
-  metadata: body.metadata,
+  metadata: { ...body.metadata, uid: 'secret-uid' },
   data: Object.fromEntries(Object.entries(body.stringData as Record<string, string>).map(([k, v]) => [k, b64(v)])),
 });
 
@@ -99,8 +99,11 @@ t.test('an admin without create on subjectaccessreviews gets a warning and the t
 t.test('a bound token on a kubeadm cluster still auto-approving its group is said to be bound in name only', async (t) => {
   const { admin, calls, on } = mockAdmin(t);
   authorizer(on, kubeadmRbac, 3);
-  on('POST', CONFIGMAPS, 201, (b) => b);
+  let binding: { metadata: object; spec: object } | null = null;
+  on('POST', BINDINGS, 201, (b) => (binding = { ...b, metadata: { ...b.metadata, resourceVersion: '1' } }));
   on('POST', SECRETS, 201, secretCreated);
+  on('GET', BINDINGS, 200, () => binding);
+  on('PATCH', BINDINGS, 200, (b) => ({ ...binding, ...b }));
   const created = await createTokenForCluster(admin, tokenSpecFrom({}), NOW, { prefix: 'pool-', maxNodes: 2 });
   const reviews = calls.filter((c) => c.path === REVIEWS).map((c) => c.body.spec.resourceAttributes.subresource);
   t.same(reviews, [undefined, undefined, 'nodeclient'], 'the third asks for kube-controller-manager’s auto-approval');

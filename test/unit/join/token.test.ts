@@ -141,6 +141,9 @@ t.test('--node and --pool bind a token; names the approver never issues are refu
 t.test('a binding is shown as what it joins and how much of it is spent', async (t) => {
   t.same(bindingView(null), { joins: '<unbound>', spent: '' });
   t.same(bindingView({ problem: 'both names and prefix are set' }), { joins: '<unusable: both names and prefix are set>', spent: '' });
-  t.same(bindingView({ kind: 'names', tokenId: 'abcdef', names: ['n1'], maxNodes: 1, issued: { n1: 'u' } }), { joins: 'n1', spent: '1/1' });
-  t.same(bindingView({ kind: 'prefix', tokenId: 'abcdef', prefix: 'p-', maxNodes: 5, issued: {} }), { joins: 'p-*', spent: '0/5' });
+  t.same(bindingView({ kind: 'names', tokenId: 'abcdef', names: ['n1'], maxNodes: 1, issued: new Map([['n1', 'u']]) }), {
+    joins: 'n1',
+    spent: '1/1',
+  });
+  t.same(bindingView({ kind: 'prefix', tokenId: 'abcdef', prefix: 'p-', maxNodes: 5, issued: new Map() }), { joins: 'p-*', spent: '0/5' });
 });

@@ -1,10 +1,10 @@
 /**
- * What `kubeboot approver --inventory` says of `kubeboot/inventory` on
+ * What `kubeboot approver --inventory` says of its inventory record on
  * /readyz and at start: whether it exists and how many nodes it lists,
  * looked at again at most once a minute. Ready either way: without it the
  * approver still decides kube-proxy CSRs and refuses the kubelet's, naming why.
  *
- * The read is the caller's (one GET of the ConfigMap, null when there is none).
+ * The read is the caller's (the record's spec.nodes, null when there is none).
  */
 import type { Clock } from '../time/clock.js';
 import { INVENTORY_REF } from './inventory.js';
@@ -24,16 +24,16 @@ export interface InventoryStatus {
   detail(): string;
 }
 
-export function inventoryStatus(read: () => Promise<{ data?: Record<string, string> } | null>, clock: Clock): InventoryStatus {
+export function inventoryStatus(read: () => Promise<Record<string, string> | null>, clock: Clock): InventoryStatus {
   let last: { at: number; text: string } | null = null;
   const look = async (): Promise<InventorySeen> => {
     let seen: InventorySeen;
     try {
-      const cm = await read();
+      const nodes = await read();
       seen =
-        cm === null
+        nodes === null
           ? { ok: false, text: `missing: no kubelet client or serving CSR is approved until ${INVENTORY_REF} exists` }
-          : { ok: true, text: `${Object.keys(cm.data ?? {}).length} node(s) listed` };
+          : { ok: true, text: `${Object.keys(nodes).length} node(s) listed` };
     } catch (err) {
       seen = { ok: false, text: `could not read ${INVENTORY_REF}: ${(err as Error).message}` };
     }

@@ -1,10 +1,11 @@
 /**
- * The admin's inventory of expected nodes, `kubeboot/inventory`, which
+ * The admin's inventory of expected nodes, the Inventory record `inventory`
+ * (`inventories.kubeboot.io/inventory`, records/kinds.ts), which
  * `kubeboot approver --inventory` takes as the authority over node names and
  * serving addresses instead of what a node says about itself (its CSR's CN,
  * its Node's status.addresses; upstream calls trusting those broken:
- * kubernetes/kubernetes#50635). One data key per node name; its value is
- * `;`-separated `field: value` pairs:
+ * kubernetes/kubernetes#50635). One key of spec.nodes per node name; its
+ * value is `;`-separated `field: value` pairs:
  *
  *   worker-1: "ips: 10.0.0.7, fd00::7; machine-id: 0f1e2d3c4b5a69788796a5b4c3d2e1f0"
  *   worker-2: "ips: 10.0.1.0/24"
@@ -24,10 +25,9 @@
 import { BlockList, isIP } from 'node:net';
 import { cidrProblem, ipProblem } from '../config/values.js';
 import { canonicalIp } from '../pki/names.js';
-import { BINDINGS_NAMESPACE } from './join-bindings.js';
+import { INVENTORY_NAME, recordRef } from './kinds.js';
 
-export const INVENTORY = 'inventory';
-export const INVENTORY_REF = `${BINDINGS_NAMESPACE}/${INVENTORY}`;
+export const INVENTORY_REF = recordRef('inventories', INVENTORY_NAME);
 
 export interface InventoryEntry {
   name: string;
@@ -43,13 +43,15 @@ export interface InventoryProblem {
   problem: string;
 }
 
-/** What the approver read of the inventory for one node: the ConfigMap is missing, or the node's entry (null: not listed). */
-export type InventoryLookup = { found: false } | { found: true; entry: InventoryEntry | InventoryProblem | null };
+/** What the approver read of the inventory for one node: the record is missing, or the node's entry (null: not listed). */
+export type InventoryLookup =
+  /** `legacy`: why a ConfigMap inventory of an earlier release that is still there is not read instead. */
+  { found: false; legacy?: string } | { found: true; entry: InventoryEntry | InventoryProblem | null };
 
 const FIELDS = ['ips', 'machine-id'] as const;
 const MACHINE_ID = /^[0-9a-f]{32}$/;
 
-/** The entry of `name` (a data key of `kubeboot/inventory`), or the first problem with it. */
+/** The entry of `name` (a key of the inventory's spec.nodes), or the first problem with it. */
 export function parseInventoryEntry(name: string, raw: string): InventoryEntry | InventoryProblem {
   const at = (field: string, problem: string): InventoryProblem => ({
     name,
@@ -82,7 +84,7 @@ export function parseInventoryEntry(name: string, raw: string): InventoryEntry |
   return entry;
 }
 
-/** The node's entry in the inventory's data (a missing key: not listed). */
+/** The node's entry in the inventory's spec.nodes (a missing key: not listed). */
 export function inventoryEntry(data: Record<string, string> | undefined, name: string): InventoryEntry | InventoryProblem | null {
   const raw = data !== undefined && Object.hasOwn(data, name) ? data[name] : undefined;
   return raw === undefined ? null : parseInventoryEntry(name, raw);
