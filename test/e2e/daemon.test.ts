@@ -63,11 +63,21 @@ if (plane) {
       const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], {
         NOTIFY_SOCKET: notify.path,
       });
-      const listening = await Promise.race([
-        daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(() => true),
-        daemon.done.then(() => false),
+      // A port taken meanwhile is retried by kubeboot for as long as it is held: here, another port is.
+      const outcome = await Promise.race([
+        daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(
+          () => 'listening' as const,
+          () => 'timeout' as const,
+        ),
+        daemon.waitForOutput(/cannot listen on/, 60_000).then(
+          () => 'taken' as const,
+          () => 'timeout' as const,
+        ),
+        daemon.done.then(() => 'ended' as const),
       ]);
-      if (listening || attempt === 3 || !/cannot listen on/.test(daemon.output())) return { daemon, notify, port };
+      if (outcome !== 'taken' || attempt === 3) return { daemon, notify, port };
+      daemon.child.kill('SIGTERM');
+      await daemon.done;
       await notify.close();
     }
   }
