@@ -254,7 +254,7 @@ async function askingForKubelet(pass: Pass, why: string): Promise<Requester & { 
   // A join's CA was pinned by its discovery: trusted as it is, not pinned again.
   const cluster = found.joined
     ? { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName, caPem: bootstrap.caPem as string }
-    : await clusterOf(bootstrap, config, deps);
+    : await clusterOf(bootstrap, config, deps, pass.store);
   return bootstrapRequester(bootstrap, cluster, deps.dispatcher);
 }
 

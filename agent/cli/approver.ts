@@ -16,7 +16,8 @@ import { INVENTORY_REF } from '../records/inventory.js';
 import { inventoryStatus } from '../records/inventory-status.js';
 import { INVENTORY_NAME } from '../records/kinds.js';
 import { MIGRATE_COMMAND } from '../records/legacy.js';
-import { startHttpServer, type StatusServer } from '../daemon/http.js';
+import { Counter } from 'prom-client';
+import { keepListening, StatusListener } from '../daemon/http.js';
 import { createNotifier, startWatchdog } from '../daemon/notify.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -119,29 +120,46 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     if (legacy.length > 0) logger.warn(legacyRecordsProblem(legacy));
   });
   const notifier = createNotifier({ env: process.env, logger });
-  let http: StatusServer | null = null;
-  if (a.listen !== null) {
-    const at = a.listen.lastIndexOf(':');
-    http = await startHttpServer({
-      host: a.listen.slice(0, at).replace(/^\[|\]$/g, ''),
-      port: Number(a.listen.slice(at + 1)),
-      healthy: () => !signal.aborted,
-      readiness: () => ({
-        ready: approver.informer.synced && approver.records.synced,
-        detail: [
-          `csr cache: ${approver.informer.synced ? `synced (${approver.informer.cache.size} CSRs)` : `not synced: ${approver.informer.notSyncedBecause ?? ''}; not taking part in leader election`}`,
-          `records: ${approver.records.synced ? 'synced' : `not synced: ${approver.records.notSyncedBecause ?? ''} (apply packaging/manifests/approver/node-identity.yaml); not taking part in leader election`}`,
-          ...(approver.records.legacyPresent().length > 0 ? [legacyRecordsProblem(approver.records.legacyPresent())] : []),
-          `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`,
-          ...(kcm === null ? [] : [kcm.detail()]),
-          ...(inventory === null ? [] : [inventory.detail()]),
-        ],
-      }),
-      metrics: async () => ({ contentType: metrics.registry.contentType, body: await metrics.registry.metrics() }),
-      logger,
-    });
-    logger.info(`serving /healthz, /readyz and /metrics on ${http.address.host}:${http.address.port}`);
-  }
+  const readyStatus = `watching CSRs; lease ${a.leaseNamespace}/${a.leaseName}`;
+  let readySent = false;
+  // Not a start condition: a port held by someone else is retried by its own loop while the approver works.
+  const listenerFailures = new Counter({
+    name: 'kubeboot_approver_status_listener_failures_total',
+    help: 'Failed attempts to bind the /healthz, /readyz and /metrics listener (retried with back-off; approving goes on meanwhile).',
+    registers: [metrics.registry],
+  });
+  const listener =
+    a.listen === null
+      ? null
+      : new StatusListener(a.listen, {
+          healthy: () => !signal.aborted,
+          readiness: () => ({
+            ready: approver.informer.synced && approver.records.synced,
+            detail: [
+              `csr cache: ${approver.informer.synced ? `synced (${approver.informer.cache.size} CSRs)` : `not synced: ${approver.informer.notSyncedBecause ?? ''}; not taking part in leader election`}`,
+              `records: ${approver.records.synced ? 'synced' : `not synced: ${approver.records.notSyncedBecause ?? ''} (apply packaging/manifests/approver/node-identity.yaml); not taking part in leader election`}`,
+              ...(approver.records.legacyPresent().length > 0 ? [legacyRecordsProblem(approver.records.legacyPresent())] : []),
+              `leader: ${approver.leader.isLeader() ? 'yes' : 'no'}`,
+              ...(kcm === null ? [] : [kcm.detail()]),
+              ...(inventory === null ? [] : [inventory.detail()]),
+            ],
+          }),
+          metrics: async () => ({ contentType: metrics.registry.contentType, body: await metrics.registry.metrics() }),
+          logger,
+          clock: systemClock,
+          onFailure: () => listenerFailures.inc(),
+          onChange: (problem) =>
+            void notifier.status(
+              problem === null
+                ? readySent
+                  ? readyStatus
+                  : 'starting'
+                : `${readySent ? readyStatus : 'starting'}; /healthz, /readyz and /metrics unavailable: ${problem}`,
+            ),
+        });
+  const stopListening = new AbortController();
+  const listening =
+    listener === null ? Promise.resolve() : keepListening(listener, systemClock, AbortSignal.any([signal, stopListening.signal]));
   logger.info('kubeboot approver starting', {
     api: source,
     identity,
@@ -156,14 +174,20 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
   const running = approver.run(signal);
   // READY=1 once the first CSR list is in: from then on no CSR is missed.
   const ready = Promise.race([approver.informer.whenSynced, running]).then(async () => {
-    if (!signal.aborted) await notifier.ready(`watching CSRs; lease ${a.leaseNamespace}/${a.leaseName}`);
+    if (signal.aborted) return;
+    readySent = true;
+    await notifier.ready(
+      listener !== null && listener.server === null ? `${readyStatus}; /healthz, /readyz and /metrics not bound yet` : readyStatus,
+    );
   });
   try {
     await Promise.all([running, ready]);
   } finally {
     watchdog?.stop();
     await notifier.stopping('releasing the lease');
-    await http?.close();
+    stopListening.abort();
+    await listener?.close();
+    await listening;
     await client.close();
   }
   return ExitCode.ok;

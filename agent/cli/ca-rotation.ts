@@ -26,7 +26,7 @@ import { terminalJson, terminalLines } from '../text.js';
 import { systemClock } from '../time/clock.js';
 
 const USAGE =
-  'ca-rotation publish BUNDLE.pem --ca-key CA.key [--signer-ca-hash sha256:HEX] [--valid-for DURATION] [--drop-join-ca] | status | retire BUNDLE.pem --ca-key CA.key';
+  'ca-rotation publish BUNDLE.pem --ca-key CA.key [--signer-ca-hash sha256:HEX] [--valid-for DURATION] [--drop-join-ca] | status | retire BUNDLE.pem --ca-key CA.key [--skip-node NAME]...';
 /** How long nodes accept a signed change by default: a rotation step is hours; a node away longer waits for a newer one. */
 const DEFAULT_VALID_FOR_S = 7 * 24 * 3600;
 
@@ -61,6 +61,7 @@ export async function runCaRotation(
           `published ${bundle.cas.length} CA(s) in kube-public/cluster-info${signerFlag ? `; signer CA ${signerFlag}` : ''}, signed by ${done.signedBy} (version ${done.version}); follow with: kubeboot ca-rotation status\n`,
         );
         warnDroppedJoinPins(done.droppedJoinPins);
+        warnAhead(done.aheadOfClock, done.version);
         if (signerFlag !== null && done.signerMoved) {
           const count = await reissueCount(admin.client, signerFlag).catch(doing('list Nodes'));
           process.stdout.write(
@@ -79,7 +80,13 @@ export async function runCaRotation(
         expect(1);
         const file = rest[0]!;
         const bundle = await readBundle(file);
-        const outcome = await retireCa(admin.client, { bundle, file, now: systemClock.now() }, () => signingFlags(given, admin), explain);
+        const skip = Array.isArray(given['skip-node']) ? given['skip-node'].filter((n): n is string => typeof n === 'string') : [];
+        const outcome = await retireCa(
+          admin.client,
+          { bundle, file, now: systemClock.now(), skip },
+          () => signingFlags(given, admin),
+          explain,
+        );
         if ('notReady' in outcome) {
           process.stdout.write(renderProgress(outcome.notReady));
           throw new KubebootError(
@@ -87,10 +94,12 @@ export async function runCaRotation(
           );
         }
         const done = outcome.retired;
+        warnSkipped(outcome.progress);
         process.stdout.write(
           `published the final bundle (${bundle.cas.length} CA(s)), signed by ${done.signedBy} (version ${done.version}); once \`kubeboot ca-rotation status\` shows every node on it, take the old CA out of the control plane's flags\n`,
         );
         warnDroppedJoinPins(done.droppedJoinPins);
+        warnAhead(done.aheadOfClock, done.version);
         return ExitCode.ok;
       }
       default:
@@ -135,6 +144,26 @@ async function signingFlags(given: Given, admin: Admin): Promise<Omit<Publicatio
     dropJoinCa: given['drop-join-ca'] === true,
     now: () => systemClock.now(),
   };
+}
+
+/** Loud, on stderr: each node retired without being waited for, and what it means for it. */
+function warnSkipped(p: Progress): void {
+  for (const n of p.nodes)
+    if (n.skipped)
+      process.stderr.write(
+        terminalLines([
+          `warning: NOT WAITED FOR: node ${n.name} (--skip-node)${n.lag ? `: it ${n.lag}` : ''}; a certificate it holds from the retired CA stops working once the control plane drops that CA, and its files may lose the API server's CA: re-join it if so`,
+        ]),
+      );
+}
+
+/** The statement published before claimed a version from the future: nodes refused it, and this one did not go past it. */
+function warnAhead(ahead: number | null, version: number): void {
+  if (ahead !== null)
+    process.stderr.write(
+      `warning: the statement published before carried version ${ahead}, further ahead of this clock than nodes accept (a CA key used outside \`kubeboot ca-rotation publish\`, or a wrong clock): published version ${version} (now) instead; if that key leaked, rotate that CA (docs/ca-rotation.md)
+`,
+    );
 }
 
 function warnDroppedJoinPins(pins: readonly string[]): void {

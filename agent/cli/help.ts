@@ -228,7 +228,7 @@ nothing. kubeboot approver refuses to act on a ConfigMap record until it is move
   },
   'ca-rotation': {
     usage:
-      'kubeboot ca-rotation publish BUNDLE.pem --ca-key CA.key [--signer-ca-hash sha256:HEX] [--valid-for DURATION] [--drop-join-ca] | status [--output json] | retire BUNDLE.pem --ca-key CA.key [options]',
+      'kubeboot ca-rotation publish BUNDLE.pem --ca-key CA.key [--signer-ca-hash sha256:HEX] [--valid-for DURATION] [--drop-join-ca] | status [--output json] | retire BUNDLE.pem --ca-key CA.key [--skip-node NAME]... [options]',
     summary:
       'Cluster admin: publish a CA bundle in kube-public/cluster-info, signed with the key of a CA the nodes trust now (nodes add no CA without that signature), show how many nodes trust it and hold certificates under the signer CA (and which lag, why), retire the old CA only when every node is ready. status exits 0 only when every node is ready.',
     options: [...LOG],

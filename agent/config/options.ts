@@ -476,6 +476,13 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     help: 'ca-rotation publish: publish a bundle without the CA your join commands pin (every join command and user-data made before then fails)',
   },
   {
+    flag: 'skip-node',
+    commands: ['ca-rotation'],
+    type: 'repeated',
+    metavar: 'NAME',
+    help: 'ca-rotation retire: retire without waiting for this Node (repeatable; gone, broken or lying in its annotation); it may be cut off',
+  },
+  {
     flag: 'identity',
     commands: ['renew', 'wait'],
     values: ['kubelet', 'kube-proxy', 'kubelet-serving'],

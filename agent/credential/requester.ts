@@ -12,7 +12,9 @@ import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { pinnedCertificates } from '../pki/pin.js';
-import type { Clock } from '../time/clock.js';
+import type { Store } from '../store/store.js';
+import { systemClock, type Clock } from '../time/clock.js';
+import { seedFloor } from '../trust/floor.js';
 import type { Cluster, NodeCredential } from './assess.js';
 
 export interface Requester {
@@ -48,11 +50,15 @@ export function bootstrapRequester(
   return { client: new KubeClient(cluster, credential, dispatcher), cluster, bootstrap };
 }
 
-/** Server and CA for a bootstrap kubeconfig: its own CA (checked against any pins), or pinned discovery. */
+/**
+ * Server and CA for a bootstrap kubeconfig: its own CA (checked against any pins), or pinned discovery.
+ * With `seed` (a join, not a check), discovery starts the node's trust statement floor there (trust/floor.ts).
+ */
 export async function clusterOf(
   bootstrap: BootstrapKubeconfig,
   config: Config,
   deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock },
+  seed?: Store,
 ): Promise<Cluster> {
   const base = { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName };
   if (bootstrap.insecureSkipTlsVerify && !config.unsafeAllowInsecureBootstrap) {
@@ -95,6 +101,14 @@ export async function clusterOf(
     signal: deps.signal,
     clock: deps.clock,
     dispatcher: deps.dispatcher,
+    ...(seed
+      ? {
+          onVerified: async ({ caPem, signed }) => {
+            const now = (deps.clock ?? systemClock).now();
+            await seedFloor({ store: seed, stateDir: config.stateDir, logger: deps.logger, caPem, signed, now });
+          },
+        }
+      : {}),
   });
   return { ...base, caPem };
 }

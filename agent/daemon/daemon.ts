@@ -23,7 +23,7 @@ import type { CaLook } from '../trust/keeper.js';
 import { afterLook, atLookTime, type LookResult } from './ca-look.js';
 import { lookAtClusterInfo } from './ca-look-get.js';
 import { removePidFile, writePidFile } from './control.js';
-import { serveStatus, type StatusServer } from './http.js';
+import { StatusListener } from './http.js';
 import { createMetrics, type KubebootMetrics } from './metrics.js';
 import { createNotifier, startWatchdog, type Notifier } from './notify.js';
 import { readinessOf, Reporter, type Readiness } from './report.js';
@@ -88,6 +88,7 @@ export class Daemon {
   #wake: (() => void) | null = null;
   #woken = false;
   #publishing: Promise<void> = Promise.resolve();
+  #listener: StatusListener | null = null;
 
   constructor(options: DaemonOptions) {
     this.#o = options;
@@ -169,19 +170,30 @@ export class Daemon {
     // The watcher needs the directories to exist.
     await ensureNodeDirs(config);
     await writePidFile(config.stateDir);
-    let http: StatusServer | null = null;
     let watcher: CredentialWatcher | null = null;
     const watchdog = startWatchdog(this.#notifier, { env: this.#env, clock: this.#clock, healthy: () => this.healthy() });
     const onStop = (): void => this.#wakeUp();
     this.#o.signal.addEventListener('abort', onStop, { once: true });
     try {
-      if (config.listen)
-        http = await serveStatus(config.listen, {
+      // Not a start condition: a port held by someone else is retried by this loop (#turn) while the work goes on.
+      if (config.listen) {
+        this.#listener = new StatusListener(config.listen, {
           healthy: () => this.healthy(),
           readiness: () => this.readiness(),
           metrics: () => ({ contentType: this.metrics.contentType, body: this.metrics.render() }),
           logger: this.#logger,
+          clock: this.#clock,
+          ...(this.#o.random ? { random: this.#o.random } : {}),
+          onFailure: () => this.metrics.statusListenerFailed(),
+          onChange: (problem) => {
+            this.#reporter.listenerProblem = problem === null ? null : `/healthz, /readyz and /metrics unavailable: ${problem}`;
+            // Before the first answer there is nothing to report on yet; the first report carries it.
+            if (this.#answered) this.#publish();
+            else void this.#notifier.status(this.#reporter.withListener('checking credentials'));
+          },
         });
+        await this.#listener.attempt();
+      }
       watcher = await watchCredentials({
         identities: identitiesFor(config),
         bootstrapKubeconfig: config.bootstrapKubeconfig,
@@ -192,7 +204,7 @@ export class Daemon {
           this.nudge(event.identity ? [event.identity] : 'all', false);
         },
       });
-      await this.#notifier.status('checking credentials');
+      await this.#notifier.status(this.#reporter.withListener('checking credentials'));
       while (!this.#o.signal.aborted) {
         const code = await this.#turn();
         if (code !== null) return code;
@@ -203,7 +215,7 @@ export class Daemon {
       this.#o.signal.removeEventListener('abort', onStop);
       watchdog?.stop();
       await watcher?.close();
-      await http?.close();
+      await this.#listener?.close();
       await this.#publishing;
       await this.#notifier.stopping('stopping');
       await removePidFile(config.stateDir);
@@ -213,6 +225,8 @@ export class Daemon {
   /** One turn of the only loop: reap, send what is due, rest, look or start a worker, then sleep until something changes. */
   async #turn(): Promise<number | null> {
     this.#woken = false;
+    const listenAt = this.#listener?.retryAt ?? null;
+    if (listenAt !== null && this.#clock.monotonic() >= listenAt) await this.#listener!.attempt();
     const worker = this.#worker;
     if (worker?.exit) return this.#reap(worker);
     const now = this.#clock.now().getTime();
@@ -343,6 +357,9 @@ export class Daemon {
       // A worker on its way out: its exit wakes the loop.
       if (this.#worker?.stopping) left = SLEEP_CHUNK_MS;
       else if (!this.#worker) left = Math.max(left, this.#notBefore - nowMono);
+      // The status listener's next attempt wakes the loop too.
+      const listenAt = this.#listener?.retryAt ?? null;
+      if (listenAt !== null) left = Math.min(left, Math.max(0, listenAt - nowMono));
       const chunk = Math.min(left, SLEEP_CHUNK_MS);
       this.#progressDue = nowMono + chunk + LIVENESS_GRACE_MS;
       // Monotonic: a wall clock stepped back must not stretch a chunk past its liveness bound.

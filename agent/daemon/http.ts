@@ -16,6 +16,9 @@ import type { AddressInfo } from 'node:net';
 import { KubebootError } from '../errors.js';
 import type { Log } from '../log-lines.js';
 import { scrub } from '../redact.js';
+import type { Clock } from '../time/clock.js';
+import { nextDelay, type BackoffOptions } from '../time/backoff.js';
+import { delay } from '../time/timer.js';
 import type { Readiness } from './report.js';
 
 export const DEFAULT_HTTP_HOST = '127.0.0.1';
@@ -43,6 +46,8 @@ export interface HttpOptions {
   /** The Prometheus text and its content type, rendered per scrape. */
   metrics: () => { contentType: string; body: string } | Promise<{ contentType: string; body: string }>;
   logger?: Log;
+  /** A connection that has not sent a whole request header within this long is closed (tests shorten it). */
+  headersTimeoutMs?: number;
 }
 
 export interface StatusServer {
@@ -107,8 +112,15 @@ async function handle(req: IncomingMessage, res: ServerResponse, opts: HttpOptio
   res.end(req.method === 'HEAD' ? undefined : reply.body);
 }
 
-/** Open connections the status listener keeps; more are closed on arrival. */
+/**
+ * Open connections the status listener keeps; more are closed on arrival. A
+ * local user who holds them all (reconnecting as each is closed) makes the
+ * endpoints unavailable, nothing else: the listener is no part of the work,
+ * of READY=1 or of the watchdog.
+ */
 export const MAX_CONNECTIONS = 64;
+/** An idle connection (no whole request header) is closed after this long, a keep-alive one this long after its answer. */
+export const HEADERS_TIMEOUT_MS = 5_000;
 
 export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> {
   const host = opts.host ?? DEFAULT_HTTP_HOST;
@@ -116,7 +128,16 @@ export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> 
   // Bounded, so idle sockets a local user holds open cannot pile up against
   // the unit's MemoryMax: a few dozen scrapers and probes at most, and a
   // request that is not whole within seconds is dropped.
-  const server = http.createServer({ headersTimeout: 5_000, requestTimeout: 10_000, keepAliveTimeout: 5_000 }, (req, res) => {
+  // Node checks the header and request timeouts every connectionsCheckingInterval (30 s by default):
+  // checked every second, a request trickled in byte by byte is cut within a second of its bound.
+  const headersTimeout = opts.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
+  const options = {
+    headersTimeout,
+    requestTimeout: 2 * headersTimeout,
+    keepAliveTimeout: headersTimeout,
+    connectionsCheckingInterval: 1_000,
+  };
+  const server = http.createServer(options, (req, res) => {
     // Last resort: whatever a request does, it must not take the daemon (and
     // with it the node's renewals) down; a local user can send anything here.
     handle(req, res, opts).catch((err: unknown) => {
@@ -126,6 +147,9 @@ export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> 
     });
   });
   server.maxConnections = MAX_CONNECTIONS;
+  // Node's header and request timeouts start at a request's first byte: a connection that sends nothing
+  // would be held for ever. Idle this long, a socket is destroyed (no 'timeout' listener: Node's default).
+  server.setTimeout(headersTimeout);
   // A client that resets mid-request must not surface as an unhandled error.
   server.on('clientError', (_err, socket) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
@@ -152,11 +176,106 @@ export async function startHttpServer(opts: HttpOptions): Promise<StatusServer> 
   };
 }
 
-/** The status endpoints on `listen` (`host:port`, `[v6]:port`), said in the log once bound. */
-export async function serveStatus(listen: string, opts: Omit<HttpOptions, 'host' | 'port'> & { logger: Log }): Promise<StatusServer> {
+/** The status endpoints on `listen` (`host:port`, `[v6]:port`). */
+export async function serveStatus(listen: string, opts: Omit<HttpOptions, 'host' | 'port'>): Promise<StatusServer> {
   const at = listen.lastIndexOf(':');
   const host = listen.slice(0, at).replace(/^\[|\]$/g, '');
-  const server = await startHttpServer({ ...opts, host, port: Number(listen.slice(at + 1)) });
-  opts.logger.info(`serving /healthz, /readyz and /metrics on ${server.address.host}:${server.address.port}`);
-  return server;
+  return startHttpServer({ ...opts, host, port: Number(listen.slice(at + 1)) });
+}
+
+/**
+ * Between attempts to bind the status listener: 1 s, doubling, at most a
+ * minute. A port held by someone else (a local user while kubeboot was down)
+ * is retried for as long as it takes; the endpoints come once it is free.
+ */
+export const LISTEN_BACKOFF: Readonly<BackoffOptions> = { initial: 1_000, factor: 2, cap: 60_000, jitter: 0.1 };
+
+export interface StatusListenerOptions extends Omit<HttpOptions, 'host' | 'port' | 'logger'> {
+  logger: Log;
+  clock: Clock;
+  random?: () => number;
+  /** Each failed attempt (a metric counts them). */
+  onFailure?: () => void;
+  /** After each attempt: the problem while not bound, null once bound (STATUS=, status.json). */
+  onChange?: (problem: string | null) => void;
+}
+
+/**
+ * The status listener as something the process may have or not: an attempt
+ * that fails is logged (the first at warning, the rest at debug), counted and
+ * reported, and `retryAt` says when the owner's loop should try again. The
+ * listener is never a start condition: not of the work, nor of READY=1.
+ */
+export class StatusListener {
+  readonly #listen: string;
+  readonly #o: StatusListenerOptions;
+  #server: StatusServer | null = null;
+  #failures = 0;
+  #retryAt: number | null = null;
+  #closed = false;
+
+  constructor(listen: string, options: StatusListenerOptions) {
+    this.#listen = listen;
+    this.#o = options;
+  }
+
+  get server(): StatusServer | null {
+    return this.#server;
+  }
+
+  /** Monotonic ms of the next attempt; null while bound (or closed). */
+  get retryAt(): number | null {
+    return this.#server !== null || this.#closed ? null : this.#retryAt;
+  }
+
+  /** Binds now; true once bound. Never throws. */
+  async attempt(): Promise<boolean> {
+    if (this.#server !== null || this.#closed) return this.#server !== null;
+    const { logger, clock } = this.#o;
+    try {
+      const server = await serveStatus(this.#listen, this.#o);
+      if (this.#closed) {
+        await server.close();
+        return false;
+      }
+      this.#server = server;
+      const after = this.#failures > 0 ? ` (after ${this.#failures} failed attempt(s))` : '';
+      logger.info(`serving /healthz, /readyz and /metrics on ${server.address.host}:${server.address.port}${after}`);
+      this.#o.onChange?.(null);
+      return true;
+    } catch (err) {
+      const waitMs = nextDelay(this.#failures, LISTEN_BACKOFF, this.#o.random);
+      this.#failures += 1;
+      this.#retryAt = clock.monotonic() + waitMs;
+      const problem = (err as Error).message;
+      const line = `${problem}; working on without them, trying again in ${Math.round(waitMs / 1000)}s (then at most every ${LISTEN_BACKOFF.cap / 1000}s)`;
+      if (this.#failures === 1) logger.warn(line);
+      else logger.debug(line);
+      this.#o.onFailure?.();
+      this.#o.onChange?.(`${problem} (attempt ${this.#failures})`);
+      return false;
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#server?.close();
+    this.#server = null;
+  }
+}
+
+/**
+ * The approver's listener loop (its own, as the node daemon's loop owns its
+ * listener): tries until bound or `signal` aborts. Resolves in either case.
+ */
+export async function keepListening(listener: StatusListener, clock: Clock, signal: AbortSignal): Promise<void> {
+  while (!signal.aborted && !(await listener.attempt())) {
+    const at = listener.retryAt;
+    if (at === null) return;
+    try {
+      await delay(Math.max(0, at - clock.monotonic()), clock, { signal });
+    } catch {
+      return;
+    }
+  }
 }

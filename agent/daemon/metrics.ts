@@ -34,6 +34,8 @@ export interface KubebootMetrics extends MetricEvents {
   workerFailed(): void;
   /** The daemon looked at cluster-info itself: `unchanged` started no worker, the others one. */
   caLook(result: 'unchanged' | 'changed' | 'failed'): void;
+  /** An attempt to bind the status listener failed (it is retried). */
+  statusListenerFailed(): void;
   readonly contentType: string;
   render(): string;
 }
@@ -107,6 +109,11 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     'kubeboot_ca_looks_total',
     "The daemon's own GETs of kube-public/cluster-info, by result; only unchanged starts no worker.",
   );
+  // Seen once the listener binds (it serves /metrics): how many attempts failed before, e.g. a port held by another process.
+  const listenerFailures = book.counter(
+    'kubeboot_status_listener_failures_total',
+    'Failed attempts to bind the /healthz, /readyz and /metrics listener (retried with back-off; the work goes on meanwhile).',
+  );
   if (options.processMetrics !== false) addProcessMetrics(book, now());
 
   return {
@@ -131,6 +138,7 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     caRestart: (consumer, ok) => restarts.inc({ consumer, result: ok ? 'ok' : 'failed' }),
     workerFailed: () => passFailures.inc(),
     caLook: (result) => caLooks.inc({ result }),
+    statusListenerFailed: () => listenerFailures.inc(),
     workerEnded(cpuSeconds) {
       passes.inc();
       passCpu.inc({}, cpuSeconds);

@@ -67,16 +67,23 @@ export class Reporter {
   readonly #o: ReporterOptions;
   #readySent = false;
   #allValidLogged = false;
+  /** While the status listener is not bound, why: appended to STATUS= and kept in status.json. */
+  listenerProblem: string | null = null;
 
   constructor(options: ReporterOptions) {
     this.#o = options;
+  }
+
+  /** `status` with the listener's problem, if any. */
+  withListener(status: string): string {
+    return this.listenerProblem === null ? status : `${status}; ${this.listenerProblem}`;
   }
 
   async publish(records: IdentityRecord[]): Promise<void> {
     const { notifier, logger } = this.#o;
     const now = this.#o.now();
     const { ready } = readinessOf(records, now);
-    const status = statusText(records, now);
+    const status = this.withListener(statusText(records, now));
     if (nodeReadyOf(records, now) && !this.#readySent) {
       this.#readySent = true;
       await notifier.ready(status);
@@ -91,8 +98,9 @@ export class Reporter {
     }
     this.#allValidLogged = ready;
     const identities = Object.fromEntries(records.map((r) => [r.name, r]));
-    await writeDaemonState(this.#o.stateDir(), { pid: process.pid, updated: now.toISOString(), identities }).catch((err: Error) =>
-      logger.warn(`cannot write status file: ${err.message}`),
+    const listener = this.listenerProblem === null ? {} : { statusListener: this.listenerProblem };
+    await writeDaemonState(this.#o.stateDir(), { pid: process.pid, updated: now.toISOString(), identities, ...listener }).catch(
+      (err: Error) => logger.warn(`cannot write status file: ${err.message}`),
     );
   }
 }

@@ -12,6 +12,8 @@ export interface DaemonState {
   pid: number;
   updated: string;
   identities: Record<string, IdentityRecord>;
+  /** Present while the status listener is not bound: why (a port held by another process). */
+  statusListener?: string;
 }
 
 export function stateFile(stateDir: string): string {

@@ -14,7 +14,7 @@ import { NODE_ANNOTATION, readPublishedTrust, SIGNER_ANNOTATION, STATEMENT_JWS_K
 import { publicKeyDerOfCertificate, samePublicKey } from '../pki/keys.js';
 import { canonicalPin } from '../pki/pin-format.js';
 import { checkBundle, trustedBundle, type TrustBundle } from '../trust/bundle.js';
-import { nextStatement, signStatement, verifyStatement } from '../trust/statement.js';
+import { nextStatement, nextVersion, signStatement, verifyStatement } from '../trust/statement.js';
 import { excerpt } from '../text.js';
 
 interface ConfigMap {
@@ -55,6 +55,11 @@ export interface Published {
   previousSignerPin: string | null;
   /** A signer pin was given and it is not the one published before: the nodes re-issue what hangs from another CA (reissueCount). */
   signerMoved: boolean;
+  /**
+   * The version of the statement published before, when it was further ahead of this clock than nodes
+   * accept (a CA key used outside publish, or a wrong clock) and so not gone past; null otherwise.
+   */
+  aheadOfClock: number | null;
 }
 
 /** Pure: the CA of `bundle` whose public key is `key`'s, or null. */
@@ -96,15 +101,16 @@ export async function publishTrust(client: KubeClient, p: Publication): Promise<
         `the new bundle drops ${dropped.join(', ')}, the CA your join commands and user-data pin (--ca-cert-hash): every one made before would fail; keep it in the bundle, or pass --drop-join-ca and make new ones`,
         ExitCode.badInput,
       );
-    // The version to go past: only from a statement this very key signed (anyone who may write the ConfigMap
-    // can put a CA of hers in the bundle and a statement of hers beside it); else the clock's, which is ahead.
-    const previous = verifyStatement({
-      signed: { payload: cm.data?.[STATEMENT_KEY] ?? null, jws: cm.data?.[STATEMENT_JWS_KEY] ?? null },
-      trusted: trustedBundle(trusted.cas[signer.at]!.pem),
+    // The version to go past: a statement nodes could hold (signed by a CA of the bundle they trust now);
+    // one further ahead than nodes accept (a leaked key's, a wrong clock's) they refused, and is not gone past.
+    const signed = { payload: cm.data?.[STATEMENT_KEY] ?? null, jws: cm.data?.[STATEMENT_JWS_KEY] ?? null };
+    const previous = verifyStatement({ signed, trusted, now });
+    const { version, ignoredAhead } = nextVersion(
+      previous.ok ? previous.statement.version : previous.problem === 'future-version' ? (publishedVersion(signed.payload) ?? 0) : 0,
       now,
-    });
-    const statement = nextStatement(bundle, signerPin, previous.ok ? previous.statement.version : 0, now, p.validForMs);
-    const signed = signStatement(statement, p.caKey, signer.pin);
+    );
+    const statement = { ...nextStatement(bundle, signerPin, 0, now, p.validForMs), version };
+    const signature = signStatement(statement, p.caKey, signer.pin);
     cluster['certificate-authority-data'] = Buffer.from(bundle.pem, 'utf8').toString('base64');
     const annotations = { ...(cm.metadata.annotations ?? {}) };
     const previousSignerPin = previous.ok ? previous.statement.signerPin : null;
@@ -113,14 +119,36 @@ export async function publishTrust(client: KubeClient, p: Publication): Promise<
     const updated = {
       ...cm,
       metadata: { ...cm.metadata, annotations },
-      data: { ...cm.data, kubeconfig: stringify(doc, { lineWidth: 0 }), [STATEMENT_KEY]: signed.payload, [STATEMENT_JWS_KEY]: signed.jws },
+      data: {
+        ...cm.data,
+        kubeconfig: stringify(doc, { lineWidth: 0 }),
+        [STATEMENT_KEY]: signature.payload,
+        [STATEMENT_JWS_KEY]: signature.jws,
+      },
     };
     const res = await client.request('PUT', CLUSTER_INFO, { body: updated, accept: [409] });
     if (res.status !== 409) {
       const signerMoved = signerPin !== null && signerPin !== previousSignerPin;
-      return { version: statement.version, signedBy: signer.pin, droppedJoinPins: dropped, previousSignerPin, signerMoved };
+      return {
+        version: statement.version,
+        signedBy: signer.pin,
+        droppedJoinPins: dropped,
+        previousSignerPin,
+        signerMoved,
+        aheadOfClock: ignoredAhead,
+      };
     }
     if (attempt >= 5) throw new KubebootError('kube-public/cluster-info kept changing while it was updated; try again');
+  }
+}
+
+/** The version a published statement claims, read without checking its signature (for a warning only). */
+function publishedVersion(payload: string | null): number | null {
+  try {
+    const version = (JSON.parse(payload ?? 'null') as { version?: unknown } | null)?.version;
+    return typeof version === 'number' && Number.isSafeInteger(version) ? version : null;
+  } catch {
+    return null;
   }
 }
 
@@ -168,6 +196,8 @@ export interface NodeProgress {
   underSigner: boolean;
   /** Why it is not ready, in words; null when it is. */
   lag: string | null;
+  /** Named by `retire --skip-node`: not waited for, whatever its lag. */
+  skipped: boolean;
 }
 
 export interface Progress {
@@ -189,51 +219,60 @@ const MAX_LAG = 512;
  * annotation. Each node writes its own annotation: its words (and its name)
  * come back bounded and escaped, whoever prints or logs them.
  */
-export async function rotationProgress(client: KubeClient, bundle: TrustBundle, signerPin: string | null): Promise<Progress> {
+export async function rotationProgress(
+  client: KubeClient,
+  bundle: TrustBundle,
+  signerPin: string | null,
+  skip: ReadonlySet<string> = new Set(),
+): Promise<Progress> {
   const list = (await client.request<NodeList>('GET', '/api/v1/nodes')).body;
-  const nodes = list.items.map((node): NodeProgress => {
-    const name = excerpt(node.metadata.name);
-    const raw = node.metadata.annotations?.[NODE_ANNOTATION];
-    if (!raw)
-      return {
-        name,
-        trusts: false,
-        active: false,
-        underSigner: false,
-        lag: `no ${NODE_ANNOTATION} annotation (kubeboot not running, too old, or CA rotation off)`,
-      };
-    let status: { bundle?: string; active?: boolean; issuers?: Record<string, string | null>; refused?: unknown } | null;
-    try {
-      status = JSON.parse(raw) as typeof status;
-    } catch {
-      status = null;
-    }
-    if (typeof status !== 'object' || status === null)
-      return { name, trusts: false, active: false, underSigner: false, lag: `${NODE_ANNOTATION} is not a JSON object` };
-    const trusts = status.bundle === bundle.hash;
-    const active = trusts && status.active === true;
-    const issuers = Object.entries(status.issuers ?? {});
-    const stale = signerPin === null ? [] : issuers.filter(([, pin]) => pin !== signerPin).map(([identity]) => identity);
-    const underSigner = signerPin !== null && issuers.length > 0 && stale.length === 0;
-    // A string, as kubeboot writes it; anything else as JSON (`${…}` on {"toString":1} would throw).
-    const refused = typeof status.refused === 'string' ? status.refused : status.refused ? JSON.stringify(status.refused) : null;
-    const lag = refused
-      ? `refuses the published bundle: ${refused}`
-      : !trusts
-        ? 'has not picked up the published bundle yet'
-        : !active
-          ? 'waits for its slot to restart the kubelet or kube-proxy'
-          : signerPin !== null && !underSigner
-            ? `still holds ${stale.join(', ') || 'no'} certificate(s) from another CA (re-issued at its slot in the window)`
-            : null;
-    return { name, trusts, active, underSigner, lag: lag === null ? null : excerpt(lag, MAX_LAG) };
-  });
+  const nodes = list.items.map(
+    (node): NodeProgress => ({ ...nodeProgress(node, bundle, signerPin), skipped: skip.has(node.metadata.name) }),
+  );
   return {
     nodes,
     trusting: nodes.filter((n) => n.active).length,
     underSigner: nodes.filter((n) => n.underSigner).length,
-    ready: nodes.every((n) => n.lag === null),
+    ready: nodes.every((n) => n.lag === null || n.skipped),
   };
+}
+
+function nodeProgress(node: NodeList['items'][number], bundle: TrustBundle, signerPin: string | null): Omit<NodeProgress, 'skipped'> {
+  const name = excerpt(node.metadata.name);
+  const raw = node.metadata.annotations?.[NODE_ANNOTATION];
+  if (!raw)
+    return {
+      name,
+      trusts: false,
+      active: false,
+      underSigner: false,
+      lag: `no ${NODE_ANNOTATION} annotation (kubeboot not running, too old, or CA rotation off)`,
+    };
+  let status: { bundle?: string; active?: boolean; issuers?: Record<string, string | null>; refused?: unknown } | null;
+  try {
+    status = JSON.parse(raw) as typeof status;
+  } catch {
+    status = null;
+  }
+  if (typeof status !== 'object' || status === null)
+    return { name, trusts: false, active: false, underSigner: false, lag: `${NODE_ANNOTATION} is not a JSON object` };
+  const trusts = status.bundle === bundle.hash;
+  const active = trusts && status.active === true;
+  const issuers = Object.entries(status.issuers ?? {});
+  const stale = signerPin === null ? [] : issuers.filter(([, pin]) => pin !== signerPin).map(([identity]) => identity);
+  const underSigner = signerPin !== null && issuers.length > 0 && stale.length === 0;
+  // A string, as kubeboot writes it; anything else as JSON (`${…}` on {"toString":1} would throw).
+  const refused = typeof status.refused === 'string' ? status.refused : status.refused ? JSON.stringify(status.refused) : null;
+  const lag = refused
+    ? `refuses the published bundle: ${refused}`
+    : !trusts
+      ? 'has not picked up the published bundle yet'
+      : !active
+        ? 'waits for its slot to restart the kubelet or kube-proxy'
+        : signerPin !== null && !underSigner
+          ? `still holds ${stale.join(', ') || 'no'} certificate(s) from another CA (re-issued at its slot in the window)`
+          : null;
+  return { name, trusts, active, underSigner, lag: lag === null ? null : excerpt(lag, MAX_LAG) };
 }
 
 /** What cluster-info publishes now: its bundle (checked as a node checks it) and signer pin. */
@@ -267,10 +306,10 @@ export async function publishedProgress(client: KubeClient, now: Date): Promise<
  */
 export async function retireCa(
   client: KubeClient,
-  retiring: { bundle: TrustBundle; file: string; now: Date },
+  retiring: { bundle: TrustBundle; file: string; now: Date; skip?: readonly string[] },
   signing: () => Promise<Omit<Publication, 'bundle' | 'signerPin'>>,
   explain: Explain = asItIs,
-): Promise<{ retired: Published } | { notReady: Progress }> {
+): Promise<{ retired: Published; progress: Progress } | { notReady: Progress }> {
   const { bundle, file, now } = retiring;
   const published = await readPublished(client, now).catch(failed(explain, 'read kube-public/cluster-info'));
   if (published.signerPin === null || !bundle.pins.includes(published.signerPin))
@@ -278,11 +317,16 @@ export async function retireCa(
       `${file}: retiring needs the signer CA published first (kubeboot ca-rotation publish BUNDLE --signer-ca-hash …) and in this bundle`,
       ExitCode.badInput,
     );
-  const progress = await rotationProgress(client, published.bundle, published.signerPin).catch(failed(explain, 'list Nodes'));
+  const skip = new Set(retiring.skip ?? []);
+  const progress = await rotationProgress(client, published.bundle, published.signerPin, skip).catch(failed(explain, 'list Nodes'));
+  // A name that is no Node (a typo) would skip nothing and look like it did.
+  const unknown = [...skip].filter((name) => !progress.nodes.some((n) => n.skipped && n.name === excerpt(name)));
+  if (unknown.length > 0)
+    throw new KubebootError(`--skip-node ${excerpt(unknown.join(', '))}: no Node of that name; nothing was published`, ExitCode.badInput);
   if (!progress.ready) return { notReady: progress };
   // Retiring drops the old CA by design, the one old join commands pin among them: said, not refused.
   const publication = { ...(await signing()), dropJoinCa: true, bundle, signerPin: published.signerPin };
-  return { retired: await publishTrust(client, publication).catch(failed(explain, 'update kube-public/cluster-info')) };
+  return { retired: await publishTrust(client, publication).catch(failed(explain, 'update kube-public/cluster-info')), progress };
 }
 
 function failed(explain: Explain, doing: string): (err: unknown) => never {

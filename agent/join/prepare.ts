@@ -14,6 +14,7 @@ import type { Dispatcher } from 'undici';
 import type { Config } from '../config/types.js';
 import { ExitCode, InputError, KubebootError, TokenFileGoneError } from '../errors.js';
 import { discoverClusterCa } from '../kube/discovery.js';
+import { seedFloor } from '../trust/floor.js';
 import { classifyToken, type BootstrapAuth, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import { renderBootstrapKubeconfig } from '../kubeconfig/render.js';
 import type { Logger } from '../log.js';
@@ -65,6 +66,9 @@ export async function joinCluster(config: Config, deps: JoinDeps): Promise<Boots
     clock: deps.clock,
     ...(deps.signal ? { signal: deps.signal } : {}),
     ...(deps.dispatcher ? { dispatcher: deps.dispatcher } : {}),
+    onVerified: async ({ caPem, signed }) => {
+      await seedFloor({ store, stateDir: config.stateDir, logger: deps.logger, caPem, signed, now: deps.clock.now() });
+    },
   });
   const text = renderBootstrapKubeconfig({
     server: source.server,

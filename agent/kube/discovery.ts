@@ -24,6 +24,7 @@ import { pinnedCertificates } from '../pki/pin.js';
 import { systemClock, type Clock } from '../time/clock.js';
 import { pause } from '../time/timer.js';
 import { KubeClient } from './client.js';
+import { STATEMENT_JWS_KEY, STATEMENT_KEY } from './cluster-info-digest.js';
 import { whoAmI } from './whoami.js';
 
 export const CLUSTER_INFO = '/api/v1/namespaces/kube-public/configmaps/cluster-info';
@@ -66,6 +67,11 @@ export interface DiscoveryInput {
   clock?: Clock;
   /** Every API connection goes through it; unset, each client makes its own TLS agent. */
   dispatcher?: Dispatcher;
+  /**
+   * Given the CA trusted from now on and the trust statement cluster-info carried on the
+   * verified fetch (trust/statement.ts): a new node's version floor starts there (trust/floor.ts).
+   */
+  onVerified?: (found: { caPem: string; signed: { payload: string | null; jws: string | null } }) => Promise<void>;
 }
 
 interface ConfigMap {
@@ -93,7 +99,11 @@ export async function discoverClusterCa(input: DiscoveryInput): Promise<string> 
     for (;;) {
       const outcome = await tryDiscovery(unverified, input);
       if (outcome.ca) {
-        await confirmOverVerifiedTls(input, outcome.ca, outcome.kubeconfig);
+        const verified = await confirmOverVerifiedTls(input, outcome.ca, outcome.kubeconfig);
+        await input.onVerified?.({
+          caPem: outcome.ca,
+          signed: { payload: verified.data?.[STATEMENT_KEY] ?? null, jws: verified.data?.[STATEMENT_JWS_KEY] ?? null },
+        });
         return outcome.ca;
       }
       let waitingFor = outcome.waitingFor;
@@ -245,7 +255,7 @@ async function tryDiscovery(client: KubeClient, input: DiscoveryInput): Promise<
   return { ca: pinned, kubeconfig };
 }
 
-async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expected: string): Promise<void> {
+async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expected: string): Promise<ConfigMap> {
   const verified = new KubeClient(
     { server: input.server, caPem: ca, tlsServerName: input.tlsServerName },
     { kind: 'anonymous' },
@@ -263,6 +273,7 @@ async function confirmOverVerifiedTls(input: DiscoveryInput, ca: string, expecte
         `kube-public/cluster-info at ${input.server} changed between the unverified and the verified fetch; refusing it`,
       );
     }
+    return again;
   } finally {
     await verified.close();
   }

@@ -33,7 +33,8 @@ import { toPem } from '../pki/pem.js';
 import { storeOf, type Store } from '../store/store.js';
 import type { Clock } from '../time/clock.js';
 import { trustedBundle, type TrustBundle } from './bundle.js';
-import type { ValidStatement } from './statement.js';
+import { STATE_FILE } from './floor.js';
+import { effectiveFloor, MAX_VERSION_AHEAD_S, type ValidStatement } from './statement.js';
 import {
   bundleChanged,
   decideBundle,
@@ -48,7 +49,6 @@ import {
 } from './decide.js';
 
 const WHAT = 'kube-public/cluster-info';
-const STATE_FILE = 'ca-rotation.json';
 
 /** What survives a restart of kubeboot, so a change restarts each consumer once and the slots stay put. */
 interface KeeperState {
@@ -66,6 +66,8 @@ interface KeeperState {
   /** The last time a changed bundle was adopted, and the bundles held before it (alternation is noticed). */
   changes?: { hash: string; at: string }[];
 }
+
+const MAX_AHEAD_MIN = MAX_VERSION_AHEAD_S / 60;
 
 /** How far back a return to an earlier bundle counts as alternating publications. */
 const ALTERNATION_MS = 24 * 3600_000;
@@ -163,6 +165,8 @@ export class TrustKeeper {
   #lastRefusal: string | null = null;
   #lastAnnotation: string | null = null;
   #forbiddenLogged = false;
+  /** The statement payload last judged for the bundle held, so a refused one is said once. */
+  #lastIgnored: string | null = null;
   #status: RotationStatus | null = null;
   /** What the last check leaves for a cheap look (see CaLook), without `at`; null when it left something pending. */
   #quiet: Omit<CaLook, 'at'> | null = null;
@@ -277,7 +281,13 @@ export class TrustKeeper {
       }
       let target = current;
       const held = heldCertificates(onDisk.others, node);
-      const floor = state.accepted?.version ?? 0;
+      const { floor, clamped } = effectiveFloor(state.accepted?.version ?? 0, now);
+      if (clamped && state.accepted) {
+        logger.warn(
+          `CA rotation: ${path.join(config.stateDir, STATE_FILE)} records trust statement version ${state.accepted.version}, more than ${MAX_AHEAD_MIN} min ahead of this clock (an earlier release recorded any version, or the clock ran ahead); the floor is now ${floor} (this second): the next \`kubeboot ca-rotation publish\` is followed, every statement published before now stays refused`,
+        );
+        state.accepted = { ...state.accepted, version: floor };
+      }
       let accepted: ValidStatement | null = null;
       const changed = bundleChanged(current, published.caPem, now);
       if (changed) {
@@ -356,6 +366,12 @@ export class TrustKeeper {
         this.#lastRefusal = null;
         const check = judgeStatement(published.signed, current, current.hash, floor, now);
         accepted = check.ok ? check : null;
+        // Nothing to adopt, but a CA key signing outside `publish` is worth one line (and a count) per statement.
+        if (!check.ok && check.problem === 'future-version' && this.#lastIgnored !== published.signed.payload) {
+          logger.warn(`CA rotation: ${WHAT}: ${check.message}`);
+          this.#deps.metrics.caBundleRefused(check.problem);
+        }
+        this.#lastIgnored = published.signed.payload;
       }
       if (accepted) {
         const { version, bundle, signerPin } = accepted.statement;

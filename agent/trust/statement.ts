@@ -8,6 +8,15 @@
  * carries a version that only moves forward, so an old statement (or one for
  * a retired CA) cannot be replayed.
  *
+ * A version is the second (unix time) the statement was published, so a node
+ * can tell one from the future: a version more than MAX_VERSION_AHEAD_S ahead
+ * of its clock is refused and never becomes its floor. Without that bound one
+ * statement at version 2^53-1, signed by a leaked key of a CA still trusted,
+ * would make every later statement look old on every node that saw it: no CA
+ * could be added again. Versions below the clock are old statements, kept
+ * comparable: statements of earlier releases (their versions too were at
+ * least the publishing second) still compare against a floor as before.
+ *
  * Wire form, beside `data.kubeconfig` in the ConfigMap:
  * - `data["kubeboot-trust"]`: the statement, JSON (below), as signed;
  * - `data["kubeboot-trust.jws"]`: a detached compact JWS over exactly those
@@ -21,12 +30,24 @@ import { createPublicKey, sign as signBytes, verify as verifyBytes, type KeyObje
 import type { TrustBundle } from './bundle.js';
 
 const KIND = 'kubeboot.io/trust-statement';
+/**
+ * How far ahead of a node's clock a version may be: the skew between the
+ * admin's clock and a node's that still counts as the same second. NTP keeps
+ * clocks within a second; 10 minutes leaves room for a node whose time is
+ * wrong by a few minutes, and is also the most a leaked CA key can push a
+ * node's floor past the admin's next publish.
+ */
+export const MAX_VERSION_AHEAD_S = 600;
 /** A statement is a few hundred bytes; anything much larger is not one. */
 const MAX_STATEMENT_BYTES = 8 * 1024;
 
 export interface TrustStatement {
   kind: typeof KIND;
-  /** Only moves forward: a node refuses a statement not newer than the last one it accepted. */
+  /**
+   * The second of publication (unix time), moving forward: a node refuses a
+   * statement not newer than the last one it accepted, or more than
+   * MAX_VERSION_AHEAD_S ahead of its clock.
+   */
   version: number;
   /** TrustBundle.hash of exactly the bundle signed for (the set of its CAs). */
   bundle: string;
@@ -51,7 +72,8 @@ export type StatementProblem =
   | 'bad-signature'
   | 'signature-expired'
   | 'signature-mismatch'
-  | 'replayed';
+  | 'replayed'
+  | 'future-version';
 
 export type StatementCheck =
   | { ok: true; statement: TrustStatement; signedBy: string }
@@ -147,6 +169,12 @@ export function verifyStatement(input: VerifyInput): StatementCheck {
   if (!good) return no('bad-signature', `the trust statement's signature does not verify with the key of ${header.kid}`);
   const statement = parseStatement(payload);
   if (statement === null) return no('malformed-signature', 'the signed trust statement is not a kubeboot trust statement');
+  const ahead = statement.version - nowSeconds(input.now);
+  if (ahead > MAX_VERSION_AHEAD_S)
+    return no(
+      'future-version',
+      `the trust statement has version ${statement.version}, ${ahead} s ahead of this node's clock (versions are the second of publication; at most ${MAX_VERSION_AHEAD_S} s ahead is accepted): a CA key used outside \`kubeboot ca-rotation publish\`, or a wrong clock; refused and not recorded`,
+    );
   if (input.now.getTime() >= Date.parse(statement.expiresAt))
     return no(
       'signature-expired',
@@ -178,6 +206,23 @@ export function statementFor(check: StatementCheck, bundleHash: string, floor: n
   return check;
 }
 
+export function nowSeconds(now: Date): number {
+  return Math.floor(now.getTime() / 1000);
+}
+
+/**
+ * Pure: the floor a node compares against. A recorded floor more than
+ * MAX_VERSION_AHEAD_S ahead of the clock cannot come from a statement this
+ * release accepts (an earlier release recorded any version, or the node's
+ * clock ran ahead when it did): it is brought back to the clock's second, so
+ * the admin's next publish is accepted and every statement published before
+ * now stays refused.
+ */
+export function effectiveFloor(recorded: number, now: Date): { floor: number; clamped: boolean } {
+  const at = nowSeconds(now);
+  return recorded - at > MAX_VERSION_AHEAD_S ? { floor: at, clamped: true } : { floor: recorded, clamped: false };
+}
+
 function parseStatement(payload: string): TrustStatement | null {
   let s: Partial<TrustStatement>;
   try {
@@ -195,9 +240,23 @@ function parseStatement(payload: string): TrustStatement | null {
 }
 
 /**
- * The statement an admin publishes for `bundle`: a version after `previous`
- * and never below the current second, so a wiped or lost statement in the
- * ConfigMap cannot make the next publish look older than what nodes hold.
+ * The version an admin publishes after `previous` (the version published now,
+ * 0 when none): the current second, or one past `previous` when that is
+ * already this second or later (two publishes in one second) yet still within
+ * what nodes accept. A `previous` further ahead than that is no version any
+ * node recorded (they refuse it): it is ignored, and `ignoredAhead` says so.
+ */
+export function nextVersion(previous: number, now: Date): { version: number; ignoredAhead: number | null } {
+  const at = nowSeconds(now);
+  if (previous + 1 <= at) return { version: at, ignoredAhead: null };
+  if (previous + 1 <= at + MAX_VERSION_AHEAD_S) return { version: previous + 1, ignoredAhead: null };
+  return { version: at, ignoredAhead: previous };
+}
+
+/**
+ * The statement an admin publishes for `bundle` (its version: nextVersion), so
+ * a wiped or lost statement in the ConfigMap cannot make the next publish look
+ * older than what nodes hold.
  */
 export function nextStatement(
   bundle: TrustBundle,
@@ -208,7 +267,7 @@ export function nextStatement(
 ): TrustStatement {
   return {
     kind: KIND,
-    version: Math.max(previous + 1, Math.floor(now.getTime() / 1000)),
+    version: nextVersion(previous, now).version,
     bundle: bundle.hash,
     cas: bundle.pins,
     signerPin,

@@ -30,6 +30,7 @@ import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, type Running } from '../support/kubeboot.js';
 import { listenNotifySocket } from '../support/notify-socket.js';
 import { freePort } from '../support/processes.js';
+import { createServer, type AddressInfo } from 'node:net';
 import { request } from 'undici';
 
 const run = promisify(execFile);
@@ -318,6 +319,32 @@ if (plane) {
     await approved(name);
     t.equal(approvals(await getCsr(name)).length, 1, 'approved once the kubelet registered the Node');
     await node.close();
+  });
+
+  t.test('a status port held by another process: READY=1 and approvals go on, the listener binds once the port is freed', async (t) => {
+    approver.child.kill('SIGTERM');
+    await approver.done;
+    // A local user holds the approver's port while it is down.
+    const holder = createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    const port = (holder.address() as AddressInfo).port;
+    t.teardown(() => new Promise<void>((resolve) => (holder.listening ? holder.close(() => resolve()) : resolve())));
+    const notify = await listenNotifySocket(dir, { abstract: true });
+    t.teardown(() => notify.close());
+    approver = startApprover(config, [...policyFlags, '--approver-listen', `127.0.0.1:${port}`], { NOTIFY_SOCKET: notify.path });
+    await approver.waitForOutput(new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port} .*working on without them`), 60_000);
+    await notify.waitFor((m) => m.split('\n').includes('READY=1'), 60_000);
+    await approver.waitForOutput(/became the leader/, 30_000);
+    await createNode(plane, 'held-port');
+    const node = await nodeClient(plane, 'held-port');
+    await approved(await submitCsr(node, { cn: KUBE_PROXY.cn, name: 'held-port' }));
+    t.pass('a CSR is approved while the port is held');
+    await node.close();
+    await new Promise<void>((resolve) => holder.close(() => resolve()));
+    await approver.waitForOutput(/serving \/healthz, \/readyz and \/metrics on 127\.0\.0\.1:\d+ \(after \d+ failed attempt\(s\)\)/, 90_000);
+    const res = await request(`http://127.0.0.1:${port}/metrics`);
+    t.match(await res.body.text(), /^kubeboot_approver_status_listener_failures_total [1-9]\d*$/m, 'the failed attempts are counted');
+    await notify.waitFor((m) => /STATUS=watching CSRs; lease [^;\n]*$/m.test(m), 30_000);
   });
 
   t.test('under --deny-violations a broken CSR is denied naming its rule; READY=1, /readyz and /metrics', async (t) => {

@@ -126,10 +126,10 @@ if (plane && net) {
     const res = await plane!.admin.request('PUT', CLUSTER_INFO, cm);
     if (res.status !== 200) throw new Error(`PUT cluster-info: ${res.status}`);
   }
-  /** A statement over `pem` signed by `by` (any key: an attacker signs with hers), as new as she likes. */
+  /** A statement over `pem` signed by `by` (any key: an attacker signs with hers), as new as nodes accept (5 min ahead). */
   const signedBy = (by: { certPem: string; keyPem: string }, pem: string) =>
     signStatement(
-      { ...nextStatement(trustedBundle(pem), null, 0, new Date(), 3600_000), version: Math.floor(Date.now() / 1000) + 86400 },
+      { ...nextStatement(trustedBundle(pem), null, 0, new Date(), 3600_000), version: Math.floor(Date.now() / 1000) + 300 },
       createPrivateKey(by.keyPem),
       trustedBundle(by.certPem).pins[0]!,
     );

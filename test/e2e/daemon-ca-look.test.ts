@@ -150,10 +150,20 @@ async function launchDaemon(args: string[]): Promise<{ daemon: Running; port: nu
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
     const daemon = startKubeboot([...args, '--listen', `127.0.0.1:${port}`]);
-    const listening = await Promise.race([
-      daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(() => true),
-      daemon.done.then(() => false),
+    // A port taken meanwhile is retried by kubeboot for as long as it is held: here, another port is.
+    const outcome = await Promise.race([
+      daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(
+        () => 'listening' as const,
+        () => 'timeout' as const,
+      ),
+      daemon.waitForOutput(/cannot listen on/, 60_000).then(
+        () => 'taken' as const,
+        () => 'timeout' as const,
+      ),
+      daemon.done.then(() => 'ended' as const),
     ]);
-    if (listening || attempt === 3 || !/cannot listen on/.test(daemon.output())) return { daemon, port };
+    if (outcome !== 'taken' || attempt === 3) return { daemon, port };
+    daemon.child.kill('SIGTERM');
+    await daemon.done;
   }
 }

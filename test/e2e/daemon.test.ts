@@ -4,6 +4,7 @@
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { lstat, mkdir, readFile, readlink, rm, stat, symlink, rename, writeFile } from 'node:fs/promises';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t, { type Test } from 'tap';
@@ -62,11 +63,21 @@ if (plane) {
       const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], {
         NOTIFY_SOCKET: notify.path,
       });
-      const listening = await Promise.race([
-        daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(() => true),
-        daemon.done.then(() => false),
+      // A port taken meanwhile is retried by kubeboot for as long as it is held: here, another port is.
+      const outcome = await Promise.race([
+        daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(
+          () => 'listening' as const,
+          () => 'timeout' as const,
+        ),
+        daemon.waitForOutput(/cannot listen on/, 60_000).then(
+          () => 'taken' as const,
+          () => 'timeout' as const,
+        ),
+        daemon.done.then(() => 'ended' as const),
       ]);
-      if (listening || attempt === 3 || !/cannot listen on/.test(daemon.output())) return { daemon, notify, port };
+      if (outcome !== 'taken' || attempt === 3) return { daemon, notify, port };
+      daemon.child.kill('SIGTERM');
+      await daemon.done;
       await notify.close();
     }
   }
@@ -345,6 +356,54 @@ if (plane) {
     t.equal((await get(port, '/readyz')).status, 200);
     await stop();
   });
+
+  t.test(
+    'a status port held by another process: the node bootstraps and is READY, the listener binds once the port is freed',
+    async (t) => {
+      const node = await bootstrappedNode(t, 'daemon-held-port');
+      // A local user holds the port while kubeboot is down.
+      const holder = createServer();
+      await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+      const port = (holder.address() as AddressInfo).port;
+      t.teardown(() => new Promise<void>((resolve) => (holder.listening ? holder.close(() => resolve()) : resolve())));
+      const notify = await listenNotifySocket(node.dir, { abstract: true });
+      const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`], { NOTIFY_SOCKET: notify.path });
+      t.teardown(async () => {
+        if (daemon.child.exitCode === null && daemon.child.signalCode === null) daemon.child.kill('SIGTERM');
+        await daemon.done;
+        await notify.close();
+      });
+      await daemon.waitForOutput(new RegExp(`cannot listen on 127\\.0\\.0\\.1:${port} .*working on without them`), 60_000);
+      const ready = await notify.waitFor((m) => m.split('\n').includes('READY=1'), 120_000);
+      t.match(ready, /\/healthz, \/readyz and \/metrics unavailable: .*EADDRINUSE/, 'READY=1 came without the listener, and says so');
+      t.equal(await whoami(node.kubeletKubeconfig), 'system:node:daemon-held-port', 'the bootstrap happened');
+      t.equal(daemon.child.exitCode, null, 'still running');
+      await new Promise<void>((resolve) => holder.close(() => resolve()));
+      await daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on 127\.0\.0\.1:\d+ \(after \d+ failed attempt\(s\)\)/, 90_000);
+      t.equal((await get(port, '/readyz')).status, 200, '/readyz answers once bound');
+      t.match((await get(port, '/metrics')).body, /^kubeboot_status_listener_failures_total [1-9]\d*$/m, 'the failed attempts are counted');
+      // A local user holding every connection it may: one past the cap is closed at once, the idle ones within seconds.
+      let closed = 0;
+      const held = await Promise.all(
+        Array.from(
+          { length: 65 },
+          () =>
+            new Promise<Socket>((resolve) => {
+              const s = connect(port, '127.0.0.1', () => resolve(s));
+              s.on('error', () => undefined);
+              s.on('close', () => closed++);
+              s.resume();
+            }),
+        ),
+      );
+      t.teardown(() => {
+        for (const s of held) s.destroy();
+      });
+      await plane.admin.waitFor('every held connection to be closed', async () => (closed === held.length ? true : undefined), 30_000);
+      t.equal((await get(port, '/readyz')).status, 200, 'and the endpoints answer again');
+      await notify.waitFor((m) => /STATUS=credentials valid: [^;\n]*(; kube-proxy: valid until [^;\n]*)?$/m.test(m), 30_000);
+    },
+  );
 }
 
 /** On failure, the daemon's output explains more than a timeout does. */

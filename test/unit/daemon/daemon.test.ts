@@ -7,6 +7,7 @@
 // schedule.test.ts.
 import { EventEmitter } from 'node:events';
 import { existsSync } from 'node:fs';
+import net from 'node:net';
 import { writeFile } from 'node:fs/promises';
 import t, { type Test } from 'tap';
 import type { Config } from '../../../agent/config/types.js';
@@ -169,7 +170,7 @@ interface Fixture {
   logs: string[];
 }
 
-async function daemon(t: Test, options: { ca?: boolean; env?: NodeJS.ProcessEnv } = {}): Promise<Fixture> {
+async function daemon(t: Test, options: { ca?: boolean; env?: NodeJS.ProcessEnv; listen?: string } = {}): Promise<Fixture> {
   // Teardowns run in the order they were added, and t.testdir() adds the
   // fixture's removal: the daemon (pid file, status.json, watcher) must be
   // stopped first.
@@ -185,6 +186,7 @@ async function daemon(t: Test, options: { ca?: boolean; env?: NodeJS.ProcessEnv 
   const dir = t.testdir();
   const config = configIn(dir);
   if (options.ca) config.caRotation = { ...config.caRotation, enabled: true };
+  if (options.listen) config.listen = options.listen;
   const clock = new FakeClock(new Date('2025-06-01T00:00:00Z'));
   const reloaded = { config };
   const looks: Fixture['looks'] = { answer: { kind: 'read', digest: 'd1' }, made: [], aborted: 0 };
@@ -412,6 +414,58 @@ t.test('READY=1 once the kubelet’s credential is valid: the kubelet never wait
   const ready = await socket.waitFor((m) => m.split('\n').includes('READY=1'));
   t.match(ready, /STATUS=kubelet ready; pending: kube-proxy: waiting for CSR csr-proxy/, 'with kube-proxy still pending');
 });
+
+t.test(
+  'a status port held by another process: the work and READY=1 go on, it is reported, and the listener binds once freed',
+  async (t) => {
+    // A local user holds 127.0.0.1:<port> while kubeboot is down.
+    const holder = net.createServer();
+    await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+    const port = (holder.address() as net.AddressInfo).port;
+    t.teardown(() => new Promise<void>((resolve) => (holder.listening ? holder.close(() => resolve()) : resolve())));
+    const socket = await listenNotifySocket('', { abstract: true });
+    t.teardown(() => socket.close());
+    const f = await daemon(t, { listen: `127.0.0.1:${port}`, env: { NOTIFY_SOCKET: socket.path, PATH: process.env.PATH } });
+    await logged(
+      f,
+      new RegExp(`^warn: cannot listen on 127\\.0\\.0\\.1:${port} .*EADDRINUSE.*working on without them, trying again in 1s`),
+    );
+    await socket.waitFor((m) => /STATUS=checking credentials; \/healthz, \/readyz and \/metrics unavailable: .*EADDRINUSE/.test(m));
+    // The first worker got its steps all the same; its answers make the node ready.
+    const w = f.worker();
+    t.same(w.told, ['kubelet', 'kube-proxy'], 'the work is not held back');
+    answerIdentities(w, DAY);
+    const ready = await socket.waitFor((m) => m.split('\n').includes('READY=1'));
+    t.match(
+      ready,
+      /STATUS=credentials valid: .*; \/healthz, \/readyz and \/metrics unavailable: .*EADDRINUSE/,
+      'READY=1 does not wait for it',
+    );
+    await until('status.json to say why', async () => /EADDRINUSE/.test((await readDaemonState(f.config.stateDir))?.statusListener ?? ''));
+    // Retried with back-off by the daemon's own loop: 1 s, 2 s, 4 s...
+    await asleep(f);
+    await f.clock.tick(1_100);
+    await logged(f, /^debug: cannot listen on .*trying again in 2s/);
+    t.equal(metric(f, 'kubeboot_status_listener_failures_total'), 2, 'each failed attempt counted');
+    await new Promise<void>((resolve) => holder.close(() => resolve()));
+    await asleep(f);
+    await f.clock.tick(2_200);
+    await logged(
+      f,
+      new RegExp(`^info: serving /healthz, /readyz and /metrics on 127\\.0\\.0\\.1:${port} \\(after 2 failed attempt\\(s\\)\\)`),
+    );
+    const res = await fetch(`http://127.0.0.1:${port}/readyz`);
+    t.equal(res.status, 200, '/readyz answers once bound');
+    t.match(await res.text(), /kubelet: valid until/);
+    t.match(
+      await (await fetch(`http://127.0.0.1:${port}/metrics`)).text(),
+      /^kubeboot_status_listener_failures_total 2$/m,
+      'the failures are in /metrics',
+    );
+    await socket.waitFor((m) => /STATUS=credentials valid: [^;]*; kube-proxy: valid until [^;]*$/m.test(m));
+    await until('status.json without the problem', async () => (await readDaemonState(f.config.stateDir))?.statusListener === undefined);
+  },
+);
 
 t.test('a nudge becomes a step; one made while that identity’s step runs runs again after its answer', async (t) => {
   const f = await daemon(t);

@@ -2,7 +2,9 @@ import t, { type Test } from 'tap';
 import http from 'node:http';
 import net from 'node:net';
 import { silentLogger } from '../../../agent/log.js';
-import { isLoopbackListen, MAX_CONNECTIONS, startHttpServer } from '../../../agent/daemon/http.js';
+import { isLoopbackListen, keepListening, MAX_CONNECTIONS, startHttpServer, StatusListener } from '../../../agent/daemon/http.js';
+import { FakeClock } from '../../../agent/time/clock.js';
+import { until } from '../../support/until.js';
 import type { Readiness } from '../../../agent/daemon/report.js';
 import { KubebootError } from '../../../agent/errors.js';
 import { EXPOSITION_CONTENT_TYPE } from '../../../agent/daemon/exposition.js';
@@ -206,3 +208,68 @@ t.test(
     t.equal(status, 200, 'served again once the idle connections closed');
   },
 );
+
+t.test('connections a local user holds open: one past the cap is closed on arrival, idle ones within the header timeout', async (t) => {
+  const server = await startHttpServer({
+    port: 0,
+    readiness: () => ({ ready: true, detail: [] }),
+    metrics: noMetrics,
+    logger: silentLogger(),
+    headersTimeoutMs: 300,
+  });
+  t.teardown(() => server.close());
+  const closed: number[] = [];
+  const started = Date.now();
+  const sockets = await Promise.all(
+    Array.from(
+      { length: MAX_CONNECTIONS + 1 },
+      () =>
+        new Promise<net.Socket>((resolve) => {
+          const s = net.connect(server.address.port, '127.0.0.1', () => resolve(s));
+          s.on('error', () => undefined);
+          s.on('close', () => closed.push(Date.now() - started));
+        }),
+    ),
+  );
+  t.teardown(() => {
+    for (const s of sockets) s.destroy();
+  });
+  // Every one of them sends nothing; Node checks the timeout every second.
+  await until('every idle connection closed', () => closed.length === MAX_CONNECTIONS + 1, 10_000);
+  t.ok(Math.max(...closed) < 5_000, `all closed within the header timeout and one check (${Math.max(...closed)} ms)`);
+  t.equal((await get(server.address.port, '/healthz')).status, 200, 'and the endpoints answer again');
+});
+
+t.test('the status listener on a held port: fails without throwing, says when to retry, binds once freed', async (t) => {
+  const holder = net.createServer();
+  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
+  const port = (holder.address() as net.AddressInfo).port;
+  const clock = new FakeClock(new Date('2026-01-01T00:00:00Z'));
+  const problems: (string | null)[] = [];
+  let failures = 0;
+  const listener = new StatusListener(`127.0.0.1:${port}`, {
+    readiness: () => ({ ready: true, detail: [] }),
+    metrics: noMetrics,
+    logger: silentLogger(),
+    clock,
+    random: () => 0,
+    onFailure: () => failures++,
+    onChange: (p) => problems.push(p),
+  });
+  t.teardown(() => listener.close());
+  const stop = new AbortController();
+  const loop = keepListening(listener, clock, stop.signal);
+  await until('the first attempt', () => failures === 1);
+  t.equal(listener.retryAt, clock.monotonic() + 1_000, 'the next attempt in 1 s');
+  t.match(problems, [/cannot listen on 127\.0\.0\.1:\d+ .*EADDRINUSE.*\(attempt 1\)/]);
+  await clock.tick(1_000);
+  await until('the second attempt', () => failures === 2);
+  t.equal(listener.retryAt, clock.monotonic() + 2_000, 'then in 2 s');
+  await new Promise<void>((resolve) => holder.close(() => resolve()));
+  await clock.tick(2_000);
+  await loop;
+  t.ok(listener.server, 'bound once the port is free');
+  t.equal(listener.retryAt, null, 'nothing more to retry');
+  t.equal(problems.at(-1), null, 'the problem cleared');
+  t.equal((await get(port, '/healthz')).status, 200);
+});

@@ -153,23 +153,35 @@ t.test('publish refuses, before writing anything, a key the nodes do not trust a
 });
 
 t.test('publish: the version goes past the one published, and --drop-join-ca says what it dropped', async (t) => {
-  const agent = new MockAgent();
-  agent.disableNetConnect();
-  const pool = agent.get(SERVER);
-  const future = Math.floor(Date.now() / 1000) + 1000;
-  const earlier = signStatement(
-    { ...nextStatement(trustedBundle(ca1.certPem), null, 0, new Date(), 3600_000), version: future },
-    createPrivateKey(ca1.keyPem),
-    pin1,
-  );
-  pool
-    .intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'GET' })
-    .reply(200, clusterInfoWith({ 'kubeboot-trust': earlier.payload, 'kubeboot-trust.jws': earlier.jws }));
-  pool.intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'PUT' }).reply(200, {});
-  const done = await publishTrust(client(t, agent), publication(trustedBundle(ca2.certPem), null, { dropJoinCa: true }));
-  t.equal(done.version, future + 1, 'one past the version nodes may hold');
-  t.same(done.droppedJoinPins, [pin1], 'the dropped join pin is reported');
-  t.notOk(done.signerMoved, 'no signer given: none moves');
+  for (const [ahead, expect, why] of [
+    [300, 'past', 'a clock 5 min behind the last publisher: one past it, still within what nodes accept'],
+    [Number.MAX_SAFE_INTEGER, 'now', 'a statement at 2^53-1 (a leaked key): nodes refused it, not gone past, said'],
+  ] as const) {
+    const agent = new MockAgent();
+    agent.disableNetConnect();
+    const pool = agent.get(SERVER);
+    const second = Math.floor(Date.now() / 1000);
+    const previous = ahead === Number.MAX_SAFE_INTEGER ? ahead : second + ahead;
+    const earlier = signStatement(
+      { ...nextStatement(trustedBundle(ca1.certPem), null, 0, new Date(), 3600_000), version: previous },
+      createPrivateKey(ca1.keyPem),
+      pin1,
+    );
+    pool
+      .intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'GET' })
+      .reply(200, clusterInfoWith({ 'kubeboot-trust': earlier.payload, 'kubeboot-trust.jws': earlier.jws }));
+    pool.intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'PUT' }).reply(200, {});
+    const done = await publishTrust(client(t, agent), publication(trustedBundle(ca2.certPem), null, { dropJoinCa: true }));
+    if (expect === 'past') {
+      t.equal(done.version, previous + 1, why);
+      t.equal(done.aheadOfClock, null, `${why}: nothing to say`);
+    } else {
+      t.ok(done.version >= second && done.version <= second + 5, `${why}: the clock's second`);
+      t.equal(done.aheadOfClock, previous, `${why}: reported`);
+    }
+    t.same(done.droppedJoinPins, [pin1], 'the dropped join pin is reported');
+    t.notOk(done.signerMoved, 'no signer given: none moves');
+  }
 });
 
 t.test('a bundle file is checked as a node will check it, naming the file', async (t) => {
@@ -262,6 +274,36 @@ t.test('retire with every node ready publishes the final bundle, dropping the ol
   t.same(asked, ['key']);
   t.equal(puts.length, 1);
   t.equal(puts[0]!.metadata.annotations['kubeboot.io/signer-ca-hash'], pin2, 'the signer stays');
+});
+
+t.test('retire --skip-node: a node whose annotation stalls the retire is not waited for, by name only', async (t) => {
+  // n1 writes an annotation that would hold every retire back (a broken or lying node).
+  const stalled = { bundle: 'f'.repeat(64), active: false, issuers: {}, refused: 'x'.repeat(300) };
+  {
+    const { kube, puts } = rotating(t, pin2, stalled);
+    t.match(await retireCa(kube, retiring, signing([])), { notReady: { nodes: [{ name: 'n1', skipped: false }] } }, 'without: refused');
+    t.equal(puts.length, 0);
+  }
+  {
+    const { kube, puts } = rotating(t, pin2, stalled);
+    const asked: string[] = [];
+    const outcome = await retireCa(kube, { ...retiring, skip: ['n1'] }, signing(asked));
+    t.match(
+      outcome,
+      { retired: { signedBy: pin2 }, progress: { nodes: [{ name: 'n1', skipped: true, lag: /refuses/ }] } },
+      'skipped: retired',
+    );
+    t.same([puts.length, asked], [1, ['key']]);
+  }
+  {
+    const { kube, puts } = rotating(t, pin2, stalled);
+    await t.rejects(
+      retireCa(kube, { ...retiring, skip: ['n1', 'n2'] }, signing([])),
+      { message: '--skip-node n2: no Node of that name; nothing was published', code: ExitCode.badInput },
+      'a name that is no Node (a typo) is refused, not taken as skipped',
+    );
+    t.equal(puts.length, 0);
+  }
 });
 
 t.test('retire words a failed request by what it was for', async (t) => {

@@ -94,6 +94,24 @@ t.test('waits for the signature, asking again every 5 s on the clock, then trust
   t.equal(clock.pending, 0);
 });
 
+t.test('the trust statement of the verified fetch is handed on with the pinned CA, for the node floor', async (t) => {
+  const withStatement = (extra: Record<string, string>) => JSON.stringify({ data: { ...JSON.parse(signed()).data, ...extra } });
+  const found: unknown[] = [];
+  const { run } = setup(
+    t,
+    [withStatement({ 'kubeboot-trust': 'unverified' }), withStatement({ 'kubeboot-trust': 'S', 'kubeboot-trust.jws': 'J' })],
+    {
+      onVerified: async (f) => void found.push(f),
+    },
+  );
+  await run();
+  t.same(
+    found,
+    [{ caPem: ca.certPem.trim() + '\n', signed: { payload: 'S', jws: 'J' } }],
+    'from the fetch over verified TLS, not the first',
+  );
+});
+
 t.test('a token the API server refuses for 15 s ends the wait with exit 5, well before the bound', async (t) => {
   const { run, fetchedAt, probedAt, sent } = setup(t, Array(10).fill(unsigned()), {}, Array(10).fill(401));
   assertNotSigned(t, await run(), /: deleted, expired or mistyped \(https:\/\/api\.test:6443 refuses it: 401 Unauthorized\);/);

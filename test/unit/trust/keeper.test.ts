@@ -27,6 +27,7 @@ import { fileStore, type Store } from '../../../agent/store/store.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
 import { spreadOffset } from '../../../agent/trust/decide.js';
+import { seedFloor } from '../../../agent/trust/floor.js';
 import { serializer, TrustKeeper } from '../../../agent/trust/keeper.js';
 import { nextStatement, signStatement } from '../../../agent/trust/statement.js';
 import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
@@ -206,6 +207,8 @@ function statementOf(f: Fixture): Record<string, string> {
   return { 'kubeboot-trust': signed.payload, 'kubeboot-trust.jws': signed.jws };
 }
 
+const signedOf = (data: Record<string, string>) => ({ payload: data['kubeboot-trust'] ?? null, jws: data['kubeboot-trust.jws'] ?? null });
+
 async function kubeconfigCa(f: Fixture): Promise<string> {
   const text = (await f.store.read(f.config.kubelet.kubeconfig))!;
   return (await parseClientKubeconfig(f.config.kubelet.kubeconfig, text, f.store.read)).caPem!;
@@ -355,6 +358,101 @@ t.test('an older signed statement, or a retired CA, cannot be replayed', async (
   f.published = { caPem: ca1.certPem + ca2.certPem, signer: ca2 };
   await f.keeper.check();
   t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem + ca2.certPem), 're-added with a newer signed version');
+});
+
+t.test('a statement at version 2^53-1, signed by a leaked key of a CA still trusted, freezes no later CA addition', async (t) => {
+  const f = await fixture(t);
+  const second = () => Math.floor(f.clock.now().getTime() / 1000);
+  // She signs the bundle the node holds at 2^53-1: nothing to adopt, and the version is not recorded.
+  versions.set(`${hashOf(ca1.certPem)}||${ca1.certPem}`, Number.MAX_SAFE_INTEGER);
+  await f.keeper.check();
+  t.equal(f.annotations.at(-1)?.version, null, 'not recorded as the floor');
+  t.match(samples(f, 'kubeboot_ca_bundle_refusals_total'), '{reason="future-version"} 1', 'counted once');
+  await f.keeper.check();
+  t.match(samples(f, 'kubeboot_ca_bundle_refusals_total'), '{reason="future-version"} 1', 'the same statement: not counted again');
+  // ... or one adding a CA: refused with its reason, nothing written.
+  versions.set(`${hashOf(ca1.certPem + ca2.certPem)}||${ca1.certPem}`, Number.MAX_SAFE_INTEGER);
+  f.published.caPem = ca1.certPem + ca2.certPem;
+  await f.keeper.check();
+  t.equal(f.annotations.at(-1)?.refused, 'future-version', 'an addition at 2^53-1: refused');
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem), 'nothing adopted');
+  // The admin's next publish (the current second) is followed.
+  versions.set(`${hashOf(ca1.certPem + ca2.certPem)}||${ca1.certPem}`, second());
+  await f.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem + ca2.certPem), "the admin's addition is adopted");
+  t.equal(f.annotations.at(-1)?.version, second(), 'and its version is the floor');
+  versions.delete(`${hashOf(ca1.certPem)}||${ca1.certPem}`);
+});
+
+t.test('a floor from the future on disk (recorded by an earlier release) is brought back to the clock', async (t) => {
+  const f = await fixture(t);
+  const stateFile = join(f.config.stateDir, 'ca-rotation.json');
+  await f.store.write(
+    stateFile,
+    JSON.stringify({
+      restarted: {},
+      pending: {},
+      signer: null,
+      accepted: { version: Number.MAX_SAFE_INTEGER, bundle: hashOf(ca1.certPem), signerPin: null },
+    }),
+  );
+  const clampedAt = Math.floor(f.clock.now().getTime() / 1000);
+  await f.keeper.check();
+  t.equal(f.annotations.at(-1)?.version, clampedAt, "the floor is this second, in the Node's annotation");
+  t.match(JSON.parse((await f.store.read(stateFile))!), { accepted: { version: clampedAt } }, 'and on disk');
+  // A statement published before the clamp stays refused; the admin's next publish is followed.
+  await f.clock.tick(f.config.caRotation.restartWindow * 1000 + 1);
+  versions.set(`${hashOf(ca1.certPem + ca2.certPem)}||${ca1.certPem}`, clampedAt - 60);
+  f.published.caPem = ca1.certPem + ca2.certPem;
+  await f.keeper.check();
+  t.equal(f.annotations.at(-1)?.refused, 'replayed', 'older than the clamp: replayed');
+  versions.set(`${hashOf(ca1.certPem + ca2.certPem)}||${ca1.certPem}`, clampedAt + 60);
+  await f.keeper.check();
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca1.certPem + ca2.certPem), 'newer: adopted');
+});
+
+t.test('a node that joins after a retire starts its floor from the statement it joined with: the old one cannot be replayed', async (t) => {
+  const f = await fixture(t, { kubeletCa: ca2, trusted: ca2.certPem });
+  f.server.presented = serving2;
+  const second = Math.floor(f.clock.now().getTime() / 1000);
+  // What the admin published: old + new (signed by CA 2, an hour ago), then CA 2 alone (retire, now).
+  const retiredBundle = ca1.certPem + ca2.certPem;
+  versions.set(`${hashOf(retiredBundle)}||${ca2.certPem}`, second - 3600);
+  versions.set(`${hashOf(ca2.certPem)}||${ca2.certPem}`, second);
+  // At its join, discovery read cluster-info (CA 2, the retire's statement) over TLS verified against CA 2.
+  f.published = { caPem: ca2.certPem, signer: ca2 };
+  const logs = new PassThrough();
+  const seeded = await seedFloor({
+    store: f.store,
+    stateDir: f.config.stateDir,
+    logger: createLogger({ level: 'info', format: 'json', stream: logs }),
+    caPem: ca2.certPem,
+    signed: signedOf(statementOf(f)),
+    now: f.clock.now(),
+  });
+  t.equal(seeded, second, "the retire's version is the new node's floor");
+  t.match(String(logs.read()), /trust statement version \d+ .*published with the CA joined with/);
+  // Then someone puts back the statement from before the retire.
+  f.published = { caPem: retiredBundle, signer: ca2 };
+  await f.keeper.check();
+  t.equal(f.annotations.at(-1)?.refused, 'replayed', 'the pre-retire statement: replayed');
+  t.equal(hashOf(await kubeconfigCa(f)), hashOf(ca2.certPem), 'the retired CA is not adopted');
+});
+
+t.test('only a valid statement for exactly the bundle joined with seeds the floor', async (t) => {
+  const f = await fixture(t);
+  const seed = (caPem: string, signed: { payload: string | null; jws: string | null }) =>
+    seedFloor({ store: f.store, stateDir: f.config.stateDir, logger, caPem, signed, now: f.clock.now() });
+  f.published = { caPem: ca1.certPem + ca2.certPem };
+  t.equal(
+    await seed(ca1.certPem, signedOf(statementOf(f))),
+    null,
+    'for another bundle (a rotation the node still has to follow): no floor',
+  );
+  t.equal(await seed(ca1.certPem, { payload: null, jws: null }), null, 'unsigned: no floor');
+  f.published = { caPem: ca1.certPem, signer: ca2 };
+  t.equal(await seed(ca1.certPem, signedOf(statementOf(f))), null, 'signed by a CA it does not trust: no floor');
+  t.equal(await f.store.read(join(f.config.stateDir, 'ca-rotation.json')), null, 'nothing written');
 });
 
 t.test('bundle changes are followed at most once per restart window; going back and forth is reported', async (t) => {

@@ -5,7 +5,17 @@ import { KeyObject, type webcrypto } from 'node:crypto';
 import t from 'tap';
 import { x509 } from '../../../agent/pki/x509.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
-import { algorithmOf, nextStatement, signStatement, statementFor, verifyStatement } from '../../../agent/trust/statement.js';
+import {
+  algorithmOf,
+  effectiveFloor,
+  MAX_VERSION_AHEAD_S,
+  nextStatement,
+  nextVersion,
+  signStatement,
+  statementFor,
+  verifyStatement,
+  type TrustStatement,
+} from '../../../agent/trust/statement.js';
 import { subjectName } from '../../support/pki.js';
 
 const now = new Date('2026-12-02T10:00:00Z');
@@ -64,6 +74,46 @@ t.test('a version only moves forward, even when the ConfigMap lost the last stat
     ok: false,
     problem: 'signature-expired',
   });
+});
+
+t.test('a version from the future is refused: one leaked key cannot freeze every later CA addition', async (t) => {
+  const ca = await caOn('P-256');
+  const bundle = trustedBundle(ca.pem);
+  const at = (version: number): TrustStatement => ({ ...nextStatement(bundle, null, 0, now, day), version });
+  const check = (version: number) =>
+    statementFor(verifyStatement({ signed: signStatement(at(version), ca.key, bundle.pins[0]!), trusted: bundle, now }), bundle.hash, 0);
+  const second = Math.floor(now.getTime() / 1000);
+  t.match(
+    check(Number.MAX_SAFE_INTEGER),
+    { ok: false, problem: 'future-version', message: /ahead of this node's clock.*not recorded/ },
+    '2^53-1: refused',
+  );
+  t.match(check(second + MAX_VERSION_AHEAD_S + 1), { ok: false, problem: 'future-version' }, 'one second past the skew: refused');
+  t.ok(check(second + MAX_VERSION_AHEAD_S).ok, 'within the skew: a clock a few minutes apart still agrees');
+  t.ok(check(second - 3600).ok, 'an hour old: the usual case');
+  t.ok(check(3).ok, 'a small integer version (older statements) is an old one, still compared against the floor');
+});
+
+t.test('a recorded floor from the future is brought back to the clock, so the next publish is followed', async (t) => {
+  const second = Math.floor(now.getTime() / 1000);
+  t.same(effectiveFloor(Number.MAX_SAFE_INTEGER, now), { floor: second, clamped: true }, '2^53-1 recorded by an earlier release');
+  t.same(
+    effectiveFloor(second + MAX_VERSION_AHEAD_S, now),
+    { floor: second + MAX_VERSION_AHEAD_S, clamped: false },
+    'within the skew: kept',
+  );
+  t.same(effectiveFloor(7, now), { floor: 7, clamped: false }, 'an old-style floor: kept');
+  const after = nextStatement(trustedBundle((await caOn('P-256')).pem), null, 0, new Date(now.getTime() + 1000), day);
+  t.ok(after.version > effectiveFloor(Number.MAX_SAFE_INTEGER, now).floor, "the admin's next publish is above the clamped floor");
+});
+
+t.test('the admin publishes the current second, one past a version published this second, never past the skew', async (t) => {
+  const second = Math.floor(now.getTime() / 1000);
+  t.same(nextVersion(0, now), { version: second, ignoredAhead: null }, 'nothing before: the clock');
+  t.same(nextVersion(second - 60, now), { version: second, ignoredAhead: null }, 'an older one: the clock');
+  t.same(nextVersion(second, now), { version: second + 1, ignoredAhead: null }, 'twice in one second: one past');
+  t.same(nextVersion(second + 300, now), { version: second + 301, ignoredAhead: null }, 'a clock behind the last publisher: one past');
+  t.same(nextVersion(Number.MAX_SAFE_INTEGER, now), { version: second, ignoredAhead: Number.MAX_SAFE_INTEGER }, '2^53-1: ignored, said');
 });
 
 t.test('what is not a signed statement is named as such', async (t) => {
