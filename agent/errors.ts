@@ -96,6 +96,15 @@ export class TimedOutError extends KubebootError {
   }
 }
 
+/**
+ * The API server could not be reached, or kept failing (5xx, 429), for the
+ * whole bound: exit 1, as the exit code table says of an unreachable API.
+ * Exit 4 is kept for the one wait an operator acts on: a CSR not yet approved.
+ */
+export class UnreachableError extends KubebootError {
+  override readonly name = 'UnreachableError';
+}
+
 /** Whether a failed request was a plain request or a watch: a refused watch falls back to polling. */
 export type RequestPhase = 'request' | 'watch';
 

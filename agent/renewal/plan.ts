@@ -4,7 +4,7 @@
  * loop is still making progress. The daemon only carries these out.
  */
 import type { Assessment, NodeCredential } from '../credential/assess.js';
-import { ApiError, CsrRejectedError, NeedsBootstrapError, TimedOutError } from '../errors.js';
+import { ApiError, CsrRejectedError, NeedsBootstrapError, TimedOutError, UnreachableError } from '../errors.js';
 import { MIN_RETRY_MS, nextDelay, retryAfterMs, type BackoffOptions } from '../time/backoff.js';
 import { isDue, renewalDeadline, type Validity } from './deadline.js';
 import type { Config } from '../config/types.js';
@@ -128,7 +128,7 @@ export function retryPlan(
   } else if (err instanceof ApiError) {
     reason = `http-${err.status}`;
     wait = retryAfterMs(err.retryAfter, o.now);
-  } else if (err instanceof TimedOutError) {
+  } else if (err instanceof TimedOutError || err instanceof UnreachableError) {
     reason = 'timeout';
   }
   if (wait === null) {
