@@ -11,7 +11,11 @@ export const ExitCode = {
   badInput: 2,
   csrRejected: 3,
   timedOut: 4,
-  /** kube-public/cluster-info carries no signature for the join token: deleted, expired or mistyped; only a new token helps. */
+  /**
+   * The bootstrap token is dead: kube-public/cluster-info carries no signature
+   * for it, or the API server refuses it (401) when it asks for the CSR;
+   * deleted, expired or mistyped: only a new token helps.
+   */
   tokenNotSigned: 5,
 } as const;
 export type ExitCode = (typeof ExitCode)[keyof typeof ExitCode];
@@ -65,9 +69,21 @@ export class TokenFileGoneError extends KubebootError {
  * server rejected its token. Only the operator can fix it (a new file).
  */
 export class BootstrapCredentialError extends KubebootError {
-  override readonly name = 'BootstrapCredentialError';
+  override readonly name: string = 'BootstrapCredentialError';
+  constructor(message: string, code: ExitCode = ExitCode.badInput) {
+    super(message, code);
+  }
+}
+
+/**
+ * The API server refuses the bootstrap token itself (401): exit 5, as for a
+ * token cluster-info is not signed for. It can come after discovery passed:
+ * kube-apiserver keeps a token that authenticated for 10 s after it is deleted.
+ */
+export class DeadTokenError extends BootstrapCredentialError {
+  override readonly name = 'DeadTokenError';
   constructor(message: string) {
-    super(message, ExitCode.badInput);
+    super(message, ExitCode.tokenNotSigned);
   }
 }
 

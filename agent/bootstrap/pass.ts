@@ -14,7 +14,7 @@
  * certificate or is deleted.
  */
 import type { Config } from '../config/types.js';
-import { BootstrapCredentialError, KubebootError } from '../errors.js';
+import { BootstrapCredentialError, DeadTokenError, KubebootError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { ReadFile } from '../read-optional.js';
@@ -212,10 +212,31 @@ export async function issueKubelet(pass: Pass): Promise<{ issued: Issued; bootst
   try {
     return { issued: await issueCredential(kubelet.identity, issueContext(pass.config, source, pass.deps)), bootstrap: source.bootstrap };
   } catch (err) {
-    throw explainBootstrapFailure(err, source.bootstrap);
+    const explained = explainBootstrapFailure(err, source.bootstrap);
+    if (explained instanceof DeadTokenError && pass.found?.kind === 'kubeconfig' && pass.found.joined)
+      throw await forgetJoin(pass, explained);
+    throw explained;
   } finally {
     await source.client.close();
   }
+}
+
+/**
+ * A dead token's kubeconfig that this pass's join wrote goes again (its token
+ * file, if any, stays): the join settings it was made from are still given,
+ * so nothing is lost, and left behind it would shadow them — the next run
+ * would use it instead of a new --token. A kubeconfig the operator placed is
+ * kept (explainBootstrapFailure).
+ */
+async function forgetJoin(pass: Pass, dead: DeadTokenError): Promise<DeadTokenError> {
+  await pass.store.remove(pass.config.bootstrapKubeconfig);
+  pass.found = { kind: 'absent' };
+  return new DeadTokenError(
+    dead.message.replace(
+      / and replace this file$/,
+      ` and join with it (${pass.config.bootstrapKubeconfig}, written from the join settings moments ago, is removed again)`,
+    ),
+  );
 }
 
 /**

@@ -9,7 +9,7 @@ import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { identitiesFor } from '../../../agent/config/identities.js';
 import type { RunDeps } from '../../../agent/credential/issue.js';
-import { BootstrapCredentialError } from '../../../agent/errors.js';
+import { BootstrapCredentialError, ExitCode } from '../../../agent/errors.js';
 import type { Identity } from '../../../agent/identity.js';
 import { renderBootstrapKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { silentLogger } from '../../../agent/log.js';
@@ -256,3 +256,50 @@ t.test('joining with --server/--token: the CA is discovered once and the written
   );
   t.equal(await readOptional(config.bootstrapKubeconfig), null, 'written for later passes, deleted once every identity was proven');
 });
+
+/** An API server whose cluster-info is signed for TOKEN but that refuses TOKEN (401) at the CSR: deleted inside its 10 s cache of a success. */
+function refusingServer(t: Test) {
+  const agent = new MockAgent();
+  agent.disableNetConnect();
+  t.teardown(() => agent.close());
+  const pool = agent.get(SERVER);
+  const kubeconfig = `apiVersion: v1\nclusters:\n- cluster:\n    server: ${SERVER}\n    certificate-authority-data: ${Buffer.from(ca.certPem).toString('base64')}\n`;
+  const data = { kubeconfig, 'jws-kubeconfig-abcdef': signDetachedJws(kubeconfig, 'abcdef', '0123456789abcdef') };
+  pool
+    .intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'GET' })
+    .reply(200, JSON.stringify({ data }))
+    .persist();
+  const unauthorized = JSON.stringify({ kind: 'Status', status: 'Failure', reason: 'Unauthorized', code: 401, message: 'Unauthorized' });
+  pool.intercept({ path: CSRS, method: 'POST' }).reply(401, unauthorized).persist();
+  return agent;
+}
+
+t.test('a bootstrap token refused at the CSR is dead: exit 5 naming its id, and the operator’s bootstrap kubeconfig is kept', async (t) => {
+  const { config, store } = await freshNode(t);
+  const agent = refusingServer(t);
+  const err = await bootstrapNode(await openPass(config, depsFor(store, agent))).catch((e: unknown) => e);
+  t.match(err, { code: ExitCode.tokenNotSigned, message: /refuses bootstrap token abcdef \(401 Unauthorized\): the token is dead/ });
+  t.notMatch((err as Error).message, /0123456789abcdef/, 'never the secret');
+  t.ok(store.files.has(config.bootstrapKubeconfig), 'kept: a 401 is no proof the token is gone for good, and it may be the only copy');
+  t.same(store.removes, []);
+});
+
+t.test(
+  'a token refused at the CSR after a join: exit 5, and the kubeconfig the join wrote goes again, so a new --token is used next',
+  async (t) => {
+    const { config, store } = await freshNode(t);
+    store.files.delete(config.bootstrapKubeconfig);
+    config.server = SERVER;
+    config.token = TOKEN;
+    config.caCertHashes = [caCertHash(ca.certPem)];
+    const agent = refusingServer(t);
+    const err = await bootstrapNode(await openPass(config, depsFor(store, agent), { join: true })).catch((e: unknown) => e);
+    t.match(err, {
+      code: ExitCode.tokenNotSigned,
+      message:
+        /the token is dead .*join with it \(.*bootstrap-kubelet\.conf, written from the join settings moments ago, is removed again\)$/,
+    });
+    t.same(store.removes, [config.bootstrapKubeconfig]);
+    t.notOk(store.files.has(config.bootstrapKubeconfig));
+  },
+);
