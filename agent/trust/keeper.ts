@@ -25,6 +25,7 @@ import { currentCertPath, type Consumer, type IdentityName } from '../identity.j
 import { CLUSTER_INFO } from '../kube/discovery.js';
 import { KubeClient, presentedChain, type ClientAuth, type Endpoint } from '../kube/client.js';
 import { annotateNode, canChangeClusterInfo, nodeWarning, readPublishedTrust, type PublishedTrust } from '../kube/trust-requests.js';
+import { objectPath } from '../kube/objects.js';
 import { whoAmI } from '../kube/whoami.js';
 import { renderIdentityKubeconfig } from '../kubeconfig/render.js';
 import type { Logger } from '../log.js';
@@ -109,6 +110,12 @@ export interface CaLook {
   at: string;
   /** No look stands in for the keeper from then on (ISO): a CA of the bundle, or the trust statement, expires. */
   until: string;
+  /**
+   * The node's Node object, when it did not exist at the last check (the
+   * kubelet registers it): the look asks for it too, and its appearance
+   * starts a worker, which writes the annotation owed.
+   */
+  node?: string;
 }
 
 export interface RotationStatus {
@@ -163,6 +170,8 @@ export class TrustKeeper {
   #lastRefusal: string | null = null;
   #lastAnnotation: string | null = null;
   #forbiddenLogged = false;
+  /** The last annotation was not written because the Node does not exist (404). */
+  #nodeMissing = false;
   #status: RotationStatus | null = null;
   /** What the last check leaves for a cheap look (see CaLook), without `at`; null when it left something pending. */
   #quiet: Omit<CaLook, 'at'> | null = null;
@@ -370,8 +379,8 @@ export class TrustKeeper {
       await this.#saveState(config, state);
       await this.#report(config, client, target, null);
       const next = [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
-      if (next === null && !changed && fromDisk && this.#lastAnnotation === JSON.stringify(this.#status))
-        this.#quiet = quietLook(node, published.digest, target, accepted);
+      if (next === null && !changed && fromDisk && (this.#nodeMissing || this.#lastAnnotation === JSON.stringify(this.#status)))
+        this.#quiet = quietLook(node, published.digest, target, accepted, this.#nodeMissing ? config.nodeName : null);
       return next;
     } finally {
       await client.close();
@@ -522,10 +531,12 @@ export class TrustKeeper {
     this.#status = { bundle: bundle.hash, active, issuers, refused, version: state.accepted?.version ?? null };
     const value = JSON.stringify(this.#status);
     if (value === this.#lastAnnotation) return;
+    this.#nodeMissing = false;
     try {
       await annotateNode(client, config.nodeName, value, this.#deps.signal);
       this.#lastAnnotation = value;
     } catch (err) {
+      this.#nodeMissing = err instanceof ApiError && err.status === 404;
       // No Node yet (the kubelet registers it) or no permission: progress is then unknown to the admin, nothing else.
       this.#deps.logger.debug(`CA rotation: cannot annotate Node ${config.nodeName}: ${(err as Error).message}`);
     }
@@ -550,7 +561,13 @@ export class TrustKeeper {
 }
 
 /** The look a resting daemon makes in the keeper's place, good until a CA of `bundle` or the accepted statement expires. */
-function quietLook(node: NodeCredential, digest: string, bundle: TrustBundle, accepted: ValidStatement | null): Omit<CaLook, 'at'> | null {
+function quietLook(
+  node: NodeCredential,
+  digest: string,
+  bundle: TrustBundle,
+  accepted: ValidStatement | null,
+  missingNode: string | null,
+): Omit<CaLook, 'at'> | null {
   const ends = [...bundle.cas.map((c) => c.notAfter.getTime()), ...(accepted ? [Date.parse(accepted.statement.expiresAt)] : [])];
   if (ends.length === 0 || ends.some(Number.isNaN)) return null;
   // As KubeClient joins them: a server URL may carry a path prefix.
@@ -565,6 +582,7 @@ function quietLook(node: NodeCredential, digest: string, bundle: TrustBundle, ac
     keyFile: file,
     digest,
     until: new Date(Math.min(...ends)).toISOString(),
+    ...(missingNode !== null ? { node: new URL(objectPath('api/v1/nodes', missingNode), base).href } : {}),
   };
 }
 
