@@ -357,8 +357,8 @@ t.test(
     t.notOk(w.stopping, 'not while a step is in flight');
     w.answer('kube-proxy', { nextIn: HOUR, record: records[1]!, handOver: handOver('last') });
     await rests(f, w);
-    t.match(metric(f, 'kubeboot_passes_total'), 1, 'the worker that ended is counted');
-    t.match(metric(f, 'kubeboot_pass_cpu_seconds_total'), 0.25, 'with the CPU it said it spent');
+    t.match(metric(f, 'kubeboot_workers_total'), 1, 'the worker that ended is counted');
+    t.match(metric(f, 'kubeboot_worker_cpu_seconds_total'), 0.25, 'with the CPU it said it spent');
 
     await f.clock.tick(HOUR - 1);
     await settle();
@@ -536,7 +536,7 @@ t.test(
     await f.clock.tick(1);
     await until('the third worker', () => f.workers.length === 3);
     t.same(f.worker().steps, [{ id: 6, target: 'kube-proxy', force: true }], 'still the same renewal, still forced');
-    t.equal(metric(f, 'kubeboot_pass_failures_total'), 2, 'each loss counted');
+    t.equal(metric(f, 'kubeboot_worker_failures_total'), 2, 'each loss counted');
 
     // A worker that answers and rests resets the back-off.
     f.worker().answer('kube-proxy', { nextIn: DAY });
@@ -598,7 +598,7 @@ t.test('workers failing again and again: counted in /metrics, then unhealthy so 
     wait = Math.min(300_000, wait * 2);
   }
   t.notOk(f.daemon.healthy(), 'unhealthy after 7 failed workers in a row');
-  t.equal(metric(f, 'kubeboot_pass_failures_total'), 7, 'each failure counted');
+  t.equal(metric(f, 'kubeboot_worker_failures_total'), 7, 'each failure counted');
 });
 
 t.test('healthy: a step in flight past its bound is stuck; a wall-clock step changes nothing; an idle day is healthy', async (t) => {
@@ -725,7 +725,7 @@ t.test('a worker told to stop that does not exit is killed after 30 s, and the n
   w.exit(null, 'SIGKILL');
   await settle();
   t.equal(f.workers.length, 1, 'no worker before a step is due');
-  t.equal(metric(f, 'kubeboot_pass_failures_total') ?? 0, 0, 'a worker killed on its way out, its steps answered, is no failure');
+  t.equal(metric(f, 'kubeboot_worker_failures_total') ?? 0, 0, 'a worker killed on its way out, its steps answered, is no failure');
   await f.clock.tick(10 * MIN - 30 * SEC);
   await until('the next worker', () => f.workers.length === 2);
   t.pass('the next worker starts at its time');
