@@ -243,13 +243,13 @@ export async function idleStretch(plane: ControlPlane, dir: string, seconds: num
   try {
     await daemon.waitForOutput(/worker ended \([^)]*\)/);
     const at0 = {
-      workers: await metric('kubeboot_passes_total'),
-      cpu: await metric('kubeboot_pass_cpu_seconds_total'),
+      workers: await metric('kubeboot_workers_total'),
+      cpu: await metric('kubeboot_worker_cpu_seconds_total'),
       looks: await metric('kubeboot_ca_looks_total{result="unchanged"}'),
     };
     const d = await idle(daemon.child.pid!, seconds);
-    const workers = (await metric('kubeboot_passes_total')) - at0.workers;
-    const workerCpu = (await metric('kubeboot_pass_cpu_seconds_total')) - at0.cpu;
+    const workers = (await metric('kubeboot_workers_total')) - at0.workers;
+    const workerCpu = (await metric('kubeboot_worker_cpu_seconds_total')) - at0.cpu;
     const looks = (await metric('kubeboot_ca_looks_total{result="unchanged"}')) - at0.looks;
     const perDay = ((d.cpuSeconds + workerCpu) * 86_400) / seconds;
     return [
