@@ -1,6 +1,7 @@
 /** `kubeboot bootstrap`: run the flow once; exit 0 when every enabled identity holds a proven credential. */
 import { bootstrapNode, type IdentityOutcome, openPass } from '../bootstrap/pass.js';
 import type { Config } from '../config/types.js';
+import type { Issued } from '../credential/issue.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { runningDaemon } from '../daemon/control.js';
@@ -18,7 +19,11 @@ export async function runBootstrap(config: Config, logger: Logger, signal: Abort
 }
 
 /** The one line an operator reads per identity; times rounded to what a person can use (3 decimals of a second, whole ms). */
-export function resultLine(outcome: IdentityOutcome): string {
+export function resultLine(
+  outcome: Pick<IdentityOutcome, 'identity' | 'notAfter'> & {
+    issued?: Pick<Issued, 'csrName' | 'waitedSeconds' | 'storeMillis'> | undefined;
+  },
+): string {
   const issued = outcome.issued;
   return issued
     ? `${outcome.identity}: issued via CSR ${issued.csrName} (approved after ${issued.waitedSeconds.toFixed(3)}s, on disk ${Math.round(issued.storeMillis)} ms later), valid until ${outcome.notAfter?.toISOString()}`

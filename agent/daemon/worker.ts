@@ -135,6 +135,8 @@ class Worker {
   readonly #records: Map<IdentityName, IdentityRecord>;
   readonly #memory: StepMemory;
   readonly #writes = serializer();
+  /** The node's files, for every step and the CA keeper alike; each write told to the daemon's watcher. */
+  readonly #store = fileStore({ observer });
   readonly #trust: TrustKeeper;
   readonly #metrics = forwardingMetrics((m) => void send(m));
   /** What this worker last found on disk per identity. */
@@ -166,7 +168,7 @@ class Worker {
         serialize: this.#writes,
         reissue: (identity) => void this.#reissue.push(identity),
         runCommands: (argvs) => this.#runCommands(argvs),
-        store: fileStore({ observer }),
+        store: this.#store,
         metrics: this.#metrics,
       },
       start.handOver.trust ?? undefined,
@@ -196,6 +198,7 @@ class Worker {
       metrics: this.#metrics,
       memory: this.#memory,
       observer,
+      store: this.#store,
       serialize: this.#writes,
       onRecord: (r) => void send({ kind: 'record', record: r }),
     };

@@ -4,13 +4,9 @@ import { resultLine } from '../../../agent/cli/bootstrap.js';
 t.test('the result line rounds the store time to whole milliseconds', async (t) => {
   const line = resultLine({
     identity: 'kubelet',
-    action: 'issued',
     notAfter: new Date('2027-01-01T00:00:00Z'),
     issued: {
       csrName: 'node-csr-abc',
-      certFile: '/x.pem',
-      currentPath: '/x-current.pem',
-      notAfter: new Date('2027-01-01T00:00:00Z'),
       waitedSeconds: 1.23456,
       storeMillis: 32.073753000000124,
     },
