@@ -248,11 +248,11 @@ class Worker {
     if (this.#cleaningUp || !readinessOf([...this.#records.values()], this.#clock.now()).ready) return;
     const name = nodeIdentity(config).name;
     let kubelet = this.#seen.get(name);
-    if (kubelet === undefined) kubelet = (await assessNode(config, this.#clock.now())).kubelet;
+    if (kubelet === undefined) kubelet = (await assessNode(config, this.#clock.now(), undefined, this.#store)).kubelet;
     if (!kubelet || !isNodeCredential(kubelet)) return;
     this.#cleaningUp = true;
     try {
-      const deps = { logger: this.#logger, clock: this.#clock, signal: this.#signal, observer };
+      const deps = { logger: this.#logger, clock: this.#clock, signal: this.#signal, observer, store: this.#store };
       await deleteBootstrapNow(config, deps, kubelet.certPem === this.#memory.provenKubeletPem ? null : kubelet);
     } catch (err) {
       if (!this.#signal.aborted) this.#logger.error((err as Error).message);
