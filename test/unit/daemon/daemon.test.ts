@@ -25,7 +25,7 @@ import {
 } from '../../../agent/daemon/worker-protocol.js';
 import type { IdentityName } from '../../../agent/identity.js';
 import type { Log } from '../../../agent/log-lines.js';
-import { LIVENESS_GRACE_MS, passBoundMs } from '../../../agent/renewal/plan.js';
+import { LIVENESS_GRACE_MS, stepBoundMs } from '../../../agent/renewal/plan.js';
 import { emptyRecord, type IdentityRecord } from '../../../agent/renewal/record.js';
 import { FakeClock } from '../../../agent/time/clock.js';
 import type { CaLook } from '../../../agent/trust/keeper.js';
@@ -604,7 +604,7 @@ t.test('workers failing again and again: counted in /metrics, then unhealthy so 
 t.test('healthy: a step in flight past its bound is stuck; a wall-clock step changes nothing; an idle day is healthy', async (t) => {
   const f = await daemon(t);
   const w = f.worker();
-  const bound = passBoundMs(f.config) + LIVENESS_GRACE_MS;
+  const bound = stepBoundMs(f.config) + LIVENESS_GRACE_MS;
   t.ok(f.daemon.healthy(), 'healthy as the steps start');
   await f.clock.tick(bound - MIN);
   f.clock.jump(-DAY);
