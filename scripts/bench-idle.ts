@@ -29,7 +29,7 @@ import { defaultConfig } from '../agent/config/defaults.js';
 import { Daemon, type WorkerHandle } from '../agent/daemon/daemon.js';
 import { EMPTY_HAND_OVER, type FromWorker, type ToWorker } from '../agent/daemon/worker-protocol.js';
 import { createLineLogger } from '../agent/log-lines.js';
-import { FakeClock } from '../agent/time/clock.js';
+import { FakeClock } from '../test/support/fake-time.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 /** The real idle stretch for CPU per idle day (0: skipped; 3600 for the hour). */

@@ -9,10 +9,10 @@ import { createApproverMetrics } from '../../../agent/approver/metrics.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { type Logger, silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { leadAndAllow } from '../../support/mock-approver.js';
-import { until } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 
 const server = 'https://api.test';
 const policy: ApproverPolicy = {
@@ -162,12 +162,12 @@ t.test('on a fake clock: a CSR waiting for its Node is looked at again after 5, 
   );
   const stop = new AbortController();
   const running = approver.run(stop.signal);
-  await until(() => approver.informer.synced && clock.pending === 2, 'the cache to sync');
+  await until('the cache to sync', () => approver.informer.synced && clock.pending === 2);
   clock.advance(clock.nextTimerIn()!);
   const leading = clock.monotonic();
   // Armed while idle: the resync, the lease's retry period and the CSR's re-check.
   for (let looks = 1; looks <= 6; looks++) {
-    await until(() => lookedAt.length === looks && clock.pending === 3, `look ${looks} and its re-check armed`);
+    await until(`look ${looks} and its re-check armed`, () => lookedAt.length === looks && clock.pending === 3);
     if (looks < 6) clock.advance(clock.nextTimerIn()!);
   }
   t.same(

@@ -5,8 +5,8 @@ import t from 'tap';
 import { MockAgent } from 'undici';
 import { kcmBindingsMonitor, kcmBindingsProblem, kcmNodeClientBindings } from '../../../agent/approver/kcm-bindings.js';
 import { KubeClient } from '../../../agent/kube/client.js';
-import { FakeClock } from '../../../agent/time/clock.js';
-import { until } from '../../support/fake-time.js';
+import { FakeClock } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 
 const server = 'https://api.test';
 const CRBS = '/apis/rbac.authorization.k8s.io/v1/clusterrolebindings';
@@ -42,7 +42,7 @@ t.test("/readyz's line follows the bindings, looked at again at most once a minu
   let reads = 0;
   const monitor = kcmBindingsMonitor(async () => (reads++, answer), clock);
   t.equal(monitor.detail(), 'kubelet client approval: on; not looked at yet');
-  await until(() => reads === 1, 'the first look');
+  await until('the first look', () => reads === 1);
   await new Promise((resolve) => setImmediate(resolve));
   t.match(
     monitor.detail(),
@@ -54,7 +54,7 @@ t.test("/readyz's line follows the bindings, looked at again at most once a minu
   t.equal(reads, 1, 'not looked at again within the minute');
   clock.advance(30_000);
   monitor.detail();
-  await until(() => reads === 2, 'the look a minute later');
+  await until('the look a minute later', () => reads === 2);
   await new Promise((resolve) => setImmediate(resolve));
   t.equal(monitor.detail(), 'kubelet client approval: on; no ClusterRoleBinding lets kube-controller-manager approve them');
 });

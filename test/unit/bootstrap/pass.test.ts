@@ -20,7 +20,7 @@ import { readOptional } from '../../../agent/read-optional.js';
 import { generateKey } from '../../../agent/pki/keys.js';
 import { createCsrPem } from '../../../agent/pki/pkcs10.js';
 import { pendingKeyPath } from '../../../agent/store/pending-key.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { type MemoryStore, memoryStore } from '../../support/memory-store.js';
 import { createCa, signRequest } from '../../support/pki.js';
 

@@ -10,7 +10,7 @@ import { ApiError, BootstrapCredentialError, DeadTokenError, ExitCode } from '..
 import type { BootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
 import { renderBootstrapKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { memoryStore } from '../../support/memory-store.js';
 import { createCa } from '../../support/pki.js';
 

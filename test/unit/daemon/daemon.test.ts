@@ -27,7 +27,7 @@ import type { IdentityName } from '../../../agent/identity.js';
 import type { Log } from '../../../agent/log-lines.js';
 import { LIVENESS_GRACE_MS, stepBoundMs } from '../../../agent/renewal/plan.js';
 import { emptyRecord, type IdentityRecord } from '../../../agent/renewal/record.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import type { CaLook } from '../../../agent/trust/keeper.js';
 import { configIn } from '../../support/node-config.js';
 import { listenNotifySocket } from '../../support/notify-socket.js';

@@ -10,7 +10,7 @@ import { discoverClusterCa, SIGNATURE_WAIT_MS, type DiscoveryInput } from '../..
 import { silentLogger } from '../../../agent/log.js';
 import { signDetachedJws } from '../../../agent/pki/jws.js';
 import { caCertHash } from '../../../agent/pki/pin.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { runOn } from '../../support/fake-time.js';
 import { createCa } from '../../support/pki.js';
 

@@ -5,8 +5,9 @@ import t from 'tap';
 import { ApiError, ExitCode, KubebootError, TransportError, UnreachableError } from '../../../agent/errors.js';
 import { isTransient, retryTransient, transientWaitMs } from '../../../agent/kube/retry.js';
 import { silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
-import { runOn, until } from '../../support/fake-time.js';
+import { FakeClock } from '../../support/fake-time.js';
+import { runOn } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 
 const logger = silentLogger();
 const api = (status: number, retryAfter?: string) =>
@@ -105,7 +106,7 @@ t.test("stopping during a pause rejects with Node's abort error, as before the C
   const stop = new AbortController();
   const { call } = flaky(clock, [refused()]);
   const p = retryTransient('x', call, { timeoutMs: 60_000, logger, clock, signal: stop.signal }).catch((e: unknown) => e);
-  await until(() => clock.pending > 0, 'the pause');
+  await until('the pause', () => clock.pending > 0);
   stop.abort(new KubebootError('interrupted by SIGTERM'));
   const err = (await p) as Error & { code?: string };
   t.equal(err.name, 'AbortError');

@@ -20,7 +20,7 @@ import { renewalDeadline } from '../../../agent/renewal/deadline.js';
 import { RECHECK_MS, retryPlan, STEP_ASIDE_RECHECK_MS } from '../../../agent/renewal/plan.js';
 import { emptyRecord, validUntil, type IdentityRecord } from '../../../agent/renewal/record.js';
 import { runIdentityStep, type StepMemory, type StepResult } from '../../../agent/renewal/step.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { serializer } from '../../../agent/trust/keeper.js';
 import { type MemoryStore, memoryStore } from '../../support/memory-store.js';
 import { configIn } from '../../support/node-config.js';

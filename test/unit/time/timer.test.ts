@@ -1,5 +1,5 @@
 import t from 'tap';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { delay } from '../../../agent/time/timer.js';
 
 const DAY = 24 * 60 * 60 * 1000;

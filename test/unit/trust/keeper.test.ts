@@ -24,7 +24,7 @@ import { renderIdentityKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { createLogger } from '../../../agent/log.js';
 import { pemBlocks } from '../../../agent/pki/pem.js';
 import { fileStore, type Store } from '../../../agent/store/store.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
 import { spreadOffset } from '../../../agent/trust/decide.js';
 import { serializer, TrustKeeper } from '../../../agent/trust/keeper.js';
