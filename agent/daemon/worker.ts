@@ -25,7 +25,8 @@ import { runIdentityStep, type StepDeps, type StepMemory } from '../renewal/step
 import type { WriteObserver } from '../store/atomic.js';
 import { fileStore } from '../store/store.js';
 import { systemClock, type Clock } from '../time/clock.js';
-import { serializer, TrustKeeper } from '../trust/keeper.js';
+import { serializer } from '../store/serializer.js';
+import { TrustKeeper } from '../trust/keeper.js';
 import { removePidFile, WORKER_PID_FILE, writePidFile } from './control.js';
 import { readinessOf } from './report.js';
 import {

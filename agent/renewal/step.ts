@@ -70,7 +70,7 @@ export interface StepDeps {
   dispatcher?: Dispatcher | undefined;
   /** Where the node's files are read and written (the worker's disk store tells its observer); unset, the files on disk. */
   store?: Store | undefined;
-  /** Issuance and a CA rewrite write credentials one unit at a time (trust/keeper.ts `serializer`). */
+  /** Issuance and a CA rewrite write credentials one unit at a time (store/serializer.ts). */
   serialize: <T>(fn: () => Promise<T>) => Promise<T>;
   /** The record as it changes inside the step (a CSR submitted and waiting), for status and /readyz. */
   onRecord?: (record: IdentityRecord) => void;

@@ -153,16 +153,6 @@ export interface KeeperDeps {
   presented?: (endpoint: Endpoint, credential: ClientAuth) => Promise<Uint8Array[]>;
 }
 
-/** One writer at a time: issuance stores a credential and its kubeconfig as one unit, and so does a CA rewrite. */
-export function serializer(): <T>(fn: () => Promise<T>) => Promise<T> {
-  let tail: Promise<unknown> = Promise.resolve();
-  return <T>(fn: () => Promise<T>): Promise<T> => {
-    const run = tail.then(fn, fn);
-    tail = run.catch(() => undefined);
-    return run;
-  };
-}
-
 export class TrustKeeper {
   readonly #deps: KeeperDeps;
   readonly #store: Store;

@@ -21,7 +21,7 @@ import { RECHECK_MS, retryPlan, STEP_ASIDE_RECHECK_MS } from '../../../agent/ren
 import { emptyRecord, validUntil, type IdentityRecord } from '../../../agent/renewal/record.js';
 import { runIdentityStep, type StepMemory, type StepResult } from '../../../agent/renewal/step.js';
 import { FakeClock } from '../../support/fake-time.js';
-import { serializer } from '../../../agent/trust/keeper.js';
+import { serializer } from '../../../agent/store/serializer.js';
 import { type MemoryStore, memoryStore } from '../../support/memory-store.js';
 import { configIn } from '../../support/node-config.js';
 import { createCa, issueLeaf, signRequest, type CertAndKey } from '../../support/pki.js';
