@@ -112,6 +112,28 @@ export function joinsInstead(config: Config, found: FoundBootstrap, needed: bool
   return found.kind === 'absent' && needed && joinRequested(config);
 }
 
+/** Who would ask for a missing credential: the bootstrap kubeconfig, the join settings, the kubelet's credential, or nobody. */
+export type Asker = 'bootstrap' | 'join' | 'kubelet' | null;
+
+/**
+ * What a pass would do with `node`, decided as openPass and bootstrapNode
+ * decide it, without doing it: `kubeboot check` reports it. `found` is the
+ * bootstrap kubeconfig as read (null: it could not be read — the pass would
+ * fail on it, and the fix is that file).
+ */
+export function dryRunPlan(config: Config, node: NodeAssessment, found: FoundBootstrap | null): { asker: Map<Assessment, Asker> } {
+  const kubeletUsable = isNodeCredential(node.kubelet);
+  const joins = found !== null && joinsInstead(config, found, !kubeletUsable);
+  const kubeletAsker: Asker = kubeletUsable ? null : found === null || found.kind !== 'absent' ? 'bootstrap' : joins ? 'join' : null;
+  const asker = new Map<Assessment, Asker>();
+  for (const a of allOf(node)) {
+    if (a.state === 'usable') continue;
+    // The kubelet's credential asks for the others, once it has one.
+    asker.set(a, a === node.kubelet ? kubeletAsker : kubeletUsable || kubeletAsker !== null ? 'kubelet' : null);
+  }
+  return { asker };
+}
+
 /** Half-done swaps from a crash are put right before anything is judged (each pass of the daemon does it first too). */
 export async function recoverNode(config: Config, deps: RunDeps): Promise<void> {
   const store = storeOf(deps);

@@ -4,7 +4,8 @@
 // that a second pass on the same files asks for nothing.
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
-import { bootstrapNode, openPass, renewNode } from '../../../agent/bootstrap/pass.js';
+import { bootstrapNode, dryRunPlan, type FoundBootstrap, openPass, renewNode } from '../../../agent/bootstrap/pass.js';
+import type { Assessment } from '../../../agent/credential/assess.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { identitiesFor } from '../../../agent/config/identities.js';
@@ -303,3 +304,32 @@ t.test(
     t.notOk(store.files.has(config.bootstrapKubeconfig));
   },
 );
+
+t.test('the dry-run plan says who would ask for each missing credential, as the pass decides it', async (t) => {
+  const config = defaultConfig('worker-1');
+  const kubelet = identitiesFor(config)[0]!;
+  const proxy = identitiesFor(config)[1]!;
+  const missing = (identity: Identity) => ({ identity, state: 'unusable' as const, reason: 'missing', cluster: null });
+  const usable = {
+    identity: kubelet,
+    state: 'usable' as const,
+    certPem: '',
+    keyPem: '',
+    notAfter: new Date(),
+    cluster: { server: SERVER, caPem: '', tlsServerName: null },
+  };
+  const bootstrap = { kind: 'kubeconfig', bootstrap: {} } as FoundBootstrap;
+  const joining = { ...config, server: SERVER, token: TOKEN };
+  const rows: [string, Config, Assessment, FoundBootstrap | null, [string | null, string | null]][] = [
+    ['nothing, a bootstrap kubeconfig', config, missing(kubelet), bootstrap, ['bootstrap', 'kubelet']],
+    ['nothing, one that cannot be read', config, missing(kubelet), null, ['bootstrap', 'kubelet']],
+    ['nothing, join settings', joining, missing(kubelet), { kind: 'absent' }, ['join', 'kubelet']],
+    ['nothing at all', config, missing(kubelet), { kind: 'absent' }, [null, null]],
+    ['a kubelet credential, no bootstrap kubeconfig', config, usable, { kind: 'absent' }, ['(usable)', 'kubelet']],
+  ];
+  for (const [what, c, k, found, want] of rows) {
+    const node = { kubelet: k, others: [missing(proxy)] };
+    const { asker } = dryRunPlan(c, node, found);
+    t.same([k.state === 'usable' ? '(usable)' : asker.get(k), asker.get(node.others[0]!)], want, what);
+  }
+});
