@@ -239,11 +239,26 @@ export class TrustKeeper {
     });
   }
 
-  /** One look: decide, write, restart what is due, re-issue what is due. Returns when something is due next. */
+  /**
+   * One look: observe (the node's files, what cluster-info publishes, and
+   * for a changed bundle who serves it), decide (decide.ts, pure), apply
+   * (write, restart, re-issue, report). Returns when something is due next.
+   */
   async check(): Promise<Date | null> {
+    this.#quiet = null;
+    const seen = await this.#observe();
+    if (seen === null) return null;
+    try {
+      return await this.#apply(seen, seen.source === null ? null : decideBundle(bundleQuestion(seen, seen.source)));
+    } finally {
+      await seen.client.close();
+    }
+  }
+
+  /** What one look finds; null when there is nothing to look with, or nodes may not read cluster-info. */
+  async #observe(): Promise<Observation | null> {
     const { logger } = this.#deps;
     const config = this.#deps.config();
-    this.#quiet = null;
     // The files first: after an adoption they hold the bundle that verifies the API server now.
     const onDisk = await assessNode(config, this.#deps.clock.now(), undefined, this.#store);
     const fromDisk = isNodeCredential(onDisk.kubelet);
@@ -252,8 +267,8 @@ export class TrustKeeper {
     const state = await this.#loadState(config);
     const credential: ClientAuth = { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem };
     const client = new KubeClient(node.cluster, credential, this.#deps.dispatcher);
-    let published: PublishedTrust;
     try {
+      let published: PublishedTrust;
       try {
         published = await readPublishedTrust(client, this.#deps.signal);
       } catch (err) {
@@ -263,6 +278,7 @@ export class TrustKeeper {
               `CA rotation: nodes may not read ${WHAT} (403); apply packaging/manifests/node-ca-rotation-rbac.yaml (kubectl apply -f /usr/share/kubeboot/manifests/) so CA rotations reach this node`,
             );
           this.#forbiddenLogged = true;
+          await client.close();
           return null;
         }
         throw err;
@@ -272,109 +288,116 @@ export class TrustKeeper {
       try {
         current = trustedBundle(node.cluster.caPem);
       } catch {
+        await client.close();
         return null; // the kubeconfig check already calls the credential unusable
       }
-      let target = current;
-      const held = heldCertificates(onDisk.others, node);
-      const floor = state.accepted?.version ?? 0;
-      let accepted: ValidStatement | null = null;
       const changed = bundleChanged(current, published.caPem, now);
-      if (changed) {
-        const [user, nodeCanWrite, presented] = await Promise.all([
-          whoAmI(client, this.#deps.signal).then(
-            (u) => u.username,
-            () => null,
-          ),
-          canChangeClusterInfo(client, this.#deps.signal).catch(() => null),
-          (this.#deps.presented ?? presentedChain)(node.cluster, credential)
-            .then((ders) => ders.flatMap((der) => parseCertificateChain(toPem('CERTIFICATE', der))))
-            .catch(() => null),
-        ]);
-        const decision = decideBundle({
-          nodeName: config.nodeName,
-          current,
-          candidatePem: published.caPem,
-          what: WHAT,
-          // The client verifies the API server against the bundle the node trusts (kube/client.ts: rejectUnauthorized) and sends the node's certificate.
-          source: { verifiedTls: node.cluster.caPem.trim() !== '', clientCertificate: true, authenticatedAs: user, nodeCanWrite },
-          presented,
-          held,
-          signed: published.signed,
-          floor,
-          lastChangeAt: state.changes?.length ? new Date(state.changes.at(-1)!.at) : null,
-          minChangeIntervalMs: config.caRotation.restartWindow * 1000,
-          now,
-        });
-        if (decision.kind === 'defer') {
-          // Not a refusal of the bundle: it is followed once the window since the last change has passed.
-          const key = `churn|${published.caPem ?? ''}`;
-          if (this.#lastRefusal !== key) {
-            logger.warn(`CA rotation: ${decision.message}`);
-            this.#deps.metrics.caBundleRefused('churn');
-          }
-          this.#lastRefusal = key;
-          await this.#report(config, client, current, 'churn');
-          const due = await this.#restartsDue(config, state);
-          await this.#saveState(config, state);
-          return [due, decision.until].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0]!;
-        }
-        if (decision.kind === 'refuse') {
-          const key = `${decision.reason}|${published.caPem ?? ''}|${published.signed.payload ?? ''}`;
-          if (this.#lastRefusal !== key) {
-            logger.error(`CA rotation: ${decision.message}`);
-            this.#deps.metrics.caBundleRefused(decision.reason);
-            // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
-            await nodeWarning(
-              client,
-              config.nodeName,
-              'CABundleRefused',
-              `${decision.reason}: ${decision.message}`,
-              now,
-              this.#deps.signal,
-            ).catch((err: Error) => logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
-          }
-          this.#lastRefusal = key;
-          await this.#report(config, client, current, decision.reason);
-          // Restarts owed for the bundle already adopted stay due.
-          const due = await this.#restartsDue(config, state);
-          await this.#saveState(config, state);
-          return due;
-        }
-        this.#lastRefusal = null;
-        if (decision.kind === 'adopt') {
-          target = decision.bundle;
-          accepted = decision.statement;
-          const proof = accepted ? `signed by ${accepted.signedBy}, version ${accepted.statement.version}` : 'a removal, unsigned';
-          logger.info(
-            `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'}; ${proof})`,
-          );
-          this.#deps.metrics.caBundleAdopted();
-          await this.#noteChange(client, config, state, current.hash, target.hash, now);
-        } else accepted = decision.statement;
-      } else {
-        this.#lastRefusal = null;
-        const check = judgeStatement(published.signed, current, current.hash, floor, now);
-        accepted = check.ok ? check : null;
-      }
-      if (accepted) {
-        const { version, bundle, signerPin } = accepted.statement;
-        state.accepted = { version, bundle, signerPin };
-      }
-      // Only a signed statement moves the signer: an unsigned annotation could make every node re-issue at once.
-      const signerPin = state.accepted?.bundle === target.hash ? state.accepted.signerPin : null;
-      this.#deps.metrics.caBundleRefusalCleared();
-      await this.#apply(config, target, state);
-      const due = await this.#restartsDue(config, state);
-      const reissueAt = this.#reissue(config, signerPin, target, held, state, now);
-      await this.#saveState(config, state);
-      await this.#report(config, client, target, null);
-      const next = [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
-      if (next === null && !changed && fromDisk && (this.#nodeMissing || this.#lastAnnotation === JSON.stringify(this.#status)))
-        this.#quiet = quietLook(node, published.digest, target, accepted, this.#nodeMissing ? config.nodeName : null);
-      return next;
-    } finally {
+      // Who serves the changed bundle, and as whom it sees this node: asked only when there is a change to judge.
+      const source = changed
+        ? await Promise.all([
+            whoAmI(client, this.#deps.signal).then(
+              (u) => u.username,
+              () => null,
+            ),
+            canChangeClusterInfo(client, this.#deps.signal).catch(() => null),
+            (this.#deps.presented ?? presentedChain)(node.cluster, credential)
+              .then((ders) => ders.flatMap((der) => parseCertificateChain(toPem('CERTIFICATE', der))))
+              .catch(() => null),
+          ]).then(([user, nodeCanWrite, presented]) => ({ user, nodeCanWrite, presented }))
+        : null;
+      return {
+        config,
+        node,
+        fromDisk,
+        state,
+        client,
+        published,
+        now,
+        current,
+        held: heldCertificates(onDisk.others, node),
+        changed,
+        source,
+      };
+    } catch (err) {
       await client.close();
+      throw err;
     }
+  }
+
+  /** Carries out what was decided for the published bundle (`decision`: null when it did not change). */
+  async #apply(seen: Observation, decision: ReturnType<typeof decideBundle> | null): Promise<Date | null> {
+    const { logger } = this.#deps;
+    const { config, node, state, client, published, now, current, held } = seen;
+    let target = current;
+    let accepted: ValidStatement | null = null;
+    if (decision !== null) {
+      if (decision.kind === 'defer') {
+        // Not a refusal of the bundle: it is followed once the window since the last change has passed.
+        const key = `churn|${published.caPem ?? ''}`;
+        if (this.#lastRefusal !== key) {
+          logger.warn(`CA rotation: ${decision.message}`);
+          this.#deps.metrics.caBundleRefused('churn');
+        }
+        this.#lastRefusal = key;
+        await this.#report(config, client, current, 'churn');
+        const due = await this.#restartsDue(config, state);
+        await this.#saveState(config, state);
+        return [due, decision.until].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0]!;
+      }
+      if (decision.kind === 'refuse') {
+        const key = `${decision.reason}|${published.caPem ?? ''}|${published.signed.payload ?? ''}`;
+        if (this.#lastRefusal !== key) {
+          logger.error(`CA rotation: ${decision.message}`);
+          this.#deps.metrics.caBundleRefused(decision.reason);
+          // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
+          await nodeWarning(
+            client,
+            config.nodeName,
+            'CABundleRefused',
+            `${decision.reason}: ${decision.message}`,
+            now,
+            this.#deps.signal,
+          ).catch((err: Error) => logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
+        }
+        this.#lastRefusal = key;
+        await this.#report(config, client, current, decision.reason);
+        // Restarts owed for the bundle already adopted stay due.
+        const due = await this.#restartsDue(config, state);
+        await this.#saveState(config, state);
+        return due;
+      }
+      this.#lastRefusal = null;
+      if (decision.kind === 'adopt') {
+        target = decision.bundle;
+        accepted = decision.statement;
+        const proof = accepted ? `signed by ${accepted.signedBy}, version ${accepted.statement.version}` : 'a removal, unsigned';
+        logger.info(
+          `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'}; ${proof})`,
+        );
+        this.#deps.metrics.caBundleAdopted();
+        await this.#noteChange(client, config, state, current.hash, target.hash, now);
+      } else accepted = decision.statement;
+    } else {
+      this.#lastRefusal = null;
+      const check = judgeStatement(published.signed, current, current.hash, state.accepted?.version ?? 0, now);
+      accepted = check.ok ? check : null;
+    }
+    if (accepted) {
+      const { version, bundle, signerPin } = accepted.statement;
+      state.accepted = { version, bundle, signerPin };
+    }
+    // Only a signed statement moves the signer: an unsigned annotation could make every node re-issue at once.
+    const signerPin = state.accepted?.bundle === target.hash ? state.accepted.signerPin : null;
+    this.#deps.metrics.caBundleRefusalCleared();
+    await this.#rewrite(config, target, state);
+    const due = await this.#restartsDue(config, state);
+    const reissueAt = this.#reissue(config, signerPin, target, held, state, now);
+    await this.#saveState(config, state);
+    await this.#report(config, client, target, null);
+    const next = [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+    if (next === null && !seen.changed && seen.fromDisk && (this.#nodeMissing || this.#lastAnnotation === JSON.stringify(this.#status)))
+      this.#quiet = quietLook(node, published.digest, target, accepted, this.#nodeMissing ? config.nodeName : null);
+    return next;
   }
 
   /**
@@ -395,7 +418,7 @@ export class TrustKeeper {
   }
 
   /** Bring every owned file to `bundle`, as one unit with issuance; schedule the restarts that takes. */
-  async #apply(config: Config, bundle: TrustBundle, state: KeeperState): Promise<void> {
+  async #rewrite(config: Config, bundle: TrustBundle, state: KeeperState): Promise<void> {
     const { logger } = this.#deps;
     await this.#deps.serialize(async () => {
       const now = this.#deps.clock.now();
@@ -548,6 +571,50 @@ export class TrustKeeper {
   async #saveState(config: Config, state: KeeperState): Promise<void> {
     await this.#store.write(path.join(config.stateDir, STATE_FILE), JSON.stringify(state));
   }
+}
+
+/** What one look found, for the decision and for carrying it out. */
+interface Observation {
+  config: Config;
+  /** The credential the look authenticated with: the one on disk, or the one the worker holds. */
+  node: NodeCredential;
+  fromDisk: boolean;
+  state: KeeperState;
+  client: KubeClient;
+  published: PublishedTrust;
+  now: Date;
+  /** The bundle the node's files trust now. */
+  current: TrustBundle;
+  held: HeldCertificate[];
+  /** cluster-info publishes another bundle than `current`. */
+  changed: boolean;
+  /** For a changed bundle: who this node is to the API server, whether nodes may write cluster-info, the chain it presents. */
+  source: { user: string | null; nodeCanWrite: boolean | null; presented: ReturnType<typeof parseCertificateChain> | null } | null;
+}
+
+/** The question decide.ts answers for a changed bundle, from what was observed. */
+function bundleQuestion(seen: Observation, source: NonNullable<Observation['source']>): Parameters<typeof decideBundle>[0] {
+  const { config, node, state, published, now, current, held } = seen;
+  return {
+    nodeName: config.nodeName,
+    current,
+    candidatePem: published.caPem,
+    what: WHAT,
+    // The client verifies the API server against the bundle the node trusts (kube/client.ts: rejectUnauthorized) and sends the node's certificate.
+    source: {
+      verifiedTls: node.cluster.caPem.trim() !== '',
+      clientCertificate: true,
+      authenticatedAs: source.user,
+      nodeCanWrite: source.nodeCanWrite,
+    },
+    presented: source.presented,
+    held,
+    signed: published.signed,
+    floor: state.accepted?.version ?? 0,
+    lastChangeAt: state.changes?.length ? new Date(state.changes.at(-1)!.at) : null,
+    minChangeIntervalMs: config.caRotation.restartWindow * 1000,
+    now,
+  };
 }
 
 /** The look a resting daemon makes in the keeper's place, good until a CA of `bundle` or the accepted statement expires. */
