@@ -40,7 +40,7 @@ import {
   type ToWorker,
 } from './worker-protocol.js';
 
-type Start = Extract<ToWorker, { kind: 'start' }>;
+export type Start = Extract<ToWorker, { kind: 'start' }>;
 
 /** The first message, which every worker waits for before it reads anything. */
 function startMessage(): Promise<Start> {
@@ -128,7 +128,7 @@ async function work(start: Start, logger: Logger, signal: AbortSignal, halt: () 
 }
 
 /** The steps of one worker process: what they share, and how each one's outcome becomes an answer. */
-class Worker {
+export class Worker {
   config: Config;
   readonly #logger: Logger;
   readonly #signal: AbortSignal;
