@@ -11,7 +11,11 @@ export const ExitCode = {
   badInput: 2,
   csrRejected: 3,
   timedOut: 4,
-  /** kube-public/cluster-info carries no signature for the join token: deleted, expired or mistyped; only a new token helps. */
+  /**
+   * The bootstrap token is dead: kube-public/cluster-info carries no signature
+   * for it, or the API server refuses it (401) when it asks for the CSR;
+   * deleted, expired or mistyped: only a new token helps.
+   */
   tokenNotSigned: 5,
   /** tpm: no TPM kubeboot can use (none, only /dev/tpm0, no access) or the endorsement hierarchy needs a password. */
   tpmUnavailable: 6,
@@ -67,9 +71,21 @@ export class TokenFileGoneError extends KubebootError {
  * server rejected its token. Only the operator can fix it (a new file).
  */
 export class BootstrapCredentialError extends KubebootError {
-  override readonly name = 'BootstrapCredentialError';
+  override readonly name: string = 'BootstrapCredentialError';
+  constructor(message: string, code: ExitCode = ExitCode.badInput) {
+    super(message, code);
+  }
+}
+
+/**
+ * The API server refuses the bootstrap token itself (401): exit 5, as for a
+ * token cluster-info is not signed for. It can come after discovery passed:
+ * kube-apiserver keeps a token that authenticated for 10 s after it is deleted.
+ */
+export class DeadTokenError extends BootstrapCredentialError {
+  override readonly name = 'DeadTokenError';
   constructor(message: string) {
-    super(message, ExitCode.badInput);
+    super(message, ExitCode.tokenNotSigned);
   }
 }
 
@@ -96,6 +112,15 @@ export class TimedOutError extends KubebootError {
   constructor(message: string) {
     super(message, ExitCode.timedOut);
   }
+}
+
+/**
+ * The API server could not be reached, or kept failing (5xx, 429), for the
+ * whole bound: exit 1, as the exit code table says of an unreachable API.
+ * Exit 4 is kept for the one wait an operator acts on: a CSR not yet approved.
+ */
+export class UnreachableError extends KubebootError {
+  override readonly name = 'UnreachableError';
 }
 
 /** Whether a failed request was a plain request or a watch: a refused watch falls back to polling. */

@@ -29,7 +29,7 @@ import { defaultConfig } from '../agent/config/defaults.js';
 import { Daemon, type WorkerHandle } from '../agent/daemon/daemon.js';
 import { EMPTY_HAND_OVER, type FromWorker, type ToWorker } from '../agent/daemon/worker-protocol.js';
 import { createLineLogger } from '../agent/log-lines.js';
-import { FakeClock } from '../agent/time/clock.js';
+import { FakeClock } from '../test/support/fake-time.js';
 
 const IDLE_SECONDS = Number(process.env.KUBEBOOT_BENCH_IDLE_SECONDS ?? 60);
 /** The real idle stretch for CPU per idle day (0: skipped; 3600 for the hour). */
@@ -243,13 +243,13 @@ export async function idleStretch(plane: ControlPlane, dir: string, seconds: num
   try {
     await daemon.waitForOutput(/worker ended \([^)]*\)/);
     const at0 = {
-      workers: await metric('kubeboot_passes_total'),
-      cpu: await metric('kubeboot_pass_cpu_seconds_total'),
+      workers: await metric('kubeboot_workers_total'),
+      cpu: await metric('kubeboot_worker_cpu_seconds_total'),
       looks: await metric('kubeboot_ca_looks_total{result="unchanged"}'),
     };
     const d = await idle(daemon.child.pid!, seconds);
-    const workers = (await metric('kubeboot_passes_total')) - at0.workers;
-    const workerCpu = (await metric('kubeboot_pass_cpu_seconds_total')) - at0.cpu;
+    const workers = (await metric('kubeboot_workers_total')) - at0.workers;
+    const workerCpu = (await metric('kubeboot_worker_cpu_seconds_total')) - at0.cpu;
     const looks = (await metric('kubeboot_ca_looks_total{result="unchanged"}')) - at0.looks;
     const perDay = ((d.cpuSeconds + workerCpu) * 86_400) / seconds;
     return [

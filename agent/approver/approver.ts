@@ -451,7 +451,8 @@ export class Approver {
     if (this.#opts.denyViolations && !TRANSIENT_RULES.has(decision.rule)) {
       if (!this.#written(csr, await decideCsr(this.#client, csr, 'Denied', decision.message, this.#signal ?? undefined))) return;
       this.#metrics.decision(csr.spec.signerName, 'denied', decision.rule);
-      this.#logger.warn(`denied CSR: ${decision.message}`, fields);
+      // The reason names what the CSR says (its subject, its names): a field, never the message.
+      this.#logger.warn('denied CSR', { ...fields, reason: decision.message });
       return;
     }
     const key = csr.metadata.uid ?? csr.metadata.name;
@@ -464,7 +465,7 @@ export class Approver {
     if (this.#reported.get(key) === decision.message) return;
     this.#reported.set(key, decision.message);
     this.#metrics.decision(csr.spec.signerName, 'left-pending', decision.rule);
-    this.#logger.warn(`left CSR pending: ${decision.message}`, fields);
+    this.#logger.warn('left CSR pending', { ...fields, reason: decision.message });
     try {
       await warnOnCsr(
         this.#client,

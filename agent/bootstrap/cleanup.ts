@@ -3,7 +3,7 @@
  * in deleting the bootstrap kubeconfig, but only after proof, never before
  * (kubeadm#2054). Copies kubeboot did not make are reported, not touched.
  */
-import { lstat, readdir, readFile, realpath, stat } from 'node:fs/promises';
+import { readdir, readFile, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config/types.js';
 import type { NodeCredential } from '../credential/assess.js';
@@ -13,7 +13,7 @@ import { IdentityMismatchError, KubebootError } from '../errors.js';
 import { whoAmI } from '../kube/whoami.js';
 import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
-import { errnoCode, fileError, removeFileDurably, trustProblem, type WriteObserver } from '../store/atomic.js';
+import { type Removed, type Store, storeOf } from '../store/store.js';
 
 const SCAN_LIMIT_BYTES = 1 << 20;
 
@@ -30,13 +30,14 @@ const SCAN_LIMIT_BYTES = 1 << 20;
 export async function finishBootstrap(
   config: Config,
   found: { kind: 'invalid' } | { kind: 'kubeconfig'; bootstrap: BootstrapKubeconfig } | null,
-  deps: Pick<RunDeps, 'logger' | 'observer' | 'signal' | 'dispatcher'>,
+  deps: Pick<RunDeps, 'logger' | 'observer' | 'signal' | 'dispatcher' | 'store'>,
   unproven: NodeCredential | null,
 ): Promise<boolean> {
   if (found === null) return false;
   if (unproven) await proveNode(unproven, deps);
-  if (found.kind === 'invalid') await removeSecretFile(config.bootstrapKubeconfig, 'bootstrap kubeconfig', deps.logger, deps.observer);
-  else await removeBootstrapToken(found.bootstrap, config.cloudInitPaths, deps.logger, deps.observer);
+  const store = storeOf(deps);
+  if (found.kind === 'invalid') await removeSecretFile(store, config.bootstrapKubeconfig, 'bootstrap kubeconfig', deps.logger);
+  else await removeBootstrapToken(found.bootstrap, config.cloudInitPaths, store, deps.logger);
   return true;
 }
 
@@ -58,12 +59,12 @@ async function proveNode(node: NodeCredential, deps: Pick<RunDeps, 'signal' | 'd
 export async function removeBootstrapToken(
   bootstrap: BootstrapKubeconfig,
   cloudInitPaths: string[],
+  store: Store,
   logger: Logger,
-  observer?: WriteObserver,
 ): Promise<void> {
   // The token file first: once the kubeconfig is gone, nothing names it any more.
-  if (bootstrap.tokenFile) await removeSecretFile(bootstrap.tokenFile, 'bootstrap token file', logger, observer);
-  await removeSecretFile(bootstrap.file, 'bootstrap kubeconfig', logger, observer);
+  if (bootstrap.tokenFile) await removeSecretFile(store, bootstrap.tokenFile, 'bootstrap token file', logger);
+  await removeSecretFile(store, bootstrap.file, 'bootstrap kubeconfig', logger);
   if (bootstrap.auth.kind === 'client-certificate') return;
   const secret = bootstrap.auth.kind === 'bootstrap-token' ? bootstrap.auth.tokenSecret : bootstrap.auth.token;
   // Reported, not edited: cloud-init rewrites its cache from the datasource
@@ -77,65 +78,30 @@ export async function removeBootstrapToken(
 }
 
 /**
- * Removes a file holding a secret. A symlink is followed: unlinking only the
- * link would leave the token where it was while saying it is gone, so the
- * file it points at goes too (then the link). A failure names the file and
- * what to do; the credentials are in place either way.
+ * Removes a file holding a secret through the Store. A failure names the
+ * file and what to do; the credentials are in place either way.
  */
-async function removeSecretFile(file: string, what: string, logger: Logger, observer?: WriteObserver): Promise<void> {
-  const fail = (target: string, err: unknown): never => {
+async function removeSecretFile(store: Store, file: string, what: string, logger: Logger): Promise<void> {
+  let gone: Removed;
+  try {
+    gone = await store.remove(file);
+  } catch (err) {
     throw new KubebootError(
-      `${fileError('delete', target, err).message} (the ${what}); the node's credentials are in place, so delete it by hand (the token stays valid until it expires or is deleted from the cluster)`,
+      `${(err as Error).message} (the ${what}); the node's credentials are in place, so delete it by hand (the token stays valid until it expires or is deleted from the cluster)`,
       undefined,
       { cause: err },
     );
-  };
-  let isLink: boolean;
-  try {
-    isLink = (await lstat(file)).isSymbolicLink();
-  } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return;
-    return fail(file, err);
   }
-  let target: string | null = null;
-  if (isLink) {
-    // A dangling link has nothing behind it: only the link goes.
-    target = await realpath(file).catch((err: unknown) => (errnoCode(err) === 'ENOENT' ? null : fail(file, err)));
-    // As root, deleting whatever a link names would let anyone who can plant
-    // the link delete any file: the target goes only if the link is ours, in a
-    // directory only we can write (else anyone who can write there chose the
-    // target), and the target and its directory are ours and nobody else's to
-    // write, as kubeboot's own files are.
-    const distrust = target === null ? null : await untrustedLink(file, target);
-    if (distrust !== null) {
-      logger.warn(
-        `${file} links to ${target}, which kubeboot will not delete (${distrust}); removing only the link: delete the token in ${target} by hand`,
-      );
-      target = null;
-    }
+  if (gone.keptTarget !== null) {
+    const { target, why } = gone.keptTarget;
+    logger.warn(
+      `${file} links to ${target}, which kubeboot will not delete (${why}); removing only the link: delete the token in ${target} by hand`,
+    );
   }
-  if (target !== null) await removeFileDurably(target, { observer }).catch((err: unknown) => fail(target, err));
-  await removeFileDurably(file, { observer }).catch((err: unknown) => fail(file, err));
-  logger.info(target !== null ? `deleted the ${what} ${target} and the link to it, ${file}` : `deleted the ${what} ${file}`);
-}
-
-/**
- * Why the target of `link` is not kubeboot's to delete, or null: the link's
- * directory, the target or the target's directory is someone else's or
- * writable by others, or the link itself is someone else's (a link's own
- * mode bits mean nothing, so only its owner is looked at).
- */
-async function untrustedLink(link: string, target: string): Promise<string | null> {
-  const linkOwner = await lstat(link);
-  const problem =
-    trustProblem(`the directory of ${link}`, await lstat(path.dirname(link))) ??
-    trustProblem(`the link ${link}`, { uid: linkOwner.uid, mode: 0 });
-  if (problem !== null) return problem;
-  for (const p of [path.dirname(target), target]) {
-    const targetProblem = trustProblem(p, await lstat(p));
-    if (targetProblem !== null) return targetProblem;
-  }
-  return null;
+  if (gone.removed.length === 0) return;
+  logger.info(
+    gone.removed.length === 2 ? `deleted the ${what} ${gone.removed[0]} and the link to it, ${file}` : `deleted the ${what} ${file}`,
+  );
 }
 
 /**

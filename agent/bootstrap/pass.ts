@@ -14,7 +14,7 @@
  * certificate or is deleted.
  */
 import type { Config } from '../config/types.js';
-import { BootstrapCredentialError, KubebootError } from '../errors.js';
+import { BootstrapCredentialError, DeadTokenError, KubebootError } from '../errors.js';
 import { identitiesFor } from '../config/identities.js';
 import { parseBootstrapKubeconfig, type BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { ReadFile } from '../read-optional.js';
@@ -110,6 +110,28 @@ export async function openPass(config: Config, deps: RunDeps, options: PassOptio
  */
 export function joinsInstead(config: Config, found: FoundBootstrap, needed: boolean): boolean {
   return found.kind === 'absent' && needed && joinRequested(config);
+}
+
+/** Who would ask for a missing credential: the bootstrap kubeconfig, the join settings, the kubelet's credential, or nobody. */
+export type Asker = 'bootstrap' | 'join' | 'kubelet' | null;
+
+/**
+ * What a pass would do with `node`, decided as openPass and bootstrapNode
+ * decide it, without doing it: `kubeboot check` reports it. `found` is the
+ * bootstrap kubeconfig as read (null: it could not be read — the pass would
+ * fail on it, and the fix is that file).
+ */
+export function dryRunPlan(config: Config, node: NodeAssessment, found: FoundBootstrap | null): { asker: Map<Assessment, Asker> } {
+  const kubeletUsable = isNodeCredential(node.kubelet);
+  const joins = found !== null && joinsInstead(config, found, !kubeletUsable);
+  const kubeletAsker: Asker = kubeletUsable ? null : found === null || found.kind !== 'absent' ? 'bootstrap' : joins ? 'join' : null;
+  const asker = new Map<Assessment, Asker>();
+  for (const a of allOf(node)) {
+    if (a.state === 'usable') continue;
+    // The kubelet's credential asks for the others, once it has one.
+    asker.set(a, a === node.kubelet ? kubeletAsker : kubeletUsable || kubeletAsker !== null ? 'kubelet' : null);
+  }
+  return { asker };
 }
 
 /** Half-done swaps from a crash are put right before anything is judged (each pass of the daemon does it first too). */
@@ -212,10 +234,31 @@ export async function issueKubelet(pass: Pass): Promise<{ issued: Issued; bootst
   try {
     return { issued: await issueCredential(kubelet.identity, issueContext(pass.config, source, pass.deps)), bootstrap: source.bootstrap };
   } catch (err) {
-    throw explainBootstrapFailure(err, source.bootstrap);
+    const explained = explainBootstrapFailure(err, source.bootstrap);
+    if (explained instanceof DeadTokenError && pass.found?.kind === 'kubeconfig' && pass.found.joined)
+      throw await forgetJoin(pass, explained);
+    throw explained;
   } finally {
     await source.client.close();
   }
+}
+
+/**
+ * A dead token's kubeconfig that this pass's join wrote goes again (its token
+ * file, if any, stays): the join settings it was made from are still given,
+ * so nothing is lost, and left behind it would shadow them — the next run
+ * would use it instead of a new --token. A kubeconfig the operator placed is
+ * kept (explainBootstrapFailure).
+ */
+async function forgetJoin(pass: Pass, dead: DeadTokenError): Promise<DeadTokenError> {
+  await pass.store.remove(pass.config.bootstrapKubeconfig);
+  pass.found = { kind: 'absent' };
+  return new DeadTokenError(
+    dead.message.replace(
+      / and replace this file$/,
+      ` and join with it (${pass.config.bootstrapKubeconfig}, written from the join settings moments ago, is removed again)`,
+    ),
+  );
 }
 
 /**

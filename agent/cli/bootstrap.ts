@@ -1,6 +1,7 @@
 /** `kubeboot bootstrap`: run the flow once; exit 0 when every enabled identity holds a proven credential. */
-import { bootstrapNode, openPass } from '../bootstrap/pass.js';
+import { bootstrapNode, type IdentityOutcome, openPass } from '../bootstrap/pass.js';
 import type { Config } from '../config/types.js';
+import type { Issued } from '../credential/issue.js';
 import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { runningDaemon } from '../daemon/control.js';
@@ -13,14 +14,18 @@ export async function runBootstrap(config: Config, logger: Logger, signal: Abort
   // --server/--token join inside the pass, only if the kubelet has nothing else to ask with.
   const pass = await openPass(config, { logger, clock: systemClock, signal }, { join: true });
   const report = await bootstrapNode(pass);
-  for (const outcome of report.outcomes) {
-    const issued = outcome.issued;
-    logger.info(
-      issued
-        ? `${outcome.identity}: issued via CSR ${issued.csrName} (approved after ${issued.waitedSeconds.toFixed(3)}s, on disk ${issued.storeMillis} ms later), valid until ${outcome.notAfter?.toISOString()}`
-        : `${outcome.identity}: kept the existing credential, valid until ${outcome.notAfter?.toISOString()}`,
-      { identity: outcome.identity, event: 'bootstrap-result' },
-    );
-  }
+  for (const outcome of report.outcomes) logger.info(resultLine(outcome), { identity: outcome.identity, event: 'bootstrap-result' });
   return ExitCode.ok;
+}
+
+/** The one line an operator reads per identity; times rounded to what a person can use (3 decimals of a second, whole ms). */
+export function resultLine(
+  outcome: Pick<IdentityOutcome, 'identity' | 'notAfter'> & {
+    issued?: Pick<Issued, 'csrName' | 'waitedSeconds' | 'storeMillis'> | undefined;
+  },
+): string {
+  const issued = outcome.issued;
+  return issued
+    ? `${outcome.identity}: issued via CSR ${issued.csrName} (approved after ${issued.waitedSeconds.toFixed(3)}s, on disk ${Math.round(issued.storeMillis)} ms later), valid until ${outcome.notAfter?.toISOString()}`
+    : `${outcome.identity}: kept the existing credential, valid until ${outcome.notAfter?.toISOString()}`;
 }

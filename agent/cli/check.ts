@@ -3,11 +3,11 @@
  * change. One line per check; the exit code is the first failure's.
  */
 import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
-import { findBootstrap, joinsInstead, type FoundBootstrap } from '../bootstrap/pass.js';
-import { bootstrapRequester, clusterOf, nodeRequester, type Requester } from '../credential/requester.js';
+import { dryRunPlan, findBootstrap, type FoundBootstrap } from '../bootstrap/pass.js';
+import { bootstrapRequester, clusterOf, explainBootstrapFailure, nodeRequester, type Requester } from '../credential/requester.js';
 import { readOptional } from '../read-optional.js';
 import type { Config } from '../config/types.js';
-import { ApiError, ExitCode, exitCodeOf } from '../errors.js';
+import { ExitCode, exitCodeOf } from '../errors.js';
 import type { Logger } from '../log.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
@@ -40,16 +40,12 @@ export async function runCheck(
   } catch (err) {
     unreadable = err as Error;
   }
+  // Who would ask for what is the pass's decision (bootstrap/pass.ts), not re-derived here.
+  const { asker } = dryRunPlan(config, node, unreadable === null ? found : null);
   const present = found.kind !== 'absent';
-  const missing = allOf(node).filter((a) => a.state !== 'usable');
-  // As the pass decides (bootstrap/pass.ts): the kubelet's credential is asked
-  // for with the bootstrap credential (--server/--token stand in for a bootstrap
-  // kubeconfig when the kubelet has none), the others with the kubelet's own.
-  const joining = unreadable === null && joinsInstead(config, found, node.kubelet.state !== 'usable');
-  const canBootstrap = present || unreadable !== null || joining;
-  const kubeletAsks = isNodeCredential(node.kubelet);
+  const joining = [...asker.values()].includes('join');
   for (const a of allOf(node)) {
-    const fixable = canBootstrap || (a !== node.kubelet && kubeletAsks);
+    const fixable = (asker.get(a) ?? null) !== null;
     lines.push({
       ok: a.state === 'usable',
       fixable,
@@ -73,10 +69,11 @@ export async function runCheck(
   if (unreadable !== null) {
     lines.push({ ok: false, what: 'bootstrap kubeconfig', detail: unreadable.message, code: exitCodeOf(unreadable) });
   } else if (!present && !joining) {
+    const missing = [...asker.keys()];
     const why =
       missing.length === 0
         ? ' (not needed: all credentials valid)'
-        : kubeletAsks
+        : missing.every((a) => asker.get(a) === 'kubelet')
           ? ` (not needed: the kubelet credential asks for ${missing.map((a) => `${a.identity.name}'s`).join(', ')})`
           : '';
     lines.push({
@@ -112,7 +109,6 @@ export async function runCheck(
   requester ??= isNodeCredential(node.kubelet) ? nodeRequester(node.kubelet) : null;
   if (requester) {
     const { client, cluster } = requester;
-    const bootstrapFile = requester.bootstrap?.file ?? null;
     try {
       const user = await whoAmI(client, signal);
       lines.push({
@@ -121,15 +117,9 @@ export async function runCheck(
         detail: `${cluster.server} reachable; authenticated as ${user.username} [${user.groups.join(', ')}]`,
       });
     } catch (err) {
-      const rejected = bootstrapFile !== null && err instanceof ApiError && err.status === 401;
-      lines.push({
-        ok: false,
-        what: 'API server',
-        detail: rejected
-          ? `${bootstrapFile}: the API server rejected the bootstrap credential (401 Unauthorized): it is expired, deleted or mistyped`
-          : (err as Error).message,
-        code: rejected ? ExitCode.badInput : ExitCode.other,
-      });
+      // A 401 with the bootstrap credential is worded, and given its exit code, where the pass words it.
+      const explained = explainBootstrapFailure(err, requester.bootstrap);
+      lines.push({ ok: false, what: 'API server', detail: (explained as Error).message, code: exitCodeOf(explained) });
     } finally {
       await client.close();
     }

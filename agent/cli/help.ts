@@ -12,7 +12,7 @@ export const EXIT_CODES_HELP = `Exit codes:
   2  bad configuration or input (the message names the file and the field)
   3  a CSR was denied or failed (the message carries the reason)
   4  timed out waiting for a CSR to be approved and signed
-  5  no signature for the join token in kube-public/cluster-info: deleted, expired or mistyped (make a new token)
+  5  the bootstrap token is dead: no signature for it in kube-public/cluster-info, or the API server refuses it (401); deleted, expired or mistyped (make a new token)
   6  tpm: no TPM to use (none, only /dev/tpm0, no access) or the endorsement hierarchy needs a password
   (token, user-data, join-command, node: 1 = cluster unreachable, the admin credential refused or forbidden,
    kubeboot's records (CustomResourceDefinitions) not installed, or no RBAC lets a new token create its CSR;

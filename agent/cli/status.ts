@@ -1,77 +1,8 @@
-/** `kubeboot status`: per identity, what is on disk and what the daemon last did. */
+/** `kubeboot status`: prints the node's status model (status/model.ts) as lines or JSON. */
 import type { Config } from '../config/types.js';
 import { ExitCode } from '../errors.js';
-import { identitiesFor } from '../config/identities.js';
-import { currentCertPath } from '../identity.js';
-import { parseCertificateChain } from '../pki/certificate.js';
-import { loadCurrent } from '../store/cert-store.js';
-import { readDaemonState } from '../daemon/state.js';
-import { publicState, type IdentityState } from '../renewal/record.js';
-import { describePending, pendingCsr } from '../credential/pending-csr.js';
-import { systemClock } from '../time/clock.js';
-import { readOptionalOrProblem } from '../read-optional.js';
-import { kubeletRenewer, type KubeletRenewer } from '../renewal/owner.js';
+import { collectStatus, type IdentityStatus } from '../status/model.js';
 import { terminalJson, terminalLines } from '../text.js';
-
-export interface IdentityStatus {
-  identity: string;
-  subject: string | null;
-  issuer: string | null;
-  notBefore: string | null;
-  notAfter: string | null;
-  expired: boolean | null;
-  certificateFile: string | null;
-  currentLink: string;
-  kubeconfig: string | null;
-  error: string | null;
-  /** The CSR in flight, from the node's pending key: its name and when it was sent. */
-  pendingCsr: { name: string; since: string; description: string } | null;
-  daemon: IdentityState | null;
-  /** The kubelet identity only: who renews it, kubeboot or the kubelet's own rotation (kubelet.renewal, its configuration file). */
-  renewedBy: KubeletRenewer | null;
-}
-
-async function kubeletRenewerOf(config: Config): Promise<KubeletRenewer> {
-  const file = config.kubelet.configFile;
-  return kubeletRenewer(config.kubelet.renewal, file, await readOptionalOrProblem(file));
-}
-
-export async function collectStatus(config: Config, now = systemClock.now()): Promise<IdentityStatus[]> {
-  const daemon = await readDaemonState(config.stateDir);
-  const result: IdentityStatus[] = [];
-  for (const identity of identitiesFor(config)) {
-    const pending = await pendingCsr(config.stateDir, identity);
-    const base = {
-      identity: identity.name,
-      currentLink: currentCertPath(identity),
-      kubeconfig: identity.kubeconfigPath,
-      pendingCsr: pending ? { name: pending.name, since: pending.since.toISOString(), description: describePending(pending, now) } : null,
-      daemon: daemon?.identities[identity.name] ? publicState(daemon.identities[identity.name]!) : null,
-      renewedBy: identity.rotatedByKubelet ? await kubeletRenewerOf(config) : null,
-    };
-    try {
-      const current = await loadCurrent(identity);
-      if (!current) {
-        result.push(withoutCertificate(base, 'no certificate'));
-        continue;
-      }
-      const leaf = parseCertificateChain(current.certPem)[0]!;
-      result.push({
-        ...base,
-        subject: `CN=${leaf.subject.commonName}${leaf.subject.organizations.map((o) => `,O=${o}`).join('')}`,
-        issuer: `CN=${leaf.issuerCommonName}`,
-        notBefore: leaf.notBefore.toISOString(),
-        notAfter: leaf.notAfter.toISOString(),
-        expired: leaf.notAfter <= now,
-        certificateFile: current.file,
-        error: null,
-      });
-    } catch (err) {
-      result.push(withoutCertificate(base, (err as Error).message));
-    }
-  }
-  return result;
-}
 
 export async function runStatus(config: Config, output: 'text' | 'json', out: NodeJS.WritableStream = process.stdout): Promise<number> {
   const statuses = await collectStatus(config);
@@ -110,12 +41,4 @@ function statusLines(statuses: IdentityStatus[]): string[] {
     }
   }
   return lines;
-}
-
-/** An identity's status when no certificate could be read: why, and every certificate field empty. */
-function withoutCertificate(
-  base: Omit<IdentityStatus, 'subject' | 'issuer' | 'notBefore' | 'notAfter' | 'expired' | 'certificateFile' | 'error'>,
-  error: string,
-): IdentityStatus {
-  return { ...base, subject: null, issuer: null, notBefore: null, notAfter: null, expired: null, certificateFile: null, error };
 }

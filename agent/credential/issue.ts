@@ -20,9 +20,10 @@ import { generateKey, parsePrivateKey, type PrivateKey } from '../pki/keys.js';
 import { renderIdentityKubeconfig } from '../kubeconfig/render.js';
 import type { WriteObserver } from '../store/atomic.js';
 import { retryTransient } from '../kube/retry.js';
+import { splitCredential } from '../store/cert-store.js';
 import { storeOf, type Store } from '../store/store.js';
 import type { Clock } from '../time/clock.js';
-import type { Cluster } from './assess.js';
+import type { Cluster, Usable } from './assess.js';
 import { compatibility } from './compatibility.js';
 import type { Requester } from './requester.js';
 
@@ -89,6 +90,12 @@ export interface Issued {
   waitedSeconds: number;
   /** Milliseconds from the certificate arriving to the files being on disk. */
   storeMillis: number;
+  /**
+   * The credential as stored, already checked as an assessment would check it
+   * (chain to `cluster`'s CA, subject, usages, key): a step records it
+   * without reading the files back.
+   */
+  stored: Usable;
 }
 
 /** The most a certificate the node asks for with its own credential may live: kubeboot approver's --max-proxy-serving-expiration default. */
@@ -193,7 +200,17 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
   const storeMillis = ctx.clock.monotonic() - arrived;
   const notAfter = parseCertificateChain(certPem)[0]!.notAfter;
   log.info(`${identity.name} credential stored at ${stored.file}, valid until ${notAfter.toISOString()}`, { csr: name });
-  return { csrName: name, certFile: stored.file, currentPath: stored.currentPath, notAfter, waitedSeconds, storeMillis };
+  // As an assessment reads it back: the PEM blocks as the store writes them.
+  const onDisk = splitCredential(certPem + key.pem) ?? { certPem, keyPem: key.pem };
+  const usable: Usable = {
+    identity,
+    state: 'usable',
+    certPem: onDisk.certPem,
+    keyPem: onDisk.keyPem,
+    notAfter,
+    cluster: identity.kubeconfigPath !== null ? ctx.cluster : null,
+  };
+  return { csrName: name, certFile: stored.file, currentPath: stored.currentPath, notAfter, waitedSeconds, storeMillis, stored: usable };
 }
 
 /**

@@ -5,7 +5,7 @@
  */
 import type { Dispatcher } from 'undici';
 import type { Config } from '../config/types.js';
-import { ApiError, BootstrapCredentialError, InputError } from '../errors.js';
+import { ApiError, BootstrapCredentialError, DeadTokenError, InputError } from '../errors.js';
 import { KubeClient } from '../kube/client.js';
 import { discoverClusterCa } from '../kube/discovery.js';
 import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
@@ -113,12 +113,23 @@ export async function clusterOf(
   return { ...base, caPem };
 }
 
-/** A 401 while using the bootstrap credential is the operator's input to fix, not a transient failure. */
+/**
+ * A 401 while using the bootstrap credential is the operator's input to fix,
+ * not a transient failure. A bootstrap token refused is dead (exit 5, as when
+ * discovery finds no signature for it); another credential is bad input (2).
+ * The file stays (see pass.ts issueKubelet for the one a join wrote): a 401 is
+ * what the API server says now, not a proof for good (it reads tokens from an
+ * informer's cache that trails a new Secret, and a token can be re-created
+ * with the same id and secret), and it may be the node's only copy.
+ */
 export function explainBootstrapFailure(err: unknown, bootstrap: BootstrapKubeconfig | null): unknown {
-  if (bootstrap && err instanceof ApiError && err.status === 401) {
-    return new BootstrapCredentialError(
-      `${bootstrap.file}: the API server rejected the bootstrap credential (401 Unauthorized): it is expired, deleted or mistyped; create a new one (for example kubeadm token create) and replace this file`,
+  if (!bootstrap || !(err instanceof ApiError) || err.status !== 401) return err;
+  if (bootstrap.auth.kind === 'bootstrap-token') {
+    return new DeadTokenError(
+      `${bootstrap.file}: the API server refuses bootstrap token ${bootstrap.auth.tokenId} (401 Unauthorized): the token is dead (deleted, expired or mistyped); make a new one (kubeboot token create, or kubeadm token create) and replace this file`,
     );
   }
-  return err;
+  return new BootstrapCredentialError(
+    `${bootstrap.file}: the API server rejected the bootstrap credential (401 Unauthorized): it is expired, deleted or mistyped; create a new one and replace this file`,
+  );
 }

@@ -11,6 +11,8 @@ import { readOptional } from '../read-optional.js';
 import type { CaLook } from '../trust/keeper.js';
 import type { LookResult } from './ca-look.js';
 
+type Tls = { ca: string; cert: string; key: string; servername: string | null };
+
 /** cluster-info is a kubeconfig and a few signatures (kube/discovery.ts CLUSTER_INFO_MAX_BYTES). */
 const MAX_BODY_BYTES = 1 << 20;
 
@@ -19,16 +21,24 @@ export async function lookAtClusterInfo(look: CaLook, signal: AbortSignal): Prom
   try {
     const [cert, key] = await Promise.all([readOptional(look.certFile), readOptional(look.keyFile)]);
     if (cert === null || key === null) return { kind: 'failed', why: `${look.certFile} does not exist` };
-    const body = await get(new URL(look.url), { ca: look.caPem, cert, key, servername: look.tlsServerName }, signal);
+    const tls = { ca: look.caPem, cert, key, servername: look.tlsServerName };
+    const body = await get(new URL(look.url), tls, signal);
     const cm = JSON.parse(body) as ClusterInfoObject & { kind?: unknown };
     if (typeof cm !== 'object' || cm === null || cm.kind !== 'ConfigMap') return { kind: 'failed', why: 'the answer is no ConfigMap' };
-    return { kind: 'read', digest: clusterInfoDigest(cm) };
+    const digest = clusterInfoDigest(cm);
+    // A node with no Node object yet: a 404 is the answer expected, anything else (it appeared) wakes a worker.
+    if (look.node !== undefined && (await get(new URL(look.node), tls, signal, [404])) !== null)
+      return { kind: 'read', digest, nodeAppeared: true };
+    return { kind: 'read', digest };
   } catch (err) {
     return { kind: 'failed', why: (err as Error).message };
   }
 }
 
-function get(url: URL, tls: { ca: string; cert: string; key: string; servername: string | null }, signal: AbortSignal): Promise<string> {
+/** The body of a 200; null for a status in `absent`; any other status rejects. */
+function get(url: URL, tls: Tls, signal: AbortSignal, absent: number[]): Promise<string | null>;
+function get(url: URL, tls: Tls, signal: AbortSignal): Promise<string>;
+function get(url: URL, tls: Tls, signal: AbortSignal, absent: number[] = []): Promise<string | null> {
   return new Promise((resolve, reject) => {
     const req = request(url, {
       method: 'GET',
@@ -46,6 +56,7 @@ function get(url: URL, tls: { ca: string; cert: string; key: string; servername:
     req.once('response', (res) => {
       if (res.statusCode !== 200) {
         res.resume();
+        if (absent.includes(res.statusCode ?? 0)) return resolve(null);
         return reject(new Error(`HTTP ${res.statusCode}`));
       }
       const chunks: Buffer[] = [];

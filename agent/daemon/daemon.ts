@@ -14,7 +14,7 @@ import { identitiesFor } from '../config/identities.js';
 import type { Config } from '../config/types.js';
 import type { IdentityName } from '../identity.js';
 import type { Log } from '../log-lines.js';
-import { LIVENESS_GRACE_MS, passBoundMs, SLEEP_CHUNK_MS } from '../renewal/plan.js';
+import { progressBy, SLEEP_CHUNK_MS, stepBoundMs } from '../renewal/plan.js';
 import { emptyRecord, validUntil, type IdentityRecord } from '../renewal/record.js';
 import { ensureNodeDirs, sweepTempFiles, writtenDirs } from '../store/sweep.js';
 import { systemClock, type Clock } from '../time/clock.js';
@@ -105,7 +105,7 @@ export class Daemon {
     });
     this.#records = new Map(identitiesFor(this.#config).map((i) => [i.name, emptyRecord(i.name)]));
     this.#schedule = schedule.initialSchedule(schedule.targetsFor(this.#config), this.#clock.now().getTime());
-    this.#progressDue = this.#clock.monotonic() + passBoundMs(this.#config) + LIVENESS_GRACE_MS;
+    this.#progressDue = progressBy(this.#clock.monotonic(), stepBoundMs(this.#config));
     this.metrics = createMetrics({
       certificates: () => [...this.#records.values()].map((r) => ({ identity: r.name, notAfter: validUntil(r, this.#clock.now()) })),
       now: () => this.#clock.now(),
@@ -125,8 +125,8 @@ export class Daemon {
   healthy(): boolean {
     if (this.#o.signal.aborted || this.#failures >= FAILED_WORKERS_UNHEALTHY) return false;
     const now = this.#clock.monotonic();
-    const bound = passBoundMs(this.#config) + LIVENESS_GRACE_MS;
-    for (const sent of this.#worker?.sentAt.values() ?? []) if (now > sent + bound) return false;
+    const bound = stepBoundMs(this.#config);
+    for (const sent of this.#worker?.sentAt.values() ?? []) if (now > progressBy(sent, bound)) return false;
     return now <= this.#progressDue;
   }
 
@@ -361,7 +361,7 @@ export class Daemon {
       const listenAt = this.#listener?.retryAt ?? null;
       if (listenAt !== null) left = Math.min(left, Math.max(0, listenAt - nowMono));
       const chunk = Math.min(left, SLEEP_CHUNK_MS);
-      this.#progressDue = nowMono + chunk + LIVENESS_GRACE_MS;
+      this.#progressDue = progressBy(nowMono, chunk);
       // Monotonic: a wall clock stepped back must not stretch a chunk past its liveness bound.
       await delay(chunk, this.#clock, { signal: AbortSignal.any([woken.signal, this.#o.signal]) });
     } catch {
@@ -388,7 +388,7 @@ export class Daemon {
     this.#wake = () => woken.abort(new Error('a step is due'));
     const timeout = abortAfter(LOOK_TIMEOUT_MS, this.#clock);
     // The look is the daemon's progress while it lasts: the watchdog's bound covers it.
-    this.#progressDue = this.#clock.monotonic() + LOOK_TIMEOUT_MS + LIVENESS_GRACE_MS;
+    this.#progressDue = progressBy(this.#clock.monotonic(), LOOK_TIMEOUT_MS);
     let result: LookResult;
     try {
       result = await (this.#o.lookAt ?? lookAtClusterInfo)(look, AbortSignal.any([woken.signal, timeout.signal, this.#o.signal]));

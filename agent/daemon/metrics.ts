@@ -93,18 +93,24 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     '1 while the CA bundle published in kube-public/cluster-info is refused, by reason; absent otherwise.',
   );
   const restarts = book.counter('kubeboot_ca_restarts_total', 'Restarts of a consumer after a CA bundle change, by result.');
-  const passes = book.counter(
-    'kubeboot_passes_total',
+  const workers = book.counter(
+    'kubeboot_workers_total',
     'Worker processes that ran to rest (each starts for a step: a deadline, a file change, a signal, or a CA check the daemon could not settle with its own look).',
   );
-  const passFailures = book.counter(
-    'kubeboot_pass_failures_total',
+  const workerFailures = book.counter(
+    'kubeboot_worker_failures_total',
     'Worker processes that ended without answering their steps (crashed or killed); their steps are retried after a back-off.',
   );
-  const passCpu = book.counter(
-    'kubeboot_pass_cpu_seconds_total',
-    'CPU time the worker processes spent (the name predates the word); process_cpu_seconds_total is the daemon alone.',
+  const workerCpu = book.counter(
+    'kubeboot_worker_cpu_seconds_total',
+    'CPU time the worker processes spent; process_cpu_seconds_total is the daemon alone.',
   );
+  // The names from when a worker was a "pass": kept one release (0.x, removed in the next) so dashboards and alerts can move.
+  const deprecated = (name: string, now: string) =>
+    book.counter(name, `Deprecated: use ${now} (the same value); removed in the next release.`);
+  const passes = deprecated('kubeboot_passes_total', 'kubeboot_workers_total');
+  const passFailures = deprecated('kubeboot_pass_failures_total', 'kubeboot_worker_failures_total');
+  const passCpu = deprecated('kubeboot_pass_cpu_seconds_total', 'kubeboot_worker_cpu_seconds_total');
   const caLooks = book.counter(
     'kubeboot_ca_looks_total',
     "The daemon's own GETs of kube-public/cluster-info, by result; only unchanged starts no worker.",
@@ -136,10 +142,15 @@ export function createMetrics(options: MetricsOptions): KubebootMetrics {
     caBundleRefusalCleared: () => refused.reset(),
     caBundleAdopted: () => adoptions.inc(),
     caRestart: (consumer, ok) => restarts.inc({ consumer, result: ok ? 'ok' : 'failed' }),
-    workerFailed: () => passFailures.inc(),
+    workerFailed() {
+      workerFailures.inc();
+      passFailures.inc();
+    },
     caLook: (result) => caLooks.inc({ result }),
     statusListenerFailed: () => listenerFailures.inc(),
     workerEnded(cpuSeconds) {
+      workers.inc();
+      workerCpu.inc({}, cpuSeconds);
       passes.inc();
       passCpu.inc({}, cpuSeconds);
     },

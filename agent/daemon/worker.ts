@@ -25,7 +25,8 @@ import { runIdentityStep, type StepDeps, type StepMemory } from '../renewal/step
 import type { WriteObserver } from '../store/atomic.js';
 import { fileStore } from '../store/store.js';
 import { systemClock, type Clock } from '../time/clock.js';
-import { serializer, TrustKeeper } from '../trust/keeper.js';
+import { serializer } from '../store/serializer.js';
+import { TrustKeeper } from '../trust/keeper.js';
 import { removePidFile, WORKER_PID_FILE, writePidFile } from './control.js';
 import { readinessOf } from './report.js';
 import {
@@ -39,7 +40,7 @@ import {
   type ToWorker,
 } from './worker-protocol.js';
 
-type Start = Extract<ToWorker, { kind: 'start' }>;
+export type Start = Extract<ToWorker, { kind: 'start' }>;
 
 /** The first message, which every worker waits for before it reads anything. */
 function startMessage(): Promise<Start> {
@@ -127,7 +128,7 @@ async function work(start: Start, logger: Logger, signal: AbortSignal, halt: () 
 }
 
 /** The steps of one worker process: what they share, and how each one's outcome becomes an answer. */
-class Worker {
+export class Worker {
   config: Config;
   readonly #logger: Logger;
   readonly #signal: AbortSignal;
@@ -135,6 +136,8 @@ class Worker {
   readonly #records: Map<IdentityName, IdentityRecord>;
   readonly #memory: StepMemory;
   readonly #writes = serializer();
+  /** The node's files, for every step and the CA keeper alike; each write told to the daemon's watcher. */
+  readonly #store = fileStore({ observer });
   readonly #trust: TrustKeeper;
   readonly #metrics = forwardingMetrics((m) => void send(m));
   /** What this worker last found on disk per identity. */
@@ -166,7 +169,7 @@ class Worker {
         serialize: this.#writes,
         reissue: (identity) => void this.#reissue.push(identity),
         runCommands: (argvs) => this.#runCommands(argvs),
-        store: fileStore({ observer }),
+        store: this.#store,
         metrics: this.#metrics,
       },
       start.handOver.trust ?? undefined,
@@ -196,6 +199,7 @@ class Worker {
       metrics: this.#metrics,
       memory: this.#memory,
       observer,
+      store: this.#store,
       serialize: this.#writes,
       onRecord: (r) => void send({ kind: 'record', record: r }),
     };
@@ -245,11 +249,11 @@ class Worker {
     if (this.#cleaningUp || !readinessOf([...this.#records.values()], this.#clock.now()).ready) return;
     const name = nodeIdentity(config).name;
     let kubelet = this.#seen.get(name);
-    if (kubelet === undefined) kubelet = (await assessNode(config, this.#clock.now())).kubelet;
+    if (kubelet === undefined) kubelet = (await assessNode(config, this.#clock.now(), undefined, this.#store)).kubelet;
     if (!kubelet || !isNodeCredential(kubelet)) return;
     this.#cleaningUp = true;
     try {
-      const deps = { logger: this.#logger, clock: this.#clock, signal: this.#signal, observer };
+      const deps = { logger: this.#logger, clock: this.#clock, signal: this.#signal, observer, store: this.#store };
       await deleteBootstrapNow(config, deps, kubelet.certPem === this.#memory.provenKubeletPem ? null : kubelet);
     } catch (err) {
       if (!this.#signal.aborted) this.#logger.error((err as Error).message);

@@ -16,7 +16,7 @@
  * with exit 5 (ExitCode.tokenNotSigned).
  */
 import type { Dispatcher } from 'undici';
-import { ApiError, KubebootError, ExitCode } from '../errors.js';
+import { ApiError, ExitCode, KubebootError, UnreachableError } from '../errors.js';
 import { parseYaml } from '../config/yaml.js';
 import type { Logger } from '../log.js';
 import { verifyDetachedJws } from '../pki/jws.js';
@@ -116,9 +116,8 @@ export async function discoverClusterCa(input: DiscoveryInput): Promise<string> 
         if (probe !== 'unknown') waitingFor += `; ${input.server} ${probe === 'refused' ? 'refuses the token (401)' : 'accepts the token'}`;
       }
       if (now + RETRY_MS > deadline) {
-        throw new KubebootError(
+        throw new UnreachableError(
           `CA discovery from ${input.server}: ${waitingFor}; gave up after ${Math.round(input.timeoutMs / 1000)}s`,
-          ExitCode.timedOut,
         );
       }
       input.logger.info(`CA discovery: ${waitingFor}; retrying in ${RETRY_MS / 1000}s`);

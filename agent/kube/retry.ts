@@ -6,7 +6,7 @@
  * a CSR create is safe: the name is a digest of the request, so a create
  * whose answer was lost comes back as 409 and is adopted.
  */
-import { ApiError, TimedOutError, TransportError } from '../errors.js';
+import { ApiError, TransportError, UnreachableError } from '../errors.js';
 import type { Logger } from '../log.js';
 import { DEFAULT_BACKOFF, MIN_RETRY_MS, nextDelay, retryAfterMs } from '../time/backoff.js';
 import { systemClock, type Clock } from '../time/clock.js';
@@ -36,7 +36,9 @@ export async function retryTransient<T>(
       if (!isTransient(err) || o.signal?.aborted) throw err;
       const wait = transientWaitMs(err, attempt, o.random ?? Math.random, clock.now());
       if (clock.monotonic() + wait > deadline) {
-        throw new TimedOutError(`${what}: gave up after ${Math.round(o.timeoutMs / 1000)}s of failures; last: ${(err as Error).message}`);
+        throw new UnreachableError(
+          `${what}: gave up after ${Math.round(o.timeoutMs / 1000)}s of failures; last: ${(err as Error).message}`,
+        );
       }
       o.logger.warn(`${what}: ${(err as Error).message}; retrying in ${(wait / 1000).toFixed(1)}s`);
       await pause(wait, clock, o.signal);

@@ -4,7 +4,7 @@
  * loop is still making progress. The daemon only carries these out.
  */
 import type { Assessment, NodeCredential } from '../credential/assess.js';
-import { ApiError, CsrRejectedError, NeedsBootstrapError, TimedOutError } from '../errors.js';
+import { ApiError, CsrRejectedError, NeedsBootstrapError, TimedOutError, UnreachableError } from '../errors.js';
 import { MIN_RETRY_MS, nextDelay, retryAfterMs, type BackoffOptions } from '../time/backoff.js';
 import { isDue, renewalDeadline, type Validity } from './deadline.js';
 import type { Config } from '../config/types.js';
@@ -128,7 +128,7 @@ export function retryPlan(
   } else if (err instanceof ApiError) {
     reason = `http-${err.status}`;
     wait = retryAfterMs(err.retryAfter, o.now);
-  } else if (err instanceof TimedOutError) {
+  } else if (err instanceof TimedOutError || err instanceof UnreachableError) {
     reason = 'timeout';
   }
   if (wait === null) {
@@ -141,39 +141,28 @@ export function retryPlan(
   return { reason, waitMs: Math.max(MIN_RETRY_MS, wait), attempt: next };
 }
 
-/**
- * Liveness of one loop, on the monotonic clock: the time by which it must
- * show progress again. A loop asleep wakes at least every `chunkMs` (the
- * daemon sleeps in chunks); a loop at work finishes a pass within
- * `maxPassMs` (the CSR wait and hooks are each bounded). Past that, it is
- * stuck, and /healthz and the watchdog say so.
- */
-export function progressDue(
-  state: { kind: 'sleeping'; msUntilWake: number } | { kind: 'working' },
-  monotonicNow: number,
-  limits: { chunkMs: number; maxPassMs: number; graceMs: number },
-): number {
-  const span = state.kind === 'sleeping' ? Math.min(Math.max(0, state.msUntilWake), limits.chunkMs) : limits.maxPassMs;
-  return monotonicNow + span + limits.graceMs;
-}
-
-/** A sleeping loop shows progress at least this often, so liveness can tell asleep from stuck. */
+/** A sleeping daemon shows progress at least this often, so liveness can tell asleep from stuck. */
 export const SLEEP_CHUNK_MS = 60_000;
 /** Slack on every liveness bound: an event loop under load is late, not stuck. */
 export const LIVENESS_GRACE_MS = 30_000;
-/** Beyond the CSR waits and hooks, what requests and disk writes of one pass may take. */
-const PASS_OVERHEAD_MS = 5 * 60_000;
+/** Beyond the CSR waits and hooks, what requests and disk writes of one step may take. */
+const STEP_OVERHEAD_MS = 5 * 60_000;
 
 /**
- * The longest one pass may take: CA discovery, retrying the CSR create, the
+ * The longest one step may take: CA discovery, retrying the CSR create, the
  * CSR wait and retrying the proof (each bounded by waitTimeout), the hooks,
  * and requests.
  */
-export function passBoundMs(config: Config): number {
+export function stepBoundMs(config: Config): number {
   const hooks = Math.max(0, ...identitiesFor(config).map((i) => i.hooks.length));
-  return (4 * config.waitTimeout + hooks * config.renewal.hookTimeout) * 1000 + PASS_OVERHEAD_MS;
+  return (4 * config.waitTimeout + hooks * config.renewal.hookTimeout) * 1000 + STEP_OVERHEAD_MS;
 }
 
-export function livenessLimits(config: Config): { chunkMs: number; maxPassMs: number; graceMs: number } {
-  return { chunkMs: SLEEP_CHUNK_MS, maxPassMs: passBoundMs(config), graceMs: LIVENESS_GRACE_MS };
+/**
+ * Liveness, on the monotonic clock: the time by which something started at
+ * `startedAt` that may take `spanMs` (a step, a chunk of sleep, a look) must
+ * show progress again. Past it, it is stuck, and /healthz and the watchdog say so.
+ */
+export function progressBy(startedAt: number, spanMs: number): number {
+  return startedAt + spanMs + LIVENESS_GRACE_MS;
 }

@@ -8,9 +8,17 @@
  */
 import { createHash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
-import { forgetAnsweredKeys, issueKubelet, openPass } from '../bootstrap/pass.js';
+import { forgetAnsweredKeys, issueKubelet, type Pass } from '../bootstrap/pass.js';
 import type { Config } from '../config/types.js';
-import { allOf, assessNode, isNodeCredential, type Assessment, type NodeCredential, type Usable } from '../credential/assess.js';
+import {
+  allOf,
+  assessNode,
+  isNodeCredential,
+  type Assessment,
+  type NodeAssessment,
+  type NodeCredential,
+  type Usable,
+} from '../credential/assess.js';
 import type { Issued, RunDeps } from '../credential/issue.js';
 import { finishRenewal, renewIdentity } from '../credential/renew.js';
 import { BootstrapCredentialError, InputError, NeedsBootstrapError } from '../errors.js';
@@ -19,7 +27,7 @@ import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { readOptionalOrProblem } from '../read-optional.js';
 import type { WriteObserver } from '../store/atomic.js';
-import { storeOf } from '../store/store.js';
+import { storeOf, type Store } from '../store/store.js';
 import type { Clock } from '../time/clock.js';
 import { kubeletRenewer } from './owner.js';
 import { deadlineFor, nextAction, retryPlan } from './plan.js';
@@ -60,7 +68,9 @@ export interface StepDeps {
   memory: StepMemory;
   observer?: WriteObserver | undefined;
   dispatcher?: Dispatcher | undefined;
-  /** Issuance and a CA rewrite write credentials one unit at a time (trust/keeper.ts `serializer`). */
+  /** Where the node's files are read and written (the worker's disk store tells its observer); unset, the files on disk. */
+  store?: Store | undefined;
+  /** Issuance and a CA rewrite write credentials one unit at a time (store/serializer.ts). */
   serialize: <T>(fn: () => Promise<T>) => Promise<T>;
   /** The record as it changes inside the step (a CSR submitted and waiting), for status and /readyz. */
   onRecord?: (record: IdentityRecord) => void;
@@ -85,7 +95,7 @@ export async function runIdentityStep(
   deps: StepDeps,
 ): Promise<StepResult> {
   const r: IdentityRecord = { ...record, lastHooks: [...record.lastHooks] };
-  const step = { config, identity, r, deps, seen: null as Assessment | null };
+  const step: Running = { config, identity, r, deps, store: storeOf(deps), seen: null };
   try {
     const { next, issued } = await lookDecideAct(step, force);
     return { record: r, next, seen: step.seen, issued };
@@ -100,14 +110,16 @@ interface Running {
   identity: Identity;
   r: IdentityRecord;
   deps: StepDeps;
+  store: Store;
   seen: Assessment | null;
 }
 
 async function lookDecideAct(s: Running, force: boolean): Promise<{ next: Date; issued: boolean }> {
   const { config, identity, r, deps } = s;
   const now = deps.clock.now();
-  const node = await assessNode(config, now, deps.memory.lastGoodKubelet?.cluster.caPem);
-  await forgetAnsweredKeys(config, node, storeOf(runDeps(s)), deps.logger);
+  // The one assessment of the step: acting issues from it, and what is issued is recorded as it was stored.
+  const node = await assessNode(config, now, deps.memory.lastGoodKubelet?.cluster.caPem, s.store);
+  await forgetAnsweredKeys(config, node, s.store, deps.logger);
   const own = allOf(node).find((a) => a.identity.name === identity.name)!;
   const requester = requesterOf(deps, node.kubelet, now);
   see(s, own);
@@ -139,11 +151,10 @@ async function lookDecideAct(s: Running, force: boolean): Promise<{ next: Date; 
       deps.logger.info(`${identity.name}: ${action.why}`);
       const started = deps.clock.monotonic();
       const issued =
-        action.kind === 'bootstrap' ? await bootstrapKubelet(s) : await renewIdentity(config, own, action.requester, runDeps(s));
-      if (issued) await recordIssued(s, issued, started);
-      else see(s, await reassess(s));
+        action.kind === 'bootstrap' ? await bootstrapKubelet(s, node) : await renewIdentity(config, own, action.requester, runDeps(s));
+      await recordIssued(s, issued, started);
       // Look again at once: the next step finds the new certificate and schedules its renewal.
-      return { next: deps.clock.now(), issued: issued !== null };
+      return { next: deps.clock.now(), issued: true };
     }
   }
 }
@@ -153,10 +164,9 @@ function see(s: Running, seen: Assessment | null): void {
   s.r.notAfter = seen?.state === 'usable' ? seen.notAfter.toISOString() : null;
 }
 
-/** The kubelet's credential from a bootstrap kubeconfig; null when recovering a half-done swap made it usable again. */
-async function bootstrapKubelet(s: Running): Promise<Issued | null> {
-  const pass = await openPass(s.config, runDeps(s));
-  if (pass.node.kubelet.state === 'usable') return null;
+/** The kubelet's credential from the bootstrap kubeconfig, asked for as a pass of `kubeboot bootstrap` asks, on what this step found. */
+async function bootstrapKubelet(s: Running, node: NodeAssessment): Promise<Issued> {
+  const pass: Pass = { config: s.config, deps: runDeps(s), store: s.store, node, found: null };
   try {
     return (await issueKubelet(pass)).issued;
   } catch (err) {
@@ -222,7 +232,7 @@ function deadlineOf(s: Running, own: Usable): Date {
 async function recordIssued(s: Running, issued: Issued, startedMonotonic: number): Promise<void> {
   const { identity, r, deps } = s;
   const now = deps.clock.now();
-  see(s, await reassess(s));
+  see(s, issued.stored);
   r.attempt = 0;
   r.lastSuccess = now.toISOString();
   r.lastError = null;
@@ -237,11 +247,6 @@ async function recordIssued(s: Running, issued: Issued, startedMonotonic: number
   const hooks = await finishRenewal(s.config, identity, runDeps(s));
   r.lastHooks = hooks.map((h) => ({ argv: h.argv, ok: h.ok, exitCode: h.exitCode, at: deps.clock.now().toISOString() }));
   for (const h of hooks) if (!h.ok) deps.metrics.recordHookFailure(identity.name);
-}
-
-async function reassess(s: Running): Promise<Assessment | null> {
-  const node = await assessNode(s.config, s.deps.clock.now(), s.deps.memory.lastGoodKubelet?.cluster.caPem);
-  return allOf(node).find((a) => a.identity.name === s.identity.name) ?? null;
 }
 
 function failed(s: Running, err: unknown): Date {
@@ -283,6 +288,7 @@ function runDeps(s: Running): RunDeps {
     },
     onCsrWait: (identity, seconds) => deps.metrics.observeCsrWait(identity.name, seconds),
     dispatcher: deps.dispatcher,
+    store: s.store,
     serialize: deps.serialize,
   };
 }

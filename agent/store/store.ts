@@ -2,7 +2,8 @@
  * What kubeboot keeps on a node's disk, as a value passed in (client-go's
  * certificate Store is two methods, Current and Update; a pass also reads
  * its inputs, writes kubeconfigs, keeps the key of an in-flight CSR, and
- * prunes the credentials a renewal left behind; a join writes the bootstrap
+ * prunes the credentials a renewal left behind, removes the bootstrap token
+ * once it is no longer needed; a join writes the bootstrap
  * kubeconfig through it, the CA keeper the kubelet's client-CA file, the
  * kubeconfigs' CA and its bookkeeping).
  * `fileStore` is the real one; tests use an in-memory one, so the pass is
@@ -15,6 +16,9 @@ import { readOptional, type ReadFile } from '../read-optional.js';
 import { ensureDir, fileError, writeFileAtomic, type WriteObserver } from './atomic.js';
 import { loadCurrent, pruneOld, recoverStore, storeCredential, type Credential } from './cert-store.js';
 import { clearPendingKey, loadPendingKey, savePendingKey } from './pending-key.js';
+import { type Removed, removeSecret } from './remove.js';
+
+export type { Removed } from './remove.js';
 
 export interface Store {
   /** An input's text (a kubeconfig, a file it names), or null when there is none. */
@@ -32,6 +36,11 @@ export interface Store {
   update(identity: Identity, certPem: string, keyPem: string, now: Date): Promise<{ file: string; currentPath: string }>;
   /** Removes the identity's credential files beyond the newest `keep`, never the current one; returns the paths removed. */
   prune(identity: Identity, keep: number): Promise<string[]>;
+  /**
+   * Removes a file holding a secret, durably (its directory synced); a link
+   * is followed to a target that is kubeboot's to delete. Nothing there is no error.
+   */
+  remove(file: string): Promise<Removed>;
   /** Puts right what a crash left half done; one line per action, for the log. */
   recover(identity: Identity): Promise<string[]>;
   /** The key of an in-flight CSR, kept from before the CSR is sent until it is answered. */
@@ -59,6 +68,7 @@ export function fileStore(options: { observer?: WriteObserver | undefined } = {}
     current: (identity) => loadCurrent(identity),
     update: (identity, certPem, keyPem, now) => storeCredential(identity, certPem, keyPem, now, opts),
     prune: (identity, keep) => pruneOld(identity, keep, opts),
+    remove: (file) => removeSecret(file, opts.observer),
     recover: (identity) => recoverStore(identity, opts),
     pendingKey: {
       load: (stateDir, name) => loadPendingKey(stateDir, name),

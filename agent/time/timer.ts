@@ -1,35 +1,19 @@
 /**
- * "Wake me at wall-clock time T", safe for deadlines months away.
- *
- * Node's setTimeout overflows above 2^31−1 ms (~24.8 days) and fires at once,
- * and its timers run on the monotonic clock, which ignores wall-clock steps
- * and time spent suspended. So no timer is armed for longer than one chunk,
- * and every wake re-checks `clock.now()` against the deadline: a year-long
- * deadline does not fire on day one, and a clock that jumped past the
- * deadline (or a resume from suspend) is noticed within one chunk.
+ * Waits on a `Clock`, safe for spans months long: Node's setTimeout
+ * overflows above 2^31−1 ms (~24.8 days) and fires at once, so no timer is
+ * armed for longer than one chunk. The daemon's sleep toward a wall-clock
+ * deadline is its own loop (daemon/daemon.ts): chunks of `delay`, each
+ * wake reading the schedule again.
  */
 import type { Clock, TimerHandle } from './clock.js';
 
-/** How stale a wall-clock jump may go unnoticed. */
+/** The longest single timer. */
 export const DEFAULT_CHUNK_MS = 60 * 60 * 1000;
 
 export interface SleepOptions {
   signal?: AbortSignal;
   /** Longest single timer, ms. */
   chunkMs?: number;
-}
-
-/** Resolves once `clock.now() >= deadline`; rejects with `signal.reason` on abort. */
-export function sleepUntil(deadline: Date, clock: Clock, options: SleepOptions = {}): Promise<void> {
-  const chunk = options.chunkMs ?? DEFAULT_CHUNK_MS;
-  return wait(options.signal, clock, (arm, done) => {
-    const check = (): void => {
-      const remaining = deadline.getTime() - clock.now().getTime();
-      if (remaining <= 0) done();
-      else arm(check, Math.min(remaining, chunk));
-    };
-    check();
-  });
 }
 
 /**

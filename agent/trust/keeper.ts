@@ -25,6 +25,7 @@ import { currentCertPath, type Consumer, type IdentityName } from '../identity.j
 import { CLUSTER_INFO } from '../kube/discovery.js';
 import { KubeClient, presentedChain, type ClientAuth, type Endpoint } from '../kube/client.js';
 import { annotateNode, canChangeClusterInfo, nodeWarning, readPublishedTrust, type PublishedTrust } from '../kube/trust-requests.js';
+import { objectPath } from '../kube/objects.js';
 import { whoAmI } from '../kube/whoami.js';
 import { renderIdentityKubeconfig } from '../kubeconfig/render.js';
 import type { Logger } from '../log.js';
@@ -49,6 +50,7 @@ import {
 } from './decide.js';
 
 const WHAT = 'kube-public/cluster-info';
+const MAX_AHEAD_MIN = MAX_VERSION_AHEAD_S / 60;
 
 /** What survives a restart of kubeboot, so a change restarts each consumer once and the slots stay put. */
 interface KeeperState {
@@ -66,8 +68,6 @@ interface KeeperState {
   /** The last time a changed bundle was adopted, and the bundles held before it (alternation is noticed). */
   changes?: { hash: string; at: string }[];
 }
-
-const MAX_AHEAD_MIN = MAX_VERSION_AHEAD_S / 60;
 
 /** How far back a return to an earlier bundle counts as alternating publications. */
 const ALTERNATION_MS = 24 * 3600_000;
@@ -111,6 +111,12 @@ export interface CaLook {
   at: string;
   /** No look stands in for the keeper from then on (ISO): a CA of the bundle, or the trust statement, expires. */
   until: string;
+  /**
+   * The node's Node object, when it did not exist at the last check (the
+   * kubelet registers it): the look asks for it too, and its appearance
+   * starts a worker, which writes the annotation owed.
+   */
+  node?: string;
 }
 
 export interface RotationStatus {
@@ -148,16 +154,6 @@ export interface KeeperDeps {
   presented?: (endpoint: Endpoint, credential: ClientAuth) => Promise<Uint8Array[]>;
 }
 
-/** One writer at a time: issuance stores a credential and its kubeconfig as one unit, and so does a CA rewrite. */
-export function serializer(): <T>(fn: () => Promise<T>) => Promise<T> {
-  let tail: Promise<unknown> = Promise.resolve();
-  return <T>(fn: () => Promise<T>): Promise<T> => {
-    const run = tail.then(fn, fn);
-    tail = run.catch(() => undefined);
-    return run;
-  };
-}
-
 export class TrustKeeper {
   readonly #deps: KeeperDeps;
   readonly #store: Store;
@@ -167,6 +163,8 @@ export class TrustKeeper {
   #forbiddenLogged = false;
   /** The statement payload last judged for the bundle held, so a refused one is said once. */
   #lastIgnored: string | null = null;
+  /** The last annotation was not written because the Node does not exist (404). */
+  #nodeMissing = false;
   #status: RotationStatus | null = null;
   /** What the last check leaves for a cheap look (see CaLook), without `at`; null when it left something pending. */
   #quiet: Omit<CaLook, 'at'> | null = null;
@@ -244,11 +242,26 @@ export class TrustKeeper {
     });
   }
 
-  /** One look: decide, write, restart what is due, re-issue what is due. Returns when something is due next. */
+  /**
+   * One look: observe (the node's files, what cluster-info publishes, and
+   * for a changed bundle who serves it), decide (decide.ts, pure), apply
+   * (write, restart, re-issue, report). Returns when something is due next.
+   */
   async check(): Promise<Date | null> {
+    this.#quiet = null;
+    const seen = await this.#observe();
+    if (seen === null) return null;
+    try {
+      return await this.#apply(seen, seen.source === null ? null : decideBundle(bundleQuestion(seen, seen.source)));
+    } finally {
+      await seen.client.close();
+    }
+  }
+
+  /** What one look finds; null when there is nothing to look with, or nodes may not read cluster-info. */
+  async #observe(): Promise<Observation | null> {
     const { logger } = this.#deps;
     const config = this.#deps.config();
-    this.#quiet = null;
     // The files first: after an adoption they hold the bundle that verifies the API server now.
     const onDisk = await assessNode(config, this.#deps.clock.now(), undefined, this.#store);
     const fromDisk = isNodeCredential(onDisk.kubelet);
@@ -257,8 +270,8 @@ export class TrustKeeper {
     const state = await this.#loadState(config);
     const credential: ClientAuth = { kind: 'client-certificate', certPem: node.certPem, keyPem: node.keyPem };
     const client = new KubeClient(node.cluster, credential, this.#deps.dispatcher);
-    let published: PublishedTrust;
     try {
+      let published: PublishedTrust;
       try {
         published = await readPublishedTrust(client, this.#deps.signal);
       } catch (err) {
@@ -268,19 +281,12 @@ export class TrustKeeper {
               `CA rotation: nodes may not read ${WHAT} (403); apply packaging/manifests/node-ca-rotation-rbac.yaml (kubectl apply -f /usr/share/kubeboot/manifests/) so CA rotations reach this node`,
             );
           this.#forbiddenLogged = true;
+          await client.close();
           return null;
         }
         throw err;
       }
       const now = this.#deps.clock.now();
-      let current: TrustBundle;
-      try {
-        current = trustedBundle(node.cluster.caPem);
-      } catch {
-        return null; // the kubeconfig check already calls the credential unusable
-      }
-      let target = current;
-      const held = heldCertificates(onDisk.others, node);
       const { floor, clamped } = effectiveFloor(state.accepted?.version ?? 0, now);
       if (clamped && state.accepted) {
         logger.warn(
@@ -288,110 +294,126 @@ export class TrustKeeper {
         );
         state.accepted = { ...state.accepted, version: floor };
       }
-      let accepted: ValidStatement | null = null;
+      let current: TrustBundle;
+      try {
+        current = trustedBundle(node.cluster.caPem);
+      } catch {
+        await client.close();
+        return null; // the kubeconfig check already calls the credential unusable
+      }
       const changed = bundleChanged(current, published.caPem, now);
-      if (changed) {
-        const [user, nodeCanWrite, presented] = await Promise.all([
-          whoAmI(client, this.#deps.signal).then(
-            (u) => u.username,
-            () => null,
-          ),
-          canChangeClusterInfo(client, this.#deps.signal).catch(() => null),
-          (this.#deps.presented ?? presentedChain)(node.cluster, credential)
-            .then((ders) => ders.flatMap((der) => parseCertificateChain(toPem('CERTIFICATE', der))))
-            .catch(() => null),
-        ]);
-        const decision = decideBundle({
-          nodeName: config.nodeName,
-          current,
-          candidatePem: published.caPem,
-          what: WHAT,
-          // The client verifies the API server against the bundle the node trusts (kube/client.ts: rejectUnauthorized) and sends the node's certificate.
-          source: { verifiedTls: node.cluster.caPem.trim() !== '', clientCertificate: true, authenticatedAs: user, nodeCanWrite },
-          presented,
-          held,
-          signed: published.signed,
-          floor,
-          lastChangeAt: state.changes?.length ? new Date(state.changes.at(-1)!.at) : null,
-          minChangeIntervalMs: config.caRotation.restartWindow * 1000,
-          now,
-        });
-        if (decision.kind === 'defer') {
-          // Not a refusal of the bundle: it is followed once the window since the last change has passed.
-          const key = `churn|${published.caPem ?? ''}`;
-          if (this.#lastRefusal !== key) {
-            logger.warn(`CA rotation: ${decision.message}`);
-            this.#deps.metrics.caBundleRefused('churn');
-          }
-          this.#lastRefusal = key;
-          await this.#report(config, client, current, 'churn');
-          const due = await this.#restartsDue(config, state);
-          await this.#saveState(config, state);
-          return [due, decision.until].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0]!;
-        }
-        if (decision.kind === 'refuse') {
-          const key = `${decision.reason}|${published.caPem ?? ''}|${published.signed.payload ?? ''}`;
-          if (this.#lastRefusal !== key) {
-            logger.error(`CA rotation: ${decision.message}`);
-            this.#deps.metrics.caBundleRefused(decision.reason);
-            // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
-            await nodeWarning(
-              client,
-              config.nodeName,
-              'CABundleRefused',
-              `${decision.reason}: ${decision.message}`,
-              now,
-              this.#deps.signal,
-            ).catch((err: Error) => logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
-          }
-          this.#lastRefusal = key;
-          await this.#report(config, client, current, decision.reason);
-          // Restarts owed for the bundle already adopted stay due.
-          const due = await this.#restartsDue(config, state);
-          await this.#saveState(config, state);
-          return due;
-        }
-        this.#lastRefusal = null;
-        if (decision.kind === 'adopt') {
-          target = decision.bundle;
-          accepted = decision.statement;
-          const proof = accepted ? `signed by ${accepted.signedBy}, version ${accepted.statement.version}` : 'a removal, unsigned';
-          logger.info(
-            `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'}; ${proof})`,
-          );
-          this.#deps.metrics.caBundleAdopted();
-          await this.#noteChange(client, config, state, current.hash, target.hash, now);
-        } else accepted = decision.statement;
-      } else {
-        this.#lastRefusal = null;
-        const check = judgeStatement(published.signed, current, current.hash, floor, now);
-        accepted = check.ok ? check : null;
-        // Nothing to adopt, but a CA key signing outside `publish` is worth one line (and a count) per statement.
-        if (!check.ok && check.problem === 'future-version' && this.#lastIgnored !== published.signed.payload) {
-          logger.warn(`CA rotation: ${WHAT}: ${check.message}`);
-          this.#deps.metrics.caBundleRefused(check.problem);
-        }
-        this.#lastIgnored = published.signed.payload;
-      }
-      if (accepted) {
-        const { version, bundle, signerPin } = accepted.statement;
-        state.accepted = { version, bundle, signerPin };
-      }
-      // Only a signed statement moves the signer: an unsigned annotation could make every node re-issue at once.
-      const signerPin = state.accepted?.bundle === target.hash ? state.accepted.signerPin : null;
-      this.#deps.metrics.caBundleRefusalCleared();
-      await this.#apply(config, target, state);
-      const due = await this.#restartsDue(config, state);
-      const reissueAt = this.#reissue(config, signerPin, target, held, state, now);
-      await this.#saveState(config, state);
-      await this.#report(config, client, target, null);
-      const next = [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
-      if (next === null && !changed && fromDisk && this.#lastAnnotation === JSON.stringify(this.#status))
-        this.#quiet = quietLook(node, published.digest, target, accepted);
-      return next;
-    } finally {
+      // Who serves the changed bundle, and as whom it sees this node: asked only when there is a change to judge.
+      const source = changed
+        ? await Promise.all([
+            whoAmI(client, this.#deps.signal).then(
+              (u) => u.username,
+              () => null,
+            ),
+            canChangeClusterInfo(client, this.#deps.signal).catch(() => null),
+            (this.#deps.presented ?? presentedChain)(node.cluster, credential)
+              .then((ders) => ders.flatMap((der) => parseCertificateChain(toPem('CERTIFICATE', der))))
+              .catch(() => null),
+          ]).then(([user, nodeCanWrite, presented]) => ({ user, nodeCanWrite, presented }))
+        : null;
+      return {
+        config,
+        node,
+        fromDisk,
+        state,
+        client,
+        published,
+        now,
+        current,
+        held: heldCertificates(onDisk.others, node),
+        changed,
+        source,
+      };
+    } catch (err) {
       await client.close();
+      throw err;
     }
+  }
+
+  /** Carries out what was decided for the published bundle (`decision`: null when it did not change). */
+  async #apply(seen: Observation, decision: ReturnType<typeof decideBundle> | null): Promise<Date | null> {
+    const { logger } = this.#deps;
+    const { config, node, state, client, published, now, current, held } = seen;
+    let target = current;
+    let accepted: ValidStatement | null = null;
+    if (decision !== null) {
+      if (decision.kind === 'defer') {
+        // Not a refusal of the bundle: it is followed once the window since the last change has passed.
+        const key = `churn|${published.caPem ?? ''}`;
+        if (this.#lastRefusal !== key) {
+          logger.warn(`CA rotation: ${decision.message}`);
+          this.#deps.metrics.caBundleRefused('churn');
+        }
+        this.#lastRefusal = key;
+        await this.#report(config, client, current, 'churn');
+        const due = await this.#restartsDue(config, state);
+        await this.#saveState(config, state);
+        return [due, decision.until].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0]!;
+      }
+      if (decision.kind === 'refuse') {
+        const key = `${decision.reason}|${published.caPem ?? ''}|${published.signed.payload ?? ''}`;
+        if (this.#lastRefusal !== key) {
+          logger.error(`CA rotation: ${decision.message}`);
+          this.#deps.metrics.caBundleRefused(decision.reason);
+          // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
+          await nodeWarning(
+            client,
+            config.nodeName,
+            'CABundleRefused',
+            `${decision.reason}: ${decision.message}`,
+            now,
+            this.#deps.signal,
+          ).catch((err: Error) => logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
+        }
+        this.#lastRefusal = key;
+        await this.#report(config, client, current, decision.reason);
+        // Restarts owed for the bundle already adopted stay due.
+        const due = await this.#restartsDue(config, state);
+        await this.#saveState(config, state);
+        return due;
+      }
+      this.#lastRefusal = null;
+      if (decision.kind === 'adopt') {
+        target = decision.bundle;
+        accepted = decision.statement;
+        const proof = accepted ? `signed by ${accepted.signedBy}, version ${accepted.statement.version}` : 'a removal, unsigned';
+        logger.info(
+          `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'}; ${proof})`,
+        );
+        this.#deps.metrics.caBundleAdopted();
+        await this.#noteChange(client, config, state, current.hash, target.hash, now);
+      } else accepted = decision.statement;
+    } else {
+      this.#lastRefusal = null;
+      const check = judgeStatement(published.signed, current, current.hash, state.accepted?.version ?? 0, now);
+      accepted = check.ok ? check : null;
+      // Nothing to adopt, but a CA key signing outside `publish` is worth one line (and a count) per statement.
+      if (!check.ok && check.problem === 'future-version' && this.#lastIgnored !== published.signed.payload) {
+        logger.warn(`CA rotation: ${WHAT}: ${check.message}`);
+        this.#deps.metrics.caBundleRefused(check.problem);
+      }
+      this.#lastIgnored = published.signed.payload;
+    }
+    if (accepted) {
+      const { version, bundle, signerPin } = accepted.statement;
+      state.accepted = { version, bundle, signerPin };
+    }
+    // Only a signed statement moves the signer: an unsigned annotation could make every node re-issue at once.
+    const signerPin = state.accepted?.bundle === target.hash ? state.accepted.signerPin : null;
+    this.#deps.metrics.caBundleRefusalCleared();
+    await this.#rewrite(config, target, state);
+    const due = await this.#restartsDue(config, state);
+    const reissueAt = this.#reissue(config, signerPin, target, held, state, now);
+    await this.#saveState(config, state);
+    await this.#report(config, client, target, null);
+    const next = [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+    if (next === null && !seen.changed && seen.fromDisk && (this.#nodeMissing || this.#lastAnnotation === JSON.stringify(this.#status)))
+      this.#quiet = quietLook(node, published.digest, target, accepted, this.#nodeMissing ? config.nodeName : null);
+    return next;
   }
 
   /**
@@ -412,7 +434,7 @@ export class TrustKeeper {
   }
 
   /** Bring every owned file to `bundle`, as one unit with issuance; schedule the restarts that takes. */
-  async #apply(config: Config, bundle: TrustBundle, state: KeeperState): Promise<void> {
+  async #rewrite(config: Config, bundle: TrustBundle, state: KeeperState): Promise<void> {
     const { logger } = this.#deps;
     await this.#deps.serialize(async () => {
       const now = this.#deps.clock.now();
@@ -538,10 +560,12 @@ export class TrustKeeper {
     this.#status = { bundle: bundle.hash, active, issuers, refused, version: state.accepted?.version ?? null };
     const value = JSON.stringify(this.#status);
     if (value === this.#lastAnnotation) return;
+    this.#nodeMissing = false;
     try {
       await annotateNode(client, config.nodeName, value, this.#deps.signal);
       this.#lastAnnotation = value;
     } catch (err) {
+      this.#nodeMissing = err instanceof ApiError && err.status === 404;
       // No Node yet (the kubelet registers it) or no permission: progress is then unknown to the admin, nothing else.
       this.#deps.logger.debug(`CA rotation: cannot annotate Node ${config.nodeName}: ${(err as Error).message}`);
     }
@@ -565,8 +589,58 @@ export class TrustKeeper {
   }
 }
 
+/** What one look found, for the decision and for carrying it out. */
+interface Observation {
+  config: Config;
+  /** The credential the look authenticated with: the one on disk, or the one the worker holds. */
+  node: NodeCredential;
+  fromDisk: boolean;
+  state: KeeperState;
+  client: KubeClient;
+  published: PublishedTrust;
+  now: Date;
+  /** The bundle the node's files trust now. */
+  current: TrustBundle;
+  held: HeldCertificate[];
+  /** cluster-info publishes another bundle than `current`. */
+  changed: boolean;
+  /** For a changed bundle: who this node is to the API server, whether nodes may write cluster-info, the chain it presents. */
+  source: { user: string | null; nodeCanWrite: boolean | null; presented: ReturnType<typeof parseCertificateChain> | null } | null;
+}
+
+/** The question decide.ts answers for a changed bundle, from what was observed. */
+function bundleQuestion(seen: Observation, source: NonNullable<Observation['source']>): Parameters<typeof decideBundle>[0] {
+  const { config, node, state, published, now, current, held } = seen;
+  return {
+    nodeName: config.nodeName,
+    current,
+    candidatePem: published.caPem,
+    what: WHAT,
+    // The client verifies the API server against the bundle the node trusts (kube/client.ts: rejectUnauthorized) and sends the node's certificate.
+    source: {
+      verifiedTls: node.cluster.caPem.trim() !== '',
+      clientCertificate: true,
+      authenticatedAs: source.user,
+      nodeCanWrite: source.nodeCanWrite,
+    },
+    presented: source.presented,
+    held,
+    signed: published.signed,
+    floor: state.accepted?.version ?? 0,
+    lastChangeAt: state.changes?.length ? new Date(state.changes.at(-1)!.at) : null,
+    minChangeIntervalMs: config.caRotation.restartWindow * 1000,
+    now,
+  };
+}
+
 /** The look a resting daemon makes in the keeper's place, good until a CA of `bundle` or the accepted statement expires. */
-function quietLook(node: NodeCredential, digest: string, bundle: TrustBundle, accepted: ValidStatement | null): Omit<CaLook, 'at'> | null {
+function quietLook(
+  node: NodeCredential,
+  digest: string,
+  bundle: TrustBundle,
+  accepted: ValidStatement | null,
+  missingNode: string | null,
+): Omit<CaLook, 'at'> | null {
   const ends = [...bundle.cas.map((c) => c.notAfter.getTime()), ...(accepted ? [Date.parse(accepted.statement.expiresAt)] : [])];
   if (ends.length === 0 || ends.some(Number.isNaN)) return null;
   // As KubeClient joins them: a server URL may carry a path prefix.
@@ -581,6 +655,7 @@ function quietLook(node: NodeCredential, digest: string, bundle: TrustBundle, ac
     keyFile: file,
     digest,
     until: new Date(Math.min(...ends)).toISOString(),
+    ...(missingNode !== null ? { node: new URL(objectPath('api/v1/nodes', missingNode), base).href } : {}),
   };
 }
 

@@ -179,14 +179,14 @@ if (plane) {
     t.match(result.stderr, /no --ca-cert-hash was given/);
   });
 
-  t.test('an expired bootstrap token gives a clear error, exit 2, and nothing is deleted', async (t) => {
+  t.test('an expired bootstrap token is dead: a clear error, exit 5, and the bootstrap kubeconfig is kept', async (t) => {
     const node = await nodeLayout(t.testdir(), 'worker-8');
     const token = await plane.admin.createBootstrapToken({ expiration: new Date(Date.now() - 60_000) });
     forbid(token.secret);
     await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
     const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
-    t.equal(result.code, 2, result.stderr);
-    t.match(result.stderr, /rejected the bootstrap credential \(401/);
+    t.equal(result.code, 5, result.stderr);
+    t.match(result.stderr, new RegExp(`refuses bootstrap token ${token.id} \\(401 Unauthorized\\): the token is dead`));
     t.ok((await stat(node.bootstrapKubeconfig)).isFile(), 'bootstrap kubeconfig kept');
   });
 
@@ -194,8 +194,8 @@ if (plane) {
     const node = await nodeLayout(t.testdir(), 'worker-9');
     await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, 'abcdef.0123456789abcdef', { ca: 'data' });
     const result = await kubeboot(t, ['bootstrap', '--config', node.config]);
-    t.equal(result.code, 2, result.stderr);
-    t.match(result.stderr, /rejected the bootstrap credential \(401/);
+    t.equal(result.code, 5, result.stderr);
+    t.match(result.stderr, /refuses bootstrap token abcdef \(401 Unauthorized\): the token is dead/);
   });
 
   t.test('an enabled kubelet serving certificate is requested with its SANs and stored once an admin approves it', async (t) => {

@@ -82,8 +82,8 @@ if (plane) {
     // The first worker ends, handing the CA check's next look to the daemon.
     const handover = await explain(daemon.waitForOutput(/the daemon looks at cluster-info itself at [^"\s;]+/, 60_000));
     const rested = await metrics();
-    const passesAtRest = counter(rested, 'kubeboot_passes_total');
-    t.ok(passesAtRest >= 1, `a worker ran to rest (kubeboot_passes_total ${passesAtRest})`);
+    const passesAtRest = counter(rested, 'kubeboot_workers_total');
+    t.ok(passesAtRest >= 1, `a worker ran to rest (kubeboot_workers_total ${passesAtRest})`);
     t.equal(counter(rested, 'kubeboot_ca_looks_total', 'unchanged'), 0, 'no look made yet when the worker ends');
     const annotated = (await plane.admin.request<KubeObject>('GET', `/api/v1/nodes/${NAME}`)).body;
     const annotation = (annotated.metadata.annotations as Record<string, string> | undefined)?.[NODE_ANNOTATION];
@@ -96,7 +96,7 @@ if (plane) {
     await waitMetric('an unchanged look', (b) => counter(b, 'kubeboot_ca_looks_total', 'unchanged') >= 1, LOOK_BOUND_MS);
     const looked = await metrics();
     t.ok(Date.now() >= lookAt - 1000, 'the look came when the CA step said, not before');
-    t.equal(counter(looked, 'kubeboot_passes_total'), passesAtRest, 'the unchanged look started no worker');
+    t.equal(counter(looked, 'kubeboot_workers_total'), passesAtRest, 'the unchanged look started no worker');
     t.equal(counter(looked, 'kubeboot_ca_looks_total', 'changed'), 0, 'no look found a change');
     t.equal(counter(looked, 'kubeboot_ca_looks_total', 'failed'), 0, 'no look failed');
     t.match(daemon.output(), /cluster-info unchanged; next look at/, 'the daemon schedules its next look itself');
@@ -113,9 +113,9 @@ if (plane) {
     await waitMetric('a look that finds cluster-info changed', (b) => counter(b, 'kubeboot_ca_looks_total', 'changed') >= 1, LOOK_BOUND_MS);
     t.equal(counter(await metrics(), 'kubeboot_ca_looks_total', 'unchanged'), 1, 'no second unchanged look came before it');
     t.match(daemon.output(), /cluster-info changed; starting a worker for the CA check/, 'the daemon starts a worker for the change');
-    await waitMetric('the worker the change started, at rest', (b) => counter(b, 'kubeboot_passes_total') > passesAtRest, 120_000);
+    await waitMetric('the worker the change started, at rest', (b) => counter(b, 'kubeboot_workers_total') > passesAtRest, 120_000);
     const after = await metrics();
-    t.equal(counter(after, 'kubeboot_passes_total'), passesAtRest + 1, 'exactly one worker followed the changed look');
+    t.equal(counter(after, 'kubeboot_workers_total'), passesAtRest + 1, 'exactly one worker followed the changed look');
     t.equal(counter(after, 'kubeboot_ca_looks_total', 'failed'), 0, 'no look failed');
     t.equal(counter(after, 'kubeboot_ca_bundle_refusals_total'), 0, 'the unsigned statement refused no bundle');
     t.equal(counter(after, 'kubeboot_renewals_total', 'kubelet'), 1, 'no renewal beyond the first issue');

@@ -16,11 +16,14 @@ export interface MemoryStore extends Store {
   readonly files: Map<string, string>;
   /** Paths written, in order. */
   readonly writes: string[];
+  /** Paths removed, in order. */
+  readonly removes: string[];
 }
 
 export function memoryStore(initial: Record<string, string> = {}): MemoryStore {
   const files = new Map(Object.entries(initial));
   const writes: string[] = [];
+  const removes: string[] = [];
   /** `-current.pem` → the file it stands for, as `update` left it. */
   const links = new Map<string, string>();
   const targetOf = (currentPath: string): string | null => {
@@ -37,6 +40,7 @@ export function memoryStore(initial: Record<string, string> = {}): MemoryStore {
   return {
     files,
     writes,
+    removes,
     read: async (file) => files.get(file) ?? null,
     assertWritable: async () => undefined,
     write: async (file, text) => put(file, text),
@@ -73,6 +77,11 @@ export function memoryStore(initial: Record<string, string> = {}): MemoryStore {
         .filter((file) => file !== target && (text === undefined || files.get(file) !== text));
       for (const file of removed) files.delete(file);
       return removed;
+    },
+    remove: async (file) => {
+      if (!files.delete(file)) return { removed: [], keptTarget: null };
+      removes.push(file);
+      return { removed: [file], keptTarget: null };
     },
     recover: async () => [],
     pendingKey: {

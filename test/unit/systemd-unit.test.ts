@@ -69,12 +69,15 @@ t.test('what kubeboot never writes under /etc/kubernetes is read-only or hidden'
   );
 });
 
-t.test('bad input (exit 2) fails the unit instead of restarting it every 30 s; every other failure restarts', async (t) => {
-  t.equal(value('Restart'), 'on-failure');
-  t.equal(value('RestartPreventExitStatus'), String(ExitCode.badInput));
-  const approver = readFileSync(new URL('../../systemd/kubeboot-approver.service', import.meta.url), 'utf8');
-  t.match(approver, new RegExp(`^RestartPreventExitStatus=${ExitCode.badInput}$`, 'm'), 'the approver unit alike');
-});
+t.test(
+  'bad input (exit 2) and a dead join token (exit 5) fail the unit instead of restarting it every 30 s; every other failure restarts',
+  async (t) => {
+    t.equal(value('Restart'), 'on-failure');
+    t.equal(value('RestartPreventExitStatus'), `${ExitCode.badInput} ${ExitCode.tokenNotSigned}`);
+    const approver = readFileSync(new URL('../../systemd/kubeboot-approver.service', import.meta.url), 'utf8');
+    t.match(approver, new RegExp(`^RestartPreventExitStatus=${ExitCode.badInput}$`, 'm'), 'the approver unit alike');
+  },
+);
 
 t.test('memory and tasks are capped', async (t) => {
   t.match(value('MemoryMax'), /^\d+M$/);

@@ -8,11 +8,11 @@ import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { KubeClient } from '../../../agent/kube/client.js';
-import { silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { type Logger, silentLogger } from '../../../agent/log.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { emptyRecords, leadAndAllow } from '../../support/mock-approver.js';
-import { until } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 
 const server = 'https://api.test';
 const policy: ApproverPolicy = {
@@ -42,7 +42,12 @@ async function kubeProxyCsrOfNode(name: string, uid: string) {
   };
 }
 
-async function run(t: Test, node: 'missing' | 'present', approval: number): Promise<{ nodeGets: number; approvalPuts: number }> {
+async function run(
+  t: Test,
+  node: 'missing' | 'present',
+  approval: number,
+  logger: Logger = silentLogger(),
+): Promise<{ nodeGets: number; approvalPuts: number }> {
   const csr = await kubeProxyCsrOfNode('stuck', 'u1');
   const mock = new MockAgent();
   mock.disableNetConnect();
@@ -90,7 +95,7 @@ async function run(t: Test, node: 'missing' | 'present', approval: number): Prom
       retryMs: 20,
       lease: { namespace: 'kube-system', name: 'l', identity: 'me', leaseDurationMs: 15_000, renewDeadlineMs: 10_000, retryPeriodMs: 20 },
     },
-    silentLogger(),
+    logger,
     createApproverMetrics(),
   );
   const stop = new AbortController();
@@ -164,12 +169,12 @@ t.test('on a fake clock: a CSR waiting for its Node is looked at again after 5, 
   );
   const stop = new AbortController();
   const running = approver.run(stop.signal);
-  await until(() => approver.informer.synced && clock.pending === 2, 'the cache to sync');
+  await until('the cache to sync', () => approver.informer.synced && clock.pending === 2);
   clock.advance(clock.nextTimerIn()!);
   const leading = clock.monotonic();
   // Armed while idle: the resync, the lease's retry period and the CSR's re-check.
   for (let looks = 1; looks <= 6; looks++) {
-    await until(() => lookedAt.length === looks && clock.pending === 3, `look ${looks} and its re-check armed`);
+    await until(`look ${looks} and its re-check armed`, () => lookedAt.length === looks && clock.pending === 3);
     if (looks < 6) clock.advance(clock.nextTimerIn()!);
   }
   t.same(
@@ -181,4 +186,16 @@ t.test('on a fake clock: a CSR waiting for its Node is looked at again after 5, 
   await running;
   t.equal(clock.pending, 0, 'stopping leaves no timer armed');
   await mock.close();
+});
+
+t.test('a CSR left pending is logged with a fixed message; what the CSR says (its requester, names) goes in fields only', async (t) => {
+  const records: { message: string; fields: Record<string, unknown> }[] = [];
+  const keep = (message: string, fields: Record<string, unknown> = {}) => void records.push({ message, fields });
+  await run(t, 'missing', 200, { error: keep, warn: keep, info: keep, debug: keep });
+  const pending = records.filter((r) => r.message.startsWith('left CSR pending'));
+  t.ok(pending.length > 0, 'left pending while its Node is missing');
+  for (const r of pending) {
+    t.equal(r.message, 'left CSR pending');
+    t.match(r.fields, { csr: 'stuck', requester: 'system:node:n1', rule: 'node-exists', reason: /n1/ });
+  }
 });

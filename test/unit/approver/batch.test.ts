@@ -16,7 +16,7 @@ import { bindingRecord } from '../../../agent/records/bindings.js';
 import type { RecordObject, TokenBindingObject } from '../../../agent/records/kinds.js';
 import { silentLogger } from '../../../agent/log.js';
 import { craftCsrPem } from '../../support/approver.js';
-import { until } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 import { leadAndAllow } from '../../support/mock-approver.js';
 
 const policy: ApproverPolicy = {
@@ -198,7 +198,7 @@ t.test('a renewal is decided on the revocations the informer listed: no GET per 
   );
   const stop = new AbortController();
   const running = approver.run(stop.signal);
-  await until(() => seen.events.length > 0 || seen.approvals > 0, 'an approval or a reported violation');
+  await until('an approval or a reported violation', () => seen.events.length > 0 || seen.approvals > 0);
   stop.abort();
   await running;
   await mock.close();
@@ -275,7 +275,7 @@ t.test("a pool token's CSRs queued together are approved in batches: its names s
   );
   const stop = new AbortController();
   const running = approver.run(stop.signal);
-  await until(() => seen.approved.length + seen.events.length >= 5, 'every CSR approved or reported');
+  await until('every CSR approved or reported', () => seen.approved.length + seen.events.length >= 5);
   stop.abort();
   await running;
   await mock.close();

@@ -9,8 +9,9 @@ import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { decidedSigners, retain, retainedBytes } from '../../../agent/approver/retain.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { createLogger, silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
-import { capturingLogger, until } from '../../support/fake-time.js';
+import { FakeClock } from '../../support/fake-time.js';
+import { capturingLogger } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 import { PassThrough } from 'node:stream';
 
 const defaultPolicy: ApproverPolicy = {
@@ -191,7 +192,7 @@ t.test('past maxCacheBytes it empties the cache and is not in sync, saying why, 
   const stop = new AbortController();
   const running = informer.run(stop.signal);
   // The list's fifth CSR takes it past the bound; the re-list waits its back-off (1 s).
-  await until(() => informer.full && clock.pending === 2, 'the first list to overflow');
+  await until('the first list to overflow', () => informer.full && clock.pending === 2);
   t.notOk(informer.synced, 'not in sync: not ready, and it stands aside from the lease');
   t.equal(
     informer.notSyncedBecause,
@@ -203,11 +204,11 @@ t.test('past maxCacheBytes it empties the cache and is not in sync, saying why, 
   t.match(logged, [{ level: 'warn', message: `${informer.notSyncedBecause}; not ready, not leading` }], 'one log line says so');
   clock.advance(1000);
   // The re-list fits; the watch then brings three more, past the bound again.
-  await until(() => logged.some((l) => l.message === 'CSR cache fits again; ready'), 'the re-list to fit');
-  await until(() => informer.full && clock.pending === 2, 'the watch to overflow');
+  await until('the re-list to fit', () => logged.some((l) => l.message === 'CSR cache fits again; ready'));
+  await until('the watch to overflow', () => informer.full && clock.pending === 2);
   t.match(informer.notSyncedBecause, /^CSR cache full: the 5 CSRs kept/, 'a watch event past the bound does the same');
   clock.advance(1000);
-  await until(() => informer.synced, 'a re-list that fits');
+  await until('a re-list that fits', () => informer.synced);
   t.notOk(informer.full, 'no longer full');
   t.same([...informer.cache.keys()], names('d', 2), 'it holds what the server has');
   t.equal(informer.cache.bytes, 2 * retainedBytes(retain(pending('d0') as ApproverCsr, decidedSigners(defaultPolicy))), 'and counts it');

@@ -12,8 +12,8 @@ import {
   type KcmAutoApproval,
 } from '../../../agent/approver/kcm-bindings.js';
 import { KubeClient } from '../../../agent/kube/client.js';
-import { FakeClock } from '../../../agent/time/clock.js';
-import { until } from '../../support/fake-time.js';
+import { FakeClock } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 
 const server = 'https://api.test';
 const SARS = '/apis/authorization.k8s.io/v1/subjectaccessreviews';
@@ -159,7 +159,7 @@ t.test("/readyz's line follows the authorizer, asked again at most once a minute
   let reads = 0;
   const monitor = kcmAutoApprovalMonitor(async () => (reads++, answer), clock);
   t.equal(monitor.detail(), 'kubelet client approval: on; not looked at yet');
-  await until(() => reads === 1, 'the first look');
+  await until('the first look', () => reads === 1);
   await new Promise((resolve) => setImmediate(resolve));
   t.match(
     monitor.detail(),
@@ -171,7 +171,7 @@ t.test("/readyz's line follows the authorizer, asked again at most once a minute
   t.equal(reads, 1, 'not asked again within the minute');
   clock.advance(30_000);
   monitor.detail();
-  await until(() => reads === 2, 'the look a minute later');
+  await until('the look a minute later', () => reads === 2);
   await new Promise((resolve) => setImmediate(resolve));
   t.equal(monitor.detail(), 'kubelet client approval: on; the authorizer lets no requester have kube-controller-manager approve them');
 });

@@ -14,7 +14,7 @@ import { bindingRecord } from '../../../agent/records/bindings.js';
 import { silentLogger } from '../../../agent/log.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { leadAndAllow } from '../../support/mock-approver.js';
-import { until } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 
 const server = 'https://api.test';
 const BINDINGS = '/apis/kubeboot.io/v1alpha1/tokenbindings';
@@ -124,7 +124,7 @@ async function run(t: Test, after: Record<string, string>): Promise<Seen> {
   );
   const stop = new AbortController();
   const running = approver.run(stop.signal);
-  await until(() => seen.approvals > 0 || seen.events.length > 0, 'an approval or a reported violation');
+  await until('an approval or a reported violation', () => seen.approvals > 0 || seen.events.length > 0);
   stop.abort();
   await running;
   await mock.close();

@@ -6,7 +6,7 @@ import { MockAgent } from 'undici';
 import { LeaderElector } from '../../../agent/approver/leader.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 
 const server = 'https://api.test';
 const leases = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';

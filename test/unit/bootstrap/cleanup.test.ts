@@ -6,6 +6,8 @@ import t from 'tap';
 import { removeBootstrapToken } from '../../../agent/bootstrap/cleanup.js';
 import type { BootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
 import { createLogger } from '../../../agent/log.js';
+import { fileStore } from '../../../agent/store/store.js';
+import { memoryStore } from '../../support/memory-store.js';
 import { Writable } from 'node:stream';
 
 function capture(): { logger: ReturnType<typeof createLogger>; lines: string[] } {
@@ -32,7 +34,7 @@ t.test('a link into a directory others can write: only the link goes, and the lo
   await writeFile(join(shared, 'victim'), "not kubeboot's");
   await symlink(join(shared, 'victim'), join(dir, 'etc', 'bootstrap-kubelet.conf'));
   const { logger, lines } = capture();
-  await removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf')), [], logger);
+  await removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf')), [], fileStore(), logger);
   t.notOk(await exists(join(dir, 'etc', 'bootstrap-kubelet.conf')), 'the link is removed');
   t.ok(await exists(join(shared, 'victim')), 'the file behind it is left alone');
   t.match(lines.join(''), /will not delete .*writable by group or others/);
@@ -46,7 +48,7 @@ t.test('a link planted in a directory others can write is never followed, whatev
   const tokenFile = join(dir, 'drop', 'token');
   await symlink(join(dir, 'secrets', 'important.conf'), tokenFile);
   const { logger, lines } = capture();
-  await removeBootstrapToken(bootstrapAt(join(dir, 'bootstrap-kubelet.conf'), tokenFile), [], logger);
+  await removeBootstrapToken(bootstrapAt(join(dir, 'bootstrap-kubelet.conf'), tokenFile), [], fileStore(), logger);
   t.ok(await exists(join(dir, 'secrets', 'important.conf')), 'the file the link names is left alone');
   t.notOk(await exists(tokenFile), 'the link is removed');
   t.match(lines.join(''), /will not delete \(the directory of .*drop\/token is writable by group or others/);
@@ -57,7 +59,7 @@ t.test('a link into a directory kubeboot trusts takes its target along', async (
   await chmod(join(dir, 'secrets'), 0o700);
   await symlink(join(dir, 'secrets', 'bootstrap.conf'), join(dir, 'etc', 'bootstrap-kubelet.conf'));
   const { logger } = capture();
-  await removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf')), [], logger);
+  await removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf')), [], fileStore(), logger);
   t.notOk(await exists(join(dir, 'secrets', 'bootstrap.conf')), 'the token file is deleted');
   t.notOk(await exists(join(dir, 'etc', 'bootstrap-kubelet.conf')), 'and the link');
 });
@@ -69,8 +71,20 @@ t.test('the token file goes before the kubeconfig: a failure leaves the kubeconf
   await mkdir(join(dir, 'tok2', 'token'), { recursive: true });
   await writeFile(join(dir, 'tok2', 'token', 'inside'), 'x');
   await t.rejects(
-    removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf'), join(dir, 'tok2', 'token')), [], logger),
+    removeBootstrapToken(bootstrapAt(join(dir, 'etc', 'bootstrap-kubelet.conf'), join(dir, 'tok2', 'token')), [], fileStore(), logger),
     /cannot delete .*token/,
   );
   t.ok(await exists(join(dir, 'etc', 'bootstrap-kubelet.conf')), 'the kubeconfig that names the token file is still there');
+});
+
+t.test('the token goes through the Store it is given: the token file, then the kubeconfig', async (t) => {
+  const store = memoryStore({
+    '/etc/kubernetes/bootstrap-kubelet.conf': 'kubeconfig',
+    '/etc/kubernetes/bootstrap-token': 'abcdef.0123456789abcdef',
+  });
+  const { logger, lines } = capture();
+  await removeBootstrapToken(bootstrapAt('/etc/kubernetes/bootstrap-kubelet.conf', '/etc/kubernetes/bootstrap-token'), [], store, logger);
+  t.same(store.removes, ['/etc/kubernetes/bootstrap-token', '/etc/kubernetes/bootstrap-kubelet.conf']);
+  t.same([...store.files.keys()], []);
+  t.match(lines.join(''), /deleted the bootstrap kubeconfig \/etc\/kubernetes\/bootstrap-kubelet\.conf/);
 });

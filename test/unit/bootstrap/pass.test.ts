@@ -4,12 +4,13 @@
 // that a second pass on the same files asks for nothing.
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
-import { bootstrapNode, openPass, renewNode } from '../../../agent/bootstrap/pass.js';
+import { bootstrapNode, dryRunPlan, type FoundBootstrap, openPass, renewNode } from '../../../agent/bootstrap/pass.js';
+import type { Assessment } from '../../../agent/credential/assess.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { identitiesFor } from '../../../agent/config/identities.js';
 import type { RunDeps } from '../../../agent/credential/issue.js';
-import { BootstrapCredentialError } from '../../../agent/errors.js';
+import { BootstrapCredentialError, ExitCode } from '../../../agent/errors.js';
 import type { Identity } from '../../../agent/identity.js';
 import { renderBootstrapKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { silentLogger } from '../../../agent/log.js';
@@ -20,7 +21,7 @@ import { readOptional } from '../../../agent/read-optional.js';
 import { generateKey } from '../../../agent/pki/keys.js';
 import { createCsrPem } from '../../../agent/pki/pkcs10.js';
 import { pendingKeyPath } from '../../../agent/store/pending-key.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { type MemoryStore, memoryStore } from '../../support/memory-store.js';
 import { createCa, signRequest } from '../../support/pki.js';
 
@@ -255,4 +256,80 @@ t.test('joining with --server/--token: the CA is discovered once and the written
     'read once, found absent; what the join wrote is kept in memory',
   );
   t.equal(await readOptional(config.bootstrapKubeconfig), null, 'written for later passes, deleted once every identity was proven');
+});
+
+/** An API server whose cluster-info is signed for TOKEN but that refuses TOKEN (401) at the CSR: deleted inside its 10 s cache of a success. */
+function refusingServer(t: Test) {
+  const agent = new MockAgent();
+  agent.disableNetConnect();
+  t.teardown(() => agent.close());
+  const pool = agent.get(SERVER);
+  const kubeconfig = `apiVersion: v1\nclusters:\n- cluster:\n    server: ${SERVER}\n    certificate-authority-data: ${Buffer.from(ca.certPem).toString('base64')}\n`;
+  const data = { kubeconfig, 'jws-kubeconfig-abcdef': signDetachedJws(kubeconfig, 'abcdef', '0123456789abcdef') };
+  pool
+    .intercept({ path: '/api/v1/namespaces/kube-public/configmaps/cluster-info', method: 'GET' })
+    .reply(200, JSON.stringify({ data }))
+    .persist();
+  const unauthorized = JSON.stringify({ kind: 'Status', status: 'Failure', reason: 'Unauthorized', code: 401, message: 'Unauthorized' });
+  pool.intercept({ path: CSRS, method: 'POST' }).reply(401, unauthorized).persist();
+  return agent;
+}
+
+t.test('a bootstrap token refused at the CSR is dead: exit 5 naming its id, and the operator’s bootstrap kubeconfig is kept', async (t) => {
+  const { config, store } = await freshNode(t);
+  const agent = refusingServer(t);
+  const err = await bootstrapNode(await openPass(config, depsFor(store, agent))).catch((e: unknown) => e);
+  t.match(err, { code: ExitCode.tokenNotSigned, message: /refuses bootstrap token abcdef \(401 Unauthorized\): the token is dead/ });
+  t.notMatch((err as Error).message, /0123456789abcdef/, 'never the secret');
+  t.ok(store.files.has(config.bootstrapKubeconfig), 'kept: a 401 is no proof the token is gone for good, and it may be the only copy');
+  t.same(store.removes, []);
+});
+
+t.test(
+  'a token refused at the CSR after a join: exit 5, and the kubeconfig the join wrote goes again, so a new --token is used next',
+  async (t) => {
+    const { config, store } = await freshNode(t);
+    store.files.delete(config.bootstrapKubeconfig);
+    config.server = SERVER;
+    config.token = TOKEN;
+    config.caCertHashes = [caCertHash(ca.certPem)];
+    const agent = refusingServer(t);
+    const err = await bootstrapNode(await openPass(config, depsFor(store, agent), { join: true })).catch((e: unknown) => e);
+    t.match(err, {
+      code: ExitCode.tokenNotSigned,
+      message:
+        /the token is dead .*join with it \(.*bootstrap-kubelet\.conf, written from the join settings moments ago, is removed again\)$/,
+    });
+    t.same(store.removes, [config.bootstrapKubeconfig]);
+    t.notOk(store.files.has(config.bootstrapKubeconfig));
+  },
+);
+
+t.test('the dry-run plan says who would ask for each missing credential, as the pass decides it', async (t) => {
+  const config = defaultConfig('worker-1');
+  const kubelet = identitiesFor(config)[0]!;
+  const proxy = identitiesFor(config)[1]!;
+  const missing = (identity: Identity) => ({ identity, state: 'unusable' as const, reason: 'missing', cluster: null });
+  const usable = {
+    identity: kubelet,
+    state: 'usable' as const,
+    certPem: '',
+    keyPem: '',
+    notAfter: new Date(),
+    cluster: { server: SERVER, caPem: '', tlsServerName: null },
+  };
+  const bootstrap = { kind: 'kubeconfig', bootstrap: {} } as FoundBootstrap;
+  const joining = { ...config, server: SERVER, token: TOKEN };
+  const rows: [string, Config, Assessment, FoundBootstrap | null, [string | null, string | null]][] = [
+    ['nothing, a bootstrap kubeconfig', config, missing(kubelet), bootstrap, ['bootstrap', 'kubelet']],
+    ['nothing, one that cannot be read', config, missing(kubelet), null, ['bootstrap', 'kubelet']],
+    ['nothing, join settings', joining, missing(kubelet), { kind: 'absent' }, ['join', 'kubelet']],
+    ['nothing at all', config, missing(kubelet), { kind: 'absent' }, [null, null]],
+    ['a kubelet credential, no bootstrap kubeconfig', config, usable, { kind: 'absent' }, ['(usable)', 'kubelet']],
+  ];
+  for (const [what, c, k, found, want] of rows) {
+    const node = { kubelet: k, others: [missing(proxy)] };
+    const { asker } = dryRunPlan(c, node, found);
+    t.same([k.state === 'usable' ? '(usable)' : asker.get(k), asker.get(node.others[0]!)], want, what);
+  }
 });

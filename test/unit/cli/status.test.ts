@@ -4,7 +4,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
 import t from 'tap';
-import { collectStatus, runStatus } from '../../../agent/cli/status.js';
+import { runStatus } from '../../../agent/cli/status.js';
+import { collectStatus } from '../../../agent/status/model.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 
 function config(dir: string) {

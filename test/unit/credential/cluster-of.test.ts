@@ -12,7 +12,7 @@ import type { BootstrapAuth, BootstrapKubeconfig } from '../../../agent/kubeconf
 import { silentLogger } from '../../../agent/log.js';
 import { signDetachedJws } from '../../../agent/pki/jws.js';
 import { caCertHash } from '../../../agent/pki/pin.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { createCa } from '../../support/pki.js';
 
 const SERVER = 'https://api.test:6443';

@@ -15,7 +15,7 @@ import { csrName } from '../../../agent/pki/csr-name.js';
 import { generateKey, parsePrivateKey } from '../../../agent/pki/keys.js';
 import { createCsrPem, parseCsrPem } from '../../../agent/pki/pkcs10.js';
 import { pendingKeyPath } from '../../../agent/store/pending-key.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { runOn } from '../../support/fake-time.js';
 import { memoryStore } from '../../support/memory-store.js';
 import { createCa, signRequest } from '../../support/pki.js';

@@ -6,11 +6,11 @@ import { MockAgent } from 'undici';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import { findBootstrap } from '../../../agent/bootstrap/pass.js';
 import { bootstrapRequester, clusterOf, explainBootstrapFailure } from '../../../agent/credential/requester.js';
-import { ApiError, BootstrapCredentialError } from '../../../agent/errors.js';
+import { ApiError, BootstrapCredentialError, DeadTokenError, ExitCode } from '../../../agent/errors.js';
 import type { BootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
 import { renderBootstrapKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { memoryStore } from '../../support/memory-store.js';
 import { createCa } from '../../support/pki.js';
 
@@ -71,8 +71,16 @@ t.test('a 401 is the bootstrap credential to replace only when the bootstrap cre
   await client.close();
   const api = (status: number) => new ApiError({ method: 'POST', path: '/x', status, reason: 'R', message: '' });
   const explained = explainBootstrapFailure(api(401), bootstrap);
-  t.type(explained, BootstrapCredentialError);
-  t.match((explained as Error).message, /rejected the bootstrap credential \(401 Unauthorized\): it is expired, deleted or mistyped/);
+  t.type(explained, DeadTokenError);
+  t.equal((explained as DeadTokenError).code, ExitCode.tokenNotSigned, 'a bootstrap token refused is dead: exit 5, as for no signature');
+  t.match(
+    (explained as Error).message,
+    /refuses bootstrap token abcdef \(401 Unauthorized\): the token is dead \(deleted, expired or mistyped\)/,
+  );
+  const certificate = { ...bootstrap!, auth: { kind: 'client-certificate', certPem: '', keyPem: '' } } as BootstrapKubeconfig;
+  const refusedCert = explainBootstrapFailure(api(401), certificate);
+  t.type(refusedCert, BootstrapCredentialError);
+  t.equal((refusedCert as BootstrapCredentialError).code, ExitCode.badInput, 'another credential refused: bad input, exit 2');
   const forbidden = api(403);
   t.equal(explainBootstrapFailure(forbidden, bootstrap), forbidden, '403: unchanged');
   const unauthorized = api(401);

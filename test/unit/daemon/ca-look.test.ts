@@ -36,6 +36,12 @@ t.test('after a look: the same digest waits for the next, anything else starts a
     ['unchanged, latest jitter', { kind: 'read', digest: 'd1' }, 1, `look at +12 min`],
     ['changed', { kind: 'read', digest: 'd2' }, 0.5, 'worker: cluster-info changed'],
     ['unreadable', { kind: 'failed', why: 'HTTP 403' }, 0.5, 'worker: cannot read cluster-info (HTTP 403)'],
+    [
+      'the Node appeared',
+      { kind: 'read', digest: 'd1', nodeAppeared: true },
+      0.5,
+      'worker: the Node appeared (its CA rotation annotation is owed)',
+    ],
   ];
   for (const [what, result, random, want] of rows) {
     const next = afterLook(look, result, input(random));
@@ -63,11 +69,13 @@ t.test(
     };
     const seen: { path: string; cn: string | undefined }[] = [];
     let status = 200;
+    let nodeStatus = 404;
     const server: Server = createServer(
       { key: serving.keyPem, cert: serving.certPem, ca: ca.certPem, requestCert: true, rejectUnauthorized: true },
       (req, res) => {
         const peer = (req.socket as import('node:tls').TLSSocket).getPeerCertificate();
         seen.push({ path: req.url ?? '', cn: String(peer.subject?.CN) });
+        if (req.url === '/api/v1/nodes/n1') return res.writeHead(nodeStatus).end('{}');
         res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(cm));
       },
     );
@@ -113,6 +121,20 @@ t.test(
     status = 403;
     t.same(await lookAtClusterInfo(mine, signal), { kind: 'failed', why: 'HTTP 403' }, 'an error status');
     status = 200;
+    const withNode = { ...mine, node: `https://127.0.0.1:${port}/api/v1/nodes/n1` };
+    t.same(
+      await lookAtClusterInfo(withNode, signal),
+      { kind: 'read', digest: clusterInfoDigest(cm) },
+      'a Node still absent (404) is no change',
+    );
+    nodeStatus = 200;
+    t.same(
+      await lookAtClusterInfo(withNode, signal),
+      { kind: 'read', digest: clusterInfoDigest(cm), nodeAppeared: true },
+      'the Node appeared',
+    );
+    nodeStatus = 403;
+    t.same(await lookAtClusterInfo(withNode, signal), { kind: 'failed', why: 'HTTP 403' }, 'any other answer for the Node: a worker');
     const aborted = new AbortController();
     aborted.abort();
     t.match(await lookAtClusterInfo(mine, aborted.signal), { kind: 'failed' }, 'an aborted look (timeout, nudge, SIGTERM)');

@@ -26,9 +26,9 @@ import {
 } from '../../../agent/daemon/worker-protocol.js';
 import type { IdentityName } from '../../../agent/identity.js';
 import type { Log } from '../../../agent/log-lines.js';
-import { LIVENESS_GRACE_MS, passBoundMs } from '../../../agent/renewal/plan.js';
+import { LIVENESS_GRACE_MS, stepBoundMs } from '../../../agent/renewal/plan.js';
 import { emptyRecord, type IdentityRecord } from '../../../agent/renewal/record.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import type { CaLook } from '../../../agent/trust/keeper.js';
 import { configIn } from '../../support/node-config.js';
 import { listenNotifySocket } from '../../support/notify-socket.js';
@@ -359,8 +359,8 @@ t.test(
     t.notOk(w.stopping, 'not while a step is in flight');
     w.answer('kube-proxy', { nextIn: HOUR, record: records[1]!, handOver: handOver('last') });
     await rests(f, w);
-    t.match(metric(f, 'kubeboot_passes_total'), 1, 'the worker that ended is counted');
-    t.match(metric(f, 'kubeboot_pass_cpu_seconds_total'), 0.25, 'with the CPU it said it spent');
+    t.match(metric(f, 'kubeboot_workers_total'), 1, 'the worker that ended is counted');
+    t.match(metric(f, 'kubeboot_worker_cpu_seconds_total'), 0.25, 'with the CPU it said it spent');
 
     await f.clock.tick(HOUR - 1);
     await settle();
@@ -590,7 +590,7 @@ t.test(
     await f.clock.tick(1);
     await until('the third worker', () => f.workers.length === 3);
     t.same(f.worker().steps, [{ id: 6, target: 'kube-proxy', force: true }], 'still the same renewal, still forced');
-    t.equal(metric(f, 'kubeboot_pass_failures_total'), 2, 'each loss counted');
+    t.equal(metric(f, 'kubeboot_worker_failures_total'), 2, 'each loss counted');
 
     // A worker that answers and rests resets the back-off.
     f.worker().answer('kube-proxy', { nextIn: DAY });
@@ -652,13 +652,13 @@ t.test('workers failing again and again: counted in /metrics, then unhealthy so 
     wait = Math.min(300_000, wait * 2);
   }
   t.notOk(f.daemon.healthy(), 'unhealthy after 7 failed workers in a row');
-  t.equal(metric(f, 'kubeboot_pass_failures_total'), 7, 'each failure counted');
+  t.equal(metric(f, 'kubeboot_worker_failures_total'), 7, 'each failure counted');
 });
 
 t.test('healthy: a step in flight past its bound is stuck; a wall-clock step changes nothing; an idle day is healthy', async (t) => {
   const f = await daemon(t);
   const w = f.worker();
-  const bound = passBoundMs(f.config) + LIVENESS_GRACE_MS;
+  const bound = stepBoundMs(f.config) + LIVENESS_GRACE_MS;
   t.ok(f.daemon.healthy(), 'healthy as the steps start');
   await f.clock.tick(bound - MIN);
   f.clock.jump(-DAY);
@@ -779,7 +779,7 @@ t.test('a worker told to stop that does not exit is killed after 30 s, and the n
   w.exit(null, 'SIGKILL');
   await settle();
   t.equal(f.workers.length, 1, 'no worker before a step is due');
-  t.equal(metric(f, 'kubeboot_pass_failures_total') ?? 0, 0, 'a worker killed on its way out, its steps answered, is no failure');
+  t.equal(metric(f, 'kubeboot_worker_failures_total') ?? 0, 0, 'a worker killed on its way out, its steps answered, is no failure');
   await f.clock.tick(10 * MIN - 30 * SEC);
   await until('the next worker', () => f.workers.length === 2);
   t.pass('the next worker starts at its time');

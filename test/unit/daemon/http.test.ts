@@ -3,7 +3,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { silentLogger } from '../../../agent/log.js';
 import { isLoopbackListen, keepListening, MAX_CONNECTIONS, startHttpServer, StatusListener } from '../../../agent/daemon/http.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { until } from '../../support/until.js';
 import type { Readiness } from '../../../agent/daemon/report.js';
 import { KubebootError } from '../../../agent/errors.js';

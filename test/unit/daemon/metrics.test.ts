@@ -128,14 +128,31 @@ t.test('the CA rotation series: refused gauge set and reset, counters by reason,
   t.equal(value(text, 'kubeboot_ca_restarts_total{consumer="kube-proxy",result="failed"}'), 2);
 });
 
-t.test('passes that ran to rest are counted with the CPU they spent', async (t) => {
+t.test('workers that ran to rest are counted with the CPU they spent, and those that failed', async (t) => {
   const m = createMetrics({ ...none, processMetrics: false });
-  t.match(m.render(), /^# TYPE kubeboot_passes_total counter$/m);
-  t.equal(value(m.render(), 'kubeboot_passes_total'), undefined, 'none yet');
+  t.match(m.render(), /^# TYPE kubeboot_workers_total counter$/m);
+  t.equal(value(m.render(), 'kubeboot_workers_total'), undefined, 'none yet');
   m.workerEnded(0.5);
   m.workerEnded(0.25);
-  t.equal(value(m.render(), 'kubeboot_passes_total'), 2);
-  t.equal(value(m.render(), 'kubeboot_pass_cpu_seconds_total'), 0.75);
+  m.workerFailed();
+  t.equal(value(m.render(), 'kubeboot_workers_total'), 2);
+  t.equal(value(m.render(), 'kubeboot_worker_cpu_seconds_total'), 0.75);
+  t.equal(value(m.render(), 'kubeboot_worker_failures_total'), 1);
+});
+
+t.test('the names that said "pass" stay one release as deprecated aliases with the same values', async (t) => {
+  const m = createMetrics({ ...none, processMetrics: false });
+  m.workerEnded(0.5);
+  m.workerFailed();
+  const text = m.render();
+  for (const [old, now] of [
+    ['kubeboot_passes_total', 'kubeboot_workers_total'],
+    ['kubeboot_pass_cpu_seconds_total', 'kubeboot_worker_cpu_seconds_total'],
+    ['kubeboot_pass_failures_total', 'kubeboot_worker_failures_total'],
+  ]) {
+    t.equal(value(text, old!), value(text, now!), `${old} = ${now}`);
+    t.match(text, new RegExp(`^# HELP ${old} Deprecated: use ${now}`, 'm'));
+  }
 });
 
 t.test('the exposition format: HELP and TYPE lines, label escapes, histogram buckets, sum and count', async (t) => {

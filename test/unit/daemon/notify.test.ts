@@ -3,7 +3,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { createNotifier, startWatchdog, watchdogIntervalMs, type NotifyExec } from '../../../agent/daemon/notify.js';
 import { listenNotifySocket } from '../../support/notify-socket.js';
 

@@ -18,7 +18,7 @@ import { signDetachedJws } from '../../../agent/pki/jws.js';
 import { caCertHash } from '../../../agent/pki/pin.js';
 import { readOptional } from '../../../agent/read-optional.js';
 import type { Store } from '../../../agent/store/store.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { runOn } from '../../support/fake-time.js';
 import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
 import { memoryStore } from '../../support/memory-store.js';

@@ -8,7 +8,7 @@ import { KubeClient } from '../../../agent/kube/client.js';
 import { createCsr, waitForCertificate } from '../../../agent/kube/csr-requests.js';
 import type { CertificateSigningRequest } from '../../../agent/kube/csr-state.js';
 import { createLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { capturingLogger, runOn } from '../../support/fake-time.js';
 
 const SERVER = 'https://api.test:6443';

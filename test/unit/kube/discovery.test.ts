@@ -10,7 +10,7 @@ import { discoverClusterCa, SIGNATURE_WAIT_MS, type DiscoveryInput } from '../..
 import { silentLogger } from '../../../agent/log.js';
 import { signDetachedJws } from '../../../agent/pki/jws.js';
 import { caCertHash } from '../../../agent/pki/pin.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { runOn } from '../../support/fake-time.js';
 import { createCa } from '../../support/pki.js';
 
@@ -166,32 +166,35 @@ t.test('with a waitTimeout under the bound, an unsigned cluster-info still ends 
   t.same(fetchedAt, [0, 5_000, 10_000], 'no attempt after 10 s: the next would come at 15 s');
 });
 
-t.test('a cluster-info that cannot be read is waited for until waitTimeout, then exit 4 saying what it waited for', async (t) => {
-  const agent = new MockAgent();
-  agent.disableNetConnect();
-  t.teardown(() => agent.close());
-  const clock = new FakeClock();
-  agent.get(SERVER).intercept({ path: CLUSTER_INFO, method: 'GET' }).reply(503, 'etcd is down').times(3);
-  const err = await runOn(
-    clock,
-    discoverClusterCa({
-      server: SERVER,
-      tlsServerName: null,
-      ...TOKEN,
-      pins: [caCertHash(ca.certPem)],
-      unsafeSkipCaVerification: false,
-      timeoutMs: 12_000,
-      logger: silentLogger(),
+t.test(
+  'a cluster-info that cannot be read is waited for until waitTimeout, then exit 1 (API unreachable, as the exit code table says) saying what it waited for',
+  async (t) => {
+    const agent = new MockAgent();
+    agent.disableNetConnect();
+    t.teardown(() => agent.close());
+    const clock = new FakeClock();
+    agent.get(SERVER).intercept({ path: CLUSTER_INFO, method: 'GET' }).reply(503, 'etcd is down').times(3);
+    const err = await runOn(
       clock,
-      dispatcher: agent,
-    }),
-  );
-  t.equal((err as KubebootError).code, ExitCode.timedOut);
-  t.match(
-    (err as Error).message,
-    /^CA discovery from https:\/\/api\.test:6443: cannot read kube-public\/cluster-info \(.*503.*\); gave up after 12s$/,
-  );
-});
+      discoverClusterCa({
+        server: SERVER,
+        tlsServerName: null,
+        ...TOKEN,
+        pins: [caCertHash(ca.certPem)],
+        unsafeSkipCaVerification: false,
+        timeoutMs: 12_000,
+        logger: silentLogger(),
+        clock,
+        dispatcher: agent,
+      }),
+    );
+    t.equal((err as KubebootError).code, ExitCode.other, 'exit 4 is only a CSR not approved in time');
+    t.match(
+      (err as Error).message,
+      /^CA discovery from https:\/\/api\.test:6443: cannot read kube-public\/cluster-info \(.*503.*\); gave up after 12s$/,
+    );
+  },
+);
 
 t.test('a CA that fails the signature or the pins is refused at once, without waiting', async (t) => {
   const cases = [

@@ -2,11 +2,12 @@
 // FakeClock: the back-off, the server's Retry-After (read against the
 // clock's wall time) and the overall bound, without waiting for any of them.
 import t from 'tap';
-import { ApiError, KubebootError, TimedOutError, TransportError } from '../../../agent/errors.js';
+import { ApiError, ExitCode, KubebootError, TransportError, UnreachableError } from '../../../agent/errors.js';
 import { isTransient, retryTransient, transientWaitMs } from '../../../agent/kube/retry.js';
 import { silentLogger } from '../../../agent/log.js';
-import { FakeClock } from '../../../agent/time/clock.js';
-import { runOn, until } from '../../support/fake-time.js';
+import { FakeClock } from '../../support/fake-time.js';
+import { runOn } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 
 const logger = silentLogger();
 const api = (status: number, retryAfter?: string) =>
@@ -81,7 +82,12 @@ t.test('on a fake clock: gives up when the next pause would pass the bound, with
   const clock = new FakeClock();
   const { call, at } = flaky(clock, Array.from({ length: 20 }, refused));
   const err = await runOn(clock, retryTransient('creating CSR x', call, { timeoutMs: 20_000, logger, random: () => 0, clock }));
-  t.type(err, TimedOutError);
+  t.type(err, UnreachableError);
+  t.equal(
+    (err as KubebootError).code,
+    ExitCode.other,
+    'exit 1: the API server could not be reached (exit 4 is a CSR not approved in time)',
+  );
   t.match((err as Error).message, /^creating CSR x: gave up after 20s of failures; last: .*ECONNREFUSED/);
   t.same(at, [0, 2_000, 6_000, 14_000], 'a 16 s pause at 14 s would pass 20 s: no fifth attempt');
 });
@@ -100,7 +106,7 @@ t.test("stopping during a pause rejects with Node's abort error, as before the C
   const stop = new AbortController();
   const { call } = flaky(clock, [refused()]);
   const p = retryTransient('x', call, { timeoutMs: 60_000, logger, clock, signal: stop.signal }).catch((e: unknown) => e);
-  await until(() => clock.pending > 0, 'the pause');
+  await until('the pause', () => clock.pending > 0);
   stop.abort(new KubebootError('interrupted by SIGTERM'));
   const err = (await p) as Error & { code?: string };
   t.equal(err.name, 'AbortError');

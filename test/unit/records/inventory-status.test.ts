@@ -2,7 +2,7 @@
 // missing, how many nodes it lists, or why it could not be read; /readyz looks again at most once a minute.
 import t from 'tap';
 import { inventoryStatus } from '../../../agent/records/inventory-status.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 
 /** The look the line started has answered. */
 const settle = () => new Promise((resolve) => setImmediate(resolve));

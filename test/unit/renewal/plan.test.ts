@@ -5,7 +5,7 @@ import { IDENTITY_ROLES } from '../../../agent/config/identities.js';
 import type { Assessment, NodeCredential } from '../../../agent/credential/assess.js';
 import { ApiError, CsrRejectedError, KubebootError, NeedsBootstrapError, TimedOutError } from '../../../agent/errors.js';
 import type { Identity } from '../../../agent/identity.js';
-import { deadlineFor, nextAction, progressDue, RECHECK_MS, RENEW_BACKOFF, retryPlan } from '../../../agent/renewal/plan.js';
+import { deadlineFor, nextAction, progressBy, RECHECK_MS, RENEW_BACKOFF, retryPlan } from '../../../agent/renewal/plan.js';
 import { MIN_RETRY_MS } from '../../../agent/time/backoff.js';
 import { kubeletIdentity } from '../../support/identity.js';
 
@@ -226,13 +226,7 @@ t.test('retryPlan: how long after a failure', async (t) => {
   }
 });
 
-t.test('progressDue: a sleeping loop wakes within a chunk, a working one within its longest pass', async (t) => {
-  const limits = { chunkMs: 60_000, maxPassMs: 1_800_000, graceMs: 30_000 };
-  t.equal(progressDue({ kind: 'sleeping', msUntilWake: 10_000 }, 1_000, limits), 41_000, 'a short sleep');
-  t.equal(
-    progressDue({ kind: 'sleeping', msUntilWake: 86_400_000 }, 1_000, limits),
-    91_000,
-    'a day-long sleep still shows life every chunk',
-  );
-  t.equal(progressDue({ kind: 'working' }, 1_000, limits), 1_831_000, 'a pass gets its longest duration');
+t.test('progressBy: what may take a span shows progress within it and the grace', async (t) => {
+  t.equal(progressBy(1_000, 60_000), 91_000, 'a chunk of sleep');
+  t.equal(progressBy(1_000, 1_800_000), 1_831_000, 'a step gets its longest duration');
 });

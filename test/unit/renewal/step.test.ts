@@ -3,7 +3,6 @@
 // sleeps, no control plane. What the daemon does with the answers (when to
 // send the next step, liveness, READY=1) is tested with the daemon; the real
 // control plane proves both end to end in test/e2e/daemon.test.ts.
-import { mkdir, readFile, rm } from 'node:fs/promises';
 import { PassThrough } from 'node:stream';
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
@@ -21,10 +20,9 @@ import { renewalDeadline } from '../../../agent/renewal/deadline.js';
 import { RECHECK_MS, retryPlan, STEP_ASIDE_RECHECK_MS } from '../../../agent/renewal/plan.js';
 import { emptyRecord, validUntil, type IdentityRecord } from '../../../agent/renewal/record.js';
 import { runIdentityStep, type StepMemory, type StepResult } from '../../../agent/renewal/step.js';
-import { writeFileAtomic } from '../../../agent/store/atomic.js';
-import { storeCredential } from '../../../agent/store/cert-store.js';
-import { FakeClock } from '../../../agent/time/clock.js';
-import { serializer } from '../../../agent/trust/keeper.js';
+import { FakeClock } from '../../support/fake-time.js';
+import { serializer } from '../../../agent/store/serializer.js';
+import { type MemoryStore, memoryStore } from '../../support/memory-store.js';
 import { configIn } from '../../support/node-config.js';
 import { createCa, issueLeaf, signRequest, type CertAndKey } from '../../support/pki.js';
 import { until } from '../../support/until.js';
@@ -42,6 +40,8 @@ interface StepOptions {
 
 interface Node {
   config: Config;
+  /** The node's files. */
+  store: MemoryStore;
   ca: CertAndKey;
   agent: MockAgent;
   clock: FakeClock;
@@ -70,15 +70,15 @@ async function node(t: Test, o: { kubeProxy: boolean }): Promise<Node> {
     await Promise.allSettled([...running]);
     await agent?.close();
   });
-  const dir = t.testdir();
-  const config = configIn(dir);
+  const config = configIn('/node');
   config.kubeProxy.enabled = o.kubeProxy;
   const ca = await createCa('unit-ca');
   const leaf = await issueLeaf(ca, { commonName: 'system:node:n1', organizations: ['system:nodes'], usage: 'client' });
   const kubelet = identitiesFor(config)[0]!;
-  await mkdir(kubelet.certDir, { recursive: true });
-  const stored = await storeCredential(kubelet, leaf.certPem, leaf.keyPem, new Date());
-  await writeFileAtomic(
+  // The node's files in memory: the steps are given the Store, as the worker gives them its disk one.
+  const store = memoryStore();
+  const stored = await store.update(kubelet, leaf.certPem, leaf.keyPem, new Date());
+  await store.write(
     config.kubelet.kubeconfig,
     renderClientKubeconfig({
       server: SERVER,
@@ -88,7 +88,6 @@ async function node(t: Test, o: { kubeProxy: boolean }): Promise<Node> {
       userName: 'default-auth',
       tlsServerName: null,
     }),
-    { mode: 0o600 },
   );
 
   const mock = new MockAgent();
@@ -113,6 +112,7 @@ async function node(t: Test, o: { kubeProxy: boolean }): Promise<Node> {
       metrics,
       memory: s.memory ?? memory,
       dispatcher: mock,
+      store,
       serialize,
       onRecord: (r) => void reported.push(r),
     });
@@ -120,7 +120,7 @@ async function node(t: Test, o: { kubeProxy: boolean }): Promise<Node> {
     void done.finally(() => running.delete(done)).catch(() => undefined);
     return done;
   };
-  return { config, ca, agent: mock, clock, metrics, memory, kubeletPem: leaf.certPem, reported, said: () => said, step };
+  return { config, ca, store, agent: mock, clock, metrics, memory, kubeletPem: leaf.certPem, reported, said: () => said, step };
 }
 
 /** The CSR API approves and signs whatever is asked, once; `signed()` is the last certificate issued. */
@@ -280,12 +280,12 @@ t.test('kubelet files deleted behind its back: renewed with the credential still
   t.ok(holds(n.memory.lastGoodKubelet?.certPem, n.kubeletPem), 'a step remembers the kubelet credential it saw valid');
   const api = signEverything(n);
 
-  await rm(n.config.kubelet.kubeconfig);
+  n.store.files.delete(n.config.kubelet.kubeconfig);
   const renewed = await n.step('kubelet', first.record);
   t.equal(renewed.issued, true, 'renewed at once, not at the deadline');
   t.ok(api.signed(), 'a CSR was signed: authenticated with the in-memory credential, not a bootstrap token');
   t.same(n.agent.pendingInterceptors(), [], 'create, list and the SelfSubjectReview proof all happened');
-  t.match(await readFile(n.config.kubelet.kubeconfig, 'utf8'), /client-certificate/, 'kubelet.conf is written again');
+  t.match(n.store.files.get(n.config.kubelet.kubeconfig), /client-certificate/, 'kubelet.conf is written again');
   t.ok(validUntil(renewed.record, n.clock.now()), 'the record says the kubelet is valid again');
 });
 
@@ -298,12 +298,12 @@ t.test('kubelet files deleted while no worker ran: the next worker renews with t
   const next: StepMemory = { lastGoodKubelet: restoredCredential(n.config, handedOver), provenKubeletPem: null };
   const api = signEverything(n);
 
-  await rm(n.config.kubelet.kubeconfig);
+  n.store.files.delete(n.config.kubelet.kubeconfig);
   const renewed = await n.step('kubelet', overTheWire(first.record), { memory: next });
   t.equal(renewed.issued, true);
   t.ok(api.signed(), 'a CSR was signed: authenticated with the handed-over credential, not a bootstrap token');
   t.same(n.agent.pendingInterceptors(), [], 'create, list and the SelfSubjectReview proof all happened');
-  t.match(await readFile(n.config.kubelet.kubeconfig, 'utf8'), /client-certificate/, 'kubelet.conf is written again');
+  t.match(n.store.files.get(n.config.kubelet.kubeconfig), /client-certificate/, 'kubelet.conf is written again');
 });
 
 t.test('a failed step records the error and when to retry, counts it, and does not throw', async (t) => {
@@ -351,7 +351,7 @@ t.test('a step stopped mid-wait rejects instead of recording a failure: the next
 
 t.test('kube-proxy without a kubelet credential waits for it, and looks again in a minute', async (t) => {
   const n = await node(t, { kubeProxy: true });
-  await rm(n.config.kubelet.kubeconfig);
+  n.store.files.delete(n.config.kubelet.kubeconfig);
   const waiting = await n.step('kube-proxy', emptyRecord('kube-proxy'));
   const now = n.clock.now();
   t.equal(waiting.issued, false);
@@ -410,7 +410,7 @@ t.test('with the kubelet renewing its own certificate, a step steps aside, even 
 
 t.test('a kubelet with nothing that authenticates and no bootstrap kubeconfig: says how to recover, looks again in a minute', async (t) => {
   const n = await node(t, { kubeProxy: false });
-  await rm(n.config.kubelet.kubeconfig);
+  n.store.files.delete(n.config.kubelet.kubeconfig);
   const stuck = await n.step('kubelet', emptyRecord('kubelet'));
   t.equal(stuck.issued, false);
   t.equal(stuck.next.getTime(), n.clock.now().getTime() + RECHECK_MS, 'looks again after RECHECK_MS (or when a file appears)');
@@ -422,4 +422,17 @@ t.test('a kubelet with nothing that authenticates and no bootstrap kubeconfig: s
     /^kubeboot_renewal_failures_total\{identity="kubelet",reason="needs-bootstrap"\} 1$/m,
     'counted as needs-bootstrap',
   );
+});
+
+t.test('a step assesses the node once: a renewal records what it stored instead of reading the files back', async (t) => {
+  const n = await node(t, { kubeProxy: true });
+  signEverything(n);
+  const read = n.store.read;
+  const reads: string[] = [];
+  n.store.read = async (file) => (reads.push(file), read(file));
+  const forced = await n.step('kubelet', emptyRecord('kubelet'), { force: true });
+  t.equal(forced.issued, true);
+  const proxy = n.config.kubeProxy.kubeconfig;
+  t.equal(reads.filter((f) => f === proxy).length, 1, "kube-proxy's kubeconfig: read once, by the one assessment");
+  t.ok(forced.seen?.state === 'usable' && forced.seen.cluster?.server === SERVER, 'the step saw the stored credential with its cluster');
 });

@@ -1,5 +1,6 @@
 import t from 'tap';
-import { FakeClock, MAX_TIMER_MS, systemClock } from '../../../agent/time/clock.js';
+import { MAX_TIMER_MS, systemClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 
 t.test('advance fires due timers in order and moves the wall clock with them', async (t) => {
   const clock = new FakeClock(0);

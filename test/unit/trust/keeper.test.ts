@@ -24,11 +24,12 @@ import { renderIdentityKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { createLogger } from '../../../agent/log.js';
 import { pemBlocks } from '../../../agent/pki/pem.js';
 import { fileStore, type Store } from '../../../agent/store/store.js';
-import { FakeClock } from '../../../agent/time/clock.js';
+import { FakeClock } from '../../support/fake-time.js';
 import { trustedBundle } from '../../../agent/trust/bundle.js';
 import { spreadOffset } from '../../../agent/trust/decide.js';
+import { serializer } from '../../../agent/store/serializer.js';
 import { seedFloor } from '../../../agent/trust/floor.js';
-import { serializer, TrustKeeper } from '../../../agent/trust/keeper.js';
+import { TrustKeeper } from '../../../agent/trust/keeper.js';
 import { nextStatement, signStatement } from '../../../agent/trust/statement.js';
 import { clusterInfoKubeconfig } from '../../support/kubeconfig.js';
 import { memoryStore } from '../../support/memory-store.js';
@@ -56,7 +57,7 @@ interface Fixture {
    */
   published: { caPem: string; signerPin?: string; signer?: CertAndKey | null };
   /** What the API server presents, and whether nodes may write cluster-info. */
-  server: { presented: Uint8Array; nodeCanWrite: boolean; user: string };
+  server: { presented: Uint8Array; nodeCanWrite: boolean; user: string; nodeExists?: boolean };
   restarts: string[];
   reissued: IdentityName[];
   annotations: Record<string, unknown>[];
@@ -149,6 +150,8 @@ async function withKeeper(t: Test, config: Config, store: Store, clock: FakeCloc
   pool
     .intercept({ path: '/api/v1/nodes/n1', method: 'PATCH' })
     .reply((opts) => {
+      if (f.server.nodeExists === false)
+        return { statusCode: 404, data: JSON.stringify({ kind: 'Status', code: 404, reason: 'NotFound' }) };
       const patch = JSON.parse(String(opts.body)) as { metadata: { annotations: Record<string, string> } };
       f.annotations.push(JSON.parse(patch.metadata.annotations['kubeboot.io/ca-rotation']!) as Record<string, unknown>);
       return { statusCode: 200, data: JSON.stringify({ kind: 'Node', metadata: { name: 'n1' } }) };
@@ -782,4 +785,18 @@ t.test('with nothing pending, a CA step hands the daemon its next look: where, a
   const late = await h.keeper.step();
   t.ok(late.next > ca1.cert.notAfter, 'the next look falls after the trusted CA expires');
   t.equal(late.look, null, "so it is a worker's: the daemon's look is good only until then");
+});
+
+t.test('a Node that does not exist yet: the daemon still makes the next look itself, and asks for the Node in it', async (t) => {
+  const f = await fixture(t);
+  f.published.signer = null;
+  f.server.nodeExists = false;
+  const { look } = await f.keeper.step();
+  t.same(f.annotations, [], 'no annotation could be written');
+  t.ok(look, "the next look is the daemon's, not a worker's every interval");
+  t.equal(look?.node, `${SERVER}/api/v1/nodes/n1`, 'the look asks whether the Node appeared (the annotation is owed)');
+  f.server.nodeExists = true;
+  const annotated = await f.keeper.step();
+  t.equal(f.annotations.length, 1, 'a worker after the Node appeared writes it');
+  t.equal(annotated.look?.node, undefined, 'then the look is of cluster-info alone');
 });
