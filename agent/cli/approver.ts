@@ -13,6 +13,7 @@ import { kcmBindingsMonitor, kcmBindingsProblem, kcmNodeClientBindings } from '.
 import { createApproverMetrics } from '../approver/metrics.js';
 import type { ApproverPolicy } from '../approver/policy.js';
 import type { Config } from '../config/types.js';
+import { parseByteSize } from '../config/values.js';
 import { INVENTORY, INVENTORY_REF } from '../kube/inventory.js';
 import { inventoryStatus } from '../kube/inventory-status.js';
 import { startHttpServer, type StatusServer } from '../daemon/http.js';
@@ -75,6 +76,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
       policy: approverPolicy(config),
       denyViolations: a.denyViolations,
       resyncMs: a.resyncPeriod * 1000,
+      maxPendingPerRequester: checkedByteSize(a.maxPendingPerRequester),
       lease: {
         namespace: a.leaseNamespace,
         name: a.leaseName,
@@ -134,4 +136,11 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     await client.close();
   }
   return ExitCode.ok;
+}
+
+/** A size the option's check already accepted (agent/config/options.ts). */
+function checkedByteSize(text: string): number {
+  const size = parseByteSize(text);
+  if (!size.ok) throw new Error(`max-pending-per-requester: ${size.problem}`);
+  return size.value;
 }

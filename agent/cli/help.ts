@@ -98,6 +98,7 @@ const APPROVER = [
   'renew-deadline',
   'retry-period',
   'resync-period',
+  'max-pending-per-requester',
   'max-expiration',
   'allowed-key-algorithm',
   'approve-kubelet-serving',

@@ -86,6 +86,8 @@ export interface Config {
     renewDeadline: number;
     retryPeriod: number;
     resyncPeriod: number;
+    /** Bytes, as `4Mi` (values.ts parseByteSize). */
+    maxPendingPerRequester: string;
     maxExpiration: number;
     keyAlgorithms: string[];
     kubeletServing: boolean;
