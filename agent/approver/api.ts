@@ -155,7 +155,7 @@ export async function decideCsr(
     metadata = rest;
   }
   // A request too large to keep (retain.ts) is sent as '': the stored one stays.
-  const { oversizedRequest: _, metadataDropped: __, ...object } = csr;
+  const { oversizedRequest: _, metadataDropped: __, notOurs: ___, ...object } = csr;
   const body = { ...object, metadata, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] } };
   const res = await client.request('PUT', `${path}/approval`, { body, accept: [404, 409], signal });
   if (res.status === 409) return { kind: 'conflict' };

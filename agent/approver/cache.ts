@@ -4,7 +4,7 @@
  * only at that node's, so a decision costs what one node has, not what the
  * cluster has (50,000 CSRs of one credential made a full pass quadratic).
  * It counts what it holds (`sizeOf` each CSR), so the informer can bound it,
- * and bounds what each requester's pending CSRs take (`maxPendingPerRequester`
+ * and bounds what each requester's pending CSRs of ours take (`maxPendingPerRequester`
  * bytes, spec.username): one token or one node fills its own share, never
  * what everyone shares. Past its share a requester's youngest pending CSRs
  * (creationTimestamp, then name) are not kept, only counted (by uid, server
@@ -24,6 +24,8 @@ export interface Admission {
 
 const requesterOf = (csr: ApproverCsr): string => csr.spec.username ?? '';
 const idOf = (csr: ApproverCsr): string => csr.metadata.uid ?? csr.metadata.name;
+/** Pending and ours: what takes its requester's share (another signer's, settled ones are small stubs, bounded in all). */
+const takesShare = (csr: ApproverCsr): boolean => !isSettled(csr) && csr.notOurs !== true;
 
 const requesterKey = (csr: ApproverCsr): string => JSON.stringify([csr.spec.username ?? '', csr.spec.signerName]);
 
@@ -83,7 +85,7 @@ export class CsrCache {
     if (cached !== undefined) this.#remove(cached);
     const bytes = this.#sizeOf(csr);
     const evicted: ApproverCsr[] = [];
-    if (!isSettled(csr)) {
+    if (takesShare(csr)) {
       const requester = requesterOf(csr);
       while (bytes > this.#maxPending - this.pendingBytes(requester)) {
         const youngest = this.#youngestPending(requester);
@@ -103,7 +105,7 @@ export class CsrCache {
     let names = this.#byRequester.get(key);
     if (names === undefined) this.#byRequester.set(key, (names = new Set()));
     names.add(name);
-    if (!isSettled(csr)) {
+    if (takesShare(csr)) {
       const requester = requesterOf(csr);
       let pending = this.#pending.get(requester);
       if (pending === undefined) this.#pending.set(requester, (pending = { bytes: 0, names: new Set() }));

@@ -16,6 +16,8 @@ export type ApproverCsr = CertificateSigningRequest & {
   oversizedRequest?: { bytes: number; commonName: string | null };
   /** Set when retain.ts dropped labels, annotations or the like: the /approval write sends the stored metadata back (api.ts). */
   metadataDropped?: boolean;
+  /** Set by retain.ts on a pending CSR no enabled policy decides: never decided, and it takes no requester's share (cache.ts). */
+  notOurs?: boolean;
 };
 
 export function hasCondition(csr: ApproverCsr, ...types: string[]): boolean {

@@ -181,7 +181,7 @@ export class CsrInformer {
     const cached = this.cache.delete(name);
     this.cache.forgetLeftOut(csr);
     this.#opts.onDelete?.(csr);
-    if (cached !== undefined && !isSettled(cached)) this.#roomMade(cached);
+    if (cached !== undefined && !isSettled(cached) && cached.notOurs !== true) this.#roomMade(cached);
   }
 
   /** Keeps what retain.ts keeps of `csr`, within its requester's share (cache.ts); reports what that left out. */

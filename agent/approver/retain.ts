@@ -95,7 +95,8 @@ const DROPPED_UNSEEN = new Set<string>([...KEPT_METADATA, 'managedFields']);
 
 /** What the approver keeps of `csr`; `policy` says which CSRs are ours (isOurs). */
 export function retain(csr: ApproverCsr, policy: ApproverPolicy): ApproverCsr {
-  if (isSettled(csr) || !isOurs(csr, policy)) return stub(csr);
+  if (isSettled(csr)) return stub(csr);
+  if (!isOurs(csr, policy)) return { ...stub(csr), notOurs: true };
   const source = csr.metadata as Record<string, unknown>;
   const metadata = Object.fromEntries(KEPT_METADATA.filter((k) => source[k] !== undefined).map((k) => [k, source[k]]));
   const { request, signerName, username, uid, groups, extra, usages, expirationSeconds } = csr.spec;

@@ -114,3 +114,11 @@ t.test('a settled CSR takes no share, and a deleted or settled one is no longer 
   cache.keepLeftOutOnly(new Set());
   t.same(cache.overflow, { requesters: 0, csrs: 0 }, 'gone from a re-list: forgotten');
 });
+
+t.test("a CSR none of the approver's business takes no share: another signer's controller is never reported", async (t) => {
+  const cache = new CsrCache(() => 100, 100);
+  const sa = 'system:serviceaccount:istio-system:istiod';
+  for (let i = 0; i < 5; i++) t.equal(cache.set({ ...pendingOf(`x${i}`, sa, i), notOurs: true }).kept, true);
+  t.equal(cache.pendingBytes(sa), 0);
+  t.same(cache.overflow, { requesters: 0, csrs: 0 });
+});

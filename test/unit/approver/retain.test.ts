@@ -72,6 +72,7 @@ t.test("another signer's CSR keeps its name, age, requester and signer, and noth
     metadata: { name: 'c1', uid: 'u1', resourceVersion: '7', creationTimestamp: '2026-01-01T00:00:00Z' },
     spec: { request: '', signerName: 'example.com/foreign', username: BOOTSTRAP.username },
     status: { conditions: [] },
+    notOurs: true,
   });
   t.ok(retainedBytes(kept) < 2048, `counted as ${retainedBytes(kept)} bytes, against ${JSON.stringify(flood).length} sent`);
   const serving = csr({ spec: { request: b64('#'.repeat(1000)), signerName: 'kubernetes.io/kubelet-serving' } });
