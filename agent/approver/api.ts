@@ -156,7 +156,13 @@ export async function decideCsr(
   }
   // A request too large to keep (retain.ts) is sent as '': the stored one stays.
   const { oversizedRequest: _, metadataDropped: __, notOurs: ___, ...object } = csr;
-  const body = { ...object, metadata, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] } };
+  const body = {
+    ...object,
+    apiVersion: 'certificates.k8s.io/v1',
+    kind: 'CertificateSigningRequest',
+    metadata,
+    status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] },
+  };
   const res = await client.request('PUT', `${path}/approval`, { body, accept: [404, 409], signal });
   if (res.status === 409) return { kind: 'conflict' };
   if (res.status === 404) return { kind: 'not-found' };
