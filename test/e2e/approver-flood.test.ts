@@ -182,9 +182,9 @@ if (plane) {
     ]),
   );
   const annotations = { 'example.com/pad': 'p'.repeat(250_000) };
-  // A signed request of 60 KB (a padding attribute every parser reads past): under the 64 KiB
+  // A signed request of 61 KB as PEM (a padding attribute every parser reads past): under the 64 KiB
   // it reads, so kept and judged as kube-proxy's (a token asking for it is reported).
-  const bigPem = await bigCsrPem(KUBE_PROXY.cn, 60_000);
+  const bigPem = await bigCsrPem(KUBE_PROXY.cn, 45_000);
   /** Files one flood CSR as `client`; returns its name. */
   const fileBig = async (client: Pick<typeof bootstrapper, 'request'>, name: string, pem = bigPem) => {
     const body = {
@@ -216,8 +216,8 @@ if (plane) {
     let on = true;
     const done = (async () => {
       while (on) {
-        const res = await get(port, '/readyz');
-        if (res.status !== 200) bad.push(res.body);
+        const res = await get(port, '/readyz').catch((err: Error) => ({ status: 0, body: err.message }));
+        if (res.status !== 200 && on) bad.push(res.body);
         await new Promise((r) => setTimeout(r, 250));
       }
     })();
@@ -249,7 +249,7 @@ if (plane) {
     await plane.admin.waitFor(
       'the flood to reach the approver',
       async () => ((await gauge(port, 'kubeboot_approver_csrs_left_out')) > 0 ? true : undefined),
-      60_000,
+      120_000,
     );
     const during = await timedApproval('during-big-flood');
     const notReady = await stopWatching();
@@ -282,7 +282,7 @@ if (plane) {
     await plane.admin.waitFor(
       'the CSRs left out to come back',
       async () => ((await gauge(port, 'kubeboot_approver_csrs_left_out')) === 0 ? true : undefined),
-      60_000,
+      180_000,
     );
     await plane.admin.waitFor(
       `${youngest} decided (a violation Event)`,
@@ -342,11 +342,16 @@ if (plane) {
     // A kube-proxy CSR it approves, so the decision is written: with the flood's labels and annotation.
     const name = await fileBig(node, 'labelled-kube-proxy', await craftCsrPem({ cn: KUBE_PROXY.cn }));
     await node.close();
-    await plane.admin.waitFor(
-      `${name} approved`,
-      async () => (approvals(await plane.admin.getCsr(name)).length > 0 ? true : undefined),
-      60_000,
-    );
+    await plane.admin
+      .waitFor(`${name} approved`, async () => (approvals(await plane.admin.getCsr(name)).length > 0 ? true : undefined), 60_000)
+      .catch((err: Error) => {
+        const said = listed.running
+          .output()
+          .split('\n')
+          .filter((l) => l.includes('labelled'))
+          .slice(-10);
+        throw new Error(`${err.message}; the approver said:\n${said.join('\n').slice(0, 4000)}`);
+      });
     const after = (await plane.admin.getCsr(name)) as {
       metadata: { labels?: Record<string, string>; annotations?: Record<string, string> };
     };
