@@ -145,9 +145,15 @@ export async function decideCsr(
   const path = objectPath(CSR_PATH, csr.metadata.name);
   let metadata: Record<string, unknown> = csr.metadata;
   if (csr.metadataDropped) {
-    const res = await client.request('GET', path, { accept: [404], maxBodyBytes: MAX_OBJECT_BYTES, signal });
-    if (res.status === 404) return { kind: 'not-found' };
-    const stored = expectObject<ApproverCsr>(res.body, 'CertificateSigningRequest', csr.metadata.name);
+    // A list by name, not a get: the approver's RBAC grants list and watch on CSRs, not get.
+    const name = csr.metadata.name.replace(/[\\,=]/g, (c) => `\\${c}`);
+    const res = await client.request<{ items?: ApproverCsr[] }>('GET', CSR_PATH, {
+      query: { fieldSelector: `metadata.name=${name}` },
+      maxBodyBytes: MAX_OBJECT_BYTES,
+      signal,
+    });
+    const stored = (res.body.items ?? []).find((item) => item.metadata?.name === csr.metadata.name);
+    if (stored === undefined) return { kind: 'not-found' };
     // Another version than the one decided on: decided again on what the watch brings.
     if (stored.metadata.uid !== csr.metadata.uid || stored.metadata.resourceVersion !== csr.metadata.resourceVersion)
       return { kind: 'conflict' };

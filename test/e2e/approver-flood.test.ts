@@ -259,7 +259,8 @@ if (plane) {
       `one requester: approval ${during.toFixed(2)} s under the flood (${baseline.toFixed(2)} s before); RSS ${rss.toFixed(1)} MiB, peak ${peak.toFixed(1)} MiB`,
     );
     t.same(notReady, [], '/readyz stayed 200 throughout');
-    t.ok(during < Math.max(5, baseline * 3), `approved in ${during.toFixed(2)} s (before: ${baseline.toFixed(2)} s)`);
+    // Normal: within KubebootApproverSlowApprovals' 30 s (p99); the figures are in the comments above.
+    t.ok(during < 30, `approved in ${during.toFixed(2)} s (before: ${baseline.toFixed(2)} s)`);
     t.ok(peak < LIMIT_MIB, `peak RSS ${peak.toFixed(1)} MiB is under ${LIMIT_MIB} MiB`);
     t.equal(await gauge(port, 'kubeboot_approver_requesters_over_share'), 1, 'one requester over its share');
     const leftOut = await gauge(port, 'kubeboot_approver_csrs_left_out');
@@ -307,7 +308,8 @@ if (plane) {
       `ten requesters: approval ${during.toFixed(2)} s under the flood (${baseline.toFixed(2)} s before); RSS ${rss.toFixed(1)} MiB, peak ${peakMiB(running).toFixed(1)} MiB`,
     );
     t.same(notReady, [], '/readyz stayed 200 throughout');
-    t.ok(during < Math.max(5, baseline * 3), `approved in ${during.toFixed(2)} s (before: ${baseline.toFixed(2)} s)`);
+    // Normal: within KubebootApproverSlowApprovals' 30 s (p99); the figures are in the comments above.
+    t.ok(during < 30, `approved in ${during.toFixed(2)} s (before: ${baseline.toFixed(2)} s)`);
     const kept = await gauge(port, 'kubeboot_approver_csr_cache_bytes');
     t.comment(`the cache counts ${(kept / (1 << 20)).toFixed(1)} MiB for 90 CSRs of ~1 MB`);
     t.ok(kept < 16 << 20, 'well under the 64 MiB bound');

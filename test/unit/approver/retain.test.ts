@@ -178,7 +178,9 @@ t.test('the /approval write sends the stored metadata back when labels were drop
     spec: { request: b64('#'.repeat(MAX_REQUEST_BYTES + 1)) },
   });
   let sent: Record<string, unknown> = {};
-  api.intercept({ path, method: 'GET' }).reply(200, whole);
+  const byName = (p: string) => p.startsWith('/apis/certificates.k8s.io/v1/certificatesigningrequests?fieldSelector=metadata.name%3Dc1');
+  const listOf = (...items: unknown[]) => ({ kind: 'CertificateSigningRequestList', metadata: {}, items });
+  api.intercept({ path: byName, method: 'GET' }).reply(200, listOf(whole));
   api.intercept({ path: `${path}/approval`, method: 'PUT' }).reply(200, (o) => ((sent = JSON.parse(String(o.body))), sent));
   const client = new KubeClient({ server: 'https://api.test', caPem: null }, { kind: 'anonymous' }, mock);
   const kept = retain(whole, policy);
@@ -192,8 +194,8 @@ t.test('the /approval write sends the stored metadata back when labels were drop
     status: { conditions: [{ type: 'Denied' }] },
   });
 
-  api.intercept({ path, method: 'GET' }).reply(200, { ...whole, metadata: { ...whole.metadata, resourceVersion: '8' } });
+  api.intercept({ path: byName, method: 'GET' }).reply(200, listOf({ ...whole, metadata: { ...whole.metadata, resourceVersion: '8' } }));
   t.same(await decideCsr(client, kept, 'Denied', 'too large'), { kind: 'conflict' }, 'changed since: decided again, nothing written');
-  api.intercept({ path, method: 'GET' }).reply(404, {});
+  api.intercept({ path: byName, method: 'GET' }).reply(200, listOf());
   t.same(await decideCsr(client, kept, 'Denied', 'too large'), { kind: 'not-found' });
 });
