@@ -7,7 +7,7 @@
  */
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { ApiError, KubebootError } from '../errors.js';
-import type { KubeClient } from '../kube/client.js';
+import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import { expectObject, objectPath } from '../kube/objects.js';
 import {
   KINDS,
@@ -144,6 +144,11 @@ export type DecisionWrite = { kind: 'written'; csr: ApproverCsr } | { kind: 'con
  * never carries two decisions. A 404 means the CSR is gone, or has a name
  * the API server accepts in a body but cannot route in a path (control
  * characters): nothing can decide it by name, so it is not retried.
+ *
+ * The approval strategy takes the spec as stored, the conditions from the
+ * body, and the metadata from the body too (labels, annotations: checked on
+ * v1.34): a CSR whose labels and the like retain.ts dropped is read back
+ * first and sent with its stored metadata, so deciding it never changes them.
  */
 export async function decideCsr(
   client: KubeClient,
@@ -153,11 +158,34 @@ export async function decideCsr(
   signal?: AbortSignal,
 ): Promise<DecisionWrite> {
   const condition = { type, status: 'True', reason: APPROVER_REASON, message };
-  // The approval strategy takes only the conditions from the body, and the spec as stored: a
-  // request too large to keep (retain.ts) is sent as '' and the stored one stays.
-  const { oversizedRequest: _, ...object } = csr;
-  const body = { ...object, status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] } };
-  const res = await client.request('PUT', `${objectPath(CSR_PATH, csr.metadata.name)}/approval`, { body, accept: [404, 409], signal });
+  const path = objectPath(CSR_PATH, csr.metadata.name);
+  let metadata: Record<string, unknown> = csr.metadata;
+  if (csr.metadataDropped) {
+    // A list by name, not a get: the approver's RBAC grants list and watch on CSRs, not get.
+    const name = csr.metadata.name.replace(/[\\,=]/g, (c) => `\\${c}`);
+    const res = await client.request<{ items?: ApproverCsr[] }>('GET', CSR_PATH, {
+      query: { fieldSelector: `metadata.name=${name}` },
+      maxBodyBytes: MAX_OBJECT_BYTES,
+      signal,
+    });
+    const stored = (res.body.items ?? []).find((item) => item.metadata?.name === csr.metadata.name);
+    if (stored === undefined) return { kind: 'not-found' };
+    // Another version than the one decided on: decided again on what the watch brings.
+    if (stored.metadata.uid !== csr.metadata.uid || stored.metadata.resourceVersion !== csr.metadata.resourceVersion)
+      return { kind: 'conflict' };
+    const { managedFields: _, ...rest } = stored.metadata as Record<string, unknown>;
+    metadata = rest;
+  }
+  // A request too large to keep (retain.ts) is sent as '': the stored one stays.
+  const { oversizedRequest: _, metadataDropped: __, notOurs: ___, ...object } = csr;
+  const body = {
+    ...object,
+    apiVersion: 'certificates.k8s.io/v1',
+    kind: 'CertificateSigningRequest',
+    metadata,
+    status: { ...csr.status, conditions: [...(csr.status?.conditions ?? []), condition] },
+  };
+  const res = await client.request('PUT', `${path}/approval`, { body, accept: [404, 409], signal });
   if (res.status === 409) return { kind: 'conflict' };
   if (res.status === 404) return { kind: 'not-found' };
   return { kind: 'written', csr: expectObject<ApproverCsr>(res.body, 'CertificateSigningRequest', csr.metadata.name) };

@@ -21,7 +21,7 @@ import { AUTHORIZED_RULE, parsedRequest, type Decision } from './decide.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
 import type { ApproverMetrics } from './metrics.js';
-import { signersReading, type ApproverPolicy } from './policy.js';
+import { BOOTSTRAP_USER_PREFIX, NODE_USER_PREFIX, signersReading, type ApproverPolicy } from './policy.js';
 import type { RequestFacts } from './request.js';
 import { decidedSigners } from './retain.js';
 import { excerpt } from '../text.js';
@@ -66,6 +66,8 @@ export interface ApproverOptions {
   apiServer?: () => Promise<ApiServerFacts>;
   /** The bound on what the CSR cache keeps (retain.ts); default MAX_CACHE_BYTES. */
   maxCacheBytes?: number;
+  /** --max-pending-per-requester: each requester's share of the CSR cache, in bytes; default MAX_PENDING_PER_REQUESTER. */
+  maxPendingPerRequester?: number;
 }
 
 export class Approver {
@@ -123,12 +125,14 @@ export class Approver {
         onChange: (name) => this.#changed(name),
         onDelete: (csr) => this.#forget(csr),
         clock: this.#clock,
-        signers: this.#signers,
+        policy: opts.policy,
+        onOverflow: (csr, report) => this.#overflowed(csr, report),
         ...(opts.maxCacheBytes !== undefined ? { maxCacheBytes: opts.maxCacheBytes } : {}),
+        ...(opts.maxPendingPerRequester !== undefined ? { maxPendingPerRequester: opts.maxPendingPerRequester } : {}),
       },
       logger,
     );
-    metrics.csrCache(() => ({ bytes: this.informer.cache.bytes, full: this.informer.full }));
+    metrics.csrCache(() => ({ bytes: this.informer.cache.bytes, full: this.informer.full, overflow: this.informer.cache.overflow }));
     this.records = new RecordInformers(client, logger, {
       clock: this.#clock,
       onChange: (resource, name, type, rv) => this.#recordChanged(resource, name, type, rv),
@@ -344,6 +348,19 @@ export class Approver {
     // delivered it yet, or a second CSR could be approved while this one is unissued.
     this.informer.remember(write.csr);
     return true;
+  }
+
+  /** A CSR its requester's share left out (informer.ts): counted; reported (the informer logs it) as an Event by the leader. */
+  #overflowed(csr: ApproverCsr, report: boolean): void {
+    const username = csr.spec.username ?? '';
+    this.#metrics.overflow(
+      username.startsWith(NODE_USER_PREFIX) ? 'node' : username.startsWith(BOOTSTRAP_USER_PREFIX) ? 'bootstrap' : 'other',
+    );
+    if (!report || !this.leader.isLeader()) return;
+    const message = `kubeboot approver left this CSR undecided: its requester's pending CSRs are past their share of the approver's cache (--max-pending-per-requester); it is decided once older ones settle`;
+    warnOnCsr(this.#client, csr, 'RequesterOverShare', message, this.#clock.now(), this.#signal ?? undefined).catch((err: Error) =>
+      this.#logger.warn('could not record the overflow as an Event', { ...logFields(csr), error: err.message }),
+    );
   }
 
   #forget(csr: ApproverCsr): void {

@@ -14,6 +14,10 @@ export type ApproverCsr = CertificateSigningRequest & {
   spec: CertificateSigningRequest['spec'] & { uid?: string; extra?: Record<string, string[]> };
   /** Set when spec.request (then '') was over MAX_REQUEST_BYTES: its size and CN, never sent back to the API. */
   oversizedRequest?: { bytes: number; commonName: string | null };
+  /** Set when retain.ts dropped labels, annotations or the like: the /approval write sends the stored metadata back (api.ts). */
+  metadataDropped?: boolean;
+  /** Set by retain.ts on a pending CSR no enabled policy decides: never decided, and it takes no requester's share (cache.ts). */
+  notOurs?: boolean;
 };
 
 export function hasCondition(csr: ApproverCsr, ...types: string[]): boolean {

@@ -4,19 +4,22 @@
  * resourceVersion seen; 410 Gone (or any failure) re-lists. Every object
  * that changes, and every object again each resync period, is handed to
  * `onChange` by name; the cache is the informer's own. What it keeps of each
- * CSR is retain.ts's, bounded in total: past `maxCacheBytes` it empties the
- * cache and is not in sync (so not ready, and not leading) until a re-list fits.
+ * CSR is retain.ts's, bounded per requester (cache.ts: past its share, a
+ * requester's youngest pending CSRs are left out and undecided; once one of
+ * its kept ones settles or goes, a re-list, at most every RELIST_GAP_MS,
+ * brings them back) and in total: past `maxCacheBytes` it empties the cache
+ * and is not in sync (so not ready, and not leading) until a re-list fits.
  */
 import { ApiError, KubebootError, ResponseTooLargeError, UnexpectedObjectError, WatchExpiredError } from '../errors.js';
 import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import { expectObject } from '../kube/objects.js';
 import type { Logger } from '../log.js';
 import { CsrCache } from './cache.js';
-import type { ApproverCsr } from './csr-facts.js';
+import { isSettled, type ApproverCsr } from './csr-facts.js';
 import { sleep } from './leader.js';
-import { POLICIES } from './policy.js';
-import { MAX_CACHE_BYTES, retain, retainedBytes } from './retain.js';
-import { systemClock, type Clock } from '../time/clock.js';
+import type { ApproverPolicy } from './policy.js';
+import { MAX_CACHE_BYTES, MAX_PENDING_PER_REQUESTER, retain, retainedBytes } from './retain.js';
+import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 import { every } from '../time/timer.js';
 
 export const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
@@ -30,11 +33,35 @@ export interface InformerOptions {
   watchTimeoutSeconds?: number;
   /** The resync period and the re-list back-off run on it. */
   clock?: Clock;
-  /** Signers whose pending CSRs are decided, kept whole (retain.ts); default every policy's. */
-  signers?: ReadonlySet<string>;
+  /** Which CSRs are ours, so kept for a decision (retain.ts); default every policy enabled (ALL_POLICIES). */
+  policy?: ApproverPolicy;
   /** Most bytes (retainedBytes) the cache holds; default MAX_CACHE_BYTES. */
   maxCacheBytes?: number;
+  /** Most bytes (retainedBytes) one requester's kept pending CSRs take; default MAX_PENDING_PER_REQUESTER. */
+  maxPendingPerRequester?: number;
+  /**
+   * A pending CSR was left out because its requester is past its share
+   * (each CSR once); `report` at most once per requester every OVERFLOW_REPORT_MS.
+   */
+  onOverflow?: (csr: ApproverCsr, report: boolean) => void;
 }
+
+/** Every policy enabled: what an informer keeps when not told whose CSRs are decided. */
+export const ALL_POLICIES: ApproverPolicy = {
+  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
+  maxExpirationSeconds: 0,
+  keyAlgorithms: [],
+  serving: { enabled: true, dnsSuffixes: [], ipCidrs: [] },
+  kubeletClient: { enabled: true, unboundTokens: false, protectNodes: [] },
+};
+
+/** The least time between two re-lists that bring back CSRs left out (each reads every CSR). */
+export const RELIST_GAP_MS = 5_000;
+/** A requester past its share is logged (and reported) at most this often. */
+export const OVERFLOW_REPORT_MS = 10 * 60_000;
+
+/** The informer re-lists to bring back CSRs left out (informer-internal). */
+class RelistWanted extends Error {}
 
 /** The cache went past its bound: it was emptied, and the informer re-lists until what it keeps fits. */
 export class CacheFullError extends KubebootError {
@@ -61,7 +88,7 @@ export const LIST_PAGE_SIZE = 500;
 export const LIST_PAGE_BYTES = 8 << 20;
 
 export class CsrInformer {
-  readonly cache = new CsrCache(retainedBytes);
+  readonly cache: CsrCache;
   #synced = false;
   /** Why the last list failed, while it has not succeeded since. */
   #listError: string | null = null;
@@ -73,15 +100,25 @@ export class CsrInformer {
   readonly #client: KubeClient;
   readonly #opts: InformerOptions;
   readonly #logger: Logger;
-  readonly #signers: ReadonlySet<string>;
+  readonly #policy: ApproverPolicy;
   readonly #maxBytes: number;
+  readonly #clock: Clock;
+  /** Aborts the running watch when a re-list is wanted. */
+  #watchStop: AbortController | null = null;
+  #relistTimer: TimerHandle | null = null;
+  #relistWanted = false;
+  #lastListAt = Number.NEGATIVE_INFINITY;
+  /** Requester → when it was last reported past its share (monotonic ms). */
+  readonly #reported = new Map<string, number>();
 
   constructor(client: KubeClient, opts: InformerOptions, logger: Logger) {
     this.#client = client;
     this.#opts = opts;
     this.#logger = logger;
-    this.#signers = opts.signers ?? new Set(Object.values(POLICIES).map((p) => p.signerName));
+    this.#policy = opts.policy ?? ALL_POLICIES;
     this.#maxBytes = opts.maxCacheBytes ?? MAX_CACHE_BYTES;
+    this.#clock = opts.clock ?? systemClock;
+    this.cache = new CsrCache(retainedBytes, opts.maxPendingPerRequester ?? MAX_PENDING_PER_REQUESTER);
   }
 
   /** The cache went past its bound, and no re-list has fitted since (a metric, and the reason on /readyz). */
@@ -107,11 +144,11 @@ export class CsrInformer {
   remember(csr: ApproverCsr): void {
     const cached = this.cache.get(csr.metadata.name);
     if (cached !== undefined && cached.metadata.uid !== undefined && cached.metadata.uid !== csr.metadata.uid) return;
-    this.cache.set(retain(csr, this.#signers));
+    this.#keep(csr);
   }
 
   async run(signal: AbortSignal): Promise<void> {
-    const clock = this.#opts.clock ?? systemClock;
+    const clock = this.#clock;
     const resync = every(this.#opts.resyncMs, clock, () => this.#resync());
     let failures = 0;
     try {
@@ -122,6 +159,7 @@ export class CsrInformer {
           for (;;) rv = await this.#watch(rv, signal);
         } catch (err) {
           if (signal.aborted) return;
+          if (err instanceof RelistWanted) continue;
           if (err instanceof WatchExpiredError) {
             this.#logger.info('CSR watch expired (410 Gone); re-listing');
             continue;
@@ -135,12 +173,57 @@ export class CsrInformer {
       }
     } finally {
       resync.cancel();
+      if (this.#relistTimer !== null) this.#clock.clearTimeout(this.#relistTimer);
     }
   }
 
   #delete(name: string, csr: ApproverCsr): void {
-    this.cache.delete(name);
+    const cached = this.cache.delete(name);
+    this.cache.forgetLeftOut(csr);
     this.#opts.onDelete?.(csr);
+    if (cached !== undefined && !isSettled(cached) && cached.notOurs !== true) this.#roomMade(cached);
+  }
+
+  /** Keeps what retain.ts keeps of `csr`, within its requester's share (cache.ts); reports what that left out. */
+  #keep(csr: ApproverCsr): void {
+    const kept = retain(csr, this.#policy);
+    const before = this.cache.get(kept.metadata.name);
+    const wasLeftOut = this.cache.isLeftOut(kept);
+    const admission = this.cache.set(kept);
+    for (const evicted of admission.evicted) {
+      if (evicted.metadata.name !== kept.metadata.name) this.#opts.onDelete?.(evicted);
+      this.#leftOut(evicted);
+    }
+    if (!admission.kept && !wasLeftOut) this.#leftOut(kept);
+    // A pending CSR that settled made room in its requester's share.
+    if (before !== undefined && !isSettled(before) && isSettled(kept)) this.#roomMade(kept);
+  }
+
+  #leftOut(csr: ApproverCsr): void {
+    const requester = csr.spec.username ?? '';
+    const now = this.#clock.monotonic();
+    const last = this.#reported.get(requester);
+    const report = last === undefined || now - last >= OVERFLOW_REPORT_MS;
+    if (report) {
+      for (const [who, at] of this.#reported) if (now - at >= OVERFLOW_REPORT_MS) this.#reported.delete(who);
+      this.#reported.set(requester, now);
+      this.#logger.warn(
+        `CSRs of ${JSON.stringify(requester.slice(0, 256))} past its share of the CSR cache (${size(this.cache.pendingBytes(requester))} pending kept): its youngest are left undecided until older ones settle (docs/approver.md, Flood)`,
+        { csr: csr.metadata.name.slice(0, 256), leftOut: this.cache.leftOut(requester) },
+      );
+    }
+    this.#opts.onOverflow?.(csr, report);
+  }
+
+  /** A requester with CSRs left out has room again: a re-list brings them back, at most every RELIST_GAP_MS. */
+  #roomMade(csr: ApproverCsr): void {
+    if (this.cache.leftOut(csr.spec.username ?? '') === 0 || this.#relistTimer !== null) return;
+    const wait = Math.max(0, this.#lastListAt + RELIST_GAP_MS - this.#clock.monotonic());
+    this.#relistTimer = this.#clock.setTimeout(() => {
+      this.#relistTimer = null;
+      this.#relistWanted = true;
+      this.#watchStop?.abort();
+    }, wait);
   }
 
   #resync(): void {
@@ -149,7 +232,7 @@ export class CsrInformer {
 
   /** Keeps what retain.ts keeps of a CSR the server sent; past the bound, empties the cache and throws CacheFullError. */
   #ingest(csr: ApproverCsr): void {
-    this.cache.set(retain(csr, this.#signers));
+    this.#keep(csr);
     if (this.cache.bytes <= this.#maxBytes) return;
     const held = this.cache.size;
     for (const cached of [...this.cache.values()]) this.#delete(cached.metadata.name, cached);
@@ -162,13 +245,17 @@ export class CsrInformer {
 
   async #list(signal: AbortSignal): Promise<string> {
     const seen = new Set<string>();
+    const seenIds = new Set<string>();
     let resourceVersion: string;
+    this.#relistWanted = false;
+    this.#lastListAt = this.#clock.monotonic();
     try {
       // Each page is kept as it comes, so a list holds one page whole at most. A paged list is
       // a snapshot from its first page: what this process wrote meanwhile (remember) is newer
       // and stays (the cache keeps the newer of the same object).
       resourceVersion = await this.#listPages(signal, (csr) => {
         seen.add(csr.metadata.name);
+        seenIds.add(csr.metadata.uid ?? csr.metadata.name);
         this.#ingest(csr);
       });
     } catch (err) {
@@ -177,6 +264,7 @@ export class CsrInformer {
       throw err;
     }
     for (const csr of [...this.cache.values()]) if (!seen.has(csr.metadata.name)) this.#delete(csr.metadata.name, csr);
+    this.cache.keepLeftOutOnly(seenIds);
     if (this.#full)
       this.#logger.info('CSR cache fits again; ready', {
         csrs: this.cache.size,
@@ -225,8 +313,17 @@ export class CsrInformer {
     const query = { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds: this.#opts.watchTimeoutSeconds ?? 300 };
     // Silence 15 s past the watch's own end means a dead connection (after a failover, a half-open socket): re-list.
     const idleMs = (query.timeoutSeconds + 15) * 1000;
+    const stop = new AbortController();
+    this.#watchStop = stop;
+    // Room made while the list ran: re-list now (the timer fired without a watch to stop).
+    if (this.#relistWanted) throw new RelistWanted('re-listing for CSRs left out');
     try {
-      for await (const event of this.#client.watch<ApproverCsr & { code?: number }>(CSR_PATH, query, signal, idleMs)) {
+      for await (const event of this.#client.watch<ApproverCsr & { code?: number }>(
+        CSR_PATH,
+        query,
+        AbortSignal.any([signal, stop.signal]),
+        idleMs,
+      )) {
         if (event.type === 'ERROR') {
           if (event.object.code === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
           throw new Error(`watch error: ${JSON.stringify(event.object).slice(0, 200)}`);
@@ -245,10 +342,14 @@ export class CsrInformer {
         }
       }
     } catch (err) {
+      if (this.#relistWanted && !signal.aborted) throw new RelistWanted('re-listing for CSRs left out');
       if (err instanceof ApiError && err.status === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
       throw err;
+    } finally {
+      this.#watchStop = null;
     }
     if (signal.aborted) throw new Error('stopped');
+    if (this.#relistWanted) throw new RelistWanted('re-listing for CSRs left out');
     return rv;
   }
 }

@@ -15,7 +15,19 @@ export interface ApproverMetrics {
   /** A batch decided and acted on: how many CSRs it took and how long it took. */
   batch(size: number, seconds: number): void;
   /** Where the CSR cache gauges are read from at each scrape. */
-  csrCache(read: () => { bytes: number; full: boolean }): void;
+  csrCache(read: () => CsrCacheState): void;
+  /** A pending CSR left out (undecided) because its requester is past its share, by kind of requester. */
+  overflow(requester: OverflowRequester): void;
+}
+
+/** Kinds of requester, so the label's values are these three whatever names requesters have. */
+export type OverflowRequester = 'node' | 'bootstrap' | 'other';
+
+export interface CsrCacheState {
+  bytes: number;
+  full: boolean;
+  /** Requesters past their share, and their CSRs left out (cache.ts). */
+  overflow: { requesters: number; csrs: number };
 }
 
 export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}): ApproverMetrics {
@@ -60,7 +72,30 @@ export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}
   });
   const leader = new Gauge({ name: 'kubeboot_approver_leader', help: '1 while this approver holds the lease', registers: [registry] });
   leader.set(0);
-  let cache = () => ({ bytes: 0, full: false });
+  const overflowed = new Counter({
+    name: 'kubeboot_approver_requester_overflow_total',
+    help: 'Pending CSRs left out of the cache, undecided, because their requester was past its share (--max-pending-per-requester), by kind of requester (node, bootstrap, other)',
+    labelNames: ['requester'] as const,
+    registers: [registry],
+  });
+  for (const requester of ['node', 'bootstrap', 'other'] as const) overflowed.inc({ requester }, 0);
+  let cache = (): CsrCacheState => ({ bytes: 0, full: false, overflow: { requesters: 0, csrs: 0 } });
+  new Gauge({
+    name: 'kubeboot_approver_requesters_over_share',
+    help: 'Requesters whose pending CSRs are past their share of the CSR cache: their youngest are left undecided',
+    registers: [registry],
+    collect() {
+      this.set(cache().overflow.requesters);
+    },
+  });
+  new Gauge({
+    name: 'kubeboot_approver_csrs_left_out',
+    help: 'Pending CSRs left out of the CSR cache (undecided) because their requester is past its share',
+    registers: [registry],
+    collect() {
+      this.set(cache().overflow.csrs);
+    },
+  });
   new Gauge({
     name: 'kubeboot_approver_csr_cache_bytes',
     help: 'Bytes the CSR cache counts for what it keeps (JSON plus a per-CSR overhead; bounded, see docs/approver.md)',
@@ -89,5 +124,6 @@ export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}
       batchSeconds.observe(seconds);
     },
     csrCache: (read) => (cache = read),
+    overflow: (requester) => overflowed.inc({ requester }),
   };
 }

@@ -12,6 +12,7 @@ import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem, type K
 import { createApproverMetrics } from '../approver/metrics.js';
 import type { ApproverPolicy } from '../approver/policy.js';
 import type { Config } from '../config/types.js';
+import { parseByteSize } from '../config/values.js';
 import { INVENTORY_REF } from '../records/inventory.js';
 import { inventoryStatus } from '../records/inventory-status.js';
 import { INVENTORY_NAME } from '../records/kinds.js';
@@ -93,6 +94,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
       policy: approverPolicy(config),
       denyViolations: a.denyViolations,
       resyncMs: a.resyncPeriod * 1000,
+      maxPendingPerRequester: checkedByteSize(a.maxPendingPerRequester),
       lease: {
         namespace: a.leaseNamespace,
         name: a.leaseName,
@@ -191,4 +193,11 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     await client.close();
   }
   return ExitCode.ok;
+}
+
+/** A size the option's check already accepted (agent/config/options.ts). */
+function checkedByteSize(text: string): number {
+  const size = parseByteSize(text);
+  if (!size.ok) throw new Error(`max-pending-per-requester: ${size.problem}`);
+  return size.value;
 }

@@ -103,6 +103,7 @@ const APPROVER = [
   'renew-deadline',
   'retry-period',
   'resync-period',
+  'max-pending-per-requester',
   'max-expiration',
   'max-proxy-serving-expiration',
   'allowed-key-algorithm',

@@ -81,6 +81,8 @@ export function defaultConfig(nodeName: string): Config {
       renewDeadline: 10,
       retryPeriod: 2,
       resyncPeriod: 60,
+      // retain.ts MAX_PENDING_PER_REQUESTER: a pool of 1,000 nodes joining at once fits.
+      maxPendingPerRequester: '4Mi',
       // One year: kube-controller-manager's default --cluster-signing-duration.
       maxExpiration: 365 * 24 * 3600,
       // A day: the kubelet client lifetime docs/node-identity.md recommends, so a revoked node's others die within it.

@@ -19,6 +19,7 @@ import {
   formatDuration,
   ipProblem,
   labelRequirementProblem,
+  parseByteSize,
   serverUrlProblem,
   signerNameProblem,
 } from './values.js';
@@ -331,6 +332,17 @@ export const OPTIONS: readonly OptionSpec[] = [
     type: 'duration',
     min: atLeastOne,
     help: 'approver: look at every pending CSR again this often (RBAC or Nodes may have changed)',
+  }),
+  opt('max-pending-per-requester', {
+    key: 'approver.maxPendingPerRequester',
+    type: 'string',
+    metavar: 'SIZE',
+    check: (v) => {
+      const size = parseByteSize(v);
+      if (!size.ok) return size.problem;
+      return size.value < 64 * 1024 ? `must be at least 64Ki (one certificate request kept whole), got ${v}` : null;
+    },
+    help: "approver: bytes one requester's pending CSRs may take in the approver's cache; past it its youngest are left undecided until older ones settle",
   }),
   opt('max-expiration', {
     key: 'approver.maxExpiration',

@@ -86,6 +86,8 @@ export interface Config {
     renewDeadline: number;
     retryPeriod: number;
     resyncPeriod: number;
+    /** Bytes, as `4Mi` (values.ts parseByteSize). */
+    maxPendingPerRequester: string;
     maxExpiration: number;
     /** kube-proxy client and kubelet serving CSRs must set spec.expirationSeconds, at most this. */
     maxProxyServingExpiration: number;

@@ -154,3 +154,10 @@ export function serverUrlProblem(raw: string): string | null {
 export function bootstrapTokenProblem(raw: string): string | null {
   return /^[a-z0-9]{6}\.[a-z0-9]{16}$/.test(raw) ? null : 'not a bootstrap token (want [a-z0-9]{6}.[a-z0-9]{16}; the value is not shown)';
 }
+
+/** A size in bytes as Kubernetes quantities write it: `4194304`, `512Ki`, `4Mi`, `1Gi`. */
+export function parseByteSize(raw: string): Parsed<number> {
+  const m = /^(\d{1,10})(Ki|Mi|Gi)?$/.exec(raw.trim());
+  if (m === null) return bad(`expected a size in bytes like 4Mi, 512Ki or 4194304, got ${quote(raw)}`);
+  return ok(Number(m[1]) * { '': 1, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3 }[m[2] ?? '']!);
+}

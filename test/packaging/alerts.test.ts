@@ -34,6 +34,7 @@ if (toolsOrSkip(t, ['apt-get', 'dpkg-deb'], false)) {
         'KubebootApproverCsrCacheFull',
         'KubebootApproverDown',
         'KubebootApproverNoLeader',
+        'KubebootApproverRequesterOverShare',
         'KubebootApproverSlowApprovals',
         'KubebootApproverViolations',
         'KubebootCaBundleRefused',

@@ -64,3 +64,61 @@ t.test('it counts what it holds through sets, replacements and deletes', async (
   cache.delete('a');
   t.equal(cache.bytes, 0, 'empty, nothing counted');
 });
+
+const pendingOf = (name: string, username: string, second: number): ApproverCsr => ({
+  metadata: { name, uid: `uid-${name}`, resourceVersion: '1', creationTimestamp: `2026-01-01T00:00:${String(second).padStart(2, '0')}Z` },
+  spec: { request: '', signerName: 'kubernetes.io/kube-apiserver-client', username },
+});
+
+t.test("a requester's pending CSRs are bounded by its share, oldest first, and the others' are not touched", async (t) => {
+  // Each CSR counts 100 bytes: a share of 300 holds three.
+  const cache = new CsrCache(() => 100, 300);
+  const flood = 'system:bootstrap:abcdef';
+  for (const [i, second] of [5, 4, 3].entries()) t.same(cache.set(pendingOf(`f${i}`, flood, second)), { kept: true, evicted: [] });
+  t.same(cache.set(pendingOf('late', flood, 9)), { kept: false, evicted: [] }, 'a younger one past the share is left out');
+  t.equal(cache.get('late'), undefined, 'and not kept');
+  const older = cache.set(pendingOf('early', flood, 1));
+  t.same(older.kept, true, 'an older one is kept');
+  t.same(
+    older.evicted.map((c) => c.metadata.name),
+    ['f0'],
+    'in place of the youngest',
+  );
+  t.same(cache.overflow, { requesters: 1, csrs: 2 });
+  t.equal(cache.leftOut(flood), 2);
+  t.ok(cache.isLeftOut(pendingOf('late', flood, 9)));
+  t.equal(cache.pendingBytes(flood), 300);
+  t.same(cache.set(pendingOf('node', 'system:node:n1', 10)), { kept: true, evicted: [] }, 'another requester has its own share');
+  // Same second: the name decides.
+  t.same(
+    cache.set(pendingOf('a-same', flood, 1)).evicted.map((c) => c.metadata.name),
+    ['f1'],
+  );
+  t.same(cache.set(pendingOf('z-same', flood, 3)), { kept: false, evicted: [] }, 'a tie with the youngest (f2) goes to the earlier name');
+});
+
+t.test('a settled CSR takes no share, and a deleted or settled one is no longer left out', async (t) => {
+  const cache = new CsrCache(() => 100, 100);
+  const who = 'system:node:n1';
+  cache.set(pendingOf('a', who, 1));
+  t.equal(cache.set(pendingOf('b', who, 2)).kept, false);
+  const settled = { ...pendingOf('a', who, 1), status: { conditions: [{ type: 'Denied', status: 'True' }] } };
+  cache.set(settled);
+  t.equal(cache.pendingBytes(who), 0, 'settled: room made');
+  t.equal(cache.set(pendingOf('b', who, 2)).kept, true, 'the one left out fits when seen again (a re-list)');
+  t.same(cache.overflow, { requesters: 0, csrs: 0 });
+  t.equal(cache.set(pendingOf('c', who, 3)).kept, false);
+  cache.forgetLeftOut(pendingOf('c', who, 3));
+  t.same(cache.overflow, { requesters: 0, csrs: 0 }, 'deleted: forgotten');
+  cache.set(pendingOf('d', who, 4));
+  cache.keepLeftOutOnly(new Set());
+  t.same(cache.overflow, { requesters: 0, csrs: 0 }, 'gone from a re-list: forgotten');
+});
+
+t.test("a CSR none of the approver's business takes no share: another signer's controller is never reported", async (t) => {
+  const cache = new CsrCache(() => 100, 100);
+  const sa = 'system:serviceaccount:istio-system:istiod';
+  for (let i = 0; i < 5; i++) t.equal(cache.set({ ...pendingOf(`x${i}`, sa, i), notOurs: true }).kept, true);
+  t.equal(cache.pendingBytes(sa), 0);
+  t.same(cache.overflow, { requesters: 0, csrs: 0 });
+});

@@ -4,9 +4,9 @@
 import t from 'tap';
 import { MockAgent } from 'undici';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
-import { CSR_PATH, CsrInformer } from '../../../agent/approver/informer.js';
+import { CSR_PATH, CsrInformer, OVERFLOW_REPORT_MS, RELIST_GAP_MS } from '../../../agent/approver/informer.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
-import { decidedSigners, retain, retainedBytes } from '../../../agent/approver/retain.js';
+import { retain, retainedBytes } from '../../../agent/approver/retain.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { createLogger, silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../support/fake-time.js';
@@ -211,7 +211,7 @@ t.test('past maxCacheBytes it empties the cache and is not in sync, saying why, 
   await until('a re-list that fits', () => informer.synced);
   t.notOk(informer.full, 'no longer full');
   t.same([...informer.cache.keys()], names('d', 2), 'it holds what the server has');
-  t.equal(informer.cache.bytes, 2 * retainedBytes(retain(pending('d0') as ApproverCsr, decidedSigners(defaultPolicy))), 'and counts it');
+  t.equal(informer.cache.bytes, 2 * retainedBytes(retain(pending('d0') as ApproverCsr, defaultPolicy)), 'and counts it');
   stop.abort();
   await running;
 });
@@ -244,3 +244,92 @@ t.test("a flood of another signer's 1 MB CSRs, listed and watched, costs the cac
     'no request is kept',
   );
 });
+
+t.test(
+  'one requester past its share: its youngest are left out and reported once, then brought back by a re-list as older ones settle',
+  async (t) => {
+    const mock = new MockAgent();
+    mock.disableNetConnect();
+    t.teardown(() => mock.close());
+    const pool = mock.get(server);
+    // Pending kube-proxy CSRs of node n1, counted at about 9 KiB each: three fit in its 30,000-byte share.
+    const pending = (i: number, username = 'system:node:n1', rv = '5') => ({
+      kind: 'CertificateSigningRequest',
+      metadata: { name: `p${i}`, uid: `u-p${i}`, resourceVersion: rv, creationTimestamp: `2026-01-01T00:00:0${i}Z`, labels: { pad: 'x' } },
+      spec: { request: 'A'.repeat(8000), signerName: 'kubernetes.io/kube-apiserver-client', username },
+    });
+    const settled = {
+      ...pending(0, 'system:node:n1', '11'),
+      status: { conditions: [{ type: 'Approved', status: 'True' }], certificate: 'Yw==' },
+    };
+    // Listed youngest first (a list comes in name order, not age): the older ones still win the share.
+    pool
+      .intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' })
+      .reply(
+        200,
+        list('10', [
+          pending(4),
+          pending(3),
+          pending(2),
+          pending(1),
+          pending(0),
+          { ...pending(9, 'system:node:n2'), metadata: { ...pending(9).metadata, name: 'other', uid: 'u-other' } },
+        ]),
+      );
+    pool
+      .intercept({ path: (p) => p.includes('watch=true') && p.includes('resourceVersion=10&'), method: 'GET' })
+      .reply(200, lines({ type: 'MODIFIED', object: settled }));
+    pool
+      .intercept({ path: (p) => p.includes('watch=true') && p.includes('resourceVersion=11&'), method: 'GET' })
+      .reply(200, '')
+      .delay(600_000);
+    pool
+      .intercept({ path: `${CSR_PATH}?limit=500`, method: 'GET' })
+      .reply(200, list('20', [settled, pending(1), pending(2), pending(3), pending(4)]));
+    pool
+      .intercept({ path: (p) => p.includes('watch=true') && p.includes('resourceVersion=20&'), method: 'GET' })
+      .reply(200, '')
+      .delay(600_000);
+    const clock = new FakeClock();
+    const { logger, lines: logged } = capturingLogger();
+    const overflowed: [string, boolean][] = [];
+    const deleted: string[] = [];
+    const informer = new CsrInformer(
+      new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
+      {
+        resyncMs: 3_600_000,
+        clock,
+        maxPendingPerRequester: 30_000,
+        onChange: () => undefined,
+        onDelete: (csr) => deleted.push(csr.metadata.name),
+        onOverflow: (csr, report) => overflowed.push([csr.metadata.name, report]),
+      },
+      logger,
+    );
+    const stop = new AbortController();
+    const running = informer.run(stop.signal);
+    await until('the list, and the re-list due once p0 settled', () => informer.synced && clock.pending === 2);
+    t.ok(informer.synced, 'ready: a requester past its share changes nothing for the others');
+    t.same([...informer.cache.keys()].sort(), ['other', 'p0', 'p1', 'p2'], "the oldest three of n1 are kept, and n2's");
+    t.same(informer.cache.overflow, { requesters: 1, csrs: 2 }, 'p3 and p4 are left out, only counted');
+    t.same(deleted, ['p4', 'p3'], 'younger ones kept first made room for older ones');
+    t.same(
+      overflowed,
+      [
+        ['p4', true],
+        ['p3', false],
+      ],
+      'each counted once, reported once per requester',
+    );
+    t.equal(logged.filter((l) => /past its share/.test(l.message)).length, 1, 'one log line');
+    t.notOk(informer.cache.get('p1')?.metadata && 'labels' in informer.cache.get('p1')!.metadata, 'no labels kept');
+    clock.advance(RELIST_GAP_MS);
+    await until('the re-list to bring p3 back', () => informer.cache.get('p3') !== undefined);
+    t.same([...informer.cache.keys()].sort(), ['p0', 'p1', 'p2', 'p3'], "p0 settled: p3 now has its place (and n2's CSR is gone)");
+    t.same(informer.cache.overflow, { requesters: 1, csrs: 1 }, 'p4 still left out');
+    t.same(overflowed.length, 2, 'and not counted again');
+    t.ok(OVERFLOW_REPORT_MS >= 60_000, 'reports are at most one per requester in minutes');
+    stop.abort();
+    await running;
+  },
+);

@@ -14,7 +14,7 @@ t.test('decisions are counted by signer, decision and rule; the leader gauge fol
 
 t.test('the CSR cache gauges read the cache at each scrape', async (t) => {
   const m = createApproverMetrics({ defaultMetrics: false });
-  const cache = { bytes: 1234, full: false };
+  const cache = { bytes: 1234, full: false, overflow: { requesters: 0, csrs: 0 } };
   m.csrCache(() => cache);
   const before = await m.registry.metrics();
   t.match(before, 'kubeboot_approver_csr_cache_bytes 1234\n');
@@ -24,4 +24,16 @@ t.test('the CSR cache gauges read the cache at each scrape', async (t) => {
   const after = await m.registry.metrics();
   t.match(after, 'kubeboot_approver_csr_cache_bytes 0\n');
   t.match(after, 'kubeboot_approver_csr_cache_full 1\n', 'emptied past its bound: full, nothing held');
+});
+
+t.test('requesters past their share: counted by kind of requester (three label values), and gauged', async (t) => {
+  const m = createApproverMetrics({ defaultMetrics: false });
+  m.csrCache(() => ({ bytes: 0, full: false, overflow: { requesters: 2, csrs: 90 } }));
+  m.overflow('bootstrap');
+  m.overflow('bootstrap');
+  const text = await m.registry.metrics();
+  t.match(text, 'kubeboot_approver_requester_overflow_total{requester="bootstrap"} 2\n');
+  t.match(text, 'kubeboot_approver_requester_overflow_total{requester="node"} 0\n', 'every kind is there from the start');
+  t.match(text, 'kubeboot_approver_requesters_over_share 2\n');
+  t.match(text, 'kubeboot_approver_csrs_left_out 90\n');
 });

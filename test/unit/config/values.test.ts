@@ -3,6 +3,7 @@ import {
   formatDuration,
   parseDuration,
   parseListen,
+  parseByteSize,
   parsePin,
   dns1123SubdomainProblem,
   labelRequirementProblem,
@@ -51,4 +52,12 @@ t.test('--protect-nodes takes one label requirement each: key or key=value', asy
     t.equal(labelRequirementProblem(ok), null, ok);
   for (const bad of ['', '=db', 'a=b=c', 'Example..com/x', '/x', 'x/', 'a b', 'tier!=db', `${'x'.repeat(64)}`, 'a=-b'])
     t.match(labelRequirementProblem(bad), /expected a label key or key=value/, JSON.stringify(bad));
+});
+
+t.test('parseByteSize reads bytes as Kubernetes quantities write them', async (t) => {
+  t.same(parseByteSize('4Mi'), { ok: true, value: 4 << 20 });
+  t.same(parseByteSize('512Ki'), { ok: true, value: 512 << 10 });
+  t.same(parseByteSize('65536'), { ok: true, value: 65536 });
+  t.match(parseByteSize('4MB'), { ok: false, problem: /expected a size in bytes like 4Mi, 512Ki or 4194304, got/ });
+  t.match(parseByteSize('-1'), { ok: false });
 });
