@@ -42,7 +42,7 @@ import {
   type PolicyName,
   type World,
 } from './policy.js';
-import { requestFacts, type RequestFacts } from './request.js';
+import { requestFacts, subjectOnlyFacts, type RequestFacts } from './request.js';
 import { oversizedRequestProblem } from './retain.js';
 
 export type Decision =
@@ -206,18 +206,7 @@ export async function parsedRequest(csr: ApproverCsr): Promise<RequestFacts | st
  */
 function keptSubject(csr: ApproverCsr): RequestFacts | null {
   const commonName = csr.oversizedRequest?.commonName;
-  if (commonName == null) return null;
-  const none: string[] = [];
-  return {
-    subject: { commonName, organizations: none },
-    dnsNames: none,
-    ipAddresses: none,
-    emailAddresses: none,
-    uris: none,
-    otherNames: none,
-    key: { kind: 'other', type: 'unread' },
-    signatureValid: false,
-  };
+  return commonName == null ? null : subjectOnlyFacts(commonName);
 }
 
 /** What a CSR is, read from it alone (its request parsed): what the look-ups are for, before any is made. */

@@ -125,3 +125,18 @@ function keyOf(spki: Uint8Array): RequestKey {
   if (key.asymmetricKeyType === 'ec') return { kind: 'ecdsa', curve: details.namedCurve ?? 'unknown' };
   return { kind: 'other', type: key.asymmetricKeyType ?? 'unknown' };
 }
+
+/** Request facts carrying only a CN, for a request not kept whole: all recognition reads, and the signature rule fails. */
+export function subjectOnlyFacts(commonName: string): RequestFacts {
+  const none: string[] = [];
+  return {
+    subject: { commonName, organizations: none },
+    dnsNames: none,
+    ipAddresses: none,
+    emailAddresses: none,
+    uris: none,
+    otherNames: none,
+    key: { kind: 'other', type: 'unread' },
+    signatureValid: false,
+  };
+}

@@ -28,7 +28,7 @@
 import { csrLayout } from '../pki/der.js';
 import { isSettled, type ApproverCsr } from './csr-facts.js';
 import { POLICIES, recognize, type ApproverPolicy } from './policy.js';
-import { unambiguousCsrDer, type RequestFacts } from './request.js';
+import { subjectOnlyFacts, unambiguousCsrDer } from './request.js';
 
 /** The largest spec.request (decoded PEM) kept and read: kubelet and kube-proxy requests are 0.4–2 KiB (RSA 4096 the largest). */
 export const MAX_REQUEST_BYTES = 64 << 10;
@@ -85,7 +85,7 @@ export function isOurs(csr: ApproverCsr, policy: ApproverPolicy): boolean {
   if (recognize({ ...facts, request: null }, policy) !== null) return true;
   if (!decidedSigners(policy).has(csr.spec.signerName)) return false;
   const commonName = commonNameOf(csr.spec.request ?? '');
-  return commonName !== null && recognize({ ...facts, request: subjectOnly(commonName) }, policy) !== null;
+  return commonName !== null && recognize({ ...facts, request: subjectOnlyFacts(commonName) }, policy) !== null;
 }
 
 /** Metadata a pending CSR of ours keeps: all the /approval write needs of it but the stored labels and the like (api.ts). */
@@ -136,21 +136,6 @@ function commonNameOf(requestBase64: string): string | null {
   } catch {
     return null;
   }
-}
-
-/** Request facts carrying only a CN: all recognition reads. */
-function subjectOnly(commonName: string): RequestFacts {
-  const none: string[] = [];
-  return {
-    subject: { commonName, organizations: none },
-    dnsNames: none,
-    ipAddresses: none,
-    emailAddresses: none,
-    uris: none,
-    otherNames: none,
-    key: { kind: 'other', type: 'unread' },
-    signatureValid: false,
-  };
 }
 
 /** What the cache counts for a kept CSR: its JSON and ENTRY_OVERHEAD_BYTES. */
