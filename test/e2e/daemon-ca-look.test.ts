@@ -27,8 +27,7 @@ import { request } from 'undici';
 import { NODE_ANNOTATION, STATEMENT_KEY } from '../../agent/kube/trust-requests.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { assertNoSecrets, handToken, nodeLayout, startKubeboot, type Running } from '../support/kubeboot.js';
-import { freePort } from '../support/processes.js';
+import { assertNoSecrets, handToken, nodeLayout, startKubeboot, startListening, type Running } from '../support/kubeboot.js';
 
 const INTERVAL_S = 160;
 /** The longest a look can be after the one before it (interval × 1.2), and slack for a loaded machine. */
@@ -145,25 +144,7 @@ function counter(body: string, name: string, value?: string): number {
   return [...body.matchAll(new RegExp(`^${name}${labels} (\\S+)$`, 'gm'))].reduce((sum, m) => sum + Number(m.at(-1)), 0);
 }
 
-/** `kubeboot run` on a port that was free a moment ago; another port if something took it before kubeboot bound it. */
-async function launchDaemon(args: string[]): Promise<{ daemon: Running; port: number }> {
-  for (let attempt = 1; ; attempt++) {
-    const port = await freePort();
-    const daemon = startKubeboot([...args, '--listen', `127.0.0.1:${port}`]);
-    // A port taken meanwhile is retried by kubeboot for as long as it is held: here, another port is.
-    const outcome = await Promise.race([
-      daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(
-        () => 'listening' as const,
-        () => 'timeout' as const,
-      ),
-      daemon.waitForOutput(/cannot listen on/, 60_000).then(
-        () => 'taken' as const,
-        () => 'timeout' as const,
-      ),
-      daemon.done.then(() => 'ended' as const),
-    ]);
-    if (outcome !== 'taken' || attempt === 3) return { daemon, port };
-    daemon.child.kill('SIGTERM');
-    await daemon.done;
-  }
+/** `kubeboot run` listening on a free port (startListening). */
+function launchDaemon(args: string[]): Promise<{ daemon: Running; port: number }> {
+  return startListening((listen) => startKubeboot([...args, ...listen]));
 }

@@ -14,9 +14,17 @@ import { renderClientKubeconfig } from '../../agent/kubeconfig/render.js';
 import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import type { KubeObject } from '../support/admin.js';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
-import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from '../support/kubeboot.js';
+import {
+  assertNoSecrets,
+  handToken,
+  kubeboot,
+  nodeLayout,
+  startKubeboot,
+  startListening,
+  type NodeLayout,
+  type Running,
+} from '../support/kubeboot.js';
 import { listenNotifySocket, type NotifySocket } from '../support/notify-socket.js';
-import { freePort } from '../support/processes.js';
 
 const run = promisify(execFile);
 
@@ -50,36 +58,18 @@ if (plane) {
     return { daemon, notify, port, stop };
   }
 
-  /**
-   * `kubeboot run` on a port that was free a moment ago; on a busy loopback
-   * another connection can take it before kubeboot binds, so up to three
-   * ports are tried.
-   */
+  /** `kubeboot run` listening on a free port (startListening), with a notify socket of its own. */
   async function launchDaemon(node: NodeLayout, extra: string[]): Promise<{ daemon: Running; notify: NotifySocket; port: number }> {
-    for (let attempt = 1; ; attempt++) {
-      // Abstract socket: test dirs are longer than a unix socket path may be.
-      const notify = await listenNotifySocket(node.dir, { abstract: true });
-      const port = await freePort();
-      const daemon = startKubeboot(['run', '--config', node.config, '--listen', `127.0.0.1:${port}`, ...extra], {
-        NOTIFY_SOCKET: notify.path,
-      });
-      // A port taken meanwhile is retried by kubeboot for as long as it is held: here, another port is.
-      const outcome = await Promise.race([
-        daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(
-          () => 'listening' as const,
-          () => 'timeout' as const,
-        ),
-        daemon.waitForOutput(/cannot listen on/, 60_000).then(
-          () => 'taken' as const,
-          () => 'timeout' as const,
-        ),
-        daemon.done.then(() => 'ended' as const),
-      ]);
-      if (outcome !== 'taken' || attempt === 3) return { daemon, notify, port };
-      daemon.child.kill('SIGTERM');
-      await daemon.done;
-      await notify.close();
-    }
+    let notify!: NotifySocket;
+    const { daemon, port } = await startListening(
+      async (listen) => {
+        // Abstract socket: test dirs are longer than a unix socket path may be.
+        notify = await listenNotifySocket(node.dir, { abstract: true });
+        return startKubeboot(['run', '--config', node.config, ...listen, ...extra], { NOTIFY_SOCKET: notify.path });
+      },
+      () => notify.close(),
+    );
+    return { daemon, notify, port };
   }
 
   const get = async (port: number, path: string) => {

@@ -10,7 +10,7 @@ import { stringify } from 'yaml';
 import type { Test } from 'tap';
 import type { CreateTokenOptions } from './admin.js';
 import type { BootstrapToken, ControlPlane } from './controlplane.js';
-import { spawnTiedToTest } from './processes.js';
+import { freePort, spawnTiedToTest } from './processes.js';
 
 export const bundle = fileURLToPath(new URL('../../dist/kubeboot.cjs', import.meta.url));
 
@@ -177,4 +177,36 @@ export async function handToken(
   forbid(token.secret);
   await plane.writeBootstrapKubeconfig(file, token.token, { ca });
   return token;
+}
+
+/**
+ * kubeboot started by `start` with `--listen 127.0.0.1:<port>` on a port that
+ * was free a moment ago. On a busy loopback another connection can take it
+ * before kubeboot binds; kubeboot then retries that port for as long as it is
+ * held (the listener is no start condition), so here another port is tried,
+ * up to three, `discard` undoing what `start` made for the attempt given up.
+ */
+export async function startListening(
+  start: (listen: string[]) => Running | Promise<Running>,
+  discard: () => Promise<void> = async () => {},
+): Promise<{ daemon: Running; port: number }> {
+  for (let attempt = 1; ; attempt++) {
+    const port = await freePort();
+    const daemon = await start(['--listen', `127.0.0.1:${port}`]);
+    const outcome = await Promise.race([
+      daemon.waitForOutput(/serving \/healthz, \/readyz and \/metrics on/, 60_000).then(
+        () => 'listening' as const,
+        () => 'timeout' as const,
+      ),
+      daemon.waitForOutput(/cannot listen on/, 60_000).then(
+        () => 'taken' as const,
+        () => 'timeout' as const,
+      ),
+      daemon.done.then(() => 'ended' as const),
+    ]);
+    if (outcome !== 'taken' || attempt === 3) return { daemon, port };
+    daemon.child.kill('SIGTERM');
+    await daemon.done;
+    await discard();
+  }
 }
