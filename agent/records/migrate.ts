@@ -24,6 +24,7 @@ import {
   LEGACY_REPLACEMENTS,
   LEGACY_REVOCATIONS,
   legacyEntries,
+  MIGRATE_COMMAND,
   parseLegacyBinding,
   type LegacyConfigMap,
 } from './legacy.js';
@@ -40,6 +41,8 @@ export interface RecordStep {
 /** What one ConfigMap becomes: its records, then its deletion; or why it is left (nothing of it moves). */
 export interface ConfigMapPlan {
   configMap: string;
+  /** The version read: the ConfigMap is deleted only if it is still that one. */
+  resourceVersion?: string;
   records: RecordStep[];
   notes: string[];
   problem: string | null;
@@ -50,7 +53,13 @@ export function planMigration(configMaps: readonly LegacyConfigMap[], secretUid:
   const plans: ConfigMapPlan[] = [];
   for (const cm of [...configMaps].sort((a, b) => a.metadata.name.localeCompare(b.metadata.name))) {
     const name = cm.metadata.name;
-    const plan: ConfigMapPlan = { configMap: `${BINDINGS_NAMESPACE}/${name}`, records: [], notes: [], problem: null };
+    const plan: ConfigMapPlan = {
+      configMap: `${BINDINGS_NAMESPACE}/${name}`,
+      resourceVersion: cm.metadata.resourceVersion,
+      records: [],
+      notes: [],
+      problem: null,
+    };
     const tokenId = /^token-([a-z0-9]{6})$/.exec(name)?.[1];
     if (tokenId !== undefined) {
       const b = parseLegacyBinding(tokenId, cm);
@@ -165,7 +174,16 @@ export async function migrateRecords(client: KubeClient, dryRun: boolean): Promi
       lines.push(`${plan.configMap}: created ${ref}: ${step.why}`);
     }
     if (!dryRun) {
-      await client.request('DELETE', objectPath(LEGACY_CONFIGMAPS, plan.configMap.slice(BINDINGS_NAMESPACE.length + 1)), { accept: [404] });
+      // On the version read: an entry added since (an older release's `node revoke`) is never deleted unmigrated.
+      const preconditions = plan.resourceVersion === undefined ? {} : { preconditions: { resourceVersion: plan.resourceVersion } };
+      const res = await client.request('DELETE', objectPath(LEGACY_CONFIGMAPS, plan.configMap.slice(BINDINGS_NAMESPACE.length + 1)), {
+        body: { apiVersion: 'v1', kind: 'DeleteOptions', ...preconditions },
+        accept: [404, 409],
+      });
+      if (res.status === 409) {
+        lines.push(`${plan.configMap}: changed since it was read; not deleted: run ${MIGRATE_COMMAND} again`);
+        continue;
+      }
     }
     lines.push(`${plan.configMap}: ${dryRun ? 'would delete' : 'deleted'} the ConfigMap`);
   }
