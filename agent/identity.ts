@@ -68,6 +68,15 @@ export const KUBE_APISERVER_CLIENT_SIGNER = 'kubernetes.io/kube-apiserver-client
 export const KUBELET_SERVING_SIGNER = 'kubernetes.io/kubelet-serving';
 
 /**
+ * A day: the longest a kube-proxy or serving certificate the node asks for
+ * with its own credential may live (the node asks for no more, kubeboot
+ * approver's --max-proxy-serving-expiration default allows no more): they
+ * outlive a revocation of the node by their lifetime, and a day is the
+ * kubelet client lifetime docs/node-identity.md recommends.
+ */
+export const SHORT_LIVED_SECONDS = 24 * 3600;
+
+/**
  * matches kubelet: digital signature and client (or server) auth, with key
  * encipherment appended for RSA keys only. The order is part of the CSR's
  * digested name, so it follows the kubelet's exactly.

@@ -8,7 +8,7 @@
  */
 import { BlockList, isIP } from 'node:net';
 import { dns1123SubdomainProblem } from '../config/values.js';
-import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER } from '../identity.js';
+import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER, SHORT_LIVED_SECONDS } from '../identity.js';
 import { bindingAllows, bindingRef, type Replacement, type Revocation, type TokenBinding } from '../records/bindings.js';
 import { INVENTORY_REF, inventoryHasIp, type InventoryEntry, type InventoryLookup } from '../records/inventory.js';
 import { recordRef } from '../records/kinds.js';
@@ -23,7 +23,7 @@ export interface ApproverPolicy {
   maxExpirationSeconds: number;
   /**
    * --max-proxy-serving-expiration: kube-proxy client and kubelet serving CSRs
-   * must set spec.expirationSeconds, at most this (unset: DEFAULT_PROXY_SERVING_EXPIRATION).
+   * must set spec.expirationSeconds, at most this (unset: SHORT_LIVED_SECONDS).
    */
   maxProxyServingExpirationSeconds?: number;
   /** `ecdsa-p256`, `rsa-2048`, ...; RSA below 2048 bits is refused whatever this says. */
@@ -82,7 +82,7 @@ export interface World {
   blocking: string[];
   /** The API server's names and addresses (apiserver.ts); null for a policy that does not read them. */
   apiServer: ApiServerFacts | null;
-  /** kubelet-client only (null otherwise): what the records of agent/records/bindings.ts say of this token and name. */
+  /** What the records of agent/records/bindings.ts say of this token and name: kubelet-client, and the revocation for every node requester (null otherwise). */
   records: NodeRecords | null;
   /** With --inventory, for kubelet-client and kubelet-serving (null otherwise): the node's entry in `inventories.kubeboot.io/inventory`. */
   inventory?: InventoryLookup | null;
@@ -93,7 +93,7 @@ export interface NodeRecords {
   binding: TokenBinding | { problem: string } | null;
   /** First issue: the replacement mark of the name, if any (the rule checks it is for this token). */
   replacement: Replacement | null;
-  /** Renewal: the node's revocation. */
+  /** The node's revocation: every policy reads it (not-revoked). */
   revocation: Revocation | null;
 }
 
@@ -250,9 +250,6 @@ const notRevoked: Rule = {
   },
 };
 
-/** The default of --max-proxy-serving-expiration: a day, the kubelet certificate lifetime docs/node-identity.md recommends. */
-export const DEFAULT_PROXY_SERVING_EXPIRATION = 24 * 3600;
-
 /**
  * A node's kube-proxy and serving certificates outlive a revocation (no CRL
  * or OCSP in Kubernetes): the signer issues min(expirationSeconds,
@@ -273,7 +270,7 @@ function shortLived(unset: 'refused' | 'allowed'): Rule {
         ? "`spec.expirationSeconds` is set and ≤ `--max-proxy-serving-expiration` (default 24h): a revoked node's certificate dies within it (kubeboot asks for at most 24h)"
         : "`spec.expirationSeconds`, when set, ≤ `--max-proxy-serving-expiration` (default 24h; kubeboot asks for at most 24h). Unset is allowed: the kubelet's own `serverTLSBootstrap` CSRs cannot set it, and the certificate, for the node's own names and addresses only, then lives the signer's `--cluster-signing-duration`",
     check: ({ csr, policy }) => {
-      const max = policy.maxProxyServingExpirationSeconds ?? DEFAULT_PROXY_SERVING_EXPIRATION;
+      const max = policy.maxProxyServingExpirationSeconds ?? SHORT_LIVED_SECONDS;
       if (csr.expirationSeconds === undefined)
         return unset === 'allowed'
           ? null

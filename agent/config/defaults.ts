@@ -1,5 +1,5 @@
 /** Defaults follow kubeadm and kubelet conventions. */
-import { KEY_ALGORITHMS } from '../identity.js';
+import { KEY_ALGORITHMS, SHORT_LIVED_SECONDS } from '../identity.js';
 import type { Config } from './types.js';
 
 export const DEFAULT_CONFIG_FILE = '/etc/kubeboot/config.yaml';
@@ -85,8 +85,7 @@ export function defaultConfig(nodeName: string): Config {
       maxPendingPerRequester: '4Mi',
       // One year: kube-controller-manager's default --cluster-signing-duration.
       maxExpiration: 365 * 24 * 3600,
-      // A day: the kubelet client lifetime docs/node-identity.md recommends, so a revoked node's others die within it.
-      maxProxyServingExpiration: 24 * 3600,
+      maxProxyServingExpiration: SHORT_LIVED_SECONDS,
       keyAlgorithms: [...KEY_ALGORITHMS],
       kubeletServing: false,
       // On: the shipped RBAC leaves kubelet client approval to this approver alone.

@@ -7,7 +7,7 @@
 import type { Dispatcher } from 'undici';
 import type { Config } from '../config/types.js';
 import { ApiError, CsrRejectedError, CsrUnusableError, IdentityMismatchError, KubebootError } from '../errors.js';
-import type { Identity, KeyAlgorithm } from '../identity.js';
+import { SHORT_LIVED_SECONDS, type Identity, type KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
 import { withFields } from '../log-lines.js';
 import { KubeClient } from '../kube/client.js';
@@ -98,9 +98,6 @@ export interface Issued {
   stored: Usable;
 }
 
-/** The most a certificate the node asks for with its own credential may live: kubeboot approver's --max-proxy-serving-expiration default. */
-export const NODE_CREDENTIAL_MAX_EXPIRATION = 24 * 3600;
-
 /**
  * spec.expirationSeconds for an identity: the configured one, but at most a
  * day for those the node asks for with its own credential (kube-proxy,
@@ -109,7 +106,7 @@ export const NODE_CREDENTIAL_MAX_EXPIRATION = 24 * 3600;
  */
 export function requestedExpiration(identity: Pick<Identity, 'requester'>, configured: number | null): number | null {
   if (identity.requester !== 'node-credential') return configured;
-  return Math.min(configured ?? NODE_CREDENTIAL_MAX_EXPIRATION, NODE_CREDENTIAL_MAX_EXPIRATION);
+  return Math.min(configured ?? SHORT_LIVED_SECONDS, SHORT_LIVED_SECONDS);
 }
 
 export async function issueCredential(identity: Identity, ctx: IssueContext): Promise<Issued> {
