@@ -102,7 +102,7 @@ export class LeaderElector {
   /** One attempt to take or renew the lease; a failed attempt only counts against the renew deadline. */
   async step(signal: AbortSignal): Promise<void> {
     if (this.#opts.mayLead?.() === false) {
-      if (this.#leading) await this.release("cannot do a leader's work (CSR cache not in sync)");
+      if (this.#leading) await this.release("cannot do a leader's work (CSR cache or records not in sync)");
       return;
     }
     const started = this.#clock.monotonic();

@@ -51,7 +51,7 @@ export function kubeletClientOffProblem(kcm: Pick<KcmAutoApproval, 'grants'>): s
 
 /** ConfigMap records of an earlier release still in `kubeboot`: what the approver does with them, and the command that moves them. */
 function legacyRecordsProblem(names: readonly string[]): string {
-  return `unmigrated ConfigMap records ${names.map((n) => `kubeboot/${n}`).join(', ')}: never trusted (a revocation there still refuses its node; nothing else is read); move them with: ${MIGRATE_COMMAND}`;
+  return `unmigrated ConfigMap records ${names.map((n) => `kubeboot/${n}`).join(', ')}: never trusted (a revocation there still refuses its node, a token binding there refuses its token; nothing else is read); move them with: ${MIGRATE_COMMAND}`;
 }
 
 export async function runApprover(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {

@@ -2,8 +2,8 @@
  * `kubeboot node replace|revoke|unrevoke|list`: the records `kubeboot
  * approver` reads before it issues a kubelet identity (agent/records/),
  * and what the cluster shows about each node's. revoke also denies the
- * node's pending kubelet client CSRs now (the approver refuses its renewals
- * from then on); a certificate already issued cannot be recalled and lives
+ * node's pending CSRs of every signer now (the approver approves none of its
+ * certificates from then on); a certificate already issued cannot be recalled and lives
  * to its notAfter, which the output says. The requests are
  * agent/join/node-requests.ts's.
  */

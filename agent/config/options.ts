@@ -376,7 +376,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('unsafe-approve-unbound-tokens', {
     key: 'approver.unsafeApproveUnboundTokens',
     type: 'bool',
-    help: 'approver: UNSAFE: with --approve-kubelet-client, a bootstrap token with no binding (kubeboot/token-<id>) gets any node name not yet registered, as many as it asks for',
+    help: 'approver: UNSAFE: unless --no-approve-kubelet-client, a bootstrap token with no binding (tokenbindings.kubeboot.io/<id>) gets any node name not yet registered, as many as it asks for',
   }),
   opt('protect-nodes', {
     key: 'approver.protectNodes',
@@ -388,7 +388,7 @@ export const OPTIONS: readonly OptionSpec[] = [
   opt('inventory', {
     key: 'approver.inventory',
     type: 'bool',
-    help: "approver: the ConfigMap kubeboot/inventory is the authority: kubelet client CSRs (first issue and renewal) only for the node names it lists, serving IP SANs only among the addresses it lists for the node (not the Node's status.addresses); none at all while it is missing",
+    help: "approver: the record inventories.kubeboot.io/inventory (spec.nodes) is the authority: kubelet client CSRs (first issue and renewal) only for the node names it lists, serving IP SANs only among the addresses it lists for the node (not the Node's status.addresses); none at all while it is missing",
   }),
   opt('serving-dns-suffix', {
     key: 'approver.servingDnsSuffixes',

@@ -48,7 +48,7 @@ export async function replaceNode(client: KubeClient, name: string, tokenId: str
   const node = await client.request('GET', objectPath(NODES, name), { accept: [404] });
   if (node.status === 404) lines.push(`no Node ${name} exists now`);
   if ((await readRecord(client, 'noderevocations', name)) !== null)
-    lines.push(`node ${name} is revoked: the new machine's renewals are refused until: kubeboot node unrevoke ${name}`);
+    lines.push(`node ${name} is revoked: the new machine's certificates are refused until: kubeboot node unrevoke ${name}`);
   return lines;
 }
 
@@ -146,14 +146,14 @@ export async function unrevokeNode(client: KubeClient, name: string): Promise<st
     accept: [404],
   });
   const stillLegacy = legacy.status !== 404 && legacyEntries(legacy.body.data).has(name);
-  if (!(await deleteRecord(client, 'noderevocations', name).catch(() => false))) {
-    if (stillLegacy)
-      throw new KubebootError(
-        `node ${name} is revoked by the ConfigMap kubeboot/revocations of an earlier release; move it first: ${MIGRATE_COMMAND}`,
-      );
-    throw new KubebootError(`node ${name} is not revoked`, ExitCode.badInput);
-  }
-  return [`node ${name} is no longer revoked: kubeboot approver may renew its kubelet client certificate again`];
+  // Only a 404 means there was none: a refused or failed delete is an error, never "not revoked".
+  const deleted = await deleteRecord(client, 'noderevocations', name);
+  if (stillLegacy)
+    throw new KubebootError(
+      `node ${name} is revoked by the ConfigMap kubeboot/revocations of an earlier release${deleted ? ' too' : ''}; move it first: ${MIGRATE_COMMAND}`,
+    );
+  if (!deleted) throw new KubebootError(`node ${name} is not revoked`, ExitCode.badInput);
+  return [`node ${name} is no longer revoked: kubeboot approver may approve its certificates again (kubelet client, kube-proxy, serving)`];
 }
 
 export async function listNodes(client: KubeClient) {

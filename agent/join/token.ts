@@ -152,7 +152,7 @@ export function tokenSpecFrom(flags: TokenFlags): TokenSpec {
   return { ttlSeconds, usages: [...new Set(usages)] as TokenUsage[], groups: [...new Set(groups)], description };
 }
 
-/** What a new token may join (the binding of agent/kube/join-bindings.ts): one node's name, or a pool's prefix and size. */
+/** What a new token may join (the binding of agent/records/bindings.ts): one node's name, or a pool's prefix and size. */
 export type BindingSpec = { names: string[] } | { prefix: string; maxNodes: number };
 
 export interface BindingFlags {
