@@ -31,6 +31,7 @@ import {
   type Usable,
 } from '../credential/assess.js';
 import { issueContext, issueCredential, type Issued, type RunDeps } from '../credential/issue.js';
+import { seedFloor } from '../trust/floor.js';
 import { bootstrapRequester, clusterOf, explainBootstrapFailure, nodeRequester, type Requester } from '../credential/requester.js';
 import { finishRenewal, renewIdentity } from '../credential/renew.js';
 import { checkJoinSettings, joinCluster, joinRequested } from '../join/prepare.js';
@@ -297,7 +298,9 @@ async function askingForKubelet(pass: Pass, why: string): Promise<Requester & { 
   // A join's CA was pinned by its discovery: trusted as it is, not pinned again.
   const cluster = found.joined
     ? { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName, caPem: bootstrap.caPem as string }
-    : await clusterOf(bootstrap, config, deps, pass.store);
+    : await clusterOf(bootstrap, config, deps, async ({ caPem, signed }) => {
+        await seedFloor({ store: pass.store, stateDir: config.stateDir, logger: deps.logger, caPem, signed, now: deps.clock.now() });
+      });
   return bootstrapRequester(bootstrap, cluster, deps.dispatcher);
 }
 

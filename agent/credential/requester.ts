@@ -7,14 +7,12 @@ import type { Dispatcher } from 'undici';
 import type { Config } from '../config/types.js';
 import { ApiError, BootstrapCredentialError, DeadTokenError, InputError } from '../errors.js';
 import { KubeClient } from '../kube/client.js';
-import { discoverClusterCa } from '../kube/discovery.js';
+import { discoverClusterCa, type DiscoveryInput } from '../kube/discovery.js';
 import type { BootstrapKubeconfig } from '../kubeconfig/parse.js';
 import type { Logger } from '../log.js';
 import { parseCertificateChain } from '../pki/certificate.js';
 import { pinnedCertificates } from '../pki/pin.js';
-import type { Store } from '../store/store.js';
-import { systemClock, type Clock } from '../time/clock.js';
-import { seedFloor } from '../trust/floor.js';
+import type { Clock } from '../time/clock.js';
 import type { Cluster, NodeCredential } from './assess.js';
 
 export interface Requester {
@@ -52,13 +50,13 @@ export function bootstrapRequester(
 
 /**
  * Server and CA for a bootstrap kubeconfig: its own CA (checked against any pins), or pinned discovery.
- * With `seed` (a join, not a check), discovery starts the node's trust statement floor there (trust/floor.ts).
+ * With `onVerified` (a join, not a check), discovery hands on what its verified fetch trusted (the bootstrap pass starts the node's trust statement floor there).
  */
 export async function clusterOf(
   bootstrap: BootstrapKubeconfig,
   config: Config,
   deps: { logger: Logger; signal?: AbortSignal; dispatcher?: Dispatcher; clock?: Clock },
-  seed?: Store,
+  onVerified?: DiscoveryInput['onVerified'],
 ): Promise<Cluster> {
   const base = { server: bootstrap.server, tlsServerName: bootstrap.tlsServerName };
   if (bootstrap.insecureSkipTlsVerify && !config.unsafeAllowInsecureBootstrap) {
@@ -101,14 +99,7 @@ export async function clusterOf(
     signal: deps.signal,
     clock: deps.clock,
     dispatcher: deps.dispatcher,
-    ...(seed
-      ? {
-          onVerified: async ({ caPem, signed }) => {
-            const now = (deps.clock ?? systemClock).now();
-            await seedFloor({ store: seed, stateDir: config.stateDir, logger: deps.logger, caPem, signed, now });
-          },
-        }
-      : {}),
+    ...(onVerified ? { onVerified } : {}),
   });
   return { ...base, caPem };
 }
