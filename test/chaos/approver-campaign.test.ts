@@ -757,7 +757,8 @@ if (plane) {
       target: 'client',
       signer: SIGNERS.client,
       usages: [DS, CA],
-      expirationSeconds: undefined,
+      // A day, as kubeboot asks: short-lived refuses a kube-proxy CSR without one.
+      expirationSeconds: 86_400,
       pem,
       mutations: [],
     };

@@ -166,7 +166,8 @@ if (plane) {
       lines.every((l) => l.length < 16_384),
       `every line is bounded (longest ${Math.max(...lines.map((l) => l.length))} characters)`,
     );
-    t.match(approver.output(), /\\u001b\[31m\\u0000<0>\\u0085/, 'the CN is shown escaped');
+    // The reason is a field (never the message), so its escapes are quoted once more: \\u001b.
+    t.match(approver.output(), /\\\\u001b\[31m\\\\u0000<0>\\\\u0085/, 'the CN is shown escaped');
     await Promise.all([bootstrapper.close(), node.close(), other.close()]);
   });
 

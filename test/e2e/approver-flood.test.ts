@@ -191,7 +191,13 @@ if (plane) {
       apiVersion: 'certificates.k8s.io/v1',
       kind: 'CertificateSigningRequest',
       metadata: { name, labels, annotations },
-      spec: { request: Buffer.from(pem).toString('base64'), signerName: KUBE_PROXY.signer, usages: [...KUBE_PROXY.usages] },
+      spec: {
+        request: Buffer.from(pem).toString('base64'),
+        signerName: KUBE_PROXY.signer,
+        usages: [...KUBE_PROXY.usages],
+        // A day, as kubeboot asks: without it short-lived refuses every kube-proxy CSR.
+        expirationSeconds: 86_400,
+      },
     };
     const res = await client.request('POST', '/apis/certificates.k8s.io/v1/certificatesigningrequests', body);
     if (res.status !== 201) throw new Error(`create CSR ${name}: ${res.status} ${JSON.stringify(res.body).slice(0, 300)}`);
