@@ -10,7 +10,6 @@
 // Issue 35: a flood for a signer it decides (2,000 labels, a 250 KB annotation
 // each) from one token and from ten nodes leaves it ready and approving; the
 // optional size policy (packaging/manifests/csr-size-policy) refuses such CSRs.
-import { webcrypto } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -19,6 +18,7 @@ import t from 'tap';
 import { request } from 'undici';
 import {
   approvals,
+  bigCsrPem,
   craftCsrPem,
   createNode,
   csrEvents,
@@ -34,24 +34,6 @@ import { kubeClient } from '../support/http.js';
 import { manifestsDir, readManifests } from '../support/manifests.js';
 import type { Running } from '../support/kubeboot.js';
 import { freePort } from '../support/processes.js';
-import { x509 } from '../../agent/pki/x509.js';
-
-/** A signed PKCS#10 request for `cn` of about `bytes`, carried in an attribute (unstructuredName). */
-async function bigCsrPem(cn: string, bytes: number): Promise<string> {
-  const keys = (await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, [
-    'sign',
-    'verify',
-  ])) as webcrypto.CryptoKeyPair;
-  const value = Buffer.from('x'.repeat(bytes));
-  const der = new Uint8Array([0x0c, 0x83, value.length >> 16, (value.length >> 8) & 0xff, value.length & 0xff, ...value]);
-  const request = await x509.Pkcs10CertificateRequestGenerator.create({
-    name: [{ CN: [cn] }],
-    keys,
-    signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' },
-    attributes: [new x509.Attribute('1.2.840.113549.1.9.2', [der])],
-  });
-  return request.toString('pem');
-}
 
 /** The Deployment's limit (packaging/manifests/approver/deployment/deployment.yaml). */
 const LIMIT_MIB = 256;

@@ -282,3 +282,20 @@ export async function csrEvents(plane: ControlPlane, name: string): Promise<{ re
   );
   return res.body.items.filter((e) => e.source?.component === 'kubeboot-approver');
 }
+
+/** A signed PKCS#10 request of about `bytes`, carried in an attribute every parser reads past (unstructuredName). */
+export async function bigCsrPem(cn: string, bytes: number): Promise<string> {
+  const keys = (await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, [
+    'sign',
+    'verify',
+  ])) as webcrypto.CryptoKeyPair;
+  const value = Buffer.from('x'.repeat(bytes));
+  const der = new Uint8Array([0x0c, 0x83, value.length >> 16, (value.length >> 8) & 0xff, value.length & 0xff, ...value]);
+  const request = await x509.Pkcs10CertificateRequestGenerator.create({
+    name: [{ CN: [cn] }],
+    keys,
+    signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' },
+    attributes: [new x509.Attribute('1.2.840.113549.1.9.2', [der])],
+  });
+  return request.toString('pem');
+}

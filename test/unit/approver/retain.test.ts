@@ -1,6 +1,5 @@
 // What the approver keeps of a CSR (retain.ts): what a decision reads, never
 // what a requester chose to send, so 250 CSRs of 1 MB each cost it kilobytes.
-import { webcrypto } from 'node:crypto';
 import t from 'tap';
 import { MockAgent } from 'undici';
 import { decideCsr } from '../../../agent/approver/api.js';
@@ -9,8 +8,7 @@ import { decide, type Lookups } from '../../../agent/approver/decide.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
 import { CERTIFICATE_NOT_KEPT, isOurs, MAX_REQUEST_BYTES, retain, retainedBytes } from '../../../agent/approver/retain.js';
 import { KubeClient } from '../../../agent/kube/client.js';
-import { x509 } from '../../../agent/pki/x509.js';
-import { craftCsrPem } from '../../support/approver.js';
+import { bigCsrPem, craftCsrPem } from '../../support/approver.js';
 
 const policy: ApproverPolicy = {
   kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
@@ -30,23 +28,6 @@ function csr(over: { spec?: Partial<ApproverCsr['spec']>; metadata?: Record<stri
     spec: { request: '', signerName: CLIENT, usages: ['digital signature', 'client auth'], ...NODE, ...over.spec },
     ...(over.status ? { status: over.status } : {}),
   } as ApproverCsr;
-}
-
-/** A signed PKCS#10 request of about `bytes`, carried in an attribute every parser reads past (unstructuredName). */
-async function bigCsrPem(cn: string, bytes: number): Promise<string> {
-  const keys = (await webcrypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, false, [
-    'sign',
-    'verify',
-  ])) as webcrypto.CryptoKeyPair;
-  const value = Buffer.from('x'.repeat(bytes));
-  const der = new Uint8Array([0x0c, 0x83, value.length >> 16, (value.length >> 8) & 0xff, value.length & 0xff, ...value]);
-  const request = await x509.Pkcs10CertificateRequestGenerator.create({
-    name: [{ CN: [cn] }],
-    keys,
-    signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' },
-    attributes: [new x509.Attribute('1.2.840.113549.1.9.2', [der])],
-  });
-  return request.toString('pem');
 }
 
 const lookups: Lookups = {
