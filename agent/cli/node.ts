@@ -5,15 +5,15 @@
  * node's pending CSRs of every signer now (the approver approves none of its
  * certificates from then on); a certificate already issued cannot be recalled and lives
  * to its notAfter, which the output says. The requests are
- * agent/join/node-requests.ts's.
+ * agent/admin/node-requests.ts's.
  */
 import type { Given } from '../config/load.js';
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { ExitCode, InputError } from '../errors.js';
-import { withAdmin, type Admin } from '../join/admin.js';
-import { renderNodeTable } from '../join/node.js';
-import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../join/node-requests.js';
-import { parseTokenId } from '../join/token.js';
+import { withAdmin, type Admin } from '../admin/connect.js';
+import { renderNodeTable } from '../admin/node.js';
+import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../admin/node-requests.js';
+import { parseTokenId } from '../admin/token.js';
 import { excerpt, terminalJson, terminalLines, type Streams } from '../text.js';
 import { systemClock, type Clock } from '../time/clock.js';
 

@@ -1,5 +1,5 @@
 // `kubeboot node` checks its arguments and flags before it reads any kubeconfig;
-// what it asks of the cluster is test/unit/join/node-requests.test.ts.
+// what it asks of the cluster is test/unit/admin/node-requests.test.ts.
 import t from 'tap';
 import { runNode } from '../../../agent/cli/node.js';
 

@@ -7,7 +7,7 @@
  * runs kube-proxy as a DaemonSet with a ServiceAccount token
  * (phases/addons/proxy), so nothing on the cluster approves a node's
  * kube-proxy CSR. Pure: the questions to the API server are
- * agent/join/cluster-requests.ts's.
+ * agent/admin/cluster-requests.ts's.
  */
 import { KubebootError } from '../errors.js';
 
