@@ -65,7 +65,7 @@ t.test('where kubeboot’s RBAC serves every token, the token as asked; unbound,
     [undefined, 'nodeclient'],
   );
   t.equal(calls[2]!.body.stringData['auth-extra-groups'], 'system:bootstrappers:pool-a');
-  t.match(created.notes, [/^warning: this token is bound to no node name: kubeboot approver --approve-kubelet-client refuses/]);
+  t.match(created.notes, [/^warning: this token is bound to no node name: kubeboot approver refuses/]);
 });
 
 t.test('where nothing lets a token create its CSR, nothing is created', async (t) => {
