@@ -24,7 +24,11 @@ t.test('each character received is searched once: a long line in small chunks an
   const long = `{"x":"${'x'.repeat(cap - 16)}"}\n`;
   const one = new WatchLines(cap, tooLong);
   t.equal(feed(one, long, 1024).length, 1);
-  t.equal(one.examined, long.length, `${long.length} characters examined for ${long.length} received (a re-scan per chunk would be ${Math.round(long.length ** 2 / 2048)})`);
+  t.equal(
+    one.examined,
+    long.length,
+    `${long.length} characters examined for ${long.length} received (a re-scan per chunk would be ${Math.round(long.length ** 2 / 2048)})`,
+  );
   const tiny = '{"type":"BOOKMARK"}\n';
   const many = new WatchLines(cap, tooLong);
   t.equal(feed(many, tiny.repeat(100_000), 1 << 16).length, 100_000);
@@ -36,5 +40,9 @@ t.test('a line over the cap is refused as soon as it is over, ended or not', asy
   const open = new WatchLines(10, tooLong);
   t.same(open.push(Buffer.from('x'.repeat(10))), []);
   t.throws(() => open.push(Buffer.from('x')), { message: 'too long' }, 'still open: refused at the eleventh character');
-  t.same(feed(new WatchLines(10, tooLong), `${'x'.repeat(10)}\n${'y'.repeat(10)}\n`, 3), ['x'.repeat(10), 'y'.repeat(10)], 'at the cap: kept');
+  t.same(
+    feed(new WatchLines(10, tooLong), `${'x'.repeat(10)}\n${'y'.repeat(10)}\n`, 3),
+    ['x'.repeat(10), 'y'.repeat(10)],
+    'at the cap: kept',
+  );
 });
