@@ -2,7 +2,7 @@
 // from the server (1 MiB at most): repeated keys are still refused, in time
 // linear in the number of keys.
 import t from 'tap';
-import { performance } from 'node:perf_hooks';
+import { cpuMs } from '../../support/cpu-time.js';
 import { parseYaml } from '../../../agent/config/yaml.js';
 
 const keys = (n: number) => Array.from({ length: n }, (_, i) => `k${i}: v`).join('\n');
@@ -28,12 +28,8 @@ t.test('32,768 keys (256 KiB) parse in linear time, and a repeat at the end is f
   // with every earlier one: about 10 s for these, 158 s for 1 MiB of them.
   const BOUND_MS = 5_000;
   const text = keys(32_768);
-  let started = performance.now();
-  t.equal(Object.keys(parseYaml('cluster-info', text) as object).length, 32_768);
-  let ms = performance.now() - started;
-  t.ok(ms < BOUND_MS, `unique keys: ${Math.round(ms)} ms (bound ${BOUND_MS} ms)`);
-  started = performance.now();
-  t.throws(() => parseYaml('cluster-info', `${text}\nk0: again`), /line 32769: invalid YAML: duplicate key/);
-  ms = performance.now() - started;
-  t.ok(ms < BOUND_MS, `a repeat at the end: ${Math.round(ms)} ms (bound ${BOUND_MS} ms)`);
+  let ms = await cpuMs(() => t.equal(Object.keys(parseYaml('cluster-info', text) as object).length, 32_768));
+  t.ok(ms < BOUND_MS, `unique keys: ${Math.round(ms)} ms of CPU (bound ${BOUND_MS} ms)`);
+  ms = await cpuMs(() => t.throws(() => parseYaml('cluster-info', `${text}\nk0: again`), /line 32769: invalid YAML: duplicate key/));
+  t.ok(ms < BOUND_MS, `a repeat at the end: ${Math.round(ms)} ms of CPU (bound ${BOUND_MS} ms)`);
 });
