@@ -6,7 +6,7 @@
  */
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { Approver } from '../approver/approver.js';
+import { CertificateController } from '../approver/controller.js';
 import { connect } from '../approver/connect.js';
 import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem, type KcmAutoApproval } from '../approver/kcm-bindings.js';
 import { createApproverMetrics } from '../approver/metrics.js';
@@ -88,7 +88,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
   // matches client-go's leader-election identity: hostname plus a unique suffix, so two processes on one host differ.
   const identity = `${os.hostname()}_${randomUUID()}`;
   const metrics = createApproverMetrics();
-  const approver = new Approver(
+  const approver = new CertificateController(
     client,
     {
       policy: approverPolicy(config),

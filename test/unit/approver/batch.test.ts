@@ -4,7 +4,7 @@
 // written must be unchanged before anything is approved.
 import t from 'tap';
 import { MockAgent } from 'undici';
-import { Approver } from '../../../agent/approver/approver.js';
+import { CertificateController } from '../../../agent/approver/controller.js';
 import { decideBatch, limiter, RecordView, reviewKey, type BatchIo } from '../../../agent/approver/batch.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { parsedRequest } from '../../../agent/approver/decide.js';
@@ -184,7 +184,7 @@ t.test('a renewal is decided on the revocations the informer listed: no GET per 
       (req) => (seen.events.push((JSON.parse(String(req.body)) as { message: string }).message), { statusCode: 201, data: {} }),
     )
     .persist();
-  const approver = new Approver(
+  const approver = new CertificateController(
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
     {
       policy,
@@ -261,7 +261,7 @@ t.test("a pool token's CSRs queued together are approved in batches: its names s
       (req) => (seen.events.push((JSON.parse(String(req.body)) as { message: string }).message), { statusCode: 201, data: {} }),
     )
     .persist();
-  const approver = new Approver(
+  const approver = new CertificateController(
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
     {
       policy,
