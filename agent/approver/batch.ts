@@ -21,7 +21,7 @@ import type { Claim, NodeFacts } from './api.js';
 import type { ApiServerFacts } from './apiserver.js';
 import type { ApproverCsr } from './csr-facts.js';
 import { judge, prepare, spendsRecords, type Decision, type Lookups, type Prepared } from './decide.js';
-import type { ApproverPolicy } from './policy.js';
+import type { ApproverPolicy } from './rules/rule.js';
 import type { RequestFacts } from './request.js';
 
 /** The API calls a batch makes, each one request. */

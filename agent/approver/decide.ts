@@ -25,23 +25,16 @@ import { legacyBindingName, legacyEntries, unmigrated, type LegacyConfigMap } fr
 import type { Claim } from './api.js';
 import type { ApiServerFacts } from './apiserver.js';
 import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr-facts.js';
+import { applicable, AUTHORIZED_RULE, evaluate, nodeNameFor, POLICIES, readsWorld, recognize, subresourceFor } from './policy.js';
 import {
-  applicable,
-  AUTHORIZED_RULE,
-  evaluate,
-  nodeNameFor,
-  POLICIES,
-  readsWorld,
-  recognize,
   requesterKind,
-  subresourceFor,
   tokenIdOf,
   type ApproverPolicy,
   type CsrFacts,
   type NodeRecords,
   type PolicyName,
   type World,
-} from './policy.js';
+} from './rules/rule.js';
 import { requestFacts, subjectOnlyFacts, type RequestFacts } from './request.js';
 import { oversizedRequestProblem } from './retain.js';
 

@@ -16,7 +16,7 @@ import { getRecord, writeClaim } from './api.js';
 import { decideBatch, RecordView, type BatchIo, type Outcome } from './batch.js';
 import { isSettled, type ApproverCsr } from './csr-facts.js';
 import type { CsrInformer } from './informer.js';
-import type { ApproverPolicy } from './policy.js';
+import type { ApproverPolicy } from './rules/rule.js';
 import { decidedSigners } from './retain.js';
 import { excerpt } from '../text.js';
 

@@ -10,7 +10,7 @@ import { CertificateController } from '../approver/controller.js';
 import { connect } from '../approver/connect.js';
 import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem, type KcmAutoApproval } from '../approver/kcm-bindings.js';
 import { createApproverMetrics } from '../approver/metrics.js';
-import type { ApproverPolicy } from '../approver/policy.js';
+import type { ApproverPolicy } from '../approver/rules/rule.js';
 import type { Config } from '../config/types.js';
 import { parseByteSize } from '../config/values.js';
 import { INVENTORY_REF } from '../records/inventory.js';

@@ -6,7 +6,7 @@ import { MockAgent } from 'undici';
 import { CertificateController } from '../../../agent/approver/controller.js';
 import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { type Logger, silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../support/fake-time.js';

@@ -10,7 +10,7 @@ import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { parsedRequest } from '../../../agent/approver/decide.js';
 import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { bindingRecord } from '../../../agent/records/bindings.js';
 import type { RecordObject, TokenBindingObject } from '../../../agent/records/kinds.js';

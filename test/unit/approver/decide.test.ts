@@ -3,7 +3,7 @@
 import t from 'tap';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { decide, type Lookups } from '../../../agent/approver/decide.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { keyAlgorithmName, requestFacts } from '../../../agent/approver/request.js';
 import { craftCsrPem, type CraftSpec } from '../../support/approver.js';
 

@@ -1,23 +1,19 @@
 // Every approval rule as a table: a valid CSR passes, and each single defect
 // is reported under exactly the rule that names it.
 import t from 'tap';
+import { evaluate, renderRuleTables, recognize, signersReading } from '../../../agent/approver/policy.js';
+import { KUBE_PROXY_RULES } from '../../../agent/approver/rules/kube-proxy-client.js';
+import { KUBELET_CLIENT_RULES } from '../../../agent/approver/rules/kubelet-client.js';
+import { KUBELET_SERVING_RULES, allowedDnsNames } from '../../../agent/approver/rules/kubelet-serving.js';
 import {
-  evaluate,
-  KUBE_PROXY_RULES,
-  KUBELET_CLIENT_RULES,
-  KUBELET_SERVING_RULES,
   nodeNameOf,
-  renderRuleTables,
-  recognize,
-  allowedDnsNames,
-  dnsSuffixNameProblem,
-  signersReading,
   type ApproverPolicy,
   type Rule,
   type CsrFacts,
   type RuleInput,
   type World,
-} from '../../../agent/approver/policy.js';
+} from '../../../agent/approver/rules/rule.js';
+import { dnsSuffixNameProblem } from '../../../agent/approver/rules/shared.js';
 import type { RequestFacts } from '../../../agent/approver/request.js';
 import type { TokenBinding } from '../../../agent/records/bindings.js';
 

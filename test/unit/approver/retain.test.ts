@@ -5,7 +5,7 @@ import { MockAgent } from 'undici';
 import { decideCsr } from '../../../agent/approver/api.js';
 import { blocks, isSettled, isUnissued, type ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { decide, type Lookups } from '../../../agent/approver/decide.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { CERTIFICATE_NOT_KEPT, isOurs, MAX_REQUEST_BYTES, retain, retainedBytes } from '../../../agent/approver/retain.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { bigCsrPem, craftCsrPem } from '../../support/approver.js';

@@ -8,7 +8,7 @@ import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { CsrMemory } from '../../../agent/approver/memory.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { syncCertificateRequests, type SyncContext } from '../../../agent/approver/sync.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
