@@ -34,6 +34,7 @@ import {
   type NodeRecords,
   type PolicyName,
   type World,
+  type WorldRead,
 } from './rules/rule.js';
 import { requestFacts, subjectOnlyFacts, type RequestFacts } from './request.js';
 import { oversizedRequestProblem } from './retain.js';
@@ -168,13 +169,7 @@ function claimsOf(facts: CsrFacts, nodeName: string, read: ReadRecords): Claim[]
 }
 
 /** With --inventory, the node's entry for the kubelet client and serving rules (a legacy ConfigMap is named, never read as one). */
-async function readInventory(
-  policyName: PolicyName,
-  nodeName: string | null,
-  policy: ApproverPolicy,
-  lookups: Lookups,
-): Promise<InventoryLookup | null> {
-  if (policy.inventory !== true || policyName === 'kube-proxy-client' || nodeName === null) return null;
+async function readInventory(nodeName: string, lookups: Lookups): Promise<InventoryLookup> {
   const inventory = await lookups.record('inventories', INVENTORY_NAME);
   if (inventory !== null) return { found: true, entry: inventoryEntry(inventory.spec?.nodes, nodeName) };
   return (await lookups.legacy('inventory')) === null ? { found: false } : { found: false, legacy: unmigrated('inventory') };
@@ -256,23 +251,19 @@ export function spendsRecords(prepared: Prepared): boolean {
 export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups: Lookups): Promise<Decision> {
   const { csr, facts, policyName, nodeName, subresource } = prepared;
   const spec = POLICIES[policyName];
-  // Only a rule that runs reads the Node (a renewal's rules do not): no GET for the others.
+  // Each look-up only when a rule that runs for this CSR declares it (a renewal's rules read no Node: no GET).
+  const reads = (what: WorldRead) => readsWorld(spec.rules, facts, policy, what);
   const node = prepared.readsNode && nodeName !== null ? await lookups.node(nodeName) : null;
-  // Read only when the rules that need them can be reached: a requester of neither kind fails first,
-  // and not-revoked reads a node's revocation whatever it asks for (the other policies: a node only).
-  const kind = requesterKind(facts);
-  const read =
-    nodeName !== null && (policyName === 'kubelet-client' ? kind !== null : kind === 'node')
-      ? await readRecords(facts, nodeName, lookups)
-      : null;
+  // A requester of neither kind fails before any rule that reads the records.
+  const read = nodeName !== null && requesterKind(facts) !== null && reads('records') ? await readRecords(facts, nodeName, lookups) : null;
   const world: World = {
     node,
-    blocking: readsWorld(spec.rules, facts, policy, 'blocking')
+    blocking: reads('blocking')
       ? [...lookups.sameRequester(csr)].filter((other) => blocks(other, csr)).map((other) => other.metadata.name)
       : [],
-    apiServer: policyName !== 'kube-proxy-client' ? await lookups.apiServer() : null,
+    apiServer: reads('apiServer') ? await lookups.apiServer() : null,
     records: read?.records ?? null,
-    inventory: await readInventory(policyName, nodeName, policy, lookups),
+    inventory: nodeName !== null && reads('inventory') ? await readInventory(nodeName, lookups) : null,
   };
   const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
   if (!verdict.ok)

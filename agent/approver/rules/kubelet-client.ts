@@ -46,6 +46,7 @@ const clientSubject: Rule = {
 
 const reservedNodeName: Rule = {
   name: 'reserved-names',
+  reads: ['apiServer'],
   summary:
     "the node name is not the API server's (`kubernetes`, `kubernetes.*`, a name in its serving certificate or URL), a cluster Service name (`*.svc`, `*.svc.*`) or `localhost`",
   check: ({ world, nodeName }) => reservedNameProblem(nodeName!, world.apiServer),
@@ -53,6 +54,7 @@ const reservedNodeName: Rule = {
 
 const tokenBound: Rule = {
   name: 'token-bound',
+  reads: ['records'],
   only: 'bootstrap',
   summary:
     "the token's binding `tokenbindings.kubeboot.io/<id>` (`kubeboot token create --node/--pool`) allows `<n>`: one of its names or under its prefix, within its max-nodes, and a name spent (by any token: `nodeclaims.kubeboot.io/<n>`) only for that same CSR, or freed by a replacement mark for this token; a token with no binding only under `--unsafe-approve-unbound-tokens`",
@@ -71,7 +73,7 @@ const tokenBound: Rule = {
 
 const noTakeover: Rule = {
   name: 'no-takeover',
-  reads: ['node'],
+  reads: ['node', 'records'],
   only: 'bootstrap',
   summary:
     'no Node `<n>` exists, unless the admin marked it as being replaced for this token (`kubeboot node replace`: `nodereplacements.kubeboot.io/<n>`) before this CSR was made and no other CSR has claimed the mark (the first one wins)',
@@ -115,6 +117,7 @@ const notControlPlane: Rule = {
 
 const inventoryListed: Rule = {
   name: 'inventory-listed',
+  reads: ['inventory'],
   inventory: 'on',
   summary:
     'the node name is a key of `inventories.kubeboot.io/inventory` (spec.nodes) whose entry parses, for a renewal too: removing a node from the inventory stops its renewals as a revocation does; a missing inventory approves nothing',

@@ -87,6 +87,7 @@ const ipSans: Rule = {
 
 const inventoryAddresses: Rule = {
   name: 'inventory-addresses',
+  reads: ['inventory'],
   inventory: 'on',
   summary:
     "the node is listed in `inventories.kubeboot.io/inventory` and each IP SAN is one of its entry's `ips` or inside one of its CIDRs (instead of the Node's `status.addresses`, which its kubelet writes: kubernetes/kubernetes#50635), and inside a `--serving-ip-cidr` when any is set",
@@ -110,6 +111,7 @@ function canonical(ip: string): string {
 
 const reservedNames: Rule = {
   name: 'reserved-names',
+  reads: ['apiServer'],
   summary:
     "neither the node name nor any DNS SAN is the API server's (`kubernetes`, `kubernetes.*`, a name in its serving certificate or URL), a cluster Service name (`*.svc`, `*.svc.*`) or `localhost`",
   check: ({ csr, world, nodeName }) => {
@@ -135,6 +137,7 @@ const NEVER_SERVING = (() => {
 
 const notApiServerIps: Rule = {
   name: 'not-api-server-ips',
+  reads: ['apiServer'],
   summary:
     "no IP SAN is loopback, unspecified or link-local, nor one of the API server's addresses (its serving certificate's IP SANs, the `kubernetes` Service's cluster IPs and Endpoints): a Node's `status.addresses` are what its kubelet says",
   check: ({ csr, world }) => {

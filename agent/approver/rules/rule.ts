@@ -113,8 +113,9 @@ export interface Rule {
   /** Runs only with `--inventory` (`on`) or only without it (`off`); absent: either way. */
   inventory?: 'on' | 'off';
   /**
-   * The parts of the World it reads that cost a look-up per CSR: the Node is
-   * fetched, and the CSRs standing before it listed, only when a rule that
+   * The parts of the World it reads, each a look-up per CSR: the Node is
+   * fetched, the CSRs standing before it listed, the API server's names
+   * read, the node's records and inventory entry read, only when a rule that
    * runs reads them (policy.test.ts holds every rule to its declaration).
    */
   reads?: readonly WorldRead[];
@@ -122,7 +123,7 @@ export interface Rule {
 }
 
 /** World fields looked up per CSR only for the rules that declare them. */
-export type WorldRead = 'node' | 'blocking';
+export type WorldRead = 'node' | 'blocking' | 'apiServer' | 'records' | 'inventory';
 
 export const NODE_USER_PREFIX = 'system:node:';
 export const NODES_GROUP = 'system:nodes';

@@ -66,6 +66,7 @@ export const expiration: Rule = {
 
 export const notRevoked: Rule = {
   name: 'not-revoked',
+  reads: ['records'],
   summary:
     'the node has no revocation `noderevocations.kubeboot.io/<n>` (`kubeboot node revoke`), nor an entry in an unmigrated ConfigMap `kubeboot/revocations`: a revoked node gets no certificate of any kind, its kubelet client renewed or issued again to any token, its kube-proxy or serving one, until `kubeboot node unrevoke` (what it holds dies at its notAfter)',
   check: ({ nodeName, world }) => {
