@@ -12,16 +12,17 @@
  */
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
-import { LEGACY_FOLLOWED, RecordInformers, type LegacyFollowed } from '../records/informer.js';
+import { RecordInformers } from '../records/informer.js';
 import { recordRef, type RecordResource } from '../records/kinds.js';
 import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 import { logFields } from './act.js';
-import { getNode, subjectAccessReview, warnOnCsr } from './api.js';
+import { warnOnCsr } from './api.js';
 import { cachedApiServerFacts, readApiServerFacts, type ApiServerFacts } from './apiserver.js';
-import { limiter, type BatchIo } from './batch.js';
+import { limiter } from './batch.js';
 import { isSettled, isUnissued, type ApproverCsr } from './csr-facts.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
+import { clusterLookups } from './lookups.js';
 import { CsrMemory } from './memory.js';
 import type { ApproverMetrics } from './metrics.js';
 import { BOOTSTRAP_USER_PREFIX, NODE_USER_PREFIX, type ApproverPolicy } from './rules/rule.js';
@@ -129,19 +130,16 @@ export class CertificateController {
     const timed = this.#timed(limiter(REQUESTS_IN_FLIGHT));
     const apiServer = opts.apiServer ?? cachedApiServerFacts(() => readApiServerFacts(client, signal()), clock);
     const records = this.records;
-    const io: BatchIo = {
-      node: (name) => timed('node', () => getNode(client, name, signal())),
-      allowed: (csr, subresource) => timed('subjectaccessreview', () => subjectAccessReview(client, csr, subresource, signal())),
-      record: async (resource, name) => records.get(resource, name),
-      legacy: (name) =>
-        (LEGACY_FOLLOWED as readonly string[]).includes(name)
-          ? Promise.resolve(records.legacy(name as LegacyFollowed))
-          : timed('record', () => records.legacyBinding(name, signal())),
-      apiServer,
-      sameRequester: (csr) => this.informer.cache.sameRequester(csr),
-      request: (csr) => this.#memory.request(csr),
-    };
     const informer = this.informer;
+    const io = clusterLookups({
+      client,
+      records,
+      sameRequester: (csr) => informer.cache.sameRequester(csr),
+      request: (csr) => this.#memory.request(csr),
+      apiServer,
+      timed,
+      signal,
+    });
     this.#sync = {
       client,
       policy: opts.policy,

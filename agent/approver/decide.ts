@@ -20,10 +20,10 @@ import {
   type TokenBinding,
 } from '../records/bindings.js';
 import { inventoryEntry, type InventoryLookup } from '../records/inventory.js';
-import { INVENTORY_NAME, type RecordObjects, type RecordResource, type TokenBindingObject } from '../records/kinds.js';
-import { legacyBindingName, legacyEntries, unmigrated, type LegacyConfigMap } from '../records/legacy.js';
+import { INVENTORY_NAME, type RecordObjects, type TokenBindingObject } from '../records/kinds.js';
+import { legacyBindingName, legacyEntries, unmigrated } from '../records/legacy.js';
 import type { Claim } from './api.js';
-import type { ApiServerFacts } from './apiserver.js';
+import type { Lookups } from './lookups.js';
 import { blocks, csrFacts, isSettled, type ApproverCsr } from './csr-facts.js';
 import { applicable, AUTHORIZED_RULE, evaluate, nodeNameFor, POLICIES, readsWorld, recognize, subresourceFor } from './policy.js';
 import {
@@ -44,20 +44,6 @@ export type Decision =
   /** `claims`: to be written, in order, before the approval (empty but for a bootstrap token's kubelet client CSR). */
   | { kind: 'approve'; policy: PolicyName; message: string; claims: Claim[] }
   | { kind: 'violation'; policy: PolicyName; rule: string; message: string };
-
-export interface Lookups {
-  node(name: string): Promise<World['node']>;
-  /** SubjectAccessReview as the CSR's requester for `create certificatesigningrequests/<subresource>`. */
-  allowed(csr: ApproverCsr, subresource: string): Promise<boolean>;
-  /** The CSRs the informer knows of the same requester and signer, for the one-unissued-per-node rule. */
-  sameRequester(csr: ApproverCsr): Iterable<ApproverCsr>;
-  /** The API server's names and addresses (apiserver.ts), for the serving and kubelet client rules. */
-  apiServer(): Promise<ApiServerFacts>;
-  /** A record of records/kinds.ts, or null when there is none. */
-  record<R extends RecordResource>(resource: R, name: string): Promise<RecordObjects[R] | null>;
-  /** A ConfigMap record of an earlier release still in `kubeboot` (records/legacy.ts), or null: only ever refused. */
-  legacy(name: string): Promise<LegacyConfigMap | null>;
-}
 
 /** The records, parsed for the rules, and the objects they came from (for the claims). */
 interface ReadRecords {

@@ -13,9 +13,10 @@ import type { KubeClient } from '../kube/client.js';
 import type { RecordInformers } from '../records/informer.js';
 import { approve, violation, type ActContext } from './act.js';
 import { getRecord, writeClaim } from './api.js';
-import { decideBatch, RecordView, type BatchIo, type Outcome } from './batch.js';
+import { decideBatch, RecordView, type Outcome } from './batch.js';
 import { isSettled, type ApproverCsr } from './csr-facts.js';
 import type { CsrInformer } from './informer.js';
+import type { Lookups } from './lookups.js';
 import type { ApproverPolicy } from './rules/rule.js';
 import { decidedSigners } from './retain.js';
 import { excerpt } from '../text.js';
@@ -31,7 +32,7 @@ export interface SyncContext extends ActContext {
   /** The records decisions read, and the claims written on them. */
   records: Pick<RecordInformers, 'remember' | 'refresh'>;
   /** The look-ups of a decision (each API call within the requests in flight). */
-  io: BatchIo;
+  io: Lookups;
   /** Whether this process holds the lease now. */
   leading(): boolean;
 }

@@ -5,7 +5,8 @@
 import t from 'tap';
 import { MockAgent } from 'undici';
 import { CertificateController } from '../../../agent/approver/controller.js';
-import { decideBatch, limiter, RecordView, reviewKey, type BatchIo } from '../../../agent/approver/batch.js';
+import { decideBatch, limiter, RecordView, reviewKey } from '../../../agent/approver/batch.js';
+import type { Lookups } from '../../../agent/approver/lookups.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { parsedRequest } from '../../../agent/approver/decide.js';
 import { CSR_PATH } from '../../../agent/approver/informer.js';
@@ -13,7 +14,7 @@ import { createApproverMetrics } from '../../../agent/approver/metrics.js';
 import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { bindingRecord } from '../../../agent/records/bindings.js';
-import type { RecordObject, TokenBindingObject } from '../../../agent/records/kinds.js';
+import type { RecordObject, RecordObjects, RecordResource, TokenBindingObject } from '../../../agent/records/kinds.js';
 import { silentLogger } from '../../../agent/log.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { until } from '../../support/until.js';
@@ -51,10 +52,12 @@ function pool(maxNodes: number): TokenBindingObject {
 /** Records by `resource/name`, as the informers would have them. */
 function fakeIo(records: Record<string, RecordObject | null>) {
   const calls = { node: [] as string[], reviews: 0, records: [] as string[] };
-  const io: BatchIo = {
+  const io: Lookups = {
     node: async (name) => (calls.node.push(name), null),
     allowed: async () => (calls.reviews++, true),
-    record: async (resource, name) => (calls.records.push(`${resource}/${name}`), records[`${resource}/${name}`] ?? null),
+    record: async <R extends RecordResource>(resource: R, name: string) => (
+      calls.records.push(`${resource}/${name}`), (records[`${resource}/${name}`] ?? null) as RecordObjects[R] | null
+    ),
     legacy: async () => null,
     apiServer: async () => ({ names: [], ips: [] }),
     sameRequester: () => [],

@@ -3,7 +3,8 @@
 // names and serving IP SANs; decide() reads it only when the flag is on.
 import t from 'tap';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
-import { decide, type Lookups } from '../../../agent/approver/decide.js';
+import { decide } from '../../../agent/approver/decide.js';
+import type { Lookups } from '../../../agent/approver/lookups.js';
 import { evaluate } from '../../../agent/approver/policy.js';
 import { KUBELET_CLIENT_RULES } from '../../../agent/approver/rules/kubelet-client.js';
 import { KUBELET_SERVING_RULES } from '../../../agent/approver/rules/kubelet-serving.js';
