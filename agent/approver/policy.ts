@@ -8,68 +8,28 @@
  * kept by signer under rules/; here, which policy a CSR falls under, running
  * its rules, and the docs' rule tables made from them.
  */
-import { KUBE_APISERVER_CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER } from '../identity.js';
-import { KUBE_PROXY_RULES } from './rules/kube-proxy-client.js';
-import { KUBELET_CLIENT_RULES } from './rules/kubelet-client.js';
-import { KUBELET_SERVING_RULES } from './rules/kubelet-serving.js';
+import { KUBE_PROXY_CLIENT } from './rules/kube-proxy-client.js';
+import { KUBELET_CLIENT } from './rules/kubelet-client.js';
+import { KUBELET_SERVING } from './rules/kubelet-serving.js';
 import {
-  BOOTSTRAP_USER_PREFIX,
-  BOOTSTRAPPERS_GROUP,
   nodeNameOf,
-  NODE_USER_PREFIX,
-  NODES_GROUP,
   requesterKind,
   type ApproverPolicy,
   type CsrFacts,
   type PolicyName,
+  type PolicySpec,
+  type Recognized,
   type RequesterKind,
   type Rule,
   type RuleInput,
   type WorldRead,
 } from './rules/rule.js';
 
-export interface PolicySpec {
-  name: PolicyName;
-  signerName: string;
-  rules: readonly Rule[];
-  /**
-   * Virtual subresource of certificatesigningrequests the requester must be
-   * allowed to `create`; one per kind of requester where a policy has two.
-   */
-  subresource: string | Readonly<Record<RequesterKind, string>>;
-  /** Whose Node the rules read: the requester's (`system:node:<n>`), or the one the certificate is for (its CN). */
-  node: 'requester' | 'subject';
-  /** Whether this approver decides the policy's CSRs at all. */
-  enabled(policy: ApproverPolicy): boolean;
-}
-
-export const POLICIES: Record<PolicyName, PolicySpec> = {
-  'kube-proxy-client': {
-    name: 'kube-proxy-client',
-    signerName: KUBE_APISERVER_CLIENT_SIGNER,
-    rules: KUBE_PROXY_RULES,
-    subresource: 'kubeproxyclient',
-    node: 'requester',
-    enabled: () => true,
-  },
-  'kubelet-serving': {
-    name: 'kubelet-serving',
-    signerName: KUBELET_SERVING_SIGNER,
-    rules: KUBELET_SERVING_RULES,
-    subresource: 'selfnodeserving',
-    node: 'requester',
-    enabled: (policy) => policy.serving.enabled,
-  },
-  // As kube-controller-manager's nodeclient/selfnodeclient, under kubeboot's own names, so RBAC
-  // bindings decide which approver a cluster uses (packaging/manifests/approver/node-grants.yaml).
-  'kubelet-client': {
-    name: 'kubelet-client',
-    signerName: KUBELET_CLIENT_SIGNER,
-    rules: KUBELET_CLIENT_RULES,
-    subresource: { bootstrap: 'kubebootnodeclient', node: 'kubebootselfnodeclient' },
-    node: 'subject',
-    enabled: (policy) => policy.kubeletClient?.enabled === true,
-  },
+/** Every policy, by name: each signer's (rules/), with the rows it runs and how it recognises its CSRs. */
+export const POLICIES: Readonly<Record<PolicyName, PolicySpec>> = {
+  'kube-proxy-client': KUBE_PROXY_CLIENT,
+  'kubelet-serving': KUBELET_SERVING,
+  'kubelet-client': KUBELET_CLIENT,
 };
 
 /** The subresource the SubjectAccessReview asks about, for a CSR that passed the rules (so its requester has a kind). */
@@ -84,29 +44,11 @@ export function nodeNameFor(spec: PolicySpec, csr: Pick<CsrFacts, 'username' | '
 
 /**
  * Which policy a CSR falls under, or null when it is none of the approver's
- * business (left untouched). A CSR is ours when it is for one of our signers
- * and either comes from a node (or, for the kubelet client, a bootstrap
- * token) or asks for the identity we issue, so a bootstrap token asking for
- * `system:kube-proxy` is reported, while a user's own client CSR for
- * kube-apiserver-client is left to whoever handles it.
+ * business (left untouched): the enabled policy that recognises it
+ * (sarapprove.go's recognizers, one per signer).
  */
-export function recognize(
-  csr: Pick<CsrFacts, 'signerName' | 'username' | 'groups' | 'request'>,
-  policy: ApproverPolicy,
-): PolicyName | null {
-  const fromNode = csr.username.startsWith(NODE_USER_PREFIX) || csr.groups.includes(NODES_GROUP);
-  const cn = csr.request?.subject.commonName;
-  if (csr.signerName === KUBE_APISERVER_CLIENT_SIGNER && (fromNode || cn === policy.kubeProxy.commonName)) return 'kube-proxy-client';
-  if (policy.serving.enabled && csr.signerName === KUBELET_SERVING_SIGNER && (fromNode || cn?.startsWith(NODE_USER_PREFIX) === true))
-    return 'kubelet-serving';
-  const fromBootstrap = csr.username.startsWith(BOOTSTRAP_USER_PREFIX) || csr.groups.includes(BOOTSTRAPPERS_GROUP);
-  if (
-    POLICIES['kubelet-client'].enabled(policy) &&
-    csr.signerName === KUBELET_CLIENT_SIGNER &&
-    (fromNode || fromBootstrap || cn?.startsWith(NODE_USER_PREFIX) === true)
-  )
-    return 'kubelet-client';
-  return null;
+export function recognize(csr: Recognized, policy: ApproverPolicy): PolicyName | null {
+  return Object.values(POLICIES).find((spec) => spec.enabled(policy) && spec.recognizes(csr, policy))?.name ?? null;
 }
 
 export type Verdict = { ok: true } | { ok: false; rule: string; problem: string };

@@ -1,5 +1,6 @@
 /** kube-proxy's client certificate (signer kubernetes.io/kube-apiserver-client), asked for by a node. */
-import { list, sameList, show, type Rule } from './rule.js';
+import { KUBE_APISERVER_CLIENT_SIGNER } from '../../identity.js';
+import { fromNode, list, sameList, show, type PolicySpec, type Rule } from './rule.js';
 import {
   expiration,
   keyAlgorithm,
@@ -44,3 +45,14 @@ export const KUBE_PROXY_RULES: readonly Rule[] = [
   shortLived('refused'),
   oneUnissuedPerNode,
 ];
+
+export const KUBE_PROXY_CLIENT: PolicySpec = {
+  name: 'kube-proxy-client',
+  signerName: KUBE_APISERVER_CLIENT_SIGNER,
+  rules: KUBE_PROXY_RULES,
+  subresource: 'kubeproxyclient',
+  node: 'requester',
+  enabled: () => true,
+  recognizes: (csr, policy) =>
+    csr.signerName === KUBE_APISERVER_CLIENT_SIGNER && (fromNode(csr) || csr.request?.subject.commonName === policy.kubeProxy.commonName),
+};

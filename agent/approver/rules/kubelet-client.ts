@@ -5,9 +5,13 @@
 import { dns1123SubdomainProblem } from '../../config/values.js';
 import { reservedNameProblem } from '../../pki/names.js';
 import { bindingAllows, bindingRef } from '../../records/bindings.js';
+import { KUBELET_CLIENT_SIGNER } from '../../identity.js';
 import {
+  BOOTSTRAP_USER_PREFIX,
   BOOTSTRAPPERS_GROUP,
   CONTROL_PLANE_LABELS,
+  forNode,
+  fromNode,
   list,
   NODE_USER_PREFIX,
   NODES_GROUP,
@@ -15,6 +19,7 @@ import {
   sameList,
   show,
   tokenIdOf,
+  type PolicySpec,
   type Rule,
 } from './rule.js';
 import { expiration, keyAlgorithm, noSans, notRevoked, notUnderDnsSuffix, requestSignature, trustedEntry, usagesRule } from './shared.js';
@@ -143,3 +148,17 @@ export const KUBELET_CLIENT_RULES: readonly Rule[] = [
   notRevoked,
   inventoryListed,
 ];
+
+// As kube-controller-manager's nodeclient/selfnodeclient, under kubeboot's own names, so RBAC
+// bindings decide which approver a cluster uses (packaging/manifests/approver/node-grants.yaml).
+export const KUBELET_CLIENT: PolicySpec = {
+  name: 'kubelet-client',
+  signerName: KUBELET_CLIENT_SIGNER,
+  rules: KUBELET_CLIENT_RULES,
+  subresource: { bootstrap: 'kubebootnodeclient', node: 'kubebootselfnodeclient' },
+  node: 'subject',
+  enabled: (policy) => policy.kubeletClient?.enabled === true,
+  recognizes: (csr) =>
+    csr.signerName === KUBELET_CLIENT_SIGNER &&
+    (fromNode(csr) || csr.username.startsWith(BOOTSTRAP_USER_PREFIX) || csr.groups.includes(BOOTSTRAPPERS_GROUP) || forNode(csr)),
+};

@@ -2,7 +2,8 @@
 import { BlockList, isIP } from 'node:net';
 import { reservedNameProblem } from '../../pki/names.js';
 import { INVENTORY_REF, inventoryHasIp } from '../../records/inventory.js';
-import { list, NODE_USER_PREFIX, NODES_GROUP, sameList, show, type Rule } from './rule.js';
+import { KUBELET_SERVING_SIGNER } from '../../identity.js';
+import { forNode, fromNode, list, NODE_USER_PREFIX, NODES_GROUP, sameList, show, type PolicySpec, type Rule } from './rule.js';
 import {
   expiration,
   keyAlgorithm,
@@ -179,3 +180,13 @@ export const KUBELET_SERVING_RULES: readonly Rule[] = [
   expiration,
   shortLived('allowed'),
 ];
+
+export const KUBELET_SERVING: PolicySpec = {
+  name: 'kubelet-serving',
+  signerName: KUBELET_SERVING_SIGNER,
+  rules: KUBELET_SERVING_RULES,
+  subresource: 'selfnodeserving',
+  node: 'requester',
+  enabled: (policy) => policy.serving.enabled,
+  recognizes: (csr) => csr.signerName === KUBELET_SERVING_SIGNER && (fromNode(csr) || forNode(csr)),
+};

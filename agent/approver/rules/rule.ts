@@ -175,3 +175,39 @@ export function sameList(a: readonly string[], b: readonly string[]): boolean {
   const sb = [...b].sort();
   return sa.length === sb.length && sa.every((v, i) => v === sb[i]);
 }
+
+/** What recognising a CSR reads: its signer, requester and (parsed, or its kept CN) request. */
+export type Recognized = Pick<CsrFacts, 'signerName' | 'username' | 'groups' | 'request'>;
+
+/** One signer's policy: its rows, the review asked after them, and which of the signer's CSRs are its business. */
+export interface PolicySpec {
+  name: PolicyName;
+  signerName: string;
+  rules: readonly Rule[];
+  /**
+   * Virtual subresource of certificatesigningrequests the requester must be
+   * allowed to `create`; one per kind of requester where a policy has two.
+   */
+  subresource: string | Readonly<Record<RequesterKind, string>>;
+  /** Whose Node the rules read: the requester's (`system:node:<n>`), or the one the certificate is for (its CN). */
+  node: 'requester' | 'subject';
+  /** Whether this approver decides the policy's CSRs at all. */
+  enabled(policy: ApproverPolicy): boolean;
+  /**
+   * Whether the CSR is this policy's to decide: for its signer, and from a
+   * node (or, for the kubelet client, a bootstrap token) or asking for the
+   * identity it issues, so a bootstrap token asking for `system:kube-proxy`
+   * is reported, while a user's own client CSR is left to whoever handles it.
+   */
+  recognizes(csr: Recognized, policy: ApproverPolicy): boolean;
+}
+
+/** The requester says it is a node (its name or its group), whether or not it is a valid one. */
+export function fromNode(csr: Pick<CsrFacts, 'username' | 'groups'>): boolean {
+  return csr.username.startsWith(NODE_USER_PREFIX) || csr.groups.includes(NODES_GROUP);
+}
+
+/** The request asks for a node's identity (CN `system:node:...`). */
+export function forNode(csr: Pick<CsrFacts, 'request'>): boolean {
+  return csr.request?.subject.commonName.startsWith(NODE_USER_PREFIX) === true;
+}
