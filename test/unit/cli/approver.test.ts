@@ -1,5 +1,5 @@
 import t from 'tap';
-import { approverPolicy, kubeletClientOffProblem } from '../../../agent/cli/approver.js';
+import { approverPolicy, kubeletClientOffProblem } from '../../../agent/approver/run.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 
 t.test('the approver policy built from the defaults approves kubelet client CSRs', async (t) => {

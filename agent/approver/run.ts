@@ -6,11 +6,11 @@
  */
 import os from 'node:os';
 import { randomUUID } from 'node:crypto';
-import { CertificateController } from '../approver/controller.js';
-import { connect } from '../approver/connect.js';
-import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem, type KcmAutoApproval } from '../approver/kcm-bindings.js';
-import { createApproverMetrics } from '../approver/metrics.js';
-import type { ApproverPolicy } from '../approver/rules/rule.js';
+import { CertificateController } from './controller.js';
+import { connect } from './connect.js';
+import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem, type KcmAutoApproval } from './kcm-bindings.js';
+import { createApproverMetrics } from './metrics.js';
+import type { ApproverPolicy } from './rules/rule.js';
 import type { Config } from '../config/types.js';
 import { parseByteSize } from '../config/values.js';
 import { INVENTORY_REF } from '../records/inventory.js';
