@@ -8,15 +8,12 @@ import os from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { CertificateController } from './controller.js';
 import { connect } from './connect.js';
-import { kcmAutoApproval, kcmAutoApprovalMonitor, kcmAutoApprovalProblem, type KcmAutoApproval } from './kcm-bindings.js';
 import { createApproverMetrics } from './metrics.js';
 import type { ApproverPolicy } from './rules/rule.js';
 import type { Config } from '../config/types.js';
-import { parseByteSize } from '../config/values.js';
 import { INVENTORY_REF } from '../records/inventory.js';
 import { inventoryStatus } from '../records/inventory-status.js';
 import { INVENTORY_NAME } from '../records/kinds.js';
-import { MIGRATE_COMMAND } from '../records/legacy.js';
 import { Counter } from 'prom-client';
 import { keepListening, StatusListener } from '../service/http.js';
 import { createNotifier, startWatchdog } from '../service/notify.js';
@@ -24,77 +21,32 @@ import { ExitCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { readOptional } from '../read-optional.js';
 import { systemClock } from '../time/clock.js';
+import { checkKcm, legacyRecordsProblem, warnFlags } from './startup.js';
 
-export function approverPolicy(config: Config): ApproverPolicy {
-  const a = config.approver;
-  return {
-    kubeProxy: { commonName: config.kubeProxy.commonName, organizations: config.kubeProxy.organizations },
-    maxExpirationSeconds: a.maxExpiration,
-    maxProxyServingExpirationSeconds: a.maxProxyServingExpiration,
-    keyAlgorithms: a.keyAlgorithms,
-    serving: { enabled: a.kubeletServing, dnsSuffixes: a.servingDnsSuffixes, ipCidrs: a.servingIpCidrs },
-    kubeletClient: { enabled: a.kubeletClient, unboundTokens: a.unsafeApproveUnboundTokens, protectNodes: a.protectNodes },
-    inventory: a.inventory,
-  };
+/** What `kubeboot approver` runs with: its flags as parsed (cli/approver.ts) and the process environment. */
+export interface ApproverRunOptions {
+  flags: Config['approver'];
+  policy: ApproverPolicy;
+  /** --max-pending-per-requester, in bytes. */
+  maxPendingPerRequester: number;
+  env: NodeJS.ProcessEnv;
 }
 
-/**
- * What to say at start when kubelet client approval is off: with the shipped
- * RBAC nothing else approves a node's first certificate or its renewals, so
- * every node would stop at `notAfter`. Null while kube-controller-manager
- * still approves them through a binding (the operator's choice).
- */
-export function kubeletClientOffProblem(kcm: Pick<KcmAutoApproval, 'grants'>): string | null {
-  if (kcm.grants.length > 0) return null;
-  return "KUBELET CLIENT APPROVAL IS OFF (--no-approve-kubelet-client) and the authorizer lets kube-controller-manager approve none: no node gets its first kubelet client certificate or renews it, and every node drops off the cluster at its certificate's notAfter; drop --no-approve-kubelet-client (approver.kubeletClient: false in the config file)";
-}
-
-/** ConfigMap records of an earlier release still in `kubeboot`: what the approver does with them, and the command that moves them. */
-function legacyRecordsProblem(names: readonly string[]): string {
-  return `unmigrated ConfigMap records ${names.map((n) => `kubeboot/${n}`).join(', ')}: never trusted (a revocation there still refuses its node, a token binding there refuses its token; nothing else is read); move them with: ${MIGRATE_COMMAND}`;
-}
-
-export async function runApprover(config: Config, logger: Logger, signal: AbortSignal): Promise<number> {
-  const a = config.approver;
-  if (a.kubeletServing && a.servingIpCidrs.length === 0) {
-    // status.addresses is written by the kubelet itself: without CIDRs, a compromised node can claim another's IP.
-    logger.warn(
-      "serving approval is on without --serving-ip-cidr: IP SANs are checked only against the Node's own status.addresses, which its kubelet writes; set the node network CIDRs",
-    );
-  }
-  if (a.unsafeApproveUnboundTokens)
-    logger.warn(
-      a.kubeletClient
-        ? "--unsafe-approve-unbound-tokens: a bootstrap token with no tokenbindings.kubeboot.io/<id> binding gets a kubelet certificate for any node name not yet registered, as many as it asks for; whoever reads a node pool's user-data can mint node identities"
-        : '--unsafe-approve-unbound-tokens has no effect without --approve-kubelet-client',
-    );
-  const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: process.env, readFile: readOptional });
-  const kcm = a.kubeletClient ? kcmAutoApprovalMonitor(() => kcmAutoApproval(client, signal), systemClock) : null;
-  try {
-    if (kcm === null) {
-      const off = kubeletClientOffProblem(await kcmAutoApproval(client, signal));
-      if (off !== null) logger.error(off);
-    } else {
-      const problem = kcmAutoApprovalProblem(await kcm.look());
-      if (problem !== null) logger.warn(problem);
-    }
-  } catch (err) {
-    logger.warn(
-      `could not ask the authorizer whether kube-controller-manager still approves kubelet client CSRs itself (apply packaging/manifests/approver/approver-rbac.yaml): ${(err as Error).message}`,
-    );
-  }
-  if (a.inventory && !a.kubeletClient && !a.kubeletServing)
-    logger.warn('--inventory has no effect without --approve-kubelet-client or --approve-kubelet-serving');
+export async function runApprover(opts: ApproverRunOptions, logger: Logger, signal: AbortSignal): Promise<number> {
+  const a = opts.flags;
+  warnFlags(a, logger);
+  const { client, source } = await connect({ kubeconfig: a.kubeconfig, env: opts.env, readFile: readOptional });
+  const kcm = await checkKcm(client, a.kubeletClient, logger, signal);
   // matches client-go's leader-election identity: hostname plus a unique suffix, so two processes on one host differ.
   const identity = `${os.hostname()}_${randomUUID()}`;
   const metrics = createApproverMetrics();
   const approver = new CertificateController(
     client,
     {
-      policy: approverPolicy(config),
+      policy: opts.policy,
       denyViolations: a.denyViolations,
       resyncMs: a.resyncPeriod * 1000,
-      maxPendingPerRequester: checkedByteSize(a.maxPendingPerRequester),
+      maxPendingPerRequester: opts.maxPendingPerRequester,
       lease: {
         namespace: a.leaseNamespace,
         name: a.leaseName,
@@ -121,7 +73,7 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     const legacy = approver.records.legacyPresent();
     if (legacy.length > 0) logger.warn(legacyRecordsProblem(legacy));
   });
-  const notifier = createNotifier({ env: process.env, logger });
+  const notifier = createNotifier({ env: opts.env, logger });
   const readyStatus = `watching CSRs; lease ${a.leaseNamespace}/${a.leaseName}`;
   let readySent = false;
   // Not a start condition: a port held by someone else is retried by its own loop while the approver works.
@@ -166,13 +118,13 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     api: source,
     identity,
     lease: `${a.leaseNamespace}/${a.leaseName}`,
-    kubeProxySubject: { commonName: config.kubeProxy.commonName, organizations: config.kubeProxy.organizations },
+    kubeProxySubject: opts.policy.kubeProxy,
     kubeletServing: a.kubeletServing,
     kubeletClient: a.kubeletClient,
     inventory: a.inventory,
     denyViolations: a.denyViolations,
   });
-  const watchdog = startWatchdog(notifier, { env: process.env, healthy: () => !signal.aborted });
+  const watchdog = startWatchdog(notifier, { env: opts.env, healthy: () => !signal.aborted });
   const running = approver.run(signal);
   // READY=1 once the first CSR list is in: from then on no CSR is missed.
   const ready = Promise.race([approver.informer.whenSynced, running]).then(async () => {
@@ -193,11 +145,4 @@ export async function runApprover(config: Config, logger: Logger, signal: AbortS
     await client.close();
   }
   return ExitCode.ok;
-}
-
-/** A size the option's check already accepted (agent/config/options.ts). */
-function checkedByteSize(text: string): number {
-  const size = parseByteSize(text);
-  if (!size.ok) throw new Error(`max-pending-per-requester: ${size.problem}`);
-  return size.value;
 }

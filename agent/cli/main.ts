@@ -59,7 +59,7 @@ async function main(argv: string[]): Promise<number> {
         const kubeconfig = loaded.extraFlags.given['kubeconfig'];
         if (typeof kubeconfig === 'string') config.approver.kubeconfig = path.resolve(kubeconfig);
         ensureNodeFlags('approver', process, process.env, logger);
-        return await (await import('../approver/run.js')).runApprover(config, logger, stop.signal);
+        return await (await import('./approver.js')).runApprover(config, logger, stop.signal);
       }
       case 'approver-kubeconfig':
         return await (await import('./approver-kubeconfig.js')).runApproverKubeconfig(
