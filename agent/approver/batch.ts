@@ -25,22 +25,6 @@ import type { ApproverPolicy } from './rules/rule.js';
 /** One CSR's outcome: its decision, or the error that kept it from one (retried later, alone). */
 export type Outcome = { csr: ApproverCsr; decision: Decision } | { csr: ApproverCsr; error: Error };
 
-/** At most `n` of the calls given to it run at once. */
-export function limiter(n: number): <T>(call: () => Promise<T>) => Promise<T> {
-  let running = 0;
-  const waiting: (() => void)[] = [];
-  return async (call) => {
-    if (running >= n) await new Promise<void>((resolve) => waiting.push(resolve));
-    running++;
-    try {
-      return await call();
-    } finally {
-      running--;
-      waiting.shift()?.();
-    }
-  };
-}
-
 function memo<T>(read: (key: string) => Promise<T>): (key: string) => Promise<T> {
   const seen = new Map<string, Promise<T>>();
   return (key) => {

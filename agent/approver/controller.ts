@@ -18,11 +18,10 @@ import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 import { logFields } from './act.js';
 import { warnOnCsr } from './api.js';
 import { cachedApiServerFacts, readApiServerFacts, type ApiServerFacts } from './apiserver.js';
-import { limiter } from './batch.js';
 import { isSettled, isUnissued, type ApproverCsr } from './csr-facts.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
-import { clusterLookups } from './lookups.js';
+import { clusterLookups, timedCalls } from './lookups.js';
 import { CsrMemory } from './memory.js';
 import type { ApproverMetrics } from './metrics.js';
 import { BOOTSTRAP_USER_PREFIX, NODE_USER_PREFIX, type ApproverPolicy } from './rules/rule.js';
@@ -127,7 +126,7 @@ export class CertificateController {
       logger,
     );
     const signal = () => this.#signal ?? undefined;
-    const timed = this.#timed(limiter(REQUESTS_IN_FLIGHT));
+    const timed = timedCalls(REQUESTS_IN_FLIGHT, clock, metrics);
     const apiServer = opts.apiServer ?? cachedApiServerFacts(() => readApiServerFacts(client, signal()), clock);
     const records = this.records;
     const informer = this.informer;
@@ -203,18 +202,6 @@ export class CertificateController {
     const csr = this.informer.cache.get(name);
     if (csr === undefined || isSettled(csr)) return null;
     return { group: csr.spec.username ?? '', exclusive: BLOCKING_SIGNERS.has(csr.spec.signerName) };
-  }
-
-  #timed(bound: <T>(call: () => Promise<T>) => Promise<T>): <T>(call: string, request: () => Promise<T>) => Promise<T> {
-    return (call, request) =>
-      bound(async () => {
-        const began = this.#clock.monotonic();
-        try {
-          return await request();
-        } finally {
-          this.#metrics.request(call, (this.#clock.monotonic() - began) / 1000);
-        }
-      });
   }
 
   /**

@@ -6,12 +6,14 @@
  * are read through the batch's view.
  */
 import type { KubeClient } from '../kube/client.js';
+import type { Clock } from '../time/clock.js';
 import { LEGACY_FOLLOWED, type LegacyFollowed, type RecordInformers } from '../records/informer.js';
 import type { RecordObjects, RecordResource } from '../records/kinds.js';
 import type { LegacyConfigMap } from '../records/legacy.js';
 import { getNode, subjectAccessReview } from './api.js';
 import type { ApiServerFacts } from './apiserver.js';
 import type { ApproverCsr } from './csr-facts.js';
+import type { ApproverMetrics } from './metrics.js';
 import type { RequestFacts } from './request.js';
 import type { World } from './rules/rule.js';
 
@@ -58,4 +60,38 @@ export function clusterLookups(o: ClusterLookupsOptions): Required<Lookups> {
     sameRequester: o.sameRequester,
     request: o.request,
   };
+}
+
+/** At most `n` of the calls given to it run at once. */
+export function limiter(n: number): <T>(call: () => Promise<T>) => Promise<T> {
+  let running = 0;
+  const waiting: (() => void)[] = [];
+  return async (call) => {
+    if (running >= n) await new Promise<void>((resolve) => waiting.push(resolve));
+    running++;
+    try {
+      return await call();
+    } finally {
+      running--;
+      waiting.shift()?.();
+    }
+  };
+}
+
+/** Runs API calls at most `inFlight` at once, each timed into the request metric by what it is. */
+export function timedCalls(
+  inFlight: number,
+  clock: Clock,
+  metrics: Pick<ApproverMetrics, 'request'>,
+): <T>(call: string, request: () => Promise<T>) => Promise<T> {
+  const bound = limiter(inFlight);
+  return (call, request) =>
+    bound(async () => {
+      const began = clock.monotonic();
+      try {
+        return await request();
+      } finally {
+        metrics.request(call, (clock.monotonic() - began) / 1000);
+      }
+    });
 }

@@ -5,8 +5,8 @@
 import t from 'tap';
 import { MockAgent } from 'undici';
 import { CertificateController } from '../../../agent/approver/controller.js';
-import { decideBatch, limiter, RecordView, reviewKey } from '../../../agent/approver/batch.js';
-import type { Lookups } from '../../../agent/approver/lookups.js';
+import { decideBatch, RecordView, reviewKey } from '../../../agent/approver/batch.js';
+import { limiter, type Lookups } from '../../../agent/approver/lookups.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { parsedRequest } from '../../../agent/approver/decide.js';
 import { CSR_PATH } from '../../../agent/approver/informer.js';
