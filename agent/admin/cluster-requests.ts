@@ -6,7 +6,7 @@
  * how kube-proxy runs. The decisions on what comes back are agent/admin/token.ts's
  * and agent/admin/cluster-side.ts's.
  */
-import { BOOTSTRAPPERS_GROUP } from '../approver/policy.js';
+import { BOOTSTRAPPERS_GROUP } from '../approver/rules/rule.js';
 import { ApiError, ExitCode, InputError, KubebootError } from '../errors.js';
 import type { ApiResponse } from '../kube/client.js';
 import { bindingName, bindingRecord, bindingRef, parseBinding, type TokenBinding } from '../records/bindings.js';

@@ -20,7 +20,7 @@ import {
 } from '../records/kinds.js';
 import type { ApproverCsr } from './csr-facts.js';
 import { CSR_PATH } from './informer.js';
-import type { NodeAddress } from './policy.js';
+import type { NodeAddress } from './rules/rule.js';
 
 export const APPROVER_REASON = 'KubebootApprover';
 export const EVENT_SOURCE = 'kubeboot-approver';

@@ -15,47 +15,15 @@
  * for the same user, uid, groups, extra and subresource: the batch is one
  * moment, as that many reviews asked at once would be.
  */
-import type { LegacyConfigMap } from '../records/legacy.js';
 import type { RecordObject, RecordObjects, RecordResource } from '../records/kinds.js';
-import type { Claim, NodeFacts } from './api.js';
-import type { ApiServerFacts } from './apiserver.js';
+import type { Claim } from './api.js';
 import type { ApproverCsr } from './csr-facts.js';
-import { judge, prepare, spendsRecords, type Decision, type Lookups, type Prepared } from './decide.js';
-import type { ApproverPolicy } from './policy.js';
-import type { RequestFacts } from './request.js';
-
-/** The API calls a batch makes, each one request. */
-export interface BatchIo {
-  node(name: string): Promise<NodeFacts | null>;
-  allowed(csr: ApproverCsr, subresource: string): Promise<boolean>;
-  /** A record as the informers have it now. */
-  record(resource: RecordResource, name: string): Promise<RecordObject | null>;
-  /** A ConfigMap record of an earlier release, to refuse. */
-  legacy(name: string): Promise<LegacyConfigMap | null>;
-  apiServer(): Promise<ApiServerFacts>;
-  sameRequester(csr: ApproverCsr): Iterable<ApproverCsr>;
-  /** The parsed spec.request (kept per CSR by the caller). */
-  request(csr: ApproverCsr): Promise<RequestFacts | string>;
-}
+import { judge, prepare, spendsRecords, type Decision, type Prepared } from './decide.js';
+import type { Lookups } from './lookups.js';
+import type { ApproverPolicy } from './rules/rule.js';
 
 /** One CSR's outcome: its decision, or the error that kept it from one (retried later, alone). */
 export type Outcome = { csr: ApproverCsr; decision: Decision } | { csr: ApproverCsr; error: Error };
-
-/** At most `n` of the calls given to it run at once. */
-export function limiter(n: number): <T>(call: () => Promise<T>) => Promise<T> {
-  let running = 0;
-  const waiting: (() => void)[] = [];
-  return async (call) => {
-    if (running >= n) await new Promise<void>((resolve) => waiting.push(resolve));
-    running++;
-    try {
-      return await call();
-    } finally {
-      running--;
-      waiting.shift()?.();
-    }
-  };
-}
 
 function memo<T>(read: (key: string) => Promise<T>): (key: string) => Promise<T> {
   const seen = new Map<string, Promise<T>>();
@@ -153,7 +121,7 @@ export class RecordView {
  * Spenders are judged in the order given, each after the one before; the
  * rest at once (`io` bounds the requests in flight).
  */
-export async function decideBatch(csrs: readonly ApproverCsr[], policy: ApproverPolicy, io: BatchIo, view: RecordView): Promise<Outcome[]> {
+export async function decideBatch(csrs: readonly ApproverCsr[], policy: ApproverPolicy, io: Lookups, view: RecordView): Promise<Outcome[]> {
   const node = memo((name) => io.node(name));
   const reviews = new Map<string, Promise<boolean>>();
   const lookups: Lookups = {
@@ -172,7 +140,7 @@ export async function decideBatch(csrs: readonly ApproverCsr[], policy: Approver
   const prepared = await Promise.all(
     csrs.map(async (csr): Promise<Outcome | Prepared> => {
       try {
-        const p = await prepare(csr, policy, io.request);
+        const p = await prepare(csr, policy, io.request?.bind(io));
         return 'kind' in p ? { csr, decision: p } : p;
       } catch (err) {
         return { csr, error: err as Error };

@@ -3,7 +3,7 @@
  * over what the API returned.
  */
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
-import type { CsrFacts } from './policy.js';
+import type { CsrFacts } from './rules/rule.js';
 import type { RequestFacts } from './request.js';
 
 /**

@@ -17,7 +17,7 @@ import type { Logger } from '../log.js';
 import { CsrCache } from './cache.js';
 import { isSettled, type ApproverCsr } from './csr-facts.js';
 import { sleep } from './leader.js';
-import type { ApproverPolicy } from './policy.js';
+import type { ApproverPolicy } from './rules/rule.js';
 import { MAX_CACHE_BYTES, MAX_PENDING_PER_REQUESTER, retain, retainedBytes } from './retain.js';
 import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 import { every } from '../time/timer.js';

@@ -27,7 +27,8 @@
  */
 import { csrLayout } from '../pki/der.js';
 import { isSettled, type ApproverCsr } from './csr-facts.js';
-import { POLICIES, recognize, type ApproverPolicy } from './policy.js';
+import { POLICIES, recognize } from './policy.js';
+import type { ApproverPolicy } from './rules/rule.js';
 import { subjectOnlyFacts, unambiguousCsrDer } from './request.js';
 
 /** The largest spec.request (decoded PEM) kept and read: kubelet and kube-proxy requests are 0.4–2 KiB (RSA 4096 the largest). */

@@ -13,7 +13,7 @@ import type { Config } from '../config/types.js';
 import { ExitCode, KubebootError } from '../errors.js';
 import { flagName, NODE_FLAGS } from '../node-flags.js';
 import type { Log } from '../log-lines.js';
-import { isLoopbackListen } from '../daemon/http.js';
+import { isLoopbackListen } from '../service/http.js';
 import { runningDaemon, takeRenewRequest, WORKER_PID_FILE } from '../daemon/control.js';
 import { Daemon, type WorkerHandle } from '../daemon/daemon.js';
 import { WORKER_COMMAND } from '../daemon/worker-protocol.js';

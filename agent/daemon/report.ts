@@ -6,15 +6,10 @@
  */
 import { IDENTITY_ROLES } from '../config/identities.js';
 import type { Log } from '../log-lines.js';
-import type { Notifier } from './notify.js';
+import type { Readiness } from '../service/http.js';
+import type { Notifier } from '../service/notify.js';
 import { validUntil, type IdentityRecord } from '../renewal/record.js';
 import { writeDaemonState } from './state.js';
-
-export interface Readiness {
-  ready: boolean;
-  /** One line per identity, e.g. "kubelet: valid until 2026-01-01T00:00:00Z". */
-  detail: string[];
-}
 
 function describe(record: IdentityRecord, now: Date): string {
   const valid = validUntil(record, now);

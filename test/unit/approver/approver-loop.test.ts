@@ -3,10 +3,10 @@
 // requests per resync period, however often it is looked at.
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
-import { Approver } from '../../../agent/approver/approver.js';
+import { CertificateController } from '../../../agent/approver/controller.js';
 import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { type Logger, silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../support/fake-time.js';
@@ -86,7 +86,7 @@ async function run(
     .intercept({ path: (p) => p.includes('/events'), method: 'POST' })
     .reply(201, {})
     .persist();
-  const approver = new Approver(
+  const approver = new CertificateController(
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
     {
       policy,
@@ -146,7 +146,7 @@ t.test('on a fake clock: a CSR waiting for its Node is looked at again after 5, 
   pool.intercept({ path: (p) => p.includes('/leases/'), method: 'GET' }).reply(404, { kind: 'Status', code: 404 });
   pool.intercept({ path: (p) => p.endsWith('/leases'), method: 'POST' }).reply(201, {});
   pool.intercept({ path: (p) => p.includes('/events'), method: 'POST' }).reply(201, {});
-  const approver = new Approver(
+  const approver = new CertificateController(
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
     {
       policy,

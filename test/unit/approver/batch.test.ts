@@ -4,16 +4,17 @@
 // written must be unchanged before anything is approved.
 import t from 'tap';
 import { MockAgent } from 'undici';
-import { Approver } from '../../../agent/approver/approver.js';
-import { decideBatch, limiter, RecordView, reviewKey, type BatchIo } from '../../../agent/approver/batch.js';
+import { CertificateController } from '../../../agent/approver/controller.js';
+import { decideBatch, RecordView, reviewKey } from '../../../agent/approver/batch.js';
+import { limiter, type Lookups } from '../../../agent/approver/lookups.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { parsedRequest } from '../../../agent/approver/decide.js';
 import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { bindingRecord } from '../../../agent/records/bindings.js';
-import type { RecordObject, TokenBindingObject } from '../../../agent/records/kinds.js';
+import type { RecordObject, RecordObjects, RecordResource, TokenBindingObject } from '../../../agent/records/kinds.js';
 import { silentLogger } from '../../../agent/log.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { until } from '../../support/until.js';
@@ -51,10 +52,12 @@ function pool(maxNodes: number): TokenBindingObject {
 /** Records by `resource/name`, as the informers would have them. */
 function fakeIo(records: Record<string, RecordObject | null>) {
   const calls = { node: [] as string[], reviews: 0, records: [] as string[] };
-  const io: BatchIo = {
+  const io: Lookups = {
     node: async (name) => (calls.node.push(name), null),
     allowed: async () => (calls.reviews++, true),
-    record: async (resource, name) => (calls.records.push(`${resource}/${name}`), records[`${resource}/${name}`] ?? null),
+    record: async <R extends RecordResource>(resource: R, name: string) => (
+      calls.records.push(`${resource}/${name}`), (records[`${resource}/${name}`] ?? null) as RecordObjects[R] | null
+    ),
     legacy: async () => null,
     apiServer: async () => ({ names: [], ips: [] }),
     sameRequester: () => [],
@@ -184,7 +187,7 @@ t.test('a renewal is decided on the revocations the informer listed: no GET per 
       (req) => (seen.events.push((JSON.parse(String(req.body)) as { message: string }).message), { statusCode: 201, data: {} }),
     )
     .persist();
-  const approver = new Approver(
+  const approver = new CertificateController(
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
     {
       policy,
@@ -261,7 +264,7 @@ t.test("a pool token's CSRs queued together are approved in batches: its names s
       (req) => (seen.events.push((JSON.parse(String(req.body)) as { message: string }).message), { statusCode: 201, data: {} }),
     )
     .persist();
-  const approver = new Approver(
+  const approver = new CertificateController(
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
     {
       policy,

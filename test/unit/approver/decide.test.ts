@@ -2,8 +2,9 @@
 // SubjectAccessReview, with the cluster look-ups faked.
 import t from 'tap';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
-import { decide, type Lookups } from '../../../agent/approver/decide.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import { decide } from '../../../agent/approver/decide.js';
+import type { Lookups } from '../../../agent/approver/lookups.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { keyAlgorithmName, requestFacts } from '../../../agent/approver/request.js';
 import { craftCsrPem, type CraftSpec } from '../../support/approver.js';
 

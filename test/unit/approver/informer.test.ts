@@ -5,7 +5,7 @@ import t from 'tap';
 import { MockAgent } from 'undici';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { CSR_PATH, CsrInformer, OVERFLOW_REPORT_MS, RELIST_GAP_MS } from '../../../agent/approver/informer.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { retain, retainedBytes } from '../../../agent/approver/retain.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { createLogger, silentLogger } from '../../../agent/log.js';

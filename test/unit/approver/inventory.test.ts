@@ -3,15 +3,12 @@
 // names and serving IP SANs; decide() reads it only when the flag is on.
 import t from 'tap';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
-import { decide, type Lookups } from '../../../agent/approver/decide.js';
-import {
-  evaluate,
-  KUBELET_CLIENT_RULES,
-  KUBELET_SERVING_RULES,
-  type ApproverPolicy,
-  type RuleInput,
-  type World,
-} from '../../../agent/approver/policy.js';
+import { decide } from '../../../agent/approver/decide.js';
+import type { Lookups } from '../../../agent/approver/lookups.js';
+import { evaluate } from '../../../agent/approver/policy.js';
+import { KUBELET_CLIENT_RULES } from '../../../agent/approver/rules/kubelet-client.js';
+import { KUBELET_SERVING_RULES } from '../../../agent/approver/rules/kubelet-serving.js';
+import type { ApproverPolicy, RuleInput, World } from '../../../agent/approver/rules/rule.js';
 import type { RequestFacts } from '../../../agent/approver/request.js';
 import { inventoryEntry, inventoryHasIp, parseInventoryEntry, type InventoryEntry } from '../../../agent/records/inventory.js';
 import { craftCsrPem, type CraftSpec } from '../../support/approver.js';

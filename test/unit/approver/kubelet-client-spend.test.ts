@@ -5,10 +5,10 @@
 // decided again on what it now says.
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
-import { Approver } from '../../../agent/approver/approver.js';
+import { CertificateController } from '../../../agent/approver/controller.js';
 import { CSR_PATH } from '../../../agent/approver/informer.js';
 import { createApproverMetrics } from '../../../agent/approver/metrics.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { bindingRecord } from '../../../agent/records/bindings.js';
 import { silentLogger } from '../../../agent/log.js';
@@ -110,7 +110,7 @@ async function run(t: Test, after: Record<string, string>): Promise<Seen> {
       (req) => (seen.events.push((JSON.parse(String(req.body)) as { message: string }).message), { statusCode: 201, data: {} }),
     )
     .persist();
-  const approver = new Approver(
+  const approver = new CertificateController(
     new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock),
     {
       policy,

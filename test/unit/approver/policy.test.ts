@@ -1,23 +1,19 @@
 // Every approval rule as a table: a valid CSR passes, and each single defect
 // is reported under exactly the rule that names it.
 import t from 'tap';
+import { evaluate, renderRuleTables, recognize, signersReading } from '../../../agent/approver/policy.js';
+import { KUBE_PROXY_RULES } from '../../../agent/approver/rules/kube-proxy-client.js';
+import { KUBELET_CLIENT_RULES } from '../../../agent/approver/rules/kubelet-client.js';
+import { KUBELET_SERVING_RULES, allowedDnsNames } from '../../../agent/approver/rules/kubelet-serving.js';
 import {
-  evaluate,
-  KUBE_PROXY_RULES,
-  KUBELET_CLIENT_RULES,
-  KUBELET_SERVING_RULES,
   nodeNameOf,
-  renderRuleTables,
-  recognize,
-  allowedDnsNames,
-  dnsSuffixNameProblem,
-  signersReading,
   type ApproverPolicy,
   type Rule,
   type CsrFacts,
   type RuleInput,
   type World,
-} from '../../../agent/approver/policy.js';
+} from '../../../agent/approver/rules/rule.js';
+import { dnsSuffixNameProblem } from '../../../agent/approver/rules/shared.js';
 import type { RequestFacts } from '../../../agent/approver/request.js';
 import type { TokenBinding } from '../../../agent/records/bindings.js';
 
@@ -530,51 +526,56 @@ t.test('the rule table marks the rules of one kind of requester and names both s
   );
 });
 
-t.test('a rule reads the Node and the CSRs standing before it only when it declares them (nothing else is looked up)', async (t) => {
-  const inputs: [string, readonly Rule[], RuleInput][] = [
-    ['kube-proxy', KUBE_PROXY_RULES, proxyInput()],
-    ['kube-proxy, blocked', KUBE_PROXY_RULES, proxyInput({}, {}, { blocking: ['older'] })],
-    ['serving', KUBELET_SERVING_RULES, servingInput({}, { ipAddresses: ['10.0.0.5'] })],
-    ['kubelet client, first issue, no Node', KUBELET_CLIENT_RULES, clientInput()],
-    ['kubelet client, first issue, a live Node marked', KUBELET_CLIENT_RULES, clientInput({}, {}, liveNode(), { replacement: mark() })],
-    ['kubelet client, renewal', KUBELET_CLIENT_RULES, renewal()],
-    [
-      'kubelet client, renewal with a live Node',
-      KUBELET_CLIENT_RULES,
-      { ...renewal(), world: world({ ...liveNode(), records: renewal().world.records }) },
-    ],
-  ];
-  for (const [what, rules, input] of inputs) {
-    for (const rule of rules) {
-      const read = new Set<string>();
-      const watched = new Proxy(input.world, {
-        get: (target, key, receiver) => (read.add(String(key)), Reflect.get(target, key, receiver)),
-      });
-      try {
-        rule.check({ ...input, world: watched });
-      } catch {
-        // A rule that runs after another has failed may assume what that one checked (dns-sans: a Node).
+const WORLD_READS = ['node', 'blocking', 'apiServer', 'records', 'inventory'] as const;
+
+t.test(
+  'a rule reads the Node, the CSRs standing before it, the API server, the records and the inventory only when it declares them (nothing else is looked up)',
+  async (t) => {
+    const inputs: [string, readonly Rule[], RuleInput][] = [
+      ['kube-proxy', KUBE_PROXY_RULES, proxyInput()],
+      ['kube-proxy, blocked', KUBE_PROXY_RULES, proxyInput({}, {}, { blocking: ['older'] })],
+      ['serving', KUBELET_SERVING_RULES, servingInput({}, { ipAddresses: ['10.0.0.5'] })],
+      ['kubelet client, first issue, no Node', KUBELET_CLIENT_RULES, clientInput()],
+      ['kubelet client, first issue, a live Node marked', KUBELET_CLIENT_RULES, clientInput({}, {}, liveNode(), { replacement: mark() })],
+      ['kubelet client, renewal', KUBELET_CLIENT_RULES, renewal()],
+      [
+        'kubelet client, renewal with a live Node',
+        KUBELET_CLIENT_RULES,
+        { ...renewal(), world: world({ ...liveNode(), records: renewal().world.records }) },
+      ],
+    ];
+    for (const [what, rules, input] of inputs) {
+      for (const rule of rules) {
+        const read = new Set<string>();
+        const watched = new Proxy(input.world, {
+          get: (target, key, receiver) => (read.add(String(key)), Reflect.get(target, key, receiver)),
+        });
+        try {
+          rule.check({ ...input, world: watched });
+        } catch {
+          // A rule that runs after another has failed may assume what that one checked (dns-sans: a Node).
+        }
+        for (const field of WORLD_READS)
+          if (read.has(field)) t.ok(rule.reads?.includes(field), `${what}: ${rule.name} reads world.${field} and declares it`);
+        const source = rule.check.toString();
+        for (const field of WORLD_READS)
+          if (new RegExp(`world\\??\\.${field}\\b|world: \\{[^}]*\\b${field}\\b`).test(source))
+            t.ok(rule.reads?.includes(field), `${rule.name}: its source reads world.${field} and declares it`);
       }
-      for (const field of ['node', 'blocking'] as const)
-        if (read.has(field)) t.ok(rule.reads?.includes(field), `${what}: ${rule.name} reads world.${field} and declares it`);
-      const source = rule.check.toString();
-      for (const field of ['node', 'blocking'] as const)
-        if (new RegExp(`world\\??\\.${field}\\b|world: \\{[^}]*\\b${field}\\b`).test(source))
-          t.ok(rule.reads?.includes(field), `${rule.name}: its source reads world.${field} and declares it`);
     }
-  }
-  const declared = (rules: readonly Rule[]) => rules.filter((r) => r.reads?.includes('node')).map((r) => r.name);
-  t.same(
-    declared(KUBELET_CLIENT_RULES),
-    ['no-takeover', 'not-control-plane'],
-    'of the kubelet client rules only first-issue ones read the Node',
-  );
-  t.ok(
-    KUBELET_CLIENT_RULES.filter((r) => r.reads?.includes('node')).every((r) => r.only === 'bootstrap'),
-    'so a renewal does no Node GET',
-  );
-  t.same(signersReading('blocking'), new Set(['kubernetes.io/kube-apiserver-client']), 'only kube-proxy CSRs wait on an older one');
-});
+    const declared = (rules: readonly Rule[]) => rules.filter((r) => r.reads?.includes('node')).map((r) => r.name);
+    t.same(
+      declared(KUBELET_CLIENT_RULES),
+      ['no-takeover', 'not-control-plane'],
+      'of the kubelet client rules only first-issue ones read the Node',
+    );
+    t.ok(
+      KUBELET_CLIENT_RULES.filter((r) => r.reads?.includes('node')).every((r) => r.only === 'bootstrap'),
+      'so a renewal does no Node GET',
+    );
+    t.same(signersReading('blocking'), new Set(['kubernetes.io/kube-apiserver-client']), 'only kube-proxy CSRs wait on an older one');
+  },
+);
 
 const revokedRecords = { binding: null, replacement: null, revocation: { at: '2026-12-01T09:00:00Z', reason: 'stolen disk' } };
 

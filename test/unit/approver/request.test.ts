@@ -3,7 +3,7 @@
 // @peculiar/x509, and where the two could differ the approver must not guess.
 import t from 'tap';
 import { decide } from '../../../agent/approver/decide.js';
-import type { ApproverPolicy } from '../../../agent/approver/policy.js';
+import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { requestFacts } from '../../../agent/approver/request.js';
 import { KEY_ALGORITHMS } from '../../../agent/identity.js';
 import { generateKey } from '../../../agent/pki/keys.js';

@@ -1,5 +1,6 @@
 import t from 'tap';
-import { approverPolicy, kubeletClientOffProblem } from '../../../agent/cli/approver.js';
+import { kubeletClientOffProblem } from '../../../agent/approver/startup.js';
+import { approverPolicy } from '../../../agent/cli/approver.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 
 t.test('the approver policy built from the defaults approves kubelet client CSRs', async (t) => {

@@ -4,7 +4,7 @@
 import { readFile } from 'node:fs/promises';
 import { PassThrough } from 'node:stream';
 import t from 'tap';
-import type { Notifier } from '../../../agent/daemon/notify.js';
+import type { Notifier } from '../../../agent/service/notify.js';
 import { nodeReadyOf, readinessOf, Reporter, statusText } from '../../../agent/daemon/report.js';
 import { stateFile } from '../../../agent/daemon/state.js';
 import type { IdentityName } from '../../../agent/identity.js';

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../support/fake-time.js';
-import { createNotifier, startWatchdog, watchdogIntervalMs, type NotifyExec } from '../../../agent/daemon/notify.js';
+import { createNotifier, startWatchdog, watchdogIntervalMs, type NotifyExec } from '../../../agent/service/notify.js';
 import { listenNotifySocket } from '../../support/notify-socket.js';
 
 const logger = silentLogger();

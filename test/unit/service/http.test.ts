@@ -2,10 +2,16 @@ import t, { type Test } from 'tap';
 import http from 'node:http';
 import net from 'node:net';
 import { silentLogger } from '../../../agent/log.js';
-import { isLoopbackListen, keepListening, MAX_CONNECTIONS, startHttpServer, StatusListener } from '../../../agent/daemon/http.js';
+import {
+  isLoopbackListen,
+  keepListening,
+  MAX_CONNECTIONS,
+  startHttpServer,
+  StatusListener,
+  type Readiness,
+} from '../../../agent/service/http.js';
 import { FakeClock } from '../../support/fake-time.js';
 import { until } from '../../support/until.js';
-import type { Readiness } from '../../../agent/daemon/report.js';
 import { KubebootError } from '../../../agent/errors.js';
 import { EXPOSITION_CONTENT_TYPE } from '../../../agent/daemon/exposition.js';
 import { createMetrics } from '../../../agent/daemon/metrics.js';

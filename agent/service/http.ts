@@ -19,7 +19,6 @@ import { scrub } from '../redact.js';
 import type { Clock } from '../time/clock.js';
 import { nextDelay, type BackoffOptions } from '../time/backoff.js';
 import { delay } from '../time/timer.js';
-import type { Readiness } from './report.js';
 
 export const DEFAULT_HTTP_HOST = '127.0.0.1';
 export const DEFAULT_HTTP_PORT = 10271;
@@ -34,6 +33,12 @@ export function isLoopbackListen(listen: string): boolean {
     .replace(/^\[|\]$/g, '')
     .toLowerCase();
   return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host) || /^::ffff:127\./.test(host);
+}
+
+export interface Readiness {
+  ready: boolean;
+  /** One line per identity, e.g. "kubelet: valid until 2026-01-01T00:00:00Z". */
+  detail: string[];
 }
 
 export interface HttpOptions {
