@@ -61,7 +61,12 @@ export function unambiguousCsrDer(pem: string): Uint8Array {
   return unambiguousCsr(pem).der;
 }
 
-/** unambiguousCsrDer, and the layout it read (to be read on, not parsed again). */
+/** The layout unambiguousCsrDer read (to be read on, not parsed again). */
+export function unambiguousCsrLayout(pem: string): CsrLayout {
+  return unambiguousCsr(pem).layout;
+}
+
+/** unambiguousCsrDer, and the layout it read. */
 function unambiguousCsr(pem: string): { der: Uint8Array; layout: CsrLayout; extensionRequest: Uint8Array | null } {
   const fail = (why: string): never => {
     throw new KubebootError(`spec.request ${why}`);
