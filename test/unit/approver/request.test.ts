@@ -1,6 +1,6 @@
 // spec.request is refused unless no parser could read it as another identity:
-// the API server and the signer read it with Go, the approver with
-// @peculiar/x509, and where the two could differ the approver must not guess.
+// the API server and the signer read it with Go, the approver with its own DER
+// reader (agent/pki/der.ts), and where two parsers could differ the approver must not guess.
 import t from 'tap';
 import { decide } from '../../../agent/approver/decide.js';
 import type { ApproverPolicy } from '../../../agent/approver/policy.js';
