@@ -22,7 +22,9 @@
 // scale-up's shape), labelled as such.
 //
 // Alone: npm run bench:approvers   (KUBEBOOT_BENCH_NODES, default 1000; KUBEBOOT_BENCH_RATE, 0 for none;
-// KUBEBOOT_BENCH_APPROVER_NODE_OPTIONS, e.g. "--cpu-prof --cpu-prof-dir=DIR", given to the approver as NODE_OPTIONS)
+// KUBEBOOT_BENCH_APPROVER_NODE_OPTIONS, e.g. "--cpu-prof --cpu-prof-dir=DIR", given to the approver as NODE_OPTIONS;
+// KUBEBOOT_BENCH_LEGS, a comma list of floor, kcm, bare, kubeboot, default all: for a quick iteration,
+// e.g. KUBEBOOT_BENCH_LEGS=bare,kubeboot KUBEBOOT_BENCH_NODES=200 KUBEBOOT_BENCH_RATE=0)
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -40,6 +42,11 @@ const NODES = Number(process.env.KUBEBOOT_BENCH_NODES ?? 1000);
 /** CSRs a second in the paced storms (0: none). */
 const RATE = Number(process.env.KUBEBOOT_BENCH_RATE ?? 20);
 const APPROVER_NODE_OPTIONS = process.env.KUBEBOOT_BENCH_APPROVER_NODE_OPTIONS;
+const LEG_NAMES = ['floor', 'kcm', 'bare', 'kubeboot'] as const;
+/** The legs run, in LEG_NAMES order whatever order they are given in. */
+const LEGS = new Set((process.env.KUBEBOOT_BENCH_LEGS ?? LEG_NAMES.join(',')).split(',').map((l) => l.trim()));
+for (const leg of LEGS)
+  if (!(LEG_NAMES as readonly string[]).includes(leg)) throw new Error(`KUBEBOOT_BENCH_LEGS: no leg ${leg} (${LEG_NAMES.join(', ')})`);
 /** Where the approver serves /metrics during the bench (its own account of the storm). */
 const METRICS_PORT = Number(process.env.KUBEBOOT_BENCH_METRICS_PORT ?? 19581);
 /** A storm not approved in this long is reported as far as it got. */
@@ -158,6 +165,8 @@ function auditSince(plane: ControlPlane, fromByte: number): AuditEvent[] {
   return events;
 }
 
+/** A request for one of the approver's records (kubeboot.io objects: bindings, claims, replacements, revocations, inventory). */
+const isRecord = (e: AuditEvent) => e.requestURI.startsWith('/apis/kubeboot.io/');
 const received = (e: AuditEvent) => Date.parse(e.requestReceivedTimestamp);
 const answered = (e: AuditEvent) => Date.parse(e.stageTimestamp);
 const ms = (v: number) => (v >= 10_000 ? `${(v / 1000).toFixed(1)} s` : `${v.toFixed(0)} ms`);
@@ -357,8 +366,8 @@ async function startBareApprover(plane: ControlPlane, dir: string): Promise<Runn
   return bare;
 }
 
-/** CSR created → first approval written, both as the API server answered them. */
-function latencyRow(s: StormResult, who: string): [string, string] {
+/** CSR created → first approval written, both as the API server answered them: each approved CSR's, and the span from the first create to the last approval. */
+function latencies(s: StormResult): { latencies: number[]; firstCreated: number; lastCreated: number; spanSeconds: number } {
   const created = new Map<string, number>();
   const approvedAt = new Map<string, number>();
   for (const e of s.events) {
@@ -368,17 +377,31 @@ function latencyRow(s: StormResult, who: string): [string, string] {
     if (e.verb === 'create' && ref.subresource === undefined) created.set(ref.name, answered(e));
     if (e.verb === 'update' && ref.subresource === 'approval' && !approvedAt.has(ref.name)) approvedAt.set(ref.name, answered(e));
   }
-  const latencies = s.requests.filter((r) => approvedAt.has(r.csr)).map((r) => approvedAt.get(r.csr)! - created.get(r.csr)!);
   const firstCreated = Math.min(...created.values());
-  const lastCreated = Math.max(...created.values());
-  const span = (Math.max(...approvedAt.values()) - firstCreated) / 1000;
+  return {
+    latencies: s.requests.filter((r) => approvedAt.has(r.csr)).map((r) => approvedAt.get(r.csr)! - created.get(r.csr)!),
+    firstCreated,
+    lastCreated: Math.max(...created.values()),
+    spanSeconds: (Math.max(...approvedAt.values()) - firstCreated) / 1000,
+  };
+}
+
+function p99(s: StormResult): number {
+  return percentile(
+    latencies(s).latencies.sort((a, b) => a - b),
+    99,
+  );
+}
+
+function latencyRow(s: StormResult, who: string): [string, string] {
+  const { latencies: l, firstCreated, lastCreated, spanSeconds } = latencies(s);
   const all =
     s.approvedCount === s.requests.length
       ? ''
       : `; ONLY ${s.approvedCount} of ${s.requests.length} approved in ${STORM_TIMEOUT_MS / 60_000} min`;
   return [
     `storm, ${s.kind}, ${who}: created → approved (${s.requests.length} CSRs, created over ${ms(lastCreated - firstCreated)}, ${s.throttled} × 429 or lost connection retried)`,
-    `${spread(latencies)}; ${(latencies.length / span).toFixed(0)} approvals/s${all}`,
+    `${spread(l)}; ${(l.length / spanSeconds).toFixed(0)} approvals/s${all}`,
   ];
 }
 
@@ -464,8 +487,9 @@ function approverRows(s: StormResult, watch: Watch): [string, string][] {
       `${label}: its requests as the API server served them (audit log)`,
       [
         `Node GET ${served((e) => e.objectRef?.resource === 'nodes')}`,
-        `ConfigMap GET ${served((e) => e.objectRef?.resource === 'configmaps' && e.verb === 'get')}`,
-        `claim PATCH ${served((e) => e.objectRef?.resource === 'configmaps' && e.verb === 'patch')}`,
+        // Records are read through informers (their lists and watches are not per CSR); a GET is a re-read after a 409, or a legacy ConfigMap's.
+        `record GET ${served((e) => e.verb === 'get' && (isRecord(e) || e.objectRef?.resource === 'configmaps'))}`,
+        `claim write ${served((e) => isRecord(e) && ['create', 'update', 'patch'].includes(e.verb))}`,
         `SubjectAccessReview ${served((e) => e.objectRef?.resource === 'subjectaccessreviews')}`,
         `approval PUT ${served((e) => e.objectRef?.subresource === 'approval')}`,
         `Lease ${served((e) => e.objectRef?.resource === 'leases')}`,
@@ -584,75 +608,86 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
   const rows: [string, string][] = [];
   let approver: Running | undefined;
   try {
-    // The floor: the plane's cost of a storm, nothing approving it.
     await plane.stopKubeletApprover();
-    rows.push(...(await floor(plane, await renewals(plane, 'floor', nodes), planePids())));
+    // The floor: the plane's cost of a storm, nothing approving it.
+    if (LEGS.has('floor')) rows.push(...(await floor(plane, await renewals(plane, 'floor', nodes), planePids())));
     // (a) kube-controller-manager on the stock bindings, alone.
-    await setKcmBindings(plane, true);
-    const kcmRenew = await storm(plane, watch, 'renewal', await renewals(plane, 'kcm', nodes), planePids());
-    const kcmFirst = await storm(plane, watch, 'first issue', await firstIssues(plane, 'kcm'), planePids());
-    const kcmPaced =
-      RATE > 0
-        ? [
-            await storm(plane, watch, `renewal at ${RATE}/s`, await renewals(plane, 'kcmp', nodes), planePids(), undefined, RATE),
-            await storm(plane, watch, `first issue at ${RATE}/s`, await firstIssues(plane, 'kcmp'), planePids(), undefined, RATE),
-          ]
-        : [];
-    await setKcmBindings(plane, false);
+    const kcmStorms: StormResult[] = [];
+    if (LEGS.has('kcm')) {
+      await setKcmBindings(plane, true);
+      kcmStorms.push(await storm(plane, watch, 'renewal', await renewals(plane, 'kcm', nodes), planePids()));
+      kcmStorms.push(await storm(plane, watch, 'first issue', await firstIssues(plane, 'kcm'), planePids()));
+      if (RATE > 0) {
+        kcmStorms.push(
+          await storm(plane, watch, `renewal at ${RATE}/s`, await renewals(plane, 'kcmp', nodes), planePids(), undefined, RATE),
+        );
+        kcmStorms.push(
+          await storm(plane, watch, `first issue at ${RATE}/s`, await firstIssues(plane, 'kcmp'), planePids(), undefined, RATE),
+        );
+      }
+      await setKcmBindings(plane, false);
+    }
     const config = await installApprover(plane, dir);
 
     // The floor for approving: the same two storms all at once, each CSR approved unchecked as soon as it is seen.
-    const bare = await startBareApprover(plane, dir);
-    let bareStorms: StormResult[];
-    try {
-      const barePids = { ...planePids(), bare: bare.child.pid! };
-      bareStorms = [
-        await storm(plane, watch, 'renewal', await renewals(plane, 'bare', nodes), barePids),
-        await storm(plane, watch, 'first issue', await firstIssues(plane, 'bare'), barePids),
-      ];
-    } finally {
-      bare.child.kill('SIGTERM');
-      await bare.done;
+    const bareStorms: StormResult[] = [];
+    if (LEGS.has('bare')) {
+      const bare = await startBareApprover(plane, dir);
+      try {
+        const barePids = { ...planePids(), bare: bare.child.pid! };
+        bareStorms.push(await storm(plane, watch, 'renewal', await renewals(plane, 'bare', nodes), barePids));
+        bareStorms.push(await storm(plane, watch, 'first issue', await firstIssues(plane, 'bare'), barePids));
+      } finally {
+        bare.child.kill('SIGTERM');
+        await bare.done;
+      }
     }
 
     // (b) kubeboot approver, with kube-controller-manager's csrapproving still running, unbound.
-    approver = startApprover(
-      config,
-      // The last --approver-listen wins over the harness's `off`.
-      ['--approve-kubelet-client', '--approver-listen', `127.0.0.1:${METRICS_PORT}`],
-      APPROVER_NODE_OPTIONS ? { NODE_OPTIONS: APPROVER_NODE_OPTIONS } : {},
-    );
-    await approver.waitForOutput(/became the leader/, 60_000);
-    const idleRss = sample(approver.child.pid!).rssKiB / 1024;
-    const pids = { ...planePids(), approver: approver.child.pid! };
-    const kbRenew = await storm(plane, watch, 'renewal', await renewals(plane, 'kb', nodes), pids, approver);
-    const kbFirst = await storm(plane, watch, 'first issue', await firstIssues(plane, 'kb'), pids, approver);
-    const kbPaced =
-      RATE > 0
-        ? [
-            await storm(plane, watch, `renewal at ${RATE}/s`, await renewals(plane, 'kbp', nodes), pids, approver, RATE),
-            await storm(plane, watch, `first issue at ${RATE}/s`, await firstIssues(plane, 'kbp'), pids, approver, RATE),
-          ]
-        : [];
-
-    for (const [kcm, kb] of [[kcmRenew, kbRenew], [kcmFirst, kbFirst], ...kcmPaced.map((kcm, i) => [kcm, kbPaced[i]!] as const)] as const) {
-      rows.push(latencyRow(kcm, 'kube-controller-manager csrapproving'));
-      // The bare approver ran the all-at-once storms only; a paced storm's kind names its rate and matches none.
-      const floorOfIt = bareStorms.find((bare) => bare.kind === kcm.kind);
-      if (floorOfIt) {
-        rows.push(latencyRow(floorOfIt, 'bare approver (no rule checked: the floor)'));
-        rows.push(usageRow(floorOfIt, 'bare approver', 'bare'));
+    const kbStorms: StormResult[] = [];
+    let idleRss = 0;
+    if (LEGS.has('kubeboot')) {
+      approver = startApprover(
+        config,
+        // The last --approver-listen wins over the harness's `off`.
+        ['--approve-kubelet-client', '--approver-listen', `127.0.0.1:${METRICS_PORT}`],
+        APPROVER_NODE_OPTIONS ? { NODE_OPTIONS: APPROVER_NODE_OPTIONS } : {},
+      );
+      await approver.waitForOutput(/became the leader/, 60_000);
+      idleRss = sample(approver.child.pid!).rssKiB / 1024;
+      const pids = { ...planePids(), approver: approver.child.pid! };
+      kbStorms.push(await storm(plane, watch, 'renewal', await renewals(plane, 'kb', nodes), pids, approver));
+      kbStorms.push(await storm(plane, watch, 'first issue', await firstIssues(plane, 'kb'), pids, approver));
+      if (RATE > 0) {
+        kbStorms.push(await storm(plane, watch, `renewal at ${RATE}/s`, await renewals(plane, 'kbp', nodes), pids, approver, RATE));
+        kbStorms.push(await storm(plane, watch, `first issue at ${RATE}/s`, await firstIssues(plane, 'kbp'), pids, approver, RATE));
       }
-      rows.push(latencyRow(kb, 'kubeboot approver'));
-      rows.push(usageRow(kcm, 'kube-controller-manager', 'kube-controller-manager'));
-      rows.push(usageRow(kb, 'kubeboot approver', 'approver'));
-      rows.push(kcmRow(kcm));
-      rows.push(...approverRows(kb, watch));
     }
-    rows.push([
-      'storm: kubeboot approver RSS, idle (leader, synced) → after both storms',
-      `${idleRss.toFixed(0)} → ${(sample(approver.child.pid!).rssKiB / 1024).toFixed(0)} MiB`,
-    ]);
+
+    // Each storm kind with every leg that ran it; the bare approver ran the all-at-once storms only.
+    const kinds = [...new Set([...kcmStorms, ...bareStorms, ...kbStorms].map((st) => st.kind))];
+    const ratios: string[] = [];
+    for (const kind of kinds) {
+      const kcm = kcmStorms.find((st) => st.kind === kind);
+      const bare = bareStorms.find((st) => st.kind === kind);
+      const kb = kbStorms.find((st) => st.kind === kind);
+      if (kcm) rows.push(latencyRow(kcm, 'kube-controller-manager csrapproving'));
+      if (bare) rows.push(latencyRow(bare, 'bare approver (no rule checked: the floor)'), usageRow(bare, 'bare approver', 'bare'));
+      if (kb) rows.push(latencyRow(kb, 'kubeboot approver'));
+      if (kcm) rows.push(usageRow(kcm, 'kube-controller-manager', 'kube-controller-manager'));
+      if (kb) rows.push(usageRow(kb, 'kubeboot approver', 'approver'), cpuPerCsrRow(kb, 'kubeboot approver', 'approver'));
+      if (bare) rows.push(cpuPerCsrRow(bare, 'bare approver', 'bare'));
+      if (kcm) rows.push(kcmRow(kcm));
+      if (kb) rows.push(...approverRows(kb, watch));
+      if (kb && bare) ratios.push(`${kind} ${(p99(kb) / p99(bare)).toFixed(2)}× the floor`);
+      if (kb && kcm) ratios.push(`${kind} ${(p99(kcm) / p99(kb)).toFixed(1)}× faster than kube-controller-manager`);
+    }
+    if (ratios.length > 0) rows.push(['storm: kubeboot approver p99, created → approved', ratios.join('; ')]);
+    if (approver)
+      rows.push([
+        'storm: kubeboot approver RSS, idle (leader, synced) → after the storms',
+        `${idleRss.toFixed(0)} → ${(sample(approver.child.pid!).rssKiB / 1024).toFixed(0)} MiB`,
+      ]);
     return rows;
   } finally {
     await watch.stop();
@@ -661,6 +696,11 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
       await approver.done;
     }
   }
+}
+
+/** The approving process's CPU per CSR of the storm. */
+function cpuPerCsrRow(s: StormResult, who: string, key: string): [string, string] {
+  return [`storm, ${s.kind}, ${who}: CPU per CSR`, `${((s.usage[key]!.cpuSeconds * 1000) / s.requests.length).toFixed(2)} ms`];
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

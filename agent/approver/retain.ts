@@ -25,11 +25,10 @@
  *
  * What is kept of a pending CSR is then bounded per requester (cache.ts).
  */
-import { csrLayout } from '../pki/der.js';
 import { isSettled, type ApproverCsr } from './csr-facts.js';
 import { POLICIES, recognize } from './policy.js';
 import type { ApproverPolicy } from './rules/rule.js';
-import { subjectOnlyFacts, unambiguousCsrDer } from './request.js';
+import { subjectOnlyFacts, unambiguousCsrLayout } from './request.js';
 
 /** The largest spec.request (decoded PEM) kept and read: kubelet and kube-proxy requests are 0.4–2 KiB (RSA 4096 the largest). */
 export const MAX_REQUEST_BYTES = 64 << 10;
@@ -129,8 +128,7 @@ function stub(csr: ApproverCsr): ApproverCsr {
 /** The CN of a request that no parser could read differently, or null (then it is as unrecognisable as today). */
 function commonNameOf(requestBase64: string): string | null {
   try {
-    const der = unambiguousCsrDer(Buffer.from(requestBase64, 'base64').toString('utf8'));
-    const cn = csrLayout(der)
+    const cn = unambiguousCsrLayout(Buffer.from(requestBase64, 'base64').toString('utf8'))
       .subject.flat()
       .find((a) => a.oid === COMMON_NAME);
     return cn === undefined ? null : Buffer.from(cn.content).toString('utf8').slice(0, MAX_KEPT_CN);

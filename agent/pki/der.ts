@@ -71,7 +71,7 @@ function children(der: Uint8Array, start: number, end: number, what: string): Tl
 }
 
 /** Dotted text of an OBJECT IDENTIFIER's content octets. */
-function oidText(content: Uint8Array): string {
+export function oidText(content: Uint8Array): string {
   const arcs: number[] = [];
   let value = 0;
   for (const byte of content) {
@@ -101,7 +101,18 @@ export interface CsrLayout {
   subject: DerValue[][];
   /** Each attribute of the request: its type and the encoded values of its SET. */
   attributes: { oid: string; values: Uint8Array[] }[];
+  /** The CertificationRequestInfo exactly as received: what the signature covers. */
+  info: Uint8Array;
+  /** The SubjectPublicKeyInfo exactly as received. */
+  publicKey: Uint8Array;
+  /** Dotted OID of the signature algorithm. */
+  signatureAlgorithm: string;
+  /** The signature BIT STRING's bits, or null when its last byte has unused bits (no signature kubeboot checks has). */
+  signature: Uint8Array | null;
 }
+
+const INTEGER = 0x02;
+const BIT_STRING = 0x03;
 
 /**
  * The layout of a PKCS#10 request (RFC 2986 §4): nothing may follow it, and
@@ -115,11 +126,22 @@ export function csrLayout(der: Uint8Array): CsrLayout {
   const request = readTlv(der, 0, der.length, what);
   if (request.tag !== SEQUENCE) bad('is not a SEQUENCE');
   if (request.end !== der.length) bad(`has ${der.length - request.end} bytes after it`);
-  const [info] = children(der, request.contentStart, request.end, what);
+  const outer = children(der, request.contentStart, request.end, what);
+  const [info, algorithm, signature] = outer;
   if (!info || info.tag !== SEQUENCE) bad('has no certificationRequestInfo');
+  if (outer.length !== 3 || algorithm?.tag !== SEQUENCE || signature?.tag !== BIT_STRING || signature.end === signature.contentStart)
+    bad('is not certificationRequestInfo, signatureAlgorithm, signature');
+  const [algorithmId] = children(der, algorithm!.contentStart, algorithm!.end, what);
+  if (algorithmId?.tag !== OBJECT_IDENTIFIER) bad('has a malformed signatureAlgorithm');
   const fields = children(der, info!.contentStart, info!.end, what);
-  const [, subjectName, , attributes] = fields;
-  if (fields.length !== 4 || subjectName?.tag !== SEQUENCE || attributes?.tag !== ATTRIBUTES)
+  const [version, subjectName, publicKey, attributes] = fields;
+  if (
+    fields.length !== 4 ||
+    version?.tag !== INTEGER ||
+    subjectName?.tag !== SEQUENCE ||
+    publicKey?.tag !== SEQUENCE ||
+    attributes?.tag !== ATTRIBUTES
+  )
     bad('certificationRequestInfo is not version, subject, key, attributes');
   const subject = children(der, subjectName!.contentStart, subjectName!.end, what).map((rdn) => {
     if (rdn.tag !== SET) bad('subject has a relative distinguished name that is not a SET');
@@ -142,17 +164,72 @@ export function csrLayout(der: Uint8Array): CsrLayout {
       values: children(der, values!.contentStart, values!.end, what).map((v) => der.subarray(v.start, v.end)),
     };
   });
-  return { subject, attributes: attrs };
+  return {
+    subject,
+    attributes: attrs,
+    info: der.subarray(info!.start, info!.end),
+    publicKey: der.subarray(publicKey!.start, publicKey!.end),
+    signatureAlgorithm: oidText(der.subarray(algorithmId!.contentStart, algorithmId!.end)),
+    signature: der[signature!.contentStart] === 0 ? der.subarray(signature!.contentStart + 1, signature!.end) : null,
+  };
 }
 
-/** The extension IDs of an Extensions value (SEQUENCE OF Extension), in order. */
-export function extensionIds(extensions: Uint8Array): string[] {
+const BOOLEAN = 0x01;
+const OCTET_STRING = 0x04;
+
+export interface DerExtension {
+  oid: string;
+  critical: boolean;
+  /** The content of extnValue (the extension's own DER). */
+  value: Uint8Array;
+}
+
+/** The extensions of an Extensions value (SEQUENCE OF Extension), in order. */
+export function extensionsOf(extensions: Uint8Array): DerExtension[] {
   const what = 'extension request';
   const list = readTlv(extensions, 0, extensions.length, what);
   if (list.tag !== SEQUENCE || list.end !== extensions.length) throw new KubebootError(`${what} is not one SEQUENCE of extensions`);
   return children(extensions, list.contentStart, list.end, what).map((extension) => {
-    const [id] = children(extensions, extension.contentStart, extension.end, what);
-    if (extension.tag !== SEQUENCE || id?.tag !== OBJECT_IDENTIFIER) throw new KubebootError(`${what} has a malformed extension`);
-    return oidText(extensions.subarray(id.contentStart, id.end));
+    const fields = children(extensions, extension.contentStart, extension.end, what);
+    const [id] = fields;
+    const critical = fields.length === 3 ? fields[1] : undefined;
+    const value = fields.at(-1);
+    if (
+      extension.tag !== SEQUENCE ||
+      id?.tag !== OBJECT_IDENTIFIER ||
+      fields.length < 2 ||
+      fields.length > 3 ||
+      (critical !== undefined && (critical.tag !== BOOLEAN || critical.end - critical.contentStart !== 1)) ||
+      value?.tag !== OCTET_STRING
+    )
+      throw new KubebootError(`${what} has a malformed extension`);
+    return {
+      oid: oidText(extensions.subarray(id.contentStart, id.end)),
+      critical: critical !== undefined && extensions[critical.contentStart] !== 0,
+      value: extensions.subarray(value.contentStart, value.end),
+    };
+  });
+}
+
+/** The extension IDs of an Extensions value (SEQUENCE OF Extension), in order. */
+export function extensionIds(extensions: Uint8Array): string[] {
+  return extensionsOf(extensions).map((e) => e.oid);
+}
+
+export interface GeneralName {
+  /** The context tag number: 0 otherName, 1 rfc822Name, 2 dNSName, 4 directoryName, 6 URI, 7 iPAddress, 8 registeredID (RFC 5280 §4.2.1.6). */
+  kind: number;
+  /** The name's content octets (for otherName and directoryName, the encoded structure inside the tag). */
+  content: Uint8Array;
+}
+
+/** The names of a SubjectAltName extension's value (GeneralNames, a SEQUENCE OF GeneralName), in order. */
+export function generalNames(value: Uint8Array): GeneralName[] {
+  const what = 'subject alternative name extension';
+  const list = readTlv(value, 0, value.length, what);
+  if (list.tag !== SEQUENCE || list.end !== value.length) throw new KubebootError(`${what} is not one SEQUENCE of names`);
+  return children(value, list.contentStart, list.end, what).map((name) => {
+    if ((name.tag & 0xc0) !== 0x80) throw new KubebootError(`${what} has a name that is not context-tagged`);
+    return { kind: name.tag & 0x1f, content: value.subarray(name.contentStart, name.end) };
   });
 }

@@ -37,6 +37,17 @@ import { freePort } from '../support/processes.js';
 
 /** The Deployment's limit (packaging/manifests/approver/deployment/deployment.yaml). */
 const LIMIT_MIB = 256;
+/** The Deployment's NODE_OPTIONS (its heap bound), given to the approver here as the Deployment gives it. */
+const DEPLOYMENT_ENV = Object.fromEntries(
+  (
+    readManifests(join(manifestsDir, 'approver', 'deployment', 'deployment.yaml')).find((m) => m.kind === 'Deployment') as unknown as {
+      spec: { template: { spec: { containers: { name: string; env?: { name: string; value?: string }[] }[] } } };
+    }
+  ).spec.template.spec.containers
+    .find((c) => c.name === 'approver')!
+    .env!.filter((e) => e.name === 'NODE_OPTIONS')
+    .map((e) => [e.name, e.value]),
+);
 const FLOOD = 250;
 /** Bytes of spec.request each; the API server stores it (Go's PEM decoder ignores what follows the block; etcd takes 1.5 MiB). */
 const REQUEST_BYTES = 1_000_000;
@@ -78,7 +89,7 @@ if (plane) {
 
   const start = async () => {
     const port = await freePort();
-    const running = startApprover(config, ['--resync-period', '10m', '--approver-listen', `127.0.0.1:${port}`]);
+    const running = startApprover(config, ['--resync-period', '10m', '--approver-listen', `127.0.0.1:${port}`], DEPLOYMENT_ENV);
     t.teardown(async () => {
       running.child.kill('SIGTERM');
       await running.done;

@@ -1,6 +1,6 @@
 // spec.request is refused unless no parser could read it as another identity:
-// the API server and the signer read it with Go, the approver with
-// @peculiar/x509, and where the two could differ the approver must not guess.
+// the API server and the signer read it with Go, the approver with its own DER
+// reader (agent/pki/der.ts), and where two parsers could differ the approver must not guess.
 import t from 'tap';
 import { decide } from '../../../agent/approver/decide.js';
 import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
@@ -8,7 +8,9 @@ import { requestFacts } from '../../../agent/approver/request.js';
 import { KEY_ALGORITHMS } from '../../../agent/identity.js';
 import { generateKey } from '../../../agent/pki/keys.js';
 import { pemBlocks, toPem } from '../../../agent/pki/pem.js';
+import { canonicalIp } from '../../../agent/pki/names.js';
 import { createCsrPem } from '../../../agent/pki/pkcs10.js';
+import { x509 } from '../../../agent/pki/x509.js';
 import { ambiguousCsrPems, craftCsrPem } from '../../support/approver.js';
 
 const base64 = (pem: string) => Buffer.from(pem).toString('base64');
@@ -88,4 +90,28 @@ t.test('the self-signature, checked on node:crypto, for every key kubeboot makes
     sig[sig.length - 1] = (sig[sig.length - 1] as number) ^ 0x01;
     t.equal((await requestFacts(base64(toPem('CERTIFICATE REQUEST', sig)))).signatureValid, false, `${algorithm}: signature changed`);
   }
+});
+
+t.test('the DER reader reads the subject, every SAN and the key as @peculiar/x509 does', async (t) => {
+  const pem = await craftCsrPem({
+    cn: 'system:node:n1',
+    o: ['system:nodes', 'ops'],
+    dns: ['n1', 'n1.example.com'],
+    ips: ['10.0.0.5', '2001:db8::1', '::ffff:10.0.0.1'],
+    emails: ['root@n1'],
+    uris: ['spiffe://cluster/n1'],
+    key: 'rsa-2048',
+  });
+  const facts = await requestFacts(base64(pem));
+  const csr = new x509.Pkcs10CertificateRequest(pemBlocks(pem)[0]!.der);
+  const san = new x509.SubjectAlternativeNameExtension(csr.extensions.find((e) => e.type === '2.5.29.17')!.rawData);
+  const of = (type: string) => san.names.items.filter((n) => n.type === type).map((n) => n.value);
+  t.same(facts.subject, { commonName: 'system:node:n1', organizations: ['system:nodes', 'ops'] });
+  t.same(facts.dnsNames, of('dns'));
+  t.same(facts.ipAddresses, of('ip').map(canonicalIp));
+  t.same(facts.emailAddresses, of('email'));
+  t.same(facts.uris, of('url'));
+  t.same(facts.otherNames, []);
+  t.same(facts.key, { kind: 'rsa', bits: 2048 });
+  t.equal(facts.signatureValid, true);
 });

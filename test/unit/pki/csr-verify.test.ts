@@ -1,9 +1,12 @@
 import { webcrypto } from 'node:crypto';
 import t from 'tap';
+import { requestFacts } from '../../../agent/approver/request.js';
+import { toPem } from '../../../agent/pki/pem.js';
 import { parseCsrDer, verifyWithNodeCrypto } from '../../../agent/pki/pkcs10.js';
 import { x509 } from '../../../agent/pki/x509.js';
 
-// The self-signature checked on node:crypto must say what csr.verify() (WebCrypto) says.
+// The self-signature checked on node:crypto must say what csr.verify() (WebCrypto) says,
+// and so must the approver's (agent/approver/request.ts, read with pki/der.ts).
 
 type Params = { name: string } & Record<string, unknown>;
 type Alg = { label: string; keyGen: Params; signing: Params };
@@ -74,7 +77,10 @@ async function both(der: Uint8Array): Promise<{ node: boolean | undefined; web: 
   } catch {
     web = false;
   }
-  return { node, web, parsed: (await parseCsrDer(der)).signatureValid };
+  const parsed = (await parseCsrDer(der)).signatureValid;
+  const approver = (await requestFacts(Buffer.from(toPem('CERTIFICATE REQUEST', der)).toString('base64'))).signatureValid;
+  if (approver !== parsed) throw new Error(`the approver reads the signature as ${approver}, parseCsrDer as ${parsed}`);
+  return { node, web, parsed };
 }
 
 for (const alg of accepted) {
