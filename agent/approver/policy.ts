@@ -16,6 +16,7 @@ import { reservedNameProblem } from '../pki/names.js';
 import { excerpt } from '../text.js';
 import type { ApiServerFacts } from './apiserver.js';
 import { keyAlgorithmName, type RequestFacts } from './request.js';
+import { tpmAttested } from './tpm-attested.js';
 
 export interface ApproverPolicy {
   kubeProxy: { commonName: string; organizations: string[] };
@@ -696,6 +697,7 @@ export const KUBELET_CLIENT_RULES: readonly Rule[] = [
   expiration,
   reservedNodeName,
   notUnderDnsSuffix,
+  tpmAttested,
   tokenBound,
   noTakeover,
   notControlPlane,

@@ -101,6 +101,9 @@ export interface CsrLayout {
   subject: DerValue[][];
   /** Each attribute of the request: its type and the encoded values of its SET. */
   attributes: { oid: string; values: Uint8Array[] }[];
+  /** The subject Name and the SubjectPublicKeyInfo as encoded in the request (what TPM evidence binds: tpm/csr-evidence.ts). */
+  subjectDer: Uint8Array;
+  publicKeyDer: Uint8Array;
 }
 
 /**
@@ -118,8 +121,8 @@ export function csrLayout(der: Uint8Array): CsrLayout {
   const [info] = children(der, request.contentStart, request.end, what);
   if (!info || info.tag !== SEQUENCE) bad('has no certificationRequestInfo');
   const fields = children(der, info!.contentStart, info!.end, what);
-  const [, subjectName, , attributes] = fields;
-  if (fields.length !== 4 || subjectName?.tag !== SEQUENCE || attributes?.tag !== ATTRIBUTES)
+  const [, subjectName, publicKey, attributes] = fields;
+  if (fields.length !== 4 || subjectName?.tag !== SEQUENCE || publicKey?.tag !== SEQUENCE || attributes?.tag !== ATTRIBUTES)
     bad('certificationRequestInfo is not version, subject, key, attributes');
   const subject = children(der, subjectName!.contentStart, subjectName!.end, what).map((rdn) => {
     if (rdn.tag !== SET) bad('subject has a relative distinguished name that is not a SET');
@@ -142,7 +145,12 @@ export function csrLayout(der: Uint8Array): CsrLayout {
       values: children(der, values!.contentStart, values!.end, what).map((v) => der.subarray(v.start, v.end)),
     };
   });
-  return { subject, attributes: attrs };
+  return {
+    subject,
+    attributes: attrs,
+    subjectDer: der.subarray(subjectName!.start, subjectName!.end),
+    publicKeyDer: der.subarray(publicKey!.start, publicKey!.end),
+  };
 }
 
 /** The extension IDs of an Extensions value (SEQUENCE OF Extension), in order. */
