@@ -184,7 +184,7 @@ export async function quoteCsr(tpm: Tpm, csrDer: Uint8Array, now: Date): Promise
       const { values } = await tpm.pcrRead(EVIDENCE_PCRS);
       const q = await tpm.quote(ak.handle, nonce, EVIDENCE_PCRS);
       const quoted = unmarshalAttest(q.attest).quote?.pcrDigest;
-      if ((quoted !== undefined && quoted.equals(pcrDigest(values))) || attempt >= 3)
+      if (quoted?.equals(pcrDigest(values)) === true || attempt >= 3)
         return { window, akPublic: ak.public, attest: q.attest, signature: q.signature, pcrValues: values };
     }
   });
