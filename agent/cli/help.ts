@@ -153,13 +153,24 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   check: {
     usage: 'kubeboot check [options]',
     summary: 'Validate configuration, the bootstrap kubeconfig, reachability and existing credentials; change nothing.',
-    options: ['config', 'bootstrap-kubeconfig', 'state-dir', 'node-name', ...JOIN, ...IDENTITIES, ...LOG],
+    options: [
+      'config',
+      'bootstrap-kubeconfig',
+      'state-dir',
+      'node-name',
+      'tpm',
+      'kubelet-renewal',
+      'kubelet-config',
+      ...JOIN,
+      ...IDENTITIES,
+      ...LOG,
+    ],
   },
   status: {
     usage: 'kubeboot status [--output text|json] [options]',
     summary:
       "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.",
-    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'kubelet-renewal', 'kubelet-config', ...LOG],
+    options: ['config', 'state-dir', 'node-name', 'tpm', ...IDENTITIES, 'kubelet-renewal', 'kubelet-config', ...LOG],
   },
   renew: {
     usage: 'kubeboot renew [--identity NAME] [options]',
