@@ -11,7 +11,7 @@ import { csrLayout, extensionIds, type DerValue } from '../pki/der.js';
 import { canonicalIp } from '../pki/names.js';
 import { x509 } from '../pki/x509.js';
 import type { Subject } from '../identity.js';
-import { csrBinding, splitCsrEvidence, type CsrBinding } from '../tpm/csr-evidence.js';
+import { csrBinding, csrEvidenceBlock, splitCsrEvidence, type CsrBinding } from '../tpm/csr-evidence.js';
 
 export type RequestKey = { kind: 'ecdsa'; curve: string } | { kind: 'rsa'; bits: number } | { kind: 'other'; type: string };
 
@@ -124,7 +124,7 @@ export async function requestFacts(requestBase64: string): Promise<RequestFacts>
     key: keyOf(parsed.publicKeyDer),
     signatureValid: parsed.signatureValid,
     binding: csrBinding(der),
-    tpmEvidence: (splitCsrEvidence(pem) as { evidence: Buffer | null }).evidence,
+    tpmEvidence: csrEvidenceBlock(pem),
   };
 }
 

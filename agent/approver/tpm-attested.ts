@@ -7,7 +7,6 @@
  * (tpm/csr-evidence.ts). Stateless: everything is recomputed from the CSR
  * and the entry. Pure.
  */
-import { recordRef } from '../records/kinds.js';
 import { INVENTORY_REF, tpmBinding, type InventoryEntry } from '../records/inventory.js';
 import { EVIDENCE_PEM_TYPE, verifyCsrEvidence, WINDOW_SECONDS } from '../tpm/csr-evidence.js';
 import { EvidenceError } from '../tpm/verify.js';
@@ -40,7 +39,7 @@ export function tpmAttestedProblem(
     return null;
   } catch (err) {
     if (err instanceof EvidenceError)
-      return `the TPM evidence is refused (${err.message}); node ${name}'s enrolled AK is ${entry.tpmAk.slice(0, 12)}… (${recordRef('inventories', 'inventory')})`;
+      return `the TPM evidence is refused (${err.message}); node ${name}'s enrolled AK is ${entry.tpmAk.slice(0, 12)}… (${INVENTORY_REF})`;
     throw err;
   }
 }

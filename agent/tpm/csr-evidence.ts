@@ -170,6 +170,12 @@ export function splitCsrEvidence(pem: string): { request: string; evidence: Buff
   return { request, evidence: der };
 }
 
+/** The DER of spec.request's evidence block, or null when it has none (or is not one splitCsrEvidence accepts). */
+export function csrEvidenceBlock(pem: string): Buffer | null {
+  const split = splitCsrEvidence(pem);
+  return 'evidence' in split ? split.evidence : null;
+}
+
 /**
  * The evidence for a CSR, made with this TPM now: the AK (created from its
  * template, flushed after) quotes SHA-256 PCRs 0-7 over the CSR's binding.
