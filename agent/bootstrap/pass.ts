@@ -34,7 +34,7 @@ import { issueContext, issueCredential, type Issued, type RunDeps } from '../cre
 import { seedFloor } from '../trust/floor.js';
 import { bootstrapRequester, clusterOf, explainBootstrapFailure, nodeRequester, type Requester } from '../credential/requester.js';
 import { finishRenewal, renewIdentity } from '../credential/renew.js';
-import { checkJoinSettings, joinCluster, joinRequested } from '../join/prepare.js';
+import { checkJoinSettings, joinCluster, joinRequested } from './join.js';
 import { finishBootstrap } from './cleanup.js';
 import type { Logger } from '../log.js';
 

@@ -9,8 +9,8 @@ import type { Given } from '../config/load.js';
 import type { Config } from '../config/types.js';
 import { parseDuration } from '../config/values.js';
 import { ExitCode, InputError } from '../errors.js';
-import { withAdmin } from '../join/admin.js';
-import { APPROVER_USER, issueApproverKubeconfig } from '../join/approver-kubeconfig.js';
+import { withAdmin } from '../admin/connect.js';
+import { APPROVER_USER, issueApproverKubeconfig } from '../admin/approver-kubeconfig.js';
 import type { Logger } from '../log.js';
 import { ensureDir, writeFileAtomic } from '../store/atomic.js';
 

@@ -7,7 +7,7 @@
  * final bundle only once every node is ready for it.
  */
 import { ExitCode, InputError, KubebootError } from '../errors.js';
-import { adminClient, defaultJoinPins, explainAdminError, type Admin } from '../join/admin.js';
+import { adminClient, defaultJoinPins, explainAdminError, type Admin } from '../admin/connect.js';
 import { createPrivateKey, type KeyObject } from 'node:crypto';
 import type { Given } from '../config/load.js';
 import { parseDuration } from '../config/values.js';
@@ -20,7 +20,7 @@ import {
   retireCa,
   type Progress,
   type Publication,
-} from '../join/ca-rotation.js';
+} from '../admin/ca-rotation.js';
 import { readOptional } from '../read-optional.js';
 import { terminalJson, terminalLines } from '../text.js';
 import { systemClock } from '../time/clock.js';

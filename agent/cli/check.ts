@@ -11,7 +11,7 @@ import { ExitCode, exitCodeOf } from '../errors.js';
 import type { Logger } from '../log.js';
 import { caCertHash } from '../pki/pin.js';
 import { whoAmI } from '../kube/whoami.js';
-import { checkJoinSettings, joinRequested, joinSource } from '../join/prepare.js';
+import { checkJoinSettings, joinRequested, joinSource } from '../bootstrap/join.js';
 import { systemClock } from '../time/clock.js';
 import { terminalLines } from '../text.js';
 import { kubeletRenewer, tpmRenewalProblem } from '../renewal/owner.js';

@@ -216,10 +216,11 @@ kubeadm's group system:bootstrappers:kubeadm:default-node-token; where no group 
   },
   node: {
     usage:
-      'kubeboot node enroll NAME --tpm-ek HASH [--tpm-ak NAME] | enroll --from-file FILE | replace NAME [--for-token ID] | revoke NAME [--reason TEXT] [--delete-node] | unrevoke NAME | list [--output json] [options]',
+      'kubeboot node enroll NAME --tpm-ek HASH [--tpm-ak NAME] | enroll --from-file FILE | replace NAME --old-machine-gone [--for-token ID] | revoke NAME [--reason TEXT] [--delete-node] | unrevoke NAME | list [--output json] [options]',
     summary: `Cluster admin: the node records kubeboot approver reads (nodereplacements.kubeboot.io and noderevocations.kubeboot.io).
 replace: the next CSR for system:node:NAME from the token the mark is for (--for-token, else the next token create --node NAME)
-may take the name again, spent or with a live Node (a replaced machine); the replaced machine's certificate lives to its notAfter.
+may take the name again, spent or with a live Node. Only for a machine known to be gone (--old-machine-gone): nothing in a renewal tells
+the old machine's key from the new one's, so a running old machine would renew beside it; otherwise give the new machine a new name.
 revoke: kubeboot approver approves no certificate of NAME any more (kubelet client, kube-proxy, serving); its pending
 CSRs of every signer are denied now; a certificate already issued lives to its notAfter, which it prints. list: each Node (and revoked name), its identity,
 the expiry of its newest kubelet client certificate a CSR still shows ("unknown" once the CSRs are gone), who renews it,
@@ -232,6 +233,7 @@ only with a quote by that AK (rule tpm-attested, docs/tpm.md). Holds only once t
       reason: 'revoke: why; recorded with the revocation and in the message of the CSRs it denies',
       'delete-node': 'revoke: also delete the Node object',
       'for-token': 'replace: the bootstrap token whose first CSR for NAME may claim the mark',
+      'old-machine-gone': 'replace: required; the machine being replaced is gone (wiped disk, terminated instance)',
       'tpm-ek': "enroll: the TPM's EK hash (tpm identify's ek-sha256)",
       'tpm-ak': "enroll: the TPM's AK name (tpm identify's ak-name)",
       'from-file': 'enroll: lines `NAME ek-sha256: HASH` / `NAME ak-name: NAME`, many nodes',

@@ -4,18 +4,20 @@
  * and what the cluster shows about each node's. revoke also denies the
  * node's pending CSRs of every signer now (the approver approves none of its
  * certificates from then on); a certificate already issued cannot be recalled and lives
- * to its notAfter, which the output says. The requests are
- * agent/join/node-requests.ts's.
+ * to its notAfter, which the output says. replace asks --old-machine-gone: a
+ * running old machine would keep renewing the same name (docs/node-identity.md,
+ * "A replaced machine with the same name"). The requests are
+ * agent/admin/node-requests.ts's.
  */
 import type { Given } from '../config/load.js';
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { ExitCode, InputError } from '../errors.js';
-import { withAdmin, type Admin } from '../join/admin.js';
-import { enrollNodes, enrolmentOf, parseEnrolmentFile, type Enrolment } from '../join/enroll.js';
+import { withAdmin, type Admin } from '../admin/connect.js';
+import { enrollNodes, enrolmentOf, parseEnrolmentFile, type Enrolment } from '../admin/enroll.js';
+import { renderNodeTable } from '../admin/node.js';
+import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../admin/node-requests.js';
+import { parseTokenId } from '../admin/token.js';
 import { readOptional } from '../read-optional.js';
-import { renderNodeTable } from '../join/node.js';
-import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../join/node-requests.js';
-import { parseTokenId } from '../join/token.js';
 import { excerpt, terminalJson, terminalLines, type Streams } from '../text.js';
 import { systemClock, type Clock } from '../time/clock.js';
 
@@ -40,7 +42,8 @@ export async function runNode(
   if (action !== 'revoke')
     for (const flag of ['reason', 'delete-node'])
       if (given[flag] !== undefined) throw new InputError(CLI, `--${flag}`, 'only with kubeboot node revoke');
-  if (action !== 'replace' && given['for-token'] !== undefined) throw new InputError(CLI, '--for-token', 'only with kubeboot node replace');
+  for (const flag of ['for-token', 'old-machine-gone'])
+    if (action !== 'replace' && given[flag] !== undefined) throw new InputError(CLI, `--${flag}`, 'only with kubeboot node replace');
   if (action !== 'enroll')
     for (const flag of ['tpm-ek', 'tpm-ak', 'from-file'])
       if (given[flag] !== undefined) throw new InputError(CLI, `--${flag}`, 'only with kubeboot node enroll');
@@ -48,7 +51,14 @@ export async function runNode(
   let doing: string;
   switch (action) {
     case 'replace': {
-      const name = nameArg('replace NAME [--for-token ID]');
+      const name = nameArg('replace NAME --old-machine-gone [--for-token ID]');
+      // Same name, two machines: a renewal carries nothing but the key, so the old machine would renew beside the new one.
+      if (given['old-machine-gone'] !== true)
+        throw new InputError(
+          CLI,
+          '--old-machine-gone',
+          `required: node replace gives ${name} to a new machine while the old machine's kubelet key keeps renewing as system:node:${name}; if the old machine may still run, give the new one a new name (kubeboot token create --node ${name}-2) and kubeboot node revoke ${name}; if it is gone (wiped disk, terminated instance), say so with --old-machine-gone`,
+        );
       const forToken = typeof given['for-token'] === 'string' ? parseTokenId(given['for-token']) : null;
       doing = `mark node ${name} as being replaced`;
       act = (admin) => replaceNode(admin.client, name, forToken);
@@ -96,7 +106,7 @@ export async function runNode(
 
 const ENROLL_USAGE = 'usage: kubeboot node enroll NAME --tpm-ek HASH [--tpm-ak NAME] | kubeboot node enroll --from-file FILE';
 
-/** `enroll NAME --tpm-ek … [--tpm-ak …]`, or `enroll --from-file FILE` (join/enroll.ts). */
+/** `enroll NAME --tpm-ek … [--tpm-ak …]`, or `enroll --from-file FILE` (admin/enroll.ts). */
 async function enrolmentsGiven(rest: string[], given: Given): Promise<Enrolment[]> {
   const text = (flag: string): string | undefined => (typeof given[flag] === 'string' ? (given[flag] as string) : undefined);
   const file = text('from-file');

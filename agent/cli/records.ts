@@ -6,7 +6,7 @@
  */
 import type { Given } from '../config/load.js';
 import { ExitCode, InputError } from '../errors.js';
-import { withAdmin } from '../join/admin.js';
+import { withAdmin } from '../admin/connect.js';
 import { migrateRecords } from '../records/migrate.js';
 import { excerpt, terminalLines, type Streams } from '../text.js';
 

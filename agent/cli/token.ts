@@ -5,13 +5,13 @@
  * TokenBinding `tokenbindings.kubeboot.io/<id>` (agent/records/bindings.ts)
  * that `kubeboot approver` reads, written before the token exists (and
  * given its Secret's uid once it does) and deleted after it, so no token is
- * ever without its binding (agent/join/cluster-requests.ts).
+ * ever without its binding (agent/admin/cluster-requests.ts).
  */
 import type { Given } from '../config/load.js';
 import { ExitCode, InputError } from '../errors.js';
-import { withAdmin } from '../join/admin.js';
-import { createTokenForCluster, deleteToken, listTokens, type ListedToken } from '../join/cluster-requests.js';
-import { bindingSpecFrom, bindingView, parseTokenId, tokenSpecFrom, type BindingFlags, type TokenFlags } from '../join/token.js';
+import { withAdmin } from '../admin/connect.js';
+import { createTokenForCluster, deleteToken, listTokens, type ListedToken } from '../admin/cluster-requests.js';
+import { bindingSpecFrom, bindingView, parseTokenId, tokenSpecFrom, type BindingFlags, type TokenFlags } from '../admin/token.js';
 import { columns, excerpt, terminalJson, terminalLines } from '../text.js';
 import { systemClock } from '../time/clock.js';
 

@@ -1,8 +1,8 @@
 /**
  * `kubeboot user-data` and `kubeboot join-command`: everything a node needs
  * to join, right by construction — the server, token and CA pins as
- * user-data/join-values.ts decides them, the package source with its key,
- * the node's settings from --set — rendered (join/user-data.ts).
+ * admin/join-values.ts decides them, the package source with its key,
+ * the node's settings from --set — rendered (admin/user-data.ts).
  */
 import { readFile, stat } from 'node:fs/promises';
 import path from 'node:path';
@@ -12,9 +12,9 @@ import { coerce } from '../config/coerce.js';
 import { OPTIONS, type OptionSpec } from '../config/options.js';
 import { ExitCode, InputError } from '../errors.js';
 import type { Given } from '../config/load.js';
-import { nodeKubeProxy } from '../join/cluster-side.js';
-import type { BindingSpec } from '../join/token.js';
-import { joinValues } from '../user-data/join-values.js';
+import { nodeKubeProxy } from '../admin/cluster-side.js';
+import type { BindingSpec } from '../admin/token.js';
+import { joinValues } from '../admin/join-values.js';
 import {
   DEFAULT_TOKEN_FILE,
   joinCommand,
@@ -23,7 +23,7 @@ import {
   repoWarnings,
   type NodeJoin,
   type PackageRepo,
-} from '../join/user-data.js';
+} from '../admin/user-data.js';
 import { writeFileAtomic } from '../store/atomic.js';
 import { terminalLines, type Streams } from '../text.js';
 

@@ -603,6 +603,13 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     help: 'node replace: the bootstrap token whose CSR may claim the mark (default: the next token create --node NAME)',
   },
   {
+    flag: 'old-machine-gone',
+    commands: ['node'],
+    type: 'bool',
+    metavar: '',
+    help: "node replace: required; the machine being replaced is gone (wiped disk, terminated instance). Its kubelet key would otherwise keep renewing as system:node:NAME beside the new machine's: give a machine that may still run a new name and revoke the old one",
+  },
+  {
     flag: 'dry-run',
     commands: ['records'],
     type: 'bool',

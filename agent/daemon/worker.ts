@@ -18,7 +18,7 @@ import { assessNode, isNodeCredential, type Assessment } from '../credential/ass
 import { hookEnvironment, runHook } from '../credential/hooks.js';
 import { KubebootError } from '../errors.js';
 import type { IdentityName } from '../identity.js';
-import { joinRequested } from '../join/prepare.js';
+import { joinRequested } from '../bootstrap/join.js';
 import { createLogger, type Logger } from '../log.js';
 import { validUntil, type IdentityRecord } from '../renewal/record.js';
 import { runIdentityStep, type StepDeps, type StepMemory } from '../renewal/step.js';

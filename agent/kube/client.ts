@@ -10,6 +10,7 @@ import { Agent, request, type Dispatcher } from 'undici';
 import { ApiError, KubebootError, ResponseTooLargeError, TransportError, type RequestPhase } from '../errors.js';
 import { bounded } from '../text.js';
 import { systemClock } from '../time/clock.js';
+import { WatchLines } from './watch-lines.js';
 
 export interface Endpoint {
   server: string;
@@ -209,25 +210,12 @@ export class KubeClient {
       const body = parseJson(await readBounded(res.body, res.headers, MAX_BODY_BYTES, `WATCH ${url.pathname}`));
       throw apiError('GET', url.pathname, res.statusCode, body, res.headers as ApiResponse<T>['headers'], 'watch');
     }
-    let buffered = '';
+    const lines = new WatchLines(
+      MAX_WATCH_LINE_BYTES,
+      () => new ResponseTooLargeError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`),
+    );
     try {
-      for await (const chunk of res.body) {
-        const text = (chunk as Buffer).toString('utf8');
-        // Look for the end of the line in the new text only, so a long line costs linear time.
-        if (!text.includes('\n') && buffered.length + text.length > MAX_WATCH_LINE_BYTES) {
-          throw new ResponseTooLargeError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
-        }
-        buffered += text;
-        if (!text.includes('\n')) continue;
-        let newline: number;
-        while ((newline = buffered.indexOf('\n')) >= 0) {
-          if (newline > MAX_WATCH_LINE_BYTES)
-            throw new ResponseTooLargeError(`WATCH ${url.pathname}: an event line exceeds ${MAX_WATCH_LINE_BYTES} bytes; refusing it`);
-          const line = buffered.slice(0, newline).trim();
-          buffered = buffered.slice(newline + 1);
-          if (line) yield JSON.parse(line) as WatchEvent<T>;
-        }
-      }
+      for await (const chunk of res.body) for (const line of lines.push(chunk as Buffer)) yield JSON.parse(line) as WatchEvent<T>;
     } catch (err) {
       if (signal.aborted) return;
       if (err instanceof KubebootError) throw err;

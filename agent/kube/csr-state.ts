@@ -49,7 +49,7 @@ export function csrState(csr: CertificateSigningRequest): CsrState {
 export function pendingNotice(name: string, pendingSeconds: number, signerName: string): string {
   const approver =
     signerName === 'kubernetes.io/kube-apiserver-client-kubelet'
-      ? 'kubeboot approver --approve-kubelet-client approves node client CSRs: is it running, and does the token have its binding? its Event on the CSR names the rule that refused it'
+      ? 'kubeboot approver approves node client CSRs (unless run with --no-approve-kubelet-client): is it running, and does the token have its binding? its Event on the CSR names the rule that refused it'
       : `nothing in a stock cluster approves ${signerName} CSRs`;
   return `CSR ${name} pending approval for ${Math.round(pendingSeconds)}s; approve it with: kubectl certificate approve ${name} (${approver})`;
 }

@@ -45,6 +45,7 @@ import {
   reissuePlan,
   rewritePlan,
   spreadOffset,
+  type BundleDecision,
   type HeldCertificate,
   type TrustFile,
 } from './decide.js';
@@ -335,68 +336,64 @@ export class TrustKeeper {
   }
 
   /** Carries out what was decided for the published bundle (`decision`: null when it did not change). */
-  async #apply(seen: Observation, decision: ReturnType<typeof decideBundle> | null): Promise<Date | null> {
-    const { logger } = this.#deps;
+  async #apply(seen: Observation, decision: BundleDecision | null): Promise<Date | null> {
+    if (decision?.kind === 'defer') return this.#defer(seen, decision);
+    if (decision?.kind === 'refuse') return this.#refuse(seen, decision);
+    this.#lastRefusal = null;
+    return this.#follow(seen, decision);
+  }
+
+  /** Not a refusal of the bundle: it is followed once the window since the last change has passed. */
+  async #defer(seen: Observation, decision: Extract<BundleDecision, { kind: 'defer' }>): Promise<Date> {
+    const { config, state, client, published, current } = seen;
+    const key = `churn|${published.caPem ?? ''}`;
+    if (this.#lastRefusal !== key) {
+      this.#deps.logger.warn(`CA rotation: ${decision.message}`);
+      this.#deps.metrics.caBundleRefused('churn');
+    }
+    this.#lastRefusal = key;
+    await this.#report(config, client, current, 'churn');
+    const due = await this.#restartsDue(config, state);
+    await this.#saveState(config, state);
+    return earliest(due, decision.until)!;
+  }
+
+  /** Said once per refused publication (log, counter, Event); restarts owed for the bundle already adopted stay due. */
+  async #refuse(seen: Observation, decision: Extract<BundleDecision, { kind: 'refuse' }>): Promise<Date | null> {
+    const { config, state, client, published, now, current } = seen;
+    const key = `${decision.reason}|${published.caPem ?? ''}|${published.signed.payload ?? ''}`;
+    if (this.#lastRefusal !== key) {
+      this.#deps.logger.error(`CA rotation: ${decision.message}`);
+      this.#deps.metrics.caBundleRefused(decision.reason);
+      // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
+      await nodeWarning(
+        client,
+        config.nodeName,
+        'CABundleRefused',
+        `${decision.reason}: ${decision.message}`,
+        now,
+        this.#deps.signal,
+      ).catch((err: Error) => this.#deps.logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
+    }
+    this.#lastRefusal = key;
+    await this.#report(config, client, current, decision.reason);
+    const due = await this.#restartsDue(config, state);
+    await this.#saveState(config, state);
+    return due;
+  }
+
+  /** Adopts a changed bundle, or keeps the current one, and owes what follows: rewritten files, restarts, re-issues, the report. */
+  async #follow(seen: Observation, decision: Extract<BundleDecision, { kind: 'adopt' | 'keep' }> | null): Promise<Date | null> {
     const { config, node, state, client, published, now, current, held } = seen;
-    let target = current;
-    let accepted: ValidStatement | null = null;
-    if (decision !== null) {
-      if (decision.kind === 'defer') {
-        // Not a refusal of the bundle: it is followed once the window since the last change has passed.
-        const key = `churn|${published.caPem ?? ''}`;
-        if (this.#lastRefusal !== key) {
-          logger.warn(`CA rotation: ${decision.message}`);
-          this.#deps.metrics.caBundleRefused('churn');
-        }
-        this.#lastRefusal = key;
-        await this.#report(config, client, current, 'churn');
-        const due = await this.#restartsDue(config, state);
-        await this.#saveState(config, state);
-        return [due, decision.until].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0]!;
-      }
-      if (decision.kind === 'refuse') {
-        const key = `${decision.reason}|${published.caPem ?? ''}|${published.signed.payload ?? ''}`;
-        if (this.#lastRefusal !== key) {
-          logger.error(`CA rotation: ${decision.message}`);
-          this.#deps.metrics.caBundleRefused(decision.reason);
-          // `kubectl get events --field-selector reason=CABundleRefused` shows every refusing node.
-          await nodeWarning(
-            client,
-            config.nodeName,
-            'CABundleRefused',
-            `${decision.reason}: ${decision.message}`,
-            now,
-            this.#deps.signal,
-          ).catch((err: Error) => logger.debug(`CA rotation: cannot record an Event: ${err.message}`));
-        }
-        this.#lastRefusal = key;
-        await this.#report(config, client, current, decision.reason);
-        // Restarts owed for the bundle already adopted stay due.
-        const due = await this.#restartsDue(config, state);
-        await this.#saveState(config, state);
-        return due;
-      }
-      this.#lastRefusal = null;
-      if (decision.kind === 'adopt') {
-        target = decision.bundle;
-        accepted = decision.statement;
-        const proof = accepted ? `signed by ${accepted.signedBy}, version ${accepted.statement.version}` : 'a removal, unsigned';
-        logger.info(
-          `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'}; ${proof})`,
-        );
-        this.#deps.metrics.caBundleAdopted();
-        await this.#noteChange(client, config, state, current.hash, target.hash, now);
-      } else accepted = decision.statement;
-    } else {
-      this.#lastRefusal = null;
-      const check = judgeStatement(published.signed, current, current.hash, state.accepted?.version ?? 0, now);
-      accepted = check.ok ? check : null;
-      // Nothing to adopt, but a CA key signing outside `publish` is worth one line (and a count) per statement.
-      if (!check.ok && check.problem === 'future-version' && this.#lastIgnored !== published.signed.payload) {
-        logger.warn(`CA rotation: ${WHAT}: ${check.message}`);
-        this.#deps.metrics.caBundleRefused(check.problem);
-      }
-      this.#lastIgnored = published.signed.payload;
+    const accepted = decision === null ? this.#unchangedStatement(seen) : decision.statement;
+    const target = decision?.kind === 'adopt' ? decision.bundle : current;
+    if (decision?.kind === 'adopt') {
+      const proof = accepted ? `signed by ${accepted.signedBy}, version ${accepted.statement.version}` : 'a removal, unsigned';
+      this.#deps.logger.info(
+        `CA rotation: adopting the CA bundle published in ${WHAT} (${decision.bundle.cas.length} CA(s); added ${decision.added.join(', ') || 'none'}; removed ${decision.removed.join(', ') || 'none'}; ${proof})`,
+      );
+      this.#deps.metrics.caBundleAdopted();
+      await this.#noteChange(client, config, state, current.hash, target.hash, now);
     }
     if (accepted) {
       const { version, bundle, signerPin } = accepted.statement;
@@ -410,10 +407,22 @@ export class TrustKeeper {
     const reissueAt = this.#reissue(config, signerPin, target, held, state, now);
     await this.#saveState(config, state);
     await this.#report(config, client, target, null);
-    const next = [due, reissueAt].filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+    const next = earliest(due, reissueAt);
     if (next === null && !seen.changed && seen.fromDisk && (this.#nodeMissing || this.#lastAnnotation === JSON.stringify(this.#status)))
       this.#quiet = quietLook(node, published.digest, target, accepted, this.#nodeMissing ? config.nodeName : null);
     return next;
+  }
+
+  /** The published statement for a bundle that did not change: it may still move the floor; a CA key signing outside `publish` is worth one line (and a count) per statement. */
+  #unchangedStatement(seen: Observation): ValidStatement | null {
+    const { state, published, now, current } = seen;
+    const check = judgeStatement(published.signed, current, current.hash, state.accepted?.version ?? 0, now);
+    if (!check.ok && check.problem === 'future-version' && this.#lastIgnored !== published.signed.payload) {
+      this.#deps.logger.warn(`CA rotation: ${WHAT}: ${check.message}`);
+      this.#deps.metrics.caBundleRefused(check.problem);
+    }
+    this.#lastIgnored = published.signed.payload;
+    return check.ok ? check : null;
   }
 
   /**
@@ -664,6 +673,11 @@ function heldCertificates(others: Assessment[], node: NodeCredential): HeldCerti
     { identity: node.identity.name, certPem: node.certPem },
     ...others.flatMap((a) => (a.state === 'usable' ? [{ identity: a.identity.name, certPem: a.certPem }] : [])),
   ];
+}
+
+/** The first of the dates given, null when none is. */
+function earliest(...dates: (Date | null)[]): Date | null {
+  return dates.filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
 }
 
 function hashOf(pem: string | null): string | null {

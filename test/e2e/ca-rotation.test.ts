@@ -22,7 +22,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import t, { type Test } from 'tap';
 import { parse, stringify } from 'yaml';
 import { KubeClient } from '../../agent/kube/client.js';
-import { bundleFromFile, rotationProgress } from '../../agent/join/ca-rotation.js';
+import { bundleFromFile, rotationProgress } from '../../agent/admin/ca-rotation.js';
 import { parseClientKubeconfig } from '../../agent/kubeconfig/parse.js';
 import { parseCertificateChain } from '../../agent/pki/certificate.js';
 import { readOptional } from '../../agent/read-optional.js';
@@ -82,7 +82,7 @@ if (plane && net) {
   };
   let adminCaPem = ca1Pem;
   let adminCert = await plane.mintClientCert({ commonName: 'kubeboot-admin', organizations: ['system:masters'] });
-  /** The product's client as the admin uses it for `kubeboot ca-rotation` (agent/join/ca-rotation.ts). */
+  /** The product's client as the admin uses it for `kubeboot ca-rotation` (agent/admin/ca-rotation.ts). */
   const adminKube = () => new KubeClient({ server: plane.server, caPem: adminCaPem }, { kind: 'client-certificate', ...adminCert });
   const withAdmin = async <T>(fn: (c: KubeClient) => Promise<T>): Promise<T> => {
     const c = adminKube();

@@ -58,7 +58,7 @@ if (plane) {
     else
       t.match(
         result.stderr,
-        /^kubeboot token: warning: this token is bound to no node name: kubeboot approver --approve-kubelet-client refuses [^\n]*\n$/,
+        /^kubeboot token: warning: this token is bound to no node name: kubeboot approver refuses [^\n]*\n$/,
         'one line: the approver refuses an unbound token',
       );
     const m = TOKEN.exec(result.stdout.trim());

@@ -11,7 +11,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import type { NodeRow } from '../../agent/join/node.js';
+import type { NodeRow } from '../../agent/admin/node.js';
 import { parseBinding, replacementOf } from '../../agent/records/bindings.js';
 import { recordsPath, type RecordResource } from '../../agent/records/kinds.js';
 import { waitFor } from '../support/admin.js';

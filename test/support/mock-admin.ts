@@ -3,7 +3,7 @@
 // path, and read back the calls made, in order, with their bodies.
 import type { Test } from 'tap';
 import { MockAgent } from 'undici';
-import type { Admin } from '../../agent/join/admin.js';
+import type { Admin } from '../../agent/admin/connect.js';
 import { KubeClient } from '../../agent/kube/client.js';
 
 export const MOCK_SERVER = 'https://api.example:6443';

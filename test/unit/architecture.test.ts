@@ -123,5 +123,5 @@ t.test('only cli/main.ts imports from cli/: a command parses, calls the module t
     for (const target of importsOf(file, await readFile(file, 'utf8')))
       if (target.startsWith('cli/')) reaching.push(`${name} -> ${target}`);
   }
-  t.same(reaching, [], 'move what two commands share down to the module that owns it (join/, kube/, credential/, …)');
+  t.same(reaching, [], 'move what two commands share down to the module that owns it (admin/, kube/, credential/, …)');
 });

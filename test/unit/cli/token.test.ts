@@ -2,7 +2,7 @@
 // escaped, and the bindings whose token is gone.
 import t from 'tap';
 import { renderTokenTable } from '../../../agent/cli/token.js';
-import { listTokens } from '../../../agent/join/cluster-requests.js';
+import { listTokens } from '../../../agent/admin/cluster-requests.js';
 import { HOSTILE, RAW } from '../../support/hostile.js';
 import { mockAdmin } from '../../support/mock-admin.js';
 

@@ -87,20 +87,17 @@ t.test('CA discovery refuses an oversized cluster-info instead of buffering it',
   t.equal(requests, 1);
 });
 
-t.test('watch framing is linear in what the server sends: a line at the cap in small writes, many tiny lines', async (t) => {
-  // Linear: well under a second each. A re-scan of the buffered text per chunk
-  // would be quadratic in the line (4 MiB in 1 KiB writes: 4,096 re-scans).
-  const BOUND_MS = 5_000;
+t.test('a watch yields a line at the cap sent in small writes, and many tiny lines, each once', async (t) => {
+  // How the lines are found (each chunk searched once) is watch-lines.test.ts's; this is the client around it.
   const path = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
-  const drain = async (server: string): Promise<{ events: number; ms: number; error?: string }> => {
+  const drain = async (server: string): Promise<{ events: number; error?: string }> => {
     const client = new KubeClient({ server, caPem: null }, { kind: 'anonymous' });
-    const started = performance.now();
     let events = 0;
     try {
       for await (const _ of client.watch(path, {}, new AbortController().signal)) events++;
-      return { events, ms: performance.now() - started };
+      return { events };
     } catch (err) {
-      return { events, ms: performance.now() - started, error: (err as Error).message };
+      return { events, error: (err as Error).message };
     } finally {
       await client.close();
     }
@@ -112,15 +109,12 @@ t.test('watch framing is linear in what the server sends: a line at the cap in s
     res.end();
   });
   const long = await drain(oneLongLine);
-  t.equal(long.events, 1, `one event of ${line.length} bytes in 1 KiB writes${long.error ? `: ${long.error}` : ''}`);
-  t.ok(long.ms < BOUND_MS, `${Math.round(long.ms)} ms (bound ${BOUND_MS} ms)`);
+  t.same(long, { events: 1 }, `one event of ${line.length} bytes in 1 KiB writes`);
   const tiny = '{"type":"BOOKMARK","object":{"metadata":{}}}\n';
   const count = Math.floor(MAX_BODY_BYTES / tiny.length);
   const manyLines = await serve(t, (_req, res) => {
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(tiny.repeat(count));
   });
-  const many = await drain(manyLines);
-  t.equal(many.events, count, `${count} events`);
-  t.ok(many.ms < BOUND_MS, `${Math.round(many.ms)} ms (bound ${BOUND_MS} ms)`);
+  t.same(await drain(manyLines), { events: count }, `${count} events`);
 });

@@ -46,7 +46,7 @@ t.test('Failed is terminal even when a certificate is present', async (t) => {
 t.test('the pending notice names the exact approve command and why nothing approved it', async (t) => {
   t.match(
     pendingNotice('node-csr-abc', 61.4, 'kubernetes.io/kube-apiserver-client-kubelet'),
-    /pending approval for 61s; approve it with: kubectl certificate approve node-csr-abc .*kubeboot approver --approve-kubelet-client.*binding/,
+    /pending approval for 61s; approve it with: kubectl certificate approve node-csr-abc .*kubeboot approver approves node client CSRs \(unless run with --no-approve-kubelet-client\).*binding/,
   );
   t.match(
     pendingNotice('node-csr-abc', 5, 'kubernetes.io/kube-apiserver-client'),

@@ -1,11 +1,11 @@
 // What `kubeboot token create --node/--pool` and `token delete` ask of the
-// cluster (join/cluster-requests.ts) against undici's MockAgent: the binding
+// cluster (admin/cluster-requests.ts) against undici's MockAgent: the binding
 // kubeboot approver reads is written before the token, given the token's
 // Secret uid once it exists, and removed after it, so no token is ever
 // unbound; records not installed leave nothing behind.
 import t from 'tap';
-import { createToken, deleteToken } from '../../../agent/join/cluster-requests.js';
-import { bindingSpecFrom, tokenSpecFrom } from '../../../agent/join/token.js';
+import { createToken, deleteToken } from '../../../agent/admin/cluster-requests.js';
+import { bindingSpecFrom, tokenSpecFrom } from '../../../agent/admin/token.js';
 import { parseBinding } from '../../../agent/records/bindings.js';
 import { MOCK_SERVER as SERVER, mockAdmin, notFound, type Call } from '../../support/mock-admin.js';
 const SECRETS = '/api/v1/namespaces/kube-system/secrets';

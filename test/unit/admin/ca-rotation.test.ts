@@ -1,11 +1,11 @@
-// The admin's side of a CA rotation (agent/join/ca-rotation.ts) against
+// The admin's side of a CA rotation (agent/admin/ca-rotation.ts) against
 // undici's MockAgent: what each node's annotation says about its progress,
 // and publishing a bundle without losing a concurrent change.
 import t, { type Test } from 'tap';
 import { MockAgent } from 'undici';
 import { parse } from 'yaml';
 import { createPrivateKey } from 'node:crypto';
-import { bundleFromFile, publishTrust, retireCa, rotationProgress, type Publication } from '../../../agent/join/ca-rotation.js';
+import { bundleFromFile, publishTrust, retireCa, rotationProgress, type Publication } from '../../../agent/admin/ca-rotation.js';
 import { nextStatement, signStatement, statementFor, verifyStatement } from '../../../agent/trust/statement.js';
 import { ExitCode, InputError } from '../../../agent/errors.js';
 import { KubeClient } from '../../../agent/kube/client.js';

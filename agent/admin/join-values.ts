@@ -10,10 +10,10 @@ import type { Config } from '../config/types.js';
 import type { Given } from '../config/load.js';
 import { bootstrapTokenProblem } from '../config/values.js';
 import { InputError } from '../errors.js';
-import { adminCaPin, withAdmin, type Admin } from '../join/admin.js';
-import type { Finding, KubeProxyRun } from '../join/cluster-side.js';
-import { createTokenForCluster, finding, kubeProxyRunOf } from '../join/cluster-requests.js';
-import { bindingSpecFrom, tokenSpecFrom, type BindingFlags, type BindingSpec, type TokenFlags } from '../join/token.js';
+import { adminCaPin, withAdmin, type Admin } from './connect.js';
+import type { Finding, KubeProxyRun } from './cluster-side.js';
+import { createTokenForCluster, finding, kubeProxyRunOf } from './cluster-requests.js';
+import { bindingSpecFrom, tokenSpecFrom, type BindingFlags, type BindingSpec, type TokenFlags } from './token.js';
 import { systemClock } from '../time/clock.js';
 
 const CLI = 'command line';

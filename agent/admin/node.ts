@@ -2,8 +2,7 @@
  * The admin's view of node identities (`kubeboot node`), decided from what
  * the API returned: which pending CSRs a revocation denies, who renews a
  * node's kubelet client certificate, what `node list` shows (its TPM
- * enrolment among it). Pure; the
- * requests are agent/join/node-requests.ts's.
+ * enrolment among it). Pure; the requests are agent/admin/node-requests.ts's.
  */
 import type { CertificateSigningRequest, CsrCondition } from '../kube/csr-state.js';
 import { csrState } from '../kube/csr-state.js';

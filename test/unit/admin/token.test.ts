@@ -8,7 +8,7 @@ import {
   summarize,
   tokenSecret,
   tokenSpecFrom,
-} from '../../../agent/join/token.js';
+} from '../../../agent/admin/token.js';
 
 t.test('a token is [a-z0-9]{6}.[a-z0-9]{16} drawn uniformly from the 36-letter alphabet', async (t) => {
   const draws: number[] = [];

@@ -2,7 +2,7 @@
  * Bootstrap tokens as the API server reads them (matches cluster-bootstrap
  * token/api and kubeadm's bootstraptoken encoding): a Secret
  * `kube-system/bootstrap-token-<id>` of type `bootstrap.kubernetes.io/token`.
- * Everything here is pure; the requests are agent/join/cluster-requests.ts's.
+ * Everything here is pure; the requests are agent/admin/cluster-requests.ts's.
  */
 import { randomInt } from 'node:crypto';
 import { InputError } from '../errors.js';

@@ -7,7 +7,7 @@
  * runs kube-proxy as a DaemonSet with a ServiceAccount token
  * (phases/addons/proxy), so nothing on the cluster approves a node's
  * kube-proxy CSR. Pure: the questions to the API server are
- * agent/join/cluster-requests.ts's.
+ * agent/admin/cluster-requests.ts's.
  */
 import { KubebootError } from '../errors.js';
 
@@ -108,7 +108,7 @@ export function approvalNotes(autoApproved: Finding<boolean>, bound: boolean): s
   return kcm !== false
     ? []
     : [
-        'warning: this token is bound to no node name: kubeboot approver --approve-kubelet-client refuses its kubelet client CSRs unless it runs with --unsafe-approve-unbound-tokens; bind it with --node NAME or --pool PREFIX --max-nodes N (docs/node-identity.md)',
+        'warning: this token is bound to no node name: kubeboot approver refuses its kubelet client CSRs unless it runs with --unsafe-approve-unbound-tokens; bind it with --node NAME or --pool PREFIX --max-nodes N (docs/node-identity.md)',
       ];
 }
 

@@ -18,7 +18,7 @@ import type { Logger } from '../log.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
 import { createCsrPem } from '../pki/pkcs10.js';
 import { generateKey } from '../pki/keys.js';
-import type { Admin } from './admin.js';
+import type { Admin } from './connect.js';
 import { systemClock, type Clock } from '../time/clock.js';
 
 export const APPROVER_USER = 'kubeboot:approver';

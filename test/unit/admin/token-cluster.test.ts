@@ -4,9 +4,9 @@
 // where nothing may, a warning (and the token as asked) where the admin may
 // not ask.
 import t from 'tap';
-import { createTokenForCluster } from '../../../agent/join/cluster-requests.js';
-import { KUBEADM_TOKEN_GROUP, UnservedClusterError } from '../../../agent/join/cluster-side.js';
-import { tokenSpecFrom } from '../../../agent/join/token.js';
+import { createTokenForCluster } from '../../../agent/admin/cluster-requests.js';
+import { KUBEADM_TOKEN_GROUP, UnservedClusterError } from '../../../agent/admin/cluster-side.js';
+import { tokenSpecFrom } from '../../../agent/admin/token.js';
 import { MOCK_SERVER, mockAdmin, type Call } from '../../support/mock-admin.js';
 
 const SECRETS = '/api/v1/namespaces/kube-system/secrets';
@@ -65,7 +65,7 @@ t.test('where kubeboot’s RBAC serves every token, the token as asked; unbound,
     [undefined, 'nodeclient'],
   );
   t.equal(calls[2]!.body.stringData['auth-extra-groups'], 'system:bootstrappers:pool-a');
-  t.match(created.notes, [/^warning: this token is bound to no node name: kubeboot approver --approve-kubelet-client refuses/]);
+  t.match(created.notes, [/^warning: this token is bound to no node name: kubeboot approver refuses/]);
 });
 
 t.test('where nothing lets a token create its CSR, nothing is created', async (t) => {

@@ -10,7 +10,7 @@ import { parseSets, runUserData, tokenReminder } from '../../../agent/cli/user-d
 import { ExitCode } from '../../../agent/errors.js';
 import { defaultConfig } from '../../../agent/config/defaults.js';
 import { loadConfig } from '../../../agent/config/load.js';
-import { joinCommand, renderCloudConfig, renderScript, type NodeJoin } from '../../../agent/join/user-data.js';
+import { joinCommand, renderCloudConfig, renderScript, type NodeJoin } from '../../../agent/admin/user-data.js';
 
 const run = promisify(execFile);
 const PIN = `sha256:${'ab'.repeat(32)}`;

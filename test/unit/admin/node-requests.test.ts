@@ -1,13 +1,13 @@
 // What `kubeboot node replace|revoke|unrevoke|list` asks of the cluster
-// (join/node-requests.ts, join/node.ts) against undici's MockAgent:
+// (admin/node-requests.ts, admin/node.ts) against undici's MockAgent:
 // the records kubeboot approver reads are made whole (their time is the API
 // server's creationTimestamp), a revocation denies the node's
 // pending kubelet client CSRs and says until when its certificate lives, and
 // the listing shows each node's identity, expiry and renewer, escaped.
 import t from 'tap';
-import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../../../agent/join/node-requests.js';
+import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../../../agent/admin/node-requests.js';
 import { ExitCode } from '../../../agent/errors.js';
-import { renderNodeTable, renewerOf } from '../../../agent/join/node.js';
+import { renderNodeTable, renewerOf } from '../../../agent/admin/node.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { HOSTILE, RAW } from '../../support/hostile.js';
 import { mockAdmin, notFound } from '../../support/mock-admin.js';

@@ -10,7 +10,7 @@ import { defaultConfig } from '../../../agent/config/defaults.js';
 import type { Config } from '../../../agent/config/types.js';
 import { ExitCode } from '../../../agent/errors.js';
 import { openPass } from '../../../agent/bootstrap/pass.js';
-import { joinCluster } from '../../../agent/join/prepare.js';
+import { joinCluster } from '../../../agent/bootstrap/join.js';
 import { parseBootstrapKubeconfig } from '../../../agent/kubeconfig/parse.js';
 import { renderBootstrapKubeconfig } from '../../../agent/kubeconfig/render.js';
 import { silentLogger } from '../../../agent/log.js';

@@ -9,8 +9,8 @@ import {
   tokenCluster,
   tokenGroups,
   UnservedClusterError,
-} from '../../../agent/join/cluster-side.js';
-import { joinCommand } from '../../../agent/join/user-data.js';
+} from '../../../agent/admin/cluster-side.js';
+import { joinCommand } from '../../../agent/admin/user-data.js';
 import { ExitCode } from '../../../agent/errors.js';
 
 const SERVER = 'https://api.example:6443';

@@ -3,8 +3,8 @@
  * with (`kubeboot token`, `user-data`/`join-command --create-token`): the
  * bootstrap token Secrets in kube-system and their bindings (TokenBinding
  * records, agent/records/bindings.ts), what a token may do (SubjectAccessReview),
- * how kube-proxy runs. The decisions on what comes back are agent/join/token.ts's
- * and agent/join/cluster-side.ts's.
+ * how kube-proxy runs. The decisions on what comes back are agent/admin/token.ts's
+ * and agent/admin/cluster-side.ts's.
  */
 import { BOOTSTRAPPERS_GROUP } from '../approver/policy.js';
 import { ApiError, ExitCode, InputError, KubebootError } from '../errors.js';
@@ -12,7 +12,7 @@ import type { ApiResponse } from '../kube/client.js';
 import { bindingName, bindingRecord, bindingRef, parseBinding, type TokenBinding } from '../records/bindings.js';
 import { createRecord, deleteRecord, listRecords, patchSpec, readRecord } from '../records/requests.js';
 import { excerpt } from '../text.js';
-import type { Admin } from './admin.js';
+import type { Admin } from './connect.js';
 import {
   approvalNotes,
   KUBEADM_TOKEN_GROUP,
@@ -96,7 +96,7 @@ export async function createToken(
 
 /**
  * createToken with the groups this cluster needs: kubeadm's where only it
- * may create CSRs, none made where nothing may (agent/join/cluster-side.ts).
+ * may create CSRs, none made where nothing may (agent/admin/cluster-side.ts).
  * The authorizer is asked, not the bindings read, so a cluster's own RBAC
  * for one of the groups counts as well.
  */

@@ -2,7 +2,7 @@
 // nothing else: the admin's other fields stay, a file of `tpm identify`
 // lines enrolls many, and one TPM is never enrolled under two names.
 import t from 'tap';
-import { enrolledNodes, enrolmentOf, parseEnrolmentFile } from '../../../agent/join/enroll.js';
+import { enrolledNodes, enrolmentOf, parseEnrolmentFile } from '../../../agent/admin/enroll.js';
 import { parseInventoryEntry } from '../../../agent/records/inventory.js';
 
 const EK = 'ab'.repeat(32);

@@ -5,7 +5,7 @@
  * of the mark; the node's CSRs (the pending ones of every signer denied on
  * revoke); the Nodes; whether kube-controller-manager still approves kubelet
  * client CSRs (approver/kcm-bindings.ts). What to make of the answers
- * is agent/join/node.ts's.
+ * is agent/admin/node.ts's.
  */
 import { kcmAutoApproval, kcmAutoApprovalProblem } from '../approver/kcm-bindings.js';
 import { ExitCode, KubebootError, ResponseTooLargeError } from '../errors.js';
