@@ -13,7 +13,7 @@ import { KUBELET_CLIENT_SIGNER } from '../identity.js';
 import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { replacementOf, revocationOf, type Replacement, type Revocation } from '../records/bindings.js';
-import { newRecord, recordRef } from '../records/kinds.js';
+import { INVENTORY_NAME, newRecord, recordRef } from '../records/kinds.js';
 import { legacyEntries, LEGACY_CONFIGMAPS, LEGACY_REVOCATIONS, MIGRATE_COMMAND } from '../records/legacy.js';
 import { createRecord, deleteRecord, listRecords, readRecord } from '../records/requests.js';
 import { expectObject, objectPath } from '../kube/objects.js';
@@ -166,7 +166,8 @@ export async function listNodes(client: KubeClient) {
   for (const r of await listRecords(client, 'noderevocations')) revocations.set(r.metadata.name, revocationOf(r));
   const replacements = new Map<string, Replacement>();
   for (const r of await listRecords(client, 'nodereplacements')) replacements.set(r.metadata.name, replacementOf(r));
-  return nodeRows(nodes, certs, revocations, replacements);
+  const inventory = (await readRecord(client, 'inventories', INVENTORY_NAME))?.spec?.nodes ?? null;
+  return nodeRows(nodes, certs, revocations, replacements, inventory);
 }
 
 /**

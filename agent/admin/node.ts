@@ -1,12 +1,13 @@
 /**
  * The admin's view of node identities (`kubeboot node`), decided from what
  * the API returned: which pending CSRs a revocation denies, who renews a
- * node's kubelet client certificate, what `node list` shows. Pure; the
- * requests are agent/admin/node-requests.ts's.
+ * node's kubelet client certificate, what `node list` shows (its TPM
+ * enrolment among it). Pure; the requests are agent/admin/node-requests.ts's.
  */
 import type { CertificateSigningRequest, CsrCondition } from '../kube/csr-state.js';
 import { csrState } from '../kube/csr-state.js';
 import type { Replacement, Revocation } from '../records/bindings.js';
+import { parseInventoryEntry } from '../records/inventory.js';
 import { columns, terminalLines } from '../text.js';
 import { rfc3339 } from './token.js';
 
@@ -53,6 +54,18 @@ export interface NodeRow {
   renewedBy: Renewer;
   revoked: Revocation | null;
   replacement: Replacement | null;
+  /** Its TPM in the inventory (`kubeboot node enroll`): `tpm-ak <name>`, `tpm-ek only (AK not enrolled)`, `none`, or why the entry cannot be read. */
+  attestation: string;
+}
+
+/** What the inventory says of a name's TPM, for `node list`. */
+export function attestationOf(nodes: Readonly<Record<string, string>> | null, name: string): string {
+  const raw = nodes !== null && Object.hasOwn(nodes, name) ? nodes[name] : undefined;
+  if (raw === undefined) return 'none';
+  const entry = parseInventoryEntry(name, raw);
+  if ('problem' in entry) return 'inventory entry broken';
+  if (entry.tpmAk !== undefined) return `tpm-ak ${entry.tpmAk.slice(0, 16)}…`;
+  return entry.tpmEk !== undefined ? 'tpm-ek only (AK not enrolled: refused)' : 'none';
 }
 
 /** The newest certificate (by notBefore) of each node. */
@@ -71,10 +84,12 @@ export function nodeRows(
   certs: readonly IssuedCert[],
   revocations: ReadonlyMap<string, Revocation>,
   replacements: ReadonlyMap<string, Replacement>,
+  inventory: Readonly<Record<string, string>> | null = null,
 ): NodeRow[] {
   const newest = newestCerts(certs);
   const registered = new Set(nodes);
-  const names = [...new Set([...nodes, ...revocations.keys(), ...replacements.keys()])].sort();
+  const enrolled = Object.keys(inventory ?? {}).filter((name) => attestationOf(inventory, name) !== 'none');
+  const names = [...new Set([...nodes, ...revocations.keys(), ...replacements.keys(), ...enrolled])].sort();
   return names.map((name) => {
     const cert = newest.get(name);
     return {
@@ -86,13 +101,14 @@ export function nodeRows(
       renewedBy: cert ? renewerOf(cert.csr, cert.requester, name) : 'unknown',
       revoked: revocations.get(name) ?? null,
       replacement: replacements.get(name) ?? null,
+      attestation: attestationOf(inventory, name),
     };
   });
 }
 
 /** Every cell but the header is the cluster's text (a Node's name, a revocation's reason): columns() bounds and escapes it. */
 export function renderNodeTable(rows: readonly NodeRow[]): string {
-  const table = [['NAME', 'NODE', 'IDENTITY', 'CERTIFICATE EXPIRES', 'RENEWED BY', 'REVOKED', 'REPLACEMENT']];
+  const table = [['NAME', 'NODE', 'IDENTITY', 'CERTIFICATE EXPIRES', 'RENEWED BY', 'REVOKED', 'REPLACEMENT', 'TPM']];
   for (const r of rows) {
     const revoked = r.revoked === null ? 'no' : `since ${r.revoked.at || '?'}${r.revoked.reason ? `: ${r.revoked.reason}` : ''}`;
     const replacement =
@@ -101,7 +117,16 @@ export function renderNodeTable(rows: readonly NodeRow[]): string {
         : r.replacement.claimedBy === null
           ? `marked ${r.replacement.at}`
           : `claimed by CSR ${r.replacement.claimedBy}`;
-    table.push([r.name, r.registered ? 'yes' : 'no', r.identity, r.certificateExpires ?? 'unknown', r.renewedBy, revoked, replacement]);
+    table.push([
+      r.name,
+      r.registered ? 'yes' : 'no',
+      r.identity,
+      r.certificateExpires ?? 'unknown',
+      r.renewedBy,
+      revoked,
+      replacement,
+      r.attestation,
+    ]);
   }
   return terminalLines(columns(table));
 }

@@ -11,6 +11,7 @@ import { parseCsrDer } from '../pki/pkcs10.js';
 import { csrLayout, extensionsOf, generalNames, oidText, type CsrLayout, type DerValue } from '../pki/der.js';
 import { canonicalIp } from '../pki/names.js';
 import type { Subject } from '../identity.js';
+import { csrEvidenceBlock, splitCsrEvidence, type CsrBinding } from '../tpm/csr-evidence.js';
 
 export type RequestKey = { kind: 'ecdsa'; curve: string } | { kind: 'rsa'; bits: number } | { kind: 'other'; type: string };
 
@@ -24,6 +25,10 @@ export interface RequestFacts {
   otherNames: string[];
   key: RequestKey;
   signatureValid: boolean;
+  /** What TPM evidence is bound to (the subject and key DER); null for a request not kept whole. */
+  binding?: CsrBinding | null;
+  /** The DER of the request's one KUBEBOOT TPM EVIDENCE block (tpm/csr-evidence.ts), or null: the rule tpm-attested reads it. */
+  tpmEvidence?: Buffer | null;
 }
 
 /** `ecdsa-p256`-style name of the key, comparable with KEY_ALGORITHMS. */
@@ -53,7 +58,8 @@ const EXTENSION_REQUEST = '1.2.840.113549.1.9.14';
  * request whose first readable block, first CN or first extension list is
  * not the whole story could be approved for one identity and signed for
  * another. Accepted: exactly one PEM block and nothing else, no headers,
- * canonical base64; nothing after the DER; a subject of single-valued
+ * canonical base64; nothing after the DER but one KUBEBOOT TPM EVIDENCE
+ * block (tpm/csr-evidence.ts; Go's parsers read only the first block); a subject of single-valued
  * CN and O attributes only, as UTF8String or PrintableString, exactly one CN;
  * at most one extensionRequest with one value and no extension twice.
  */
@@ -71,7 +77,9 @@ function unambiguousCsr(pem: string): { der: Uint8Array; layout: CsrLayout; exte
   const fail = (why: string): never => {
     throw new KubebootError(`spec.request ${why}`);
   };
-  const body = ONE_CSR_PEM.exec(pem)?.[1]?.replace(/[\r\n]/g, '');
+  const split = splitCsrEvidence(pem);
+  if ('problem' in split) return fail(split.problem);
+  const body = ONE_CSR_PEM.exec(split.request)?.[1]?.replace(/[\r\n]/g, '');
   if (body === undefined) return fail('is not exactly one PEM CERTIFICATE REQUEST block without headers');
   const bytes = Buffer.from(body, 'base64');
   if (bytes.toString('base64') !== body) fail('is not canonical base64');
@@ -218,6 +226,8 @@ export async function requestFacts(requestBase64: string): Promise<RequestFacts>
     ...names,
     key: keyOf(key),
     signatureValid: await signedBy(der, layout, key),
+    binding: { subjectDer: layout.subjectDer, publicKeyDer: layout.publicKey },
+    tpmEvidence: csrEvidenceBlock(pem),
   };
 }
 
@@ -240,5 +250,7 @@ export function subjectOnlyFacts(commonName: string): RequestFacts {
     otherNames: none,
     key: { kind: 'other', type: 'unread' },
     signatureValid: false,
+    binding: null,
+    tpmEvidence: null,
   };
 }

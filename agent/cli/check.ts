@@ -5,7 +5,7 @@
 import { allOf, assessNode, isNodeCredential } from '../credential/assess.js';
 import { dryRunPlan, findBootstrap, type FoundBootstrap } from '../bootstrap/pass.js';
 import { bootstrapRequester, clusterOf, explainBootstrapFailure, nodeRequester, type Requester } from '../credential/requester.js';
-import { readOptional } from '../read-optional.js';
+import { readOptional, readOptionalOrProblem } from '../read-optional.js';
 import type { Config } from '../config/types.js';
 import { ExitCode, exitCodeOf } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -14,6 +14,8 @@ import { whoAmI } from '../kube/whoami.js';
 import { checkJoinSettings, joinRequested, joinSource } from '../bootstrap/join.js';
 import { systemClock } from '../time/clock.js';
 import { terminalLines } from '../text.js';
+import { kubeletRenewer, tpmRenewalProblem } from '../renewal/owner.js';
+import { identify, tpmLocationOf, withTpm } from '../tpm/identify.js';
 
 interface Line {
   ok: boolean;
@@ -125,10 +127,37 @@ export async function runCheck(
     }
   }
 
+  lines.push(...(await tpmLines(config)));
+
   // A missing credential that bootstrap will obtain is work to do, not a failure.
   // A detail may hold the API server's words: a Status message, the user and groups SelfSubjectReview names.
   out.write(terminalLines(lines.map((line) => `${line.ok ? 'ok  ' : line.fixable ? 'todo' : 'FAIL'} ${line.what}: ${line.detail}`)));
   // Missing credentials are what bootstrap is for: check fails only when bootstrap could not fix them.
   const failures = lines.filter((l) => !l.ok && !l.fixable);
   return failures.length === 0 ? ExitCode.ok : (failures[0]!.code ?? ExitCode.other);
+}
+
+/**
+ * With --tpm: the TPM answers and makes the AK the inventory must name
+ * (`kubeboot node enroll`), and the kubelet does not renew its own client
+ * certificate, whose CSRs would carry no evidence and be refused.
+ */
+async function tpmLines(config: Config): Promise<Line[]> {
+  const where = tpmLocationOf(config.tpm);
+  if (where === null) return [];
+  const lines: Line[] = [];
+  try {
+    const id = await withTpm(where, (tpm) => identify(tpm, systemClock.now()));
+    lines.push({
+      ok: true,
+      what: 'TPM',
+      detail: `${id.device}: kubelet client CSRs carry a quote by AK ${id.akName} (ek-sha256 ${id.ekHash}); the inventory must name it (kubeboot node enroll ${config.nodeName} --tpm-ak …)`,
+    });
+  } catch (err) {
+    lines.push({ ok: false, what: 'TPM', detail: (err as Error).message, code: exitCodeOf(err) });
+  }
+  const file = config.kubelet.configFile;
+  const problem = tpmRenewalProblem(config.tpm, kubeletRenewer(config.kubelet.renewal, file, await readOptionalOrProblem(file)));
+  if (problem !== null) lines.push({ ok: false, what: 'kubelet renewal', detail: problem, code: ExitCode.badInput });
+  return lines;
 }

@@ -43,6 +43,8 @@ Cluster admin commands (use the admin kubeconfig, like kubectl):
   node replace|revoke|unrevoke NAME | list
               mark a node as being replaced (its re-join under the same name), revoke or unrevoke its identity
               (pending CSRs denied now, renewals refused), list every node's identity, expiry, renewer, state
+  node enroll NAME --tpm-ek HASH [--tpm-ak NAME] | --from-file FILE
+              record the node's TPM in the inventory: its kubelet client CSRs then need a quote by that TPM
   records migrate [--dry-run]
               move the ConfigMap records of an earlier release (namespace kubeboot) into kubeboot.io records
   user-data   print cloud-init user-data (or --format script) that installs kubeboot and joins a node
@@ -86,6 +88,7 @@ const ISSUE = [
   'state-dir',
   'node-name',
   'key-algorithm',
+  'tpm',
   'expiration-seconds',
   ...JOIN,
   ...IDENTITIES,
@@ -150,13 +153,24 @@ export const COMMAND_HELP: Readonly<Record<Command, CommandHelp>> = {
   check: {
     usage: 'kubeboot check [options]',
     summary: 'Validate configuration, the bootstrap kubeconfig, reachability and existing credentials; change nothing.',
-    options: ['config', 'bootstrap-kubeconfig', 'state-dir', 'node-name', ...JOIN, ...IDENTITIES, ...LOG],
+    options: [
+      'config',
+      'bootstrap-kubeconfig',
+      'state-dir',
+      'node-name',
+      'tpm',
+      'kubelet-renewal',
+      'kubelet-config',
+      ...JOIN,
+      ...IDENTITIES,
+      ...LOG,
+    ],
   },
   status: {
     usage: 'kubeboot status [--output text|json] [options]',
     summary:
       "Show each identity's subject, issuer, expiry and files; with a daemon running also next renewal, last error and hook results.",
-    options: ['config', 'state-dir', 'node-name', ...IDENTITIES, 'kubelet-renewal', 'kubelet-config', ...LOG],
+    options: ['config', 'state-dir', 'node-name', 'tpm', ...IDENTITIES, 'kubelet-renewal', 'kubelet-config', ...LOG],
   },
   renew: {
     usage: 'kubeboot renew [--identity NAME] [options]',
@@ -202,7 +216,7 @@ kubeadm's group system:bootstrappers:kubeadm:default-node-token; where no group 
   },
   node: {
     usage:
-      'kubeboot node replace NAME --old-machine-gone [--for-token ID] | revoke NAME [--reason TEXT] [--delete-node] | unrevoke NAME | list [--output json] [options]',
+      'kubeboot node enroll NAME --tpm-ek HASH [--tpm-ak NAME] | enroll --from-file FILE | replace NAME --old-machine-gone [--for-token ID] | revoke NAME [--reason TEXT] [--delete-node] | unrevoke NAME | list [--output json] [options]',
     summary: `Cluster admin: the node records kubeboot approver reads (nodereplacements.kubeboot.io and noderevocations.kubeboot.io).
 replace: the next CSR for system:node:NAME from the token the mark is for (--for-token, else the next token create --node NAME)
 may take the name again, spent or with a live Node. Only for a machine known to be gone (--old-machine-gone): nothing in a renewal tells
@@ -210,7 +224,9 @@ the old machine's key from the new one's, so a running old machine would renew b
 revoke: kubeboot approver approves no certificate of NAME any more (kubelet client, kube-proxy, serving); its pending
 CSRs of every signer are denied now; a certificate already issued lives to its notAfter, which it prints. list: each Node (and revoked name), its identity,
 the expiry of its newest kubelet client certificate a CSR still shows ("unknown" once the CSRs are gone), who renews it,
-revoked or not, a replacement mark. Holds only once the authorizer no longer lets kube-controller-manager approve kubelet client CSRs (revoke warns).`,
+revoked or not, a replacement mark, its TPM enrolment. enroll: writes tpm-ek/tpm-ak into the node's entry of inventories.kubeboot.io/inventory
+(the values kubeboot tpm identify prints); with approver --inventory its kubelet client CSRs, first issue and renewal, are then approved
+only with a quote by that AK (rule tpm-attested, docs/tpm.md). Holds only once the authorizer no longer lets kube-controller-manager approve kubelet client CSRs (revoke warns).`,
     options: [...LOG],
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',
@@ -218,6 +234,9 @@ revoked or not, a replacement mark. Holds only once the authorizer no longer let
       'delete-node': 'revoke: also delete the Node object',
       'for-token': 'replace: the bootstrap token whose first CSR for NAME may claim the mark',
       'old-machine-gone': 'replace: required; the machine being replaced is gone (wiped disk, terminated instance)',
+      'tpm-ek': "enroll: the TPM's EK hash (tpm identify's ek-sha256)",
+      'tpm-ak': "enroll: the TPM's AK name (tpm identify's ak-name)",
+      'from-file': 'enroll: lines `NAME ek-sha256: HASH` / `NAME ak-name: NAME`, many nodes',
       output: 'list: text or json',
     },
   },

@@ -1,5 +1,5 @@
 /**
- * `kubeboot node replace|revoke|unrevoke|list`: the records `kubeboot
+ * `kubeboot node enroll|replace|revoke|unrevoke|list`: the records `kubeboot
  * approver` reads before it issues a kubelet identity (agent/records/),
  * and what the cluster shows about each node's. revoke also denies the
  * node's pending CSRs of every signer now (the approver approves none of its
@@ -13,9 +13,11 @@ import type { Given } from '../config/load.js';
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { ExitCode, InputError } from '../errors.js';
 import { withAdmin, type Admin } from '../admin/connect.js';
+import { enrollNodes, enrolmentOf, parseEnrolmentFile, type Enrolment } from '../admin/enroll.js';
 import { renderNodeTable } from '../admin/node.js';
 import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../admin/node-requests.js';
 import { parseTokenId } from '../admin/token.js';
+import { readOptional } from '../read-optional.js';
 import { excerpt, terminalJson, terminalLines, type Streams } from '../text.js';
 import { systemClock, type Clock } from '../time/clock.js';
 
@@ -42,6 +44,9 @@ export async function runNode(
       if (given[flag] !== undefined) throw new InputError(CLI, `--${flag}`, 'only with kubeboot node revoke');
   for (const flag of ['for-token', 'old-machine-gone'])
     if (action !== 'replace' && given[flag] !== undefined) throw new InputError(CLI, `--${flag}`, 'only with kubeboot node replace');
+  if (action !== 'enroll')
+    for (const flag of ['tpm-ek', 'tpm-ak', 'from-file'])
+      if (given[flag] !== undefined) throw new InputError(CLI, `--${flag}`, 'only with kubeboot node enroll');
   let act: (admin: Admin) => Promise<string[]>;
   let doing: string;
   switch (action) {
@@ -72,6 +77,12 @@ export async function runNode(
       act = (admin) => unrevokeNode(admin.client, name);
       break;
     }
+    case 'enroll': {
+      const enrolments = await enrolmentsGiven(rest, given);
+      doing = `enroll the TPM of ${enrolments.length === 1 ? `node ${enrolments[0]?.name}` : `${enrolments.length} nodes`}`;
+      act = (admin) => enrollNodes(admin.client, enrolments);
+      break;
+    }
     case 'list': {
       if (rest.length !== 0) throw new InputError(CLI, 'arguments', 'usage: kubeboot node list [--output json]');
       const rows = await withAdmin(given, env, 'list the Nodes, their CSRs, revocations and replacement marks', (admin) =>
@@ -85,10 +96,27 @@ export async function runNode(
         CLI,
         'node',
         action === undefined
-          ? 'expected replace, revoke, unrevoke or list'
-          : `unknown action ${JSON.stringify(excerpt(action))} (want replace, revoke, unrevoke, list)`,
+          ? 'expected enroll, replace, revoke, unrevoke or list'
+          : `unknown action ${JSON.stringify(excerpt(action))} (want enroll, replace, revoke, unrevoke, list)`,
       );
   }
   io.stdout.write(terminalLines(await withAdmin(given, env, doing, act)));
   return ExitCode.ok;
+}
+
+const ENROLL_USAGE = 'usage: kubeboot node enroll NAME --tpm-ek HASH [--tpm-ak NAME] | kubeboot node enroll --from-file FILE';
+
+/** `enroll NAME --tpm-ek … [--tpm-ak …]`, or `enroll --from-file FILE` (admin/enroll.ts). */
+async function enrolmentsGiven(rest: string[], given: Given): Promise<Enrolment[]> {
+  const text = (flag: string): string | undefined => (typeof given[flag] === 'string' ? (given[flag] as string) : undefined);
+  const file = text('from-file');
+  if (file !== undefined) {
+    if (rest.length !== 0 || given['tpm-ek'] !== undefined || given['tpm-ak'] !== undefined)
+      throw new InputError(CLI, '--from-file', `takes no name, --tpm-ek or --tpm-ak (${ENROLL_USAGE})`);
+    const content = await readOptional(file);
+    if (content === null) throw new InputError(file, '--from-file', 'does not exist');
+    return parseEnrolmentFile(content, file);
+  }
+  if (rest.length !== 1) throw new InputError(CLI, 'arguments', ENROLL_USAGE);
+  return [enrolmentOf(rest[0] as string, text('tpm-ek'), text('tpm-ak'))];
 }

@@ -15,6 +15,7 @@ export function defaultConfig(nodeName: string): Config {
     stateDir: '/var/lib/kubeboot',
     nodeName,
     keyAlgorithm: 'ecdsa-p256',
+    tpm: 'off',
     expirationSeconds: null,
     server: null,
     token: null,

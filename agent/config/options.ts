@@ -54,6 +54,17 @@ export interface OptionSpec {
   defaultText?: string;
 }
 
+/** `off`, `device`, or `swtpm:` and a loopback address (tests only). */
+export function tpmSettingProblem(value: string): string | null {
+  if (value === 'off' || value === 'device') return null;
+  if (!value.startsWith('swtpm:'))
+    return `want off, device or swtpm:127.0.0.1:PORT (tests only), not ${JSON.stringify(value.slice(0, 60))}`;
+  const m = /^swtpm:(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|\[::1\]):(\d{1,5})$/.exec(value);
+  return m !== null && Number(m[2]) > 0 && Number(m[2]) < 65536
+    ? null
+    : 'swtpm: wants a loopback address and port, as swtpm:127.0.0.1:PORT';
+}
+
 function envName(flag: string): string {
   return `KUBEBOOT_${flag.toUpperCase().replaceAll('-', '_')}`;
 }
@@ -103,6 +114,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     help: 'Node name; the kubelet client certificate is issued to system:node:<name>',
   }),
   opt('key-algorithm', { key: 'keyAlgorithm', type: 'enum', values: KEY_ALGORITHMS, help: 'Private key algorithm for new keys' }),
+  opt('tpm', {
+    key: 'tpm',
+    type: 'string',
+    metavar: 'off|device',
+    check: tpmSettingProblem,
+    help: "Attach a quote by this machine's TPM (/dev/tpmrm0 with device) to every kubelet client CSR, first issue and renewal, as the approver's tpm-attested rule requires of a TPM-enrolled name (docs/tpm.md); swtpm:127.0.0.1:PORT reaches a software TPM on loopback, for tests only",
+  }),
   opt('expiration-seconds', {
     key: 'expirationSeconds',
     type: 'duration',
@@ -662,6 +680,24 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     commands: ['tpm'],
     metavar: 'FILE',
     help: "tpm identify: PEM certificates of the CAs that issue EK certificates (the TPM vendor's, or a hypervisor's swtpm local CA); says whether one of them issued this TPM's, exit 1 if none did",
+  },
+  {
+    flag: 'tpm-ek',
+    commands: ['node'],
+    metavar: 'HASH',
+    help: "node enroll: the node's TPM endorsement key, as kubeboot tpm identify prints it (ek-sha256)",
+  },
+  {
+    flag: 'tpm-ak',
+    commands: ['node'],
+    metavar: 'NAME',
+    help: "node enroll: the TPM name of the node's attestation key, as kubeboot tpm identify prints it (ak-name); its kubelet client CSRs then need a quote by it",
+  },
+  {
+    flag: 'from-file',
+    commands: ['node'],
+    metavar: 'FILE',
+    help: 'node enroll: many nodes, one `NAME ek-sha256: HASH` or `NAME ak-name: NAME` line each (kubeboot tpm identify output prefixed with the name)',
   },
   {
     flag: 'tpm-swtpm-tcp',

@@ -11,6 +11,13 @@ export interface Config {
   stateDir: string;
   nodeName: string;
   keyAlgorithm: KeyAlgorithm;
+  /**
+   * `off`, `device` (/dev/tpmrm0) or `swtpm:127.0.0.1:PORT` (tests only):
+   * with a TPM every kubelet client CSR carries a quote by the machine's AK
+   * (tpm/csr-evidence.ts), which the approver's tpm-attested rule requires
+   * of a TPM-enrolled name.
+   */
+  tpm: string;
   /** spec.expirationSeconds to request; null lets the signer decide. At least 600. */
   expirationSeconds: number | null;
   /** Join without a bootstrap kubeconfig: API server URL, token (or a file holding it). */

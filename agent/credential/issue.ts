@@ -7,7 +7,7 @@
 import type { Dispatcher } from 'undici';
 import type { Config } from '../config/types.js';
 import { ApiError, CsrRejectedError, CsrUnusableError, IdentityMismatchError, KubebootError } from '../errors.js';
-import { SHORT_LIVED_SECONDS, type Identity, type KeyAlgorithm } from '../identity.js';
+import { KUBELET_CLIENT_SIGNER, SHORT_LIVED_SECONDS, type Identity, type KeyAlgorithm } from '../identity.js';
 import type { Logger } from '../log.js';
 import { withFields } from '../log-lines.js';
 import { KubeClient } from '../kube/client.js';
@@ -15,6 +15,9 @@ import { createCsr, waitForCertificate } from '../kube/csr-requests.js';
 import { whoAmI } from '../kube/whoami.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
 import { createCsrPem } from '../pki/pkcs10.js';
+import { pemBlocks } from '../pki/pem.js';
+import { evidencePem, quoteCsr } from '../tpm/csr-evidence.js';
+import { tpmLocationOf, withTpm, type TpmLocation } from '../tpm/identify.js';
 import { csrName } from '../pki/csr-name.js';
 import { generateKey, parsePrivateKey, type PrivateKey } from '../pki/keys.js';
 import { renderIdentityKubeconfig } from '../kubeconfig/render.js';
@@ -64,6 +67,8 @@ export interface IssueContext extends RunDeps {
   reuseKeyPem: string | null;
   waitTimeoutMs: number;
   pendingNoticeMs: number;
+  /** With a TPM (the `tpm` setting), every kubelet client CSR carries a quote by its AK; null: none. */
+  tpm?: TpmLocation | null;
 }
 
 /** The one conversion from Config (seconds) to what issueCredential takes (milliseconds). */
@@ -78,6 +83,7 @@ export function issueContext(config: Config, requester: Requester, deps: RunDeps
     reuseKeyPem,
     waitTimeoutMs: config.waitTimeout * 1000,
     pendingNoticeMs: config.pendingNoticeInterval * 1000,
+    tpm: tpmLocationOf(config.tpm),
   };
 }
 
@@ -113,7 +119,11 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
   const log = withFields(ctx.logger, { identity: identity.name });
   const store = storeOf(ctx);
   const key = await keyFor(identity, ctx, store);
-  const requestPem = await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses });
+  const requestPem = await withTpmEvidence(
+    identity,
+    ctx,
+    await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses }),
+  );
   const name = csrName(key.publicKeyDer, identity.subject, identity.usages);
   const waitStart = ctx.clock.monotonic();
   let certPem: string;
@@ -208,6 +218,23 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
     cluster: identity.kubeconfigPath !== null ? ctx.cluster : null,
   };
   return { csrName: name, certFile: stored.file, currentPath: stored.currentPath, notAfter, waitedSeconds, storeMillis, stored: usable };
+}
+
+/**
+ * With a TPM, a kubelet client CSR (first issue and renewal alike) carries
+ * a quote by the machine's AK bound to this request's subject, key and the
+ * current window (tpm/csr-evidence.ts), as one PEM block after the request:
+ * the approver's tpm-attested rule requires it of a TPM-enrolled name. The
+ * CSR's name does not depend on it (pki/csr-name.ts), so a restart that
+ * re-files the same request with a fresh quote adopts the CSR on the server.
+ */
+async function withTpmEvidence(identity: Identity, ctx: IssueContext, requestPem: string): Promise<string> {
+  if (ctx.tpm == null || identity.signerName !== KUBELET_CLIENT_SIGNER) return requestPem;
+  const where = ctx.tpm;
+  const [block] = pemBlocks(requestPem);
+  if (block === undefined) throw new KubebootError(`${identity.name}: the CSR made has no PEM block`);
+  const evidence = await withTpm(where, (tpm) => quoteCsr(tpm, block.der, ctx.clock.now()));
+  return `${requestPem.trimEnd()}\n${evidencePem(evidence)}`;
 }
 
 /**

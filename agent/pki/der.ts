@@ -109,6 +109,8 @@ export interface CsrLayout {
   signatureAlgorithm: string;
   /** The signature BIT STRING's bits, or null when its last byte has unused bits (no signature kubeboot checks has). */
   signature: Uint8Array | null;
+  /** The subject Name exactly as received (what TPM evidence binds with the key: tpm/csr-evidence.ts). */
+  subjectDer: Uint8Array;
 }
 
 const INTEGER = 0x02;
@@ -171,6 +173,7 @@ export function csrLayout(der: Uint8Array): CsrLayout {
     publicKey: der.subarray(publicKey!.start, publicKey!.end),
     signatureAlgorithm: oidText(der.subarray(algorithmId!.contentStart, algorithmId!.end)),
     signature: der[signature!.contentStart] === 0 ? der.subarray(signature!.contentStart + 1, signature!.end) : null,
+    subjectDer: der.subarray(subjectName!.start, subjectName!.end),
   };
 }
 

@@ -15,6 +15,13 @@
  *   of them or inside one.
  * - `machine-id`: 32 lowercase hex digits, as /etc/machine-id; recorded, not
  *   verified (nothing in a CSR proves it: that needs attestation).
+ * - `tpm-ek`: the machine's TPM endorsement key, as `kubeboot tpm identify`
+ *   prints it (`ek-sha256`: 64 lowercase hex digits).
+ * - `tpm-ak`: the TPM name of kubeboot's attestation key in that TPM
+ *   (`ak-name`: `000b` and 64 lowercase hex digits). A name with either is
+ *   TPM-bound: its kubelet client CSRs must carry a quote by that AK (the
+ *   approver's rule tpm-attested, docs/tpm.md). `kubeboot node enroll`
+ *   writes both.
  *
  * Parsed per entry, strictly: an unknown or repeated field, or an address
  * that is not one, makes that node's entry a problem naming the key and the
@@ -25,6 +32,7 @@
 import { BlockList, isIP } from 'node:net';
 import { cidrProblem, ipProblem } from '../config/values.js';
 import { canonicalIp } from '../pki/names.js';
+import { excerpt } from '../text.js';
 import { INVENTORY_NAME, recordRef } from './kinds.js';
 
 export const INVENTORY_REF = recordRef('inventories', INVENTORY_NAME);
@@ -35,6 +43,10 @@ export interface InventoryEntry {
   ips: string[];
   cidrs: string[];
   machineId: string | null;
+  /** `tpm-ek`: SHA-256 of the TPM's EK SubjectPublicKeyInfo, hex; absent when not enrolled. */
+  tpmEk?: string;
+  /** `tpm-ak`: the TPM name of the machine's attestation key, hex; absent when not enrolled. */
+  tpmAk?: string;
 }
 
 /** Why an entry cannot be trusted: its key and field, for the rule's message. */
@@ -48,8 +60,12 @@ export type InventoryLookup =
   /** `legacy`: why a ConfigMap inventory of an earlier release that is still there is not read instead. */
   { found: false; legacy?: string } | { found: true; entry: InventoryEntry | InventoryProblem | null };
 
-const FIELDS = ['ips', 'machine-id'] as const;
+const FIELDS = ['ips', 'machine-id', 'tpm-ek', 'tpm-ak'] as const;
 const MACHINE_ID = /^[0-9a-f]{32}$/;
+/** An EK public-key hash as `kubeboot tpm identify` prints it (ek-sha256). */
+export const TPM_EK = /^[0-9a-f]{64}$/;
+/** An AK's TPM name as `kubeboot tpm identify` prints it (ak-name): SHA-256 nameAlg 000b, then the digest. */
+export const TPM_AK = /^000b[0-9a-f]{64}$/;
 
 /** The entry of `name` (a key of the inventory's spec.nodes), or the first problem with it. */
 export function parseInventoryEntry(name: string, raw: string): InventoryEntry | InventoryProblem {
@@ -71,6 +87,13 @@ export function parseInventoryEntry(name: string, raw: string): InventoryEntry |
     if (field === 'machine-id') {
       if (!MACHINE_ID.test(value)) return at(field, `expected 32 lowercase hex digits, got ${JSON.stringify(value)}`);
       entry.machineId = value;
+      continue;
+    }
+    if (field === 'tpm-ek' || field === 'tpm-ak') {
+      const problem = tpmValueProblem(field, value);
+      if (problem !== null) return at(field, problem);
+      if (field === 'tpm-ek') entry.tpmEk = value;
+      else entry.tpmAk = value;
       continue;
     }
     const items = value.split(',').map((v) => v.trim());
@@ -101,4 +124,43 @@ export function inventoryHasIp(entry: InventoryEntry, ip: string): boolean {
     blocks.addSubnet(net, Number(prefix), isIP(net) === 6 ? 'ipv6' : 'ipv4');
   }
   return blocks.check(ip, family === 6 ? 'ipv6' : 'ipv4');
+}
+
+/** Why a `tpm-ek` or `tpm-ak` value is not one, or null. */
+export function tpmValueProblem(field: 'tpm-ek' | 'tpm-ak', value: string): string | null {
+  if (field === 'tpm-ek')
+    return TPM_EK.test(value)
+      ? null
+      : `expected the EK hash as kubeboot tpm identify prints it (ek-sha256: 64 lowercase hex digits), got ${JSON.stringify(excerpt(value))}`;
+  return TPM_AK.test(value)
+    ? null
+    : `expected the AK name as kubeboot tpm identify prints it (ak-name: 000b and 64 lowercase hex digits), got ${JSON.stringify(excerpt(value))}`;
+}
+
+/** What the inventory says of a name's TPM: `ak` (bound to that AK), `ek-only` (its AK not enrolled yet), or `none`. */
+export function tpmBinding(entry: InventoryEntry): 'ak' | 'ek-only' | 'none' {
+  if (entry.tpmAk !== undefined) return 'ak';
+  return entry.tpmEk !== undefined ? 'ek-only' : 'none';
+}
+
+/**
+ * An entry's text with `tpm-ek` and `tpm-ak` set (an undefined one is kept
+ * as it was), every other field as the admin wrote it: what `kubeboot node
+ * enroll` writes back. Throws (InputError-free: the caller names the record)
+ * when the entry does not parse, so nothing is written over a broken one.
+ */
+export function withTpmIdentity(name: string, raw: string | undefined, tpm: { ek?: string; ak?: string }): string {
+  const parsed = parseInventoryEntry(name, raw ?? '');
+  if ('problem' in parsed) throw new Error(parsed.problem);
+  const kept = (raw ?? '')
+    .split(';')
+    .map((pair) => pair.trim())
+    .filter((pair) => pair !== '')
+    .filter((pair) => {
+      const field = pair.slice(0, pair.indexOf(':')).trim();
+      return !((field === 'tpm-ek' && tpm.ek !== undefined) || (field === 'tpm-ak' && tpm.ak !== undefined));
+    });
+  if (tpm.ek !== undefined) kept.push(`tpm-ek: ${tpm.ek}`);
+  if (tpm.ak !== undefined) kept.push(`tpm-ak: ${tpm.ak}`);
+  return kept.join('; ');
 }

@@ -98,3 +98,14 @@ export function kubeletRenewer(mode: KubeletRenewalMode, file: string, text: str
     warning: null,
   };
 }
+
+/**
+ * With a TPM (the `tpm` setting), kubeboot must renew the kubelet client
+ * certificate: the kubelet's own rotateCertificates CSRs carry no TPM
+ * evidence, and the approver's rule tpm-attested refuses them for a
+ * TPM-enrolled name, so the certificate would run out. Null when that is not so.
+ */
+export function tpmRenewalProblem(tpm: string, renewer: KubeletRenewer): string | null {
+  if (tpm === 'off' || renewer.by !== 'kubelet') return null;
+  return `--tpm is ${tpm}, but the kubelet renews its own client certificate (${renewer.why.split(':')[0]}): its CSRs carry no TPM evidence and kubeboot approver refuses them for a TPM-enrolled name (rule tpm-attested), so the certificate runs out at its notAfter; let kubeboot renew (kubelet.renewal: kubeboot, rotateCertificates: false in the kubelet's configuration)`;
+}

@@ -14,7 +14,7 @@ import { publicState, type IdentityState } from '../renewal/record.js';
 import { describePending, pendingCsr } from '../credential/pending-csr.js';
 import { systemClock } from '../time/clock.js';
 import { readOptionalOrProblem } from '../read-optional.js';
-import { kubeletRenewer, type KubeletRenewer } from '../renewal/owner.js';
+import { kubeletRenewer, tpmRenewalProblem, type KubeletRenewer } from '../renewal/owner.js';
 
 export interface IdentityStatus {
   identity: string;
@@ -36,7 +36,10 @@ export interface IdentityStatus {
 
 async function kubeletRenewerOf(config: Config): Promise<KubeletRenewer> {
   const file = config.kubelet.configFile;
-  return kubeletRenewer(config.kubelet.renewal, file, await readOptionalOrProblem(file));
+  const renewer = kubeletRenewer(config.kubelet.renewal, file, await readOptionalOrProblem(file));
+  // With --tpm, the kubelet's own renewals are refused: said before the certificate runs out.
+  const tpm = tpmRenewalProblem(config.tpm, renewer);
+  return tpm === null ? renewer : { ...renewer, warning: renewer.warning === null ? tpm : `${renewer.warning}; ${tpm}` };
 }
 
 export async function collectStatus(config: Config, now = systemClock.now()): Promise<IdentityStatus[]> {

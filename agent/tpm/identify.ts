@@ -42,6 +42,12 @@ export interface TpmLocation {
   rawDevice?: string;
 }
 
+/** Where the `tpm` setting (config/options.ts) says the TPM is; null for `off`. */
+export function tpmLocationOf(setting: string): TpmLocation | null {
+  if (setting === 'off') return null;
+  return setting.startsWith('swtpm:') ? { swtpmTcp: setting.slice('swtpm:'.length) } : {};
+}
+
 export async function openTpm(where: TpmLocation = {}): Promise<Tpm> {
   const transport: Transport =
     where.swtpmTcp !== undefined ? await connectSwtpm(parseSwtpmAddress(where.swtpmTcp)) : await openDevice(where.device, where.rawDevice);

@@ -44,7 +44,8 @@ export type EvidenceReason =
   | 'algorithm'
   | 'signature'
   | 'pcr-selection'
-  | 'pcr-digest';
+  | 'pcr-digest'
+  | 'window';
 
 /** Evidence refused; `reason` names the check, the message says what was found. */
 export class EvidenceError extends Error {

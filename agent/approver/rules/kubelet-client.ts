@@ -22,6 +22,7 @@ import {
   type PolicySpec,
   type Rule,
 } from './rule.js';
+import { tpmAttested } from './tpm-attested.js';
 import { expiration, keyAlgorithm, noSans, notRevoked, notUnderDnsSuffix, requestSignature, trustedEntry, usagesRule } from './shared.js';
 
 const clientRequester: Rule = {
@@ -142,6 +143,7 @@ export const KUBELET_CLIENT_RULES: readonly Rule[] = [
   expiration,
   reservedNodeName,
   notUnderDnsSuffix,
+  tpmAttested,
   tokenBound,
   noTakeover,
   notControlPlane,

@@ -16,6 +16,8 @@ import { createCa, issueLeaf } from '../../support/pki.js';
 const CONFIGMAPS = '/api/v1/namespaces/kubeboot/configmaps';
 const MARKS = '/apis/kubeboot.io/v1alpha1/nodereplacements';
 const REVOCATIONS = '/apis/kubeboot.io/v1alpha1/noderevocations';
+const INVENTORY = '/apis/kubeboot.io/v1alpha1/inventories/inventory';
+const AK = `000b${'ab'.repeat(32)}`;
 const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 const SIGNER = 'kubernetes.io/kube-apiserver-client-kubelet';
 const NOW = new Date('2030-01-01T00:00:00Z');
@@ -249,6 +251,11 @@ t.test('node list: identity, newest certificate a CSR shows, who renews, revoked
     metadata: {},
     items: [{ metadata: { name: 'n2', creationTimestamp: '2029-12-31T10:00:00Z' }, spec: { tokenID: '' } }],
   }));
+  on('GET', INVENTORY, 200, () => ({
+    kind: 'Inventory',
+    metadata: { name: 'inventory' },
+    spec: { nodes: { n1: `ips: 10.0.0.1; tpm-ak: ${AK}`, n2: 'ips: 10.0.0.2', spare: `tpm-ek: ${'cd'.repeat(32)}` } },
+  }));
   const rows = await listNodes(client);
   t.same(
     rows.map((r) => [r.name, r.registered, r.certificateExpires, r.renewedBy, r.revoked !== null, r.replacement?.at ?? null]),
@@ -258,18 +265,31 @@ t.test('node list: identity, newest certificate a CSR shows, who renews, revoked
       ['n1', true, '2030-01-01T12:00:00Z', 'kubeboot', false, null],
       ['n2', true, '2030-01-01T12:00:00Z', 'not yet', false, '2029-12-31T10:00:00Z'],
       ['n3', true, '2030-01-01T12:00:00Z', 'kubelet', true, null],
+      ['spare', false, null, 'unknown', false, null],
     ],
-    'a revoked name without a Node is listed; a revocation without a reason counts as revoked',
+    'a revoked name without a Node is listed, and a TPM-enrolled one; a revocation without a reason counts as revoked',
+  );
+  t.same(
+    rows.map((r) => [r.name, r.attestation]),
+    [
+      [evil, 'none'],
+      ['gone', 'none'],
+      ['n1', `tpm-ak ${AK.slice(0, 16)}…`],
+      ['n2', 'none'],
+      ['n3', 'none'],
+      ['spare', 'tpm-ek only (AK not enrolled: refused)'],
+    ],
+    "each name's TPM enrolment from the inventory",
   );
   const out = renderNodeTable(rows);
   t.equal(out.search(RAW), -1, 'no raw control character');
   const lines = out.slice(0, -1).split('\n');
-  t.equal(lines.length, 6, 'a header and five rows: no forged line');
-  t.match(lines[0], /^NAME +NODE +IDENTITY +CERTIFICATE EXPIRES +RENEWED BY +REVOKED +REPLACEMENT$/);
-  t.match(lines[1], /^evil\\u001b\[2J\\u001b\[2J\\u001b\[H .* unknown +unknown +no$/);
+  t.equal(lines.length, 7, 'a header and six rows: no forged line');
+  t.match(lines[0], /^NAME +NODE +IDENTITY +CERTIFICATE EXPIRES +RENEWED BY +REVOKED +REPLACEMENT +TPM$/);
+  t.match(lines[1], /^evil\\u001b\[2J\\u001b\[2J\\u001b\[H .* unknown +unknown +no +none$/);
   t.match(lines[2], /^gone +no +system:node:gone +unknown +unknown +since 2029-12-30T00:00:00Z: \\u001b\[2J/);
-  t.match(lines[3], /^n1 +yes +system:node:n1 +2030-01-01T12:00:00Z +kubeboot +no$/);
-  t.match(lines[4], /^n2 +yes .* not yet +no +marked 2029-12-31T10:00:00Z$/);
+  t.match(lines[3], /^n1 +yes +system:node:n1 +2030-01-01T12:00:00Z +kubeboot +no +tpm-ak 000babababababab…$/);
+  t.match(lines[4], /^n2 +yes .* not yet +no +marked 2029-12-31T10:00:00Z +none$/);
 });
 
 t.test('who renews: the kubelet files csr-, kubeboot node-csr-, a bootstrap token only the first issue', async (t) => {

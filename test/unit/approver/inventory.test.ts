@@ -31,7 +31,7 @@ t.test('a malformed entry is a problem naming the key and the field, never a par
     ['ips: 10.0.0.0/33', /key w1 field ips: expected a CIDR/],
     ['ips: 10.0.0.7,', /key w1 field ips: expected an IPv4 or IPv6 address, got ""/],
     ['ips: ', /key w1 field ips: expected an IPv4 or IPv6 address/],
-    ['ip: 10.0.0.7', /key w1 field ip: unknown field \(known: ips, machine-id\)/],
+    ['ip: 10.0.0.7', /key w1 field ip: unknown field \(known: ips, machine-id, tpm-ek, tpm-ak\)/],
     ['10.0.0.7', /key w1 field 10\.0\.0\.7: expected `field: value`/],
     ['ips: 10.0.0.7;', /key w1 field \(none\): expected `field: value`/],
     ['{"ips":["10.0.0.7"]}', /key w1 field/],

@@ -8,7 +8,7 @@ const silent = { stdout: { write: () => true }, stderr: { write: () => true } };
 t.test('node: arguments and flags are checked before any kubeconfig is read', async (t) => {
   const run = (argv: string[], given: Record<string, string | boolean> = {}) =>
     runNode(argv, { ...given, kubeconfig: '/nonexistent/admin.conf' }, 'text', {}, silent);
-  await t.rejects(run([]), { message: 'command line: node: expected replace, revoke, unrevoke or list', code: 2 });
+  await t.rejects(run([]), { message: 'command line: node: expected enroll, replace, revoke, unrevoke or list', code: 2 });
   await t.rejects(run(['revoke']), {
     message: 'command line: arguments: usage: kubeboot node revoke NAME [--reason TEXT] [--delete-node]',
   });
@@ -21,6 +21,16 @@ t.test('node: arguments and flags are checked before any kubeconfig is read', as
     message: 'command line: --old-machine-gone: only with kubeboot node replace',
   });
   await t.rejects(run(['list', 'extra']), { message: 'command line: arguments: usage: kubeboot node list [--output json]' });
+  await t.rejects(run(['list'], { 'tpm-ek': 'ab'.repeat(32) }), { message: 'command line: --tpm-ek: only with kubeboot node enroll' });
+  await t.rejects(run(['enroll']), { message: /^command line: arguments: usage: kubeboot node enroll NAME --tpm-ek HASH/ });
+  await t.rejects(run(['enroll', 'n1']), { message: /--tpm-ek: give --tpm-ek HASH, --tpm-ak NAME, or both/ });
+  await t.rejects(run(['enroll', 'n1'], { 'from-file': '/nonexistent' }), { message: /--from-file: takes no name/ });
+  await t.rejects(run(['enroll'], { 'from-file': '/nonexistent/tpms.txt' }), {
+    message: '/nonexistent/tpms.txt: --from-file: does not exist',
+  });
+  await t.rejects(run(['enroll', 'n1'], { 'tpm-ek': 'ab'.repeat(32) }), {
+    message: 'command line: --kubeconfig: file not found: /nonexistent/admin.conf',
+  });
   await t.rejects(run(['revoke', 'n1']), { message: 'command line: --kubeconfig: file not found: /nonexistent/admin.conf' });
 });
 

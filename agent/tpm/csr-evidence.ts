@@ -1,0 +1,244 @@
+/**
+ * TPM evidence in a kubelet client CSR: a quote by the machine's AK,
+ * carried as one PEM block `KUBEBOOT TPM EVIDENCE` after the CERTIFICATE
+ * REQUEST in spec.request. kube-apiserver and kube-controller-manager's
+ * signer read only the first PEM block and keep the rest unchanged
+ * (test/e2e/approver.test.ts), as GKE's approver relies on for its own
+ * blocks (kubernetes/cloud-provider-gcp cmd/gke-exec-auth-plugin/tpm.go).
+ *
+ * The quote's qualifying data binds the evidence to its CSR:
+ *
+ *   SHA-256( "kubeboot kubelet-client CSR v1\0"
+ *            ‖ u32 len ‖ subject Name DER ‖ u32 len ‖ SubjectPublicKeyInfo DER
+ *            ‖ u64 window )
+ *
+ * - the SubjectPublicKeyInfo: a copy of the evidence with another key (a
+ *   stolen disk image's, an attacker's) is refused: the key is what the
+ *   certificate is for, and the CSR's self-signature proves the asker holds it;
+ * - the subject: the same key asking for another name is refused;
+ * - the window, WINDOW_SECONDS long, numbered from the Unix epoch: the
+ *   approver compares it with the CSR's metadata.creationTimestamp, which
+ *   the API server sets, so an old copy is useless later, and the check stays
+ *   stateless (no nonce to hand out, no round trip, no new listener).
+ * Both sides read the subject and key bytes from the request's DER
+ * (pki/der.ts csrLayout), so what is hashed is what the signer signs.
+ *
+ * The block's bytes, TPM-style big-endian: u32 magic `KBTE`, u16 version 1,
+ * u64 window, TPM2B_PUBLIC of the AK, TPM2B_ATTEST, TPMT_SIGNATURE, u8 count
+ * and as many TPM2B_DIGEST PCR values (SHA-256 PCRs 0-7, as quoted).
+ */
+import { createHash } from 'node:crypto';
+import { csrLayout } from '../pki/der.js';
+import { TPM_ALG } from './constants.js';
+import type { Tpm } from './commands.js';
+import { withAttestationKey } from './keys.js';
+import {
+  marshalPublic,
+  marshalSignature,
+  unmarshalAttest,
+  unmarshalPublic,
+  unmarshalSignature,
+  type Attest,
+  type PcrSelection,
+  type Signature,
+  type TpmtPublic,
+} from './structures.js';
+import { EvidenceError, pcrDigest, verifyQuote } from './verify.js';
+import { Reader, TpmFormatError, Writer } from './wire.js';
+
+export const EVIDENCE_PEM_TYPE = 'KUBEBOOT TPM EVIDENCE';
+/** The length of a freshness window; the approver accepts the CSR's creation window and the one either side (clock skew). */
+export const WINDOW_SECONDS = 300;
+/** The PCRs quoted and reported: SHA-256 0-7 (firmware, boot loader, secure-boot state). */
+export const EVIDENCE_PCRS: readonly PcrSelection[] = [{ hash: TPM_ALG.SHA256, pcrs: [0, 1, 2, 3, 4, 5, 6, 7] }];
+
+const MAGIC = 0x4b425445; // "KBTE"
+const VERSION = 1;
+const LABEL = Buffer.from('kubeboot kubelet-client CSR v1\0', 'latin1');
+/** Far more than a P-256 AK's evidence needs (about 600 bytes): a larger block is refused unread. */
+const MAX_EVIDENCE_BYTES = 4096;
+
+export interface CsrEvidence {
+  window: bigint;
+  akPublic: TpmtPublic;
+  /** TPMS_ATTEST as the TPM signed it. */
+  attest: Buffer;
+  signature: Signature;
+  /** The quoted PCRs' values in selection order. */
+  pcrValues: Buffer[];
+}
+
+/** What a CSR's evidence is bound to, read from the request's DER. */
+export interface CsrBinding {
+  subjectDer: Uint8Array;
+  publicKeyDer: Uint8Array;
+}
+
+export function csrBinding(csrDer: Uint8Array): CsrBinding {
+  const { subjectDer, publicKey } = csrLayout(csrDer);
+  return { subjectDer, publicKeyDer: publicKey };
+}
+
+export function windowOf(at: Date): bigint {
+  return BigInt(Math.floor(at.getTime() / 1000 / WINDOW_SECONDS));
+}
+
+/** The qualifying data a CSR's quote must carry (see the header). */
+export function csrQualifyingData(binding: CsrBinding, window: bigint): Buffer {
+  const w = Buffer.alloc(8);
+  w.writeBigUInt64BE(window);
+  return createHash('sha256')
+    .update(LABEL)
+    .update(new Writer().u32(binding.subjectDer.length).done())
+    .update(binding.subjectDer)
+    .update(new Writer().u32(binding.publicKeyDer.length).done())
+    .update(binding.publicKeyDer)
+    .update(w)
+    .digest();
+}
+
+export function marshalEvidence(e: CsrEvidence): Buffer {
+  const window = Buffer.alloc(8);
+  window.writeBigUInt64BE(e.window);
+  const w = new Writer()
+    .u32(MAGIC)
+    .u16(VERSION)
+    .bytes(window)
+    .sizedOf((p) => marshalPublic(p, e.akPublic))
+    .sized(e.attest);
+  marshalSignature(w, e.signature);
+  w.u8(e.pcrValues.length);
+  for (const v of e.pcrValues) w.sized(v);
+  return w.done();
+}
+
+/** The evidence from its bytes, every byte used; anything else is a TpmFormatError naming the field. */
+export function unmarshalEvidence(bytes: Buffer): CsrEvidence {
+  if (bytes.length > MAX_EVIDENCE_BYTES) throw new TpmFormatError(`evidence of ${bytes.length} bytes, more than ${MAX_EVIDENCE_BYTES}`);
+  const r = new Reader(bytes, EVIDENCE_PEM_TYPE);
+  if (r.u32('magic') !== MAGIC) throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: magic is not KBTE`);
+  const version = r.u16('version');
+  if (version !== VERSION) throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: version ${version}, not ${VERSION}`);
+  const window = r.u64('window');
+  const akPublic = r.sizedOf('akPublic', unmarshalPublic);
+  const attest = r.sized('attest', 1024);
+  const signature = unmarshalSignature(r);
+  const count = r.u8('pcrValues.count');
+  if (count > 24) throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: ${count} PCR values, more than a bank has`);
+  const pcrValues: Buffer[] = [];
+  for (let i = 0; i < count; i++) pcrValues.push(r.sized(`pcrValues[${i}]`, 64));
+  r.end();
+  return { window, akPublic, attest, signature, pcrValues };
+}
+
+export function evidencePem(e: CsrEvidence): string {
+  const lines =
+    marshalEvidence(e)
+      .toString('base64')
+      .match(/.{1,64}/g) ?? [];
+  return `-----BEGIN ${EVIDENCE_PEM_TYPE}-----\n${lines.join('\n')}\n-----END ${EVIDENCE_PEM_TYPE}-----\n`;
+}
+
+const CSR_END = '-----END CERTIFICATE REQUEST-----';
+const EVIDENCE_BLOCK = new RegExp(
+  `^[ \\t\\r\\n]*-----BEGIN ${EVIDENCE_PEM_TYPE}-----\\r?\\n([A-Za-z0-9+/=\\r\\n]+\\n)-----END ${EVIDENCE_PEM_TYPE}-----[ \\t\\r\\n]*$`,
+);
+
+/**
+ * spec.request's text cut into the CERTIFICATE REQUEST part (everything up
+ * to its END line, for the caller's own strict check) and the DER of the one
+ * evidence block after it, if any. Anything else after the request (another
+ * block type, two evidence blocks, headers, non-canonical base64, stray
+ * text) is a problem: the approver refuses such a request, as any parser
+ * could read more into it than kubeboot does.
+ */
+export function splitCsrEvidence(pem: string): { request: string; evidence: Buffer | null } | { problem: string } {
+  const end = pem.indexOf(CSR_END);
+  if (end < 0) return { request: pem, evidence: null };
+  const request = pem.slice(0, end + CSR_END.length);
+  const rest = pem.slice(end + CSR_END.length);
+  if (rest.trim() === '') return { request, evidence: null };
+  const body = EVIDENCE_BLOCK.exec(rest)?.[1]?.replace(/[\r\n]/g, '');
+  if (body === undefined)
+    return {
+      problem: `is not exactly one PEM CERTIFICATE REQUEST block without headers, followed by at most one PEM ${EVIDENCE_PEM_TYPE} block`,
+    };
+  if (body.length > (MAX_EVIDENCE_BYTES * 4) / 3 + 4)
+    return { problem: `has a ${EVIDENCE_PEM_TYPE} block over ${MAX_EVIDENCE_BYTES} bytes` };
+  const der = Buffer.from(body, 'base64');
+  if (der.toString('base64') !== body) return { problem: `has a ${EVIDENCE_PEM_TYPE} block that is not canonical base64` };
+  return { request, evidence: der };
+}
+
+/** The DER of spec.request's evidence block, or null when it has none (or is not one splitCsrEvidence accepts). */
+export function csrEvidenceBlock(pem: string): Buffer | null {
+  const split = splitCsrEvidence(pem);
+  return 'evidence' in split ? split.evidence : null;
+}
+
+/**
+ * The evidence for a CSR, made with this TPM now: the AK (created from its
+ * template, flushed after) quotes SHA-256 PCRs 0-7 over the CSR's binding.
+ * The PCRs are read before the quote and read again if one moved between
+ * the two (an extend at that moment), so the values match the quote.
+ */
+export async function quoteCsr(tpm: Tpm, csrDer: Uint8Array, now: Date): Promise<CsrEvidence> {
+  const window = windowOf(now);
+  const nonce = csrQualifyingData(csrBinding(csrDer), window);
+  return withAttestationKey(tpm, async (ak) => {
+    for (let attempt = 0; ; attempt++) {
+      const { values } = await tpm.pcrRead(EVIDENCE_PCRS);
+      const q = await tpm.quote(ak.handle, nonce, EVIDENCE_PCRS);
+      const quoted = unmarshalAttest(q.attest).quote?.pcrDigest;
+      if (quoted?.equals(pcrDigest(values)) === true || attempt >= 3)
+        return { window, akPublic: ak.public, attest: q.attest, signature: q.signature, pcrValues: values };
+    }
+  });
+}
+
+export interface CsrExpectation {
+  binding: CsrBinding;
+  /** The enrolled AK's TPM name. */
+  akName: Buffer;
+  /** The CSR's metadata.creationTimestamp: the window must be its own or one either side. */
+  created: Date;
+}
+
+/**
+ * Verifies a CSR's evidence statelessly, from the CSR alone and the
+ * enrolled AK name: the window is fresh for the CSR's creation, and the
+ * quote (verify.ts verifyQuote) is by that AK, over the qualifying data
+ * recomputed from this CSR's subject, key and the window, covering SHA-256
+ * PCRs 0-7 whose reported values are the quoted ones. Returns the parsed
+ * attestation; refusals are EvidenceErrors naming the check.
+ */
+export function verifyCsrEvidence(bytes: Buffer, expect: CsrExpectation): Attest {
+  let evidence: CsrEvidence;
+  try {
+    evidence = unmarshalEvidence(bytes);
+  } catch (err) {
+    if (err instanceof TpmFormatError) throw new EvidenceError('format', err.message);
+    throw err;
+  }
+  const created = windowOf(expect.created);
+  const skew = evidence.window - created;
+  if (skew < -1n || skew > 1n)
+    throw new EvidenceError(
+      'window',
+      `the quote is for the ${WINDOW_SECONDS / 60}-minute window starting ${windowStart(evidence.window)}, the CSR was created at ${expect.created.toISOString()} (a copy of older evidence, or the node's clock is off)`,
+    );
+  return verifyQuote(
+    { akPublic: evidence.akPublic, attest: evidence.attest, signature: evidence.signature },
+    {
+      nonce: csrQualifyingData(expect.binding, evidence.window),
+      akName: expect.akName,
+      pcrs: EVIDENCE_PCRS,
+      pcrValues: evidence.pcrValues,
+    },
+  );
+}
+
+function windowStart(window: bigint): string {
+  const ms = Number(window) * WINDOW_SECONDS * 1000;
+  return Number.isFinite(ms) && Math.abs(ms) < 8.64e15 ? new Date(ms).toISOString() : `number ${window}`;
+}
