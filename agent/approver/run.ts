@@ -126,8 +126,9 @@ export async function runApprover(opts: ApproverRunOptions, logger: Logger, sign
   });
   const watchdog = startWatchdog(notifier, { env: opts.env, healthy: () => !signal.aborted });
   const running = approver.run(signal);
-  // READY=1 once the first CSR list is in: from then on no CSR is missed.
-  const ready = Promise.race([approver.informer.whenSynced, running]).then(async () => {
+  // READY=1 once the first CSR list and the records are in, as /readyz has it: from then on no CSR is missed
+  // and none is decided without the bindings, revocations and inventory it is judged by.
+  const ready = Promise.race([Promise.all([approver.informer.whenSynced, approver.records.whenSynced()]), running]).then(async () => {
     if (signal.aborted) return;
     readySent = true;
     await notifier.ready(

@@ -47,10 +47,10 @@ export function warnFlags(flags: StartupFlags, logger: Logger): void {
     logger.warn(
       flags.kubeletClient
         ? "--unsafe-approve-unbound-tokens: a bootstrap token with no tokenbindings.kubeboot.io/<id> binding gets a kubelet certificate for any node name not yet registered, as many as it asks for; whoever reads a node pool's user-data can mint node identities"
-        : '--unsafe-approve-unbound-tokens has no effect without --approve-kubelet-client',
+        : '--unsafe-approve-unbound-tokens has no effect with --no-approve-kubelet-client',
     );
   if (flags.inventory && !flags.kubeletClient && !flags.kubeletServing)
-    logger.warn('--inventory has no effect without --approve-kubelet-client or --approve-kubelet-serving');
+    logger.warn('--inventory has no effect with --no-approve-kubelet-client and without --approve-kubelet-serving');
 }
 
 /**
