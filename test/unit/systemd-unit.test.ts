@@ -11,6 +11,7 @@ import { defaultConfig } from '../../agent/config/defaults.js';
 import { identitiesFor } from '../../agent/config/identities.js';
 import { writtenDirs } from '../../agent/store/sweep.js';
 import { ExitCode } from '../../agent/errors.js';
+import { RAW_DEVICE, RESOURCE_MANAGED_DEVICE } from '../../agent/tpm/transport.js';
 
 const unit = readFileSync(new URL('../../systemd/kubeboot.service', import.meta.url), 'utf8');
 
@@ -106,4 +107,16 @@ t.test('the launcher drops an inherited NODE_OPTIONS, so no report, heap snapsho
     '--disable-sigusr1 --max-semi-space-size=1 --lite-mode /usr/lib/kubeboot/kubeboot.cjs run --once',
     '',
   ]);
+});
+
+t.test('--tpm device reaches the TPM the transport opens, and no other device', async (t) => {
+  t.equal(value('PrivateDevices'), 'yes', 'the private /dev stays');
+  t.equal(value('DevicePolicy'), 'closed');
+  t.same(paths('BindPaths'), [RESOURCE_MANAGED_DEVICE], 'only the resource-managed TPM device is bound in');
+  t.match(unit, new RegExp(`^BindPaths=-${RESOURCE_MANAGED_DEVICE}$`, 'm'), 'optional: a machine without a TPM still starts');
+  t.same(
+    [...unit.matchAll(/^DeviceAllow=(.*)$/gm)].map((m) => m[1]),
+    [`${RESOURCE_MANAGED_DEVICE} rw`],
+    `read and write on it, nothing else (not ${RAW_DEVICE}, which a second user would have to share)`,
+  );
 });
