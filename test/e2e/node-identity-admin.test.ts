@@ -178,7 +178,7 @@ if (plane) {
     const text = await kubeboot(t, ['node', 'list', ...admin]);
     t.match(
       text.stdout.split('\n').find((l) => l.startsWith(node)),
-      /^victim-1 +yes +system:node:victim-1 +\S+Z +kubelet +since \S+: disk stolen$/,
+      /^victim-1 +yes +system:node:victim-1 +\S+Z +kubelet +since \S+: disk stolen +none$/,
     );
 
     const again = await kubeboot(t, ['node', 'unrevoke', node, ...admin]);
@@ -187,10 +187,14 @@ if (plane) {
     t.equal((await kubeboot(t, ['node', 'unrevoke', node, ...admin])).code, 2, 'a node not revoked is bad input');
   });
 
-  t.test('node replace writes the mark the approver claims', async (t) => {
+  t.test('node replace writes the mark the approver claims, only for a machine said to be gone', async (t) => {
     await createNode(plane, 'worker-1');
+    const unsaid = await kubeboot(t, ['node', 'replace', 'worker-1', ...admin]);
+    t.equal(unsaid.code, 2, 'without --old-machine-gone: bad input');
+    t.match(unsaid.stderr, /--old-machine-gone: required: .*kubeboot token create --node worker-1-2\) and kubeboot node revoke worker-1/);
+    t.equal((await record('nodereplacements', 'worker-1')).status, 404, 'and no mark is written');
     const before = Date.now();
-    const result = await kubeboot(t, ['node', 'replace', 'worker-1', ...admin]);
+    const result = await kubeboot(t, ['node', 'replace', 'worker-1', '--old-machine-gone', ...admin]);
     t.equal(result.code, 0, result.stderr);
     t.match(result.stdout, 'kubeboot token create --node worker-1');
     const mark = replacementOf((await record('nodereplacements', 'worker-1')).body);
