@@ -1,6 +1,7 @@
 // Test support for `kubeboot approver`: its manifests and kubeconfig, Node
 // objects, node identities that submit hand-crafted CSRs, and reading the
 // decisions back (conditions and Events).
+import type { ApproverCsr } from '../../agent/approver/csr-facts.js';
 import { randomBytes, webcrypto } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -298,4 +299,21 @@ export async function bigCsrPem(cn: string, bytes: number): Promise<string> {
     attributes: [new x509.Attribute('1.2.840.113549.1.9.2', [der])],
   });
   return request.toString('pem');
+}
+
+/** A pending kube-proxy client CSR filed by node n1, as the unit tests of the approver's loop feed it. */
+export async function kubeProxyCsrOfNode(name: string, uid = `uid-${name}`): Promise<ApproverCsr> {
+  return {
+    kind: 'CertificateSigningRequest',
+    metadata: { name, uid, resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
+    spec: {
+      request: Buffer.from(await craftCsrPem({ cn: 'system:kube-proxy' })).toString('base64'),
+      signerName: 'kubernetes.io/kube-apiserver-client',
+      username: 'system:node:n1',
+      groups: ['system:nodes', 'system:authenticated'],
+      usages: ['digital signature', 'client auth'],
+      expirationSeconds: 86_400,
+    },
+    status: {},
+  };
 }

@@ -10,7 +10,7 @@ import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { type Logger, silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../support/fake-time.js';
-import { craftCsrPem } from '../../support/approver.js';
+import { kubeProxyCsrOfNode } from '../../support/approver.js';
 import { emptyRecords, leadAndAllow } from '../../support/mock-approver.js';
 import { until } from '../../support/until.js';
 
@@ -23,24 +23,6 @@ const policy: ApproverPolicy = {
 };
 const RESYNC_MS = 100;
 const PERIODS = 12;
-
-/** A pending kube-proxy CSR filed by node n1, as the API server lists it. */
-async function kubeProxyCsrOfNode(name: string, uid: string) {
-  const request = Buffer.from(await craftCsrPem({ cn: 'system:kube-proxy' })).toString('base64');
-  return {
-    kind: 'CertificateSigningRequest',
-    metadata: { name, uid, resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
-    spec: {
-      request,
-      signerName: 'kubernetes.io/kube-apiserver-client',
-      username: 'system:node:n1',
-      groups: ['system:nodes', 'system:authenticated'],
-      usages: ['digital signature', 'client auth'],
-      expirationSeconds: 86_400,
-    },
-    status: {},
-  };
-}
 
 async function run(
   t: Test,

@@ -12,7 +12,7 @@ import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { syncCertificateRequests, type SyncContext } from '../../../agent/approver/sync.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
-import { craftCsrPem } from '../../support/approver.js';
+import { kubeProxyCsrOfNode } from '../../support/approver.js';
 import { FakeClock } from '../../support/fake-time.js';
 
 const server = 'https://api.test';
@@ -22,23 +22,6 @@ const policy: ApproverPolicy = {
   kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
   serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
 };
-
-/** A pending kube-proxy CSR of node n1. */
-async function kubeProxyCsr(name: string): Promise<ApproverCsr> {
-  return {
-    kind: 'CertificateSigningRequest',
-    metadata: { name, uid: `uid-${name}`, resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
-    spec: {
-      request: Buffer.from(await craftCsrPem({ cn: 'system:kube-proxy' })).toString('base64'),
-      signerName: 'kubernetes.io/kube-apiserver-client',
-      username: 'system:node:n1',
-      groups: ['system:nodes', 'system:authenticated'],
-      usages: ['digital signature', 'client auth'],
-      expirationSeconds: 86_400,
-    },
-    status: {},
-  };
-}
 
 interface Seen {
   approvals: string[];
@@ -105,7 +88,7 @@ function setup(t: Test, node: 'present' | 'missing', approval = 200) {
 
 t.test('a CSR every rule passes is approved, and nothing is left to look at again', async (t) => {
   const { ctx, cache, seen } = setup(t, 'present');
-  cache.set(await kubeProxyCsr('c1'));
+  cache.set(await kubeProxyCsrOfNode('c1'));
   t.same(await syncCertificateRequests(['c1'], ctx), []);
   t.same(seen.approvals, ['c1']);
   t.match(cache.get('c1')?.status, { conditions: [{ type: 'Approved' }] }, 'the approval is kept before the watch brings it');
@@ -113,7 +96,7 @@ t.test('a CSR every rule passes is approved, and nothing is left to look at agai
 
 t.test('a CSR waiting for its Node is reported once and handed back to look at again', async (t) => {
   const { ctx, cache, seen } = setup(t, 'missing');
-  cache.set(await kubeProxyCsr('c1'));
+  cache.set(await kubeProxyCsrOfNode('c1'));
   t.same(await syncCertificateRequests(['c1'], ctx), [{ name: 'c1', error: null }]);
   t.same(await syncCertificateRequests(['c1'], ctx), [{ name: 'c1', error: null }], 'still transient');
   t.same(seen.events, ['PolicyViolation'], 'one Event, however often it is looked at');
@@ -122,7 +105,7 @@ t.test('a CSR waiting for its Node is reported once and handed back to look at a
 
 t.test('while another replica leads, nothing is asked of the API server', async (t) => {
   const { ctx, cache, seen, state } = setup(t, 'present');
-  cache.set(await kubeProxyCsr('c1'));
+  cache.set(await kubeProxyCsrOfNode('c1'));
   state.leading = false;
   t.same(await syncCertificateRequests(['c1'], ctx), []);
   t.same(seen, { approvals: [], events: [] });
@@ -130,13 +113,13 @@ t.test('while another replica leads, nothing is asked of the API server', async 
 
 t.test('an approval the API server fails is handed back with its error; a name it cannot route is not decided again', async (t) => {
   const failing = setup(t, 'present', 500);
-  failing.cache.set(await kubeProxyCsr('c1'));
+  failing.cache.set(await kubeProxyCsrOfNode('c1'));
   const [retry] = await syncCertificateRequests(['c1'], failing.ctx);
   t.equal(retry?.name, 'c1');
   t.ok(retry?.error instanceof Error, 'with the error to log');
 
   const unroutable = setup(t, 'present', 404);
-  unroutable.cache.set(await kubeProxyCsr('c2'));
+  unroutable.cache.set(await kubeProxyCsrOfNode('c2'));
   t.same(await syncCertificateRequests(['c2'], unroutable.ctx), []);
   t.same(await syncCertificateRequests(['c2'], unroutable.ctx), []);
   t.same(unroutable.seen.approvals, ['c2'], 'one PUT until the CSR changes');
@@ -144,7 +127,7 @@ t.test('an approval the API server fails is handed back with its error; a name i
 
 t.test('names gone from the cache, and settled CSRs, are passed over', async (t) => {
   const { ctx, cache, seen } = setup(t, 'present');
-  const settled = await kubeProxyCsr('done');
+  const settled = await kubeProxyCsrOfNode('done');
   cache.set({ ...settled, status: { conditions: [{ type: 'Approved', status: 'True' }], certificate: 'x' } });
   t.same(await syncCertificateRequests(['gone', 'done'], ctx), []);
   t.same(seen, { approvals: [], events: [] });
