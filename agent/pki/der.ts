@@ -187,12 +187,17 @@ export interface DerExtension {
   value: Uint8Array;
 }
 
+/** The items of `bytes`, which must be exactly one SEQUENCE (of `items`, for the message). */
+function sequenceOf(bytes: Uint8Array, what: string, items: string): Tlv[] {
+  const list = readTlv(bytes, 0, bytes.length, what);
+  if (list.tag !== SEQUENCE || list.end !== bytes.length) throw new KubebootError(`${what} is not one SEQUENCE of ${items}`);
+  return children(bytes, list.contentStart, list.end, what);
+}
+
 /** The extensions of an Extensions value (SEQUENCE OF Extension), in order. */
 export function extensionsOf(extensions: Uint8Array): DerExtension[] {
   const what = 'extension request';
-  const list = readTlv(extensions, 0, extensions.length, what);
-  if (list.tag !== SEQUENCE || list.end !== extensions.length) throw new KubebootError(`${what} is not one SEQUENCE of extensions`);
-  return children(extensions, list.contentStart, list.end, what).map((extension) => {
+  return sequenceOf(extensions, what, 'extensions').map((extension) => {
     const fields = children(extensions, extension.contentStart, extension.end, what);
     const [id] = fields;
     const critical = fields.length === 3 ? fields[1] : undefined;
@@ -229,9 +234,7 @@ export interface GeneralName {
 /** The names of a SubjectAltName extension's value (GeneralNames, a SEQUENCE OF GeneralName), in order. */
 export function generalNames(value: Uint8Array): GeneralName[] {
   const what = 'subject alternative name extension';
-  const list = readTlv(value, 0, value.length, what);
-  if (list.tag !== SEQUENCE || list.end !== value.length) throw new KubebootError(`${what} is not one SEQUENCE of names`);
-  return children(value, list.contentStart, list.end, what).map((name) => {
+  return sequenceOf(value, what, 'names').map((name) => {
     if ((name.tag & 0xc0) !== 0x80) throw new KubebootError(`${what} has a name that is not context-tagged`);
     return { kind: name.tag & 0x1f, content: value.subarray(name.contentStart, name.end) };
   });
