@@ -8,9 +8,10 @@
  * is agent/admin/node.ts's.
  */
 import { kcmAutoApproval, kcmAutoApprovalProblem } from '../approver/kcm-bindings.js';
-import { ExitCode, KubebootError, ResponseTooLargeError } from '../errors.js';
+import { ExitCode, KubebootError } from '../errors.js';
 import { KUBELET_CLIENT_SIGNER } from '../identity.js';
-import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
+import type { KubeClient } from '../kube/client.js';
+import { listPages } from '../kube/list.js';
 import type { CertificateSigningRequest } from '../kube/csr-state.js';
 import { replacementOf, revocationOf, type Replacement, type Revocation } from '../records/bindings.js';
 import { INVENTORY_NAME, newRecord, recordRef } from '../records/kinds.js';
@@ -158,7 +159,7 @@ export async function unrevokeNode(client: KubeClient, name: string): Promise<st
 
 export async function listNodes(client: KubeClient) {
   const nodes: string[] = [];
-  await listPages<{ metadata?: { name?: string } }>(client, NODES, 'NodeList', {}, (n) => {
+  await listPages<{ metadata?: { name?: string } }>(client, NODES, { kind: 'Node' }, (n) => {
     if (typeof n.metadata?.name === 'string') nodes.push(n.metadata.name);
   });
   const { certs } = await scanCsrs(client, null);
@@ -187,8 +188,10 @@ async function scanCsrs(
   await listPages<CertificateSigningRequest>(
     client,
     CSRS,
-    'CertificateSigningRequestList',
-    node === null ? { fieldSelector: `spec.signerName=${KUBELET_CLIENT_SIGNER}` } : {},
+    {
+      kind: 'CertificateSigningRequest',
+      ...(node === null ? { query: { fieldSelector: `spec.signerName=${KUBELET_CLIENT_SIGNER}` } } : {}),
+    },
     (csr) => {
       if (typeof csr.metadata?.name === 'string' && typeof csr.spec?.signerName === 'string') csrs.push(csr);
     },
@@ -230,40 +233,5 @@ async function commonNameOf(csr: CertificateSigningRequest): Promise<string | nu
     return (await parseCsrPem(Buffer.from(csr.spec.request ?? '', 'base64').toString('utf8'))).subject.commonName;
   } catch {
     return null;
-  }
-}
-
-const PAGE = 500;
-/** A page of CSRs, certificates included, is kilobytes each; big ones get smaller pages, down to one object. */
-const PAGE_BYTES = 8 << 20;
-
-/** Hands each item of a list to `each`, page by page (limit/continue), as the approver's informer lists. */
-async function listPages<T>(
-  client: KubeClient,
-  path: string,
-  kind: string,
-  query: Record<string, string>,
-  each: (item: T) => void,
-): Promise<void> {
-  let limit = PAGE;
-  let token: string | undefined;
-  for (;;) {
-    let page: { items?: T[]; metadata?: { continue?: string } };
-    try {
-      const res = await client.request('GET', path, {
-        query: { ...query, limit, continue: token },
-        maxBodyBytes: limit === 1 ? MAX_OBJECT_BYTES : PAGE_BYTES,
-        timeoutMs: 60_000,
-      });
-      page = expectObject<{ kind: string; items?: T[]; metadata?: { name?: string; continue?: string } }>(res.body, kind);
-    } catch (err) {
-      if (!(err instanceof ResponseTooLargeError) || limit === 1) throw err;
-      limit = Math.max(1, Math.floor(limit / 8));
-      continue;
-    }
-    for (const item of Array.isArray(page.items) ? page.items : []) each(item);
-    token = page.metadata?.continue || undefined;
-    if (token === undefined) return;
-    limit = Math.min(PAGE, limit * 2);
   }
 }

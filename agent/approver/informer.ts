@@ -1,26 +1,23 @@
 /**
- * A CSR informer like client-go's reflector: list, then watch from the
- * list's resourceVersion; a watch that ends is resumed from the last
- * resourceVersion seen; 410 Gone (or any failure) re-lists. Every object
- * that changes, and every object again each resync period, is handed to
- * `onChange` by name; the cache is the informer's own. What it keeps of each
- * CSR is retain.ts's, bounded per requester (cache.ts: past its share, a
- * requester's youngest pending CSRs are left out and undecided; once one of
- * its kept ones settles or goes, a re-list, at most every RELIST_GAP_MS,
+ * The CSR informer: kube/informer.ts lists and watches, this is its store.
+ * Every CSR that changes, and every CSR again each resync period, is handed
+ * to `onChange` by name; the cache is the informer's own. What it keeps of
+ * each CSR is retain.ts's, bounded per requester (cache.ts: past its share,
+ * a requester's youngest pending CSRs are left out and undecided; once one
+ * of its kept ones settles or goes, a re-list, at most every RELIST_GAP_MS,
  * brings them back) and in total: past `maxCacheBytes` it empties the cache
  * and is not in sync (so not ready, and not leading) until a re-list fits.
  */
-import { ApiError, KubebootError, ResponseTooLargeError, UnexpectedObjectError, WatchExpiredError } from '../errors.js';
-import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
-import { expectObject } from '../kube/objects.js';
+import { KubebootError } from '../errors.js';
+import type { KubeClient } from '../kube/client.js';
+import { Informer, type ListSink } from '../kube/informer.js';
 import type { Logger } from '../log.js';
-import { CsrCache } from './cache.js';
-import { isSettled, type ApproverCsr } from './csr-facts.js';
-import { sleep } from './leader.js';
-import type { ApproverPolicy } from './rules/rule.js';
-import { MAX_CACHE_BYTES, MAX_PENDING_PER_REQUESTER, retain, retainedBytes } from './retain.js';
 import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 import { every } from '../time/timer.js';
+import { CsrCache } from './cache.js';
+import { isSettled, type ApproverCsr } from './csr-facts.js';
+import type { ApproverPolicy } from './rules/rule.js';
+import { MAX_CACHE_BYTES, MAX_PENDING_PER_REQUESTER, retain, retainedBytes } from './retain.js';
 
 export const CSR_PATH = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
 
@@ -60,9 +57,6 @@ export const RELIST_GAP_MS = 5_000;
 /** A requester past its share is logged (and reported) at most this often. */
 export const OVERFLOW_REPORT_MS = 10 * 60_000;
 
-/** The informer re-lists to bring back CSRs left out (informer-internal). */
-class RelistWanted extends Error {}
-
 /** The cache went past its bound: it was emptied, and the informer re-lists until what it keeps fits. */
 export class CacheFullError extends KubebootError {
   override readonly name = 'CacheFullError';
@@ -70,55 +64,53 @@ export class CacheFullError extends KubebootError {
 
 const size = (bytes: number): string => (bytes < 1 << 20 ? `${Math.ceil(bytes / 1024)} KiB` : `${(bytes / (1 << 20)).toFixed(1)} MiB`);
 
-interface CsrList {
-  kind: 'CertificateSigningRequestList';
-  metadata: { resourceVersion: string; continue?: string };
-  items: ApproverCsr[];
-}
-
-/** CSRs per list page, as client-go's reflector asks (it pages by 500). */
-export const LIST_PAGE_SIZE = 500;
-/**
- * Bytes one page may take. A page that is larger is asked for again with a
- * smaller limit, down to one CSR, which may take MAX_OBJECT_BYTES: the most
- * one object the API server stores can take as JSON. So the bound is on
- * memory per request, never on the number of CSRs (a whole-list cap let three
- * 1.2 MB CSRs blind the approver).
- */
-export const LIST_PAGE_BYTES = 8 << 20;
-
 export class CsrInformer {
   readonly cache: CsrCache;
-  #synced = false;
-  /** Why the last list failed, while it has not succeeded since. */
-  #listError: string | null = null;
   /** The cache went past maxCacheBytes and no list has fitted since. */
   #full = false;
-  #markSynced!: () => void;
-  /** Resolves once the first list has completed. */
-  readonly whenSynced = new Promise<void>((resolve) => (this.#markSynced = resolve));
-  readonly #client: KubeClient;
+  readonly #informer: Informer<ApproverCsr>;
   readonly #opts: InformerOptions;
   readonly #logger: Logger;
   readonly #policy: ApproverPolicy;
   readonly #maxBytes: number;
   readonly #clock: Clock;
-  /** Aborts the running watch when a re-list is wanted. */
-  #watchStop: AbortController | null = null;
   #relistTimer: TimerHandle | null = null;
-  #relistWanted = false;
   #lastListAt = Number.NEGATIVE_INFINITY;
   /** Requester → when it was last reported past its share (monotonic ms). */
   readonly #reported = new Map<string, number>();
 
   constructor(client: KubeClient, opts: InformerOptions, logger: Logger) {
-    this.#client = client;
     this.#opts = opts;
     this.#logger = logger;
     this.#policy = opts.policy ?? ALL_POLICIES;
     this.#maxBytes = opts.maxCacheBytes ?? MAX_CACHE_BYTES;
     this.#clock = opts.clock ?? systemClock;
     this.cache = new CsrCache(retainedBytes, opts.maxPendingPerRequester ?? MAX_PENDING_PER_REQUESTER);
+    const informerOptions = {
+      path: CSR_PATH,
+      kind: 'CertificateSigningRequest',
+      what: 'CSR',
+      clock: this.#clock,
+      ...(opts.watchTimeoutSeconds !== undefined ? { watchTimeoutSeconds: opts.watchTimeoutSeconds } : {}),
+    };
+    this.#informer = new Informer<ApproverCsr>(
+      client,
+      informerOptions,
+      {
+        list: () => this.#listing(),
+        update: (csr) => {
+          this.#ingest(csr);
+          this.#opts.onChange(csr.metadata.name);
+        },
+        delete: (csr) => this.#delete(csr.metadata.name, csr),
+        failed: (err, attempt) => {
+          if (!(err instanceof CacheFullError)) return false;
+          this.#logger.warn(`${err.message}; not ready, not leading`, { attempt });
+          return true;
+        },
+      },
+      logger,
+    );
   }
 
   /** The cache went past its bound, and no re-list has fitted since (a metric, and the reason on /readyz). */
@@ -128,12 +120,17 @@ export class CsrInformer {
 
   /** The cache follows the server: a list has completed and no list has failed since. */
   get synced(): boolean {
-    return this.#synced;
+    return this.#informer.synced;
   }
 
   /** For /readyz: why the cache is not in sync, when it is not. */
   get notSyncedBecause(): string | null {
-    return this.#synced ? null : (this.#listError ?? 'the first list has not completed');
+    return this.#informer.notSyncedBecause;
+  }
+
+  /** Resolves once the first list has completed. */
+  get whenSynced(): Promise<void> {
+    return this.#informer.whenSynced;
   }
 
   /**
@@ -148,29 +145,9 @@ export class CsrInformer {
   }
 
   async run(signal: AbortSignal): Promise<void> {
-    const clock = this.#clock;
-    const resync = every(this.#opts.resyncMs, clock, () => this.#resync());
-    let failures = 0;
+    const resync = every(this.#opts.resyncMs, this.#clock, () => this.#resync());
     try {
-      while (!signal.aborted) {
-        try {
-          let rv = await this.#list(signal);
-          failures = 0;
-          for (;;) rv = await this.#watch(rv, signal);
-        } catch (err) {
-          if (signal.aborted) return;
-          if (err instanceof RelistWanted) continue;
-          if (err instanceof WatchExpiredError) {
-            this.#logger.info('CSR watch expired (410 Gone); re-listing');
-            continue;
-          }
-          failures++;
-          if (err instanceof CacheFullError) this.#logger.warn(`${err.message}; not ready, not leading`, { attempt: failures });
-          else this.#logger.warn('CSR list/watch failed; re-listing', { error: (err as Error).message, attempt: failures });
-          // 1 s, 2 s, 4 s ... up to 30 s, like the reflector's backoff.
-          await sleep(Math.min(30_000, 1000 * 2 ** Math.min(failures - 1, 5)), signal, clock);
-        }
-      }
+      await this.#informer.run(signal);
     } finally {
       resync.cancel();
       if (this.#relistTimer !== null) this.#clock.clearTimeout(this.#relistTimer);
@@ -221,8 +198,7 @@ export class CsrInformer {
     const wait = Math.max(0, this.#lastListAt + RELIST_GAP_MS - this.#clock.monotonic());
     this.#relistTimer = this.#clock.setTimeout(() => {
       this.#relistTimer = null;
-      this.#relistWanted = true;
-      this.#watchStop?.abort();
+      this.#informer.relist();
     }, wait);
   }
 
@@ -236,120 +212,38 @@ export class CsrInformer {
     if (this.cache.bytes <= this.#maxBytes) return;
     const held = this.cache.size;
     for (const cached of [...this.cache.values()]) this.#delete(cached.metadata.name, cached);
-    const message = `CSR cache full: the ${held} CSRs kept took over ${size(this.#maxBytes)}; emptied, re-listing until they fit`;
     this.#full = true;
-    this.#synced = false;
-    this.#listError = message;
-    throw new CacheFullError(message);
+    throw new CacheFullError(`CSR cache full: the ${held} CSRs kept took over ${size(this.#maxBytes)}; emptied, re-listing until they fit`);
   }
 
-  async #list(signal: AbortSignal): Promise<string> {
+  /**
+   * One list: each CSR kept as its page comes, so a list holds one page whole
+   * at most. A paged list is a snapshot from its first page: what this process
+   * wrote meanwhile (remember) is newer and stays (the cache keeps the newer of
+   * the same object). What the list did not have is gone.
+   */
+  #listing(): ListSink<ApproverCsr> {
     const seen = new Set<string>();
     const seenIds = new Set<string>();
-    let resourceVersion: string;
-    this.#relistWanted = false;
     this.#lastListAt = this.#clock.monotonic();
-    try {
-      // Each page is kept as it comes, so a list holds one page whole at most. A paged list is
-      // a snapshot from its first page: what this process wrote meanwhile (remember) is newer
-      // and stays (the cache keeps the newer of the same object).
-      resourceVersion = await this.#listPages(signal, (csr) => {
+    return {
+      add: (csr) => {
         seen.add(csr.metadata.name);
         seenIds.add(csr.metadata.uid ?? csr.metadata.name);
         this.#ingest(csr);
-      });
-    } catch (err) {
-      this.#synced = false;
-      this.#listError = (err as Error).message;
-      throw err;
-    }
-    for (const csr of [...this.cache.values()]) if (!seen.has(csr.metadata.name)) this.#delete(csr.metadata.name, csr);
-    this.cache.keepLeftOutOnly(seenIds);
-    if (this.#full)
-      this.#logger.info('CSR cache fits again; ready', {
-        csrs: this.cache.size,
-        kept: size(this.cache.bytes),
-        limit: size(this.#maxBytes),
-      });
-    this.#full = false;
-    this.#synced = true;
-    this.#listError = null;
-    this.#markSynced();
-    this.#resync();
-    return resourceVersion;
-  }
-
-  /** Hands every CSR to `each`, in pages (limit/continue) that each fit LIST_PAGE_BYTES; returns the list's resourceVersion. */
-  async #listPages(signal: AbortSignal, each: (csr: ApproverCsr) => void): Promise<string> {
-    let limit = LIST_PAGE_SIZE;
-    let token: string | undefined;
-    for (;;) {
-      let page: CsrList;
-      try {
-        const maxBodyBytes = limit === 1 ? MAX_OBJECT_BYTES : LIST_PAGE_BYTES;
-        const res = await this.#client.request('GET', CSR_PATH, {
-          query: { limit, continue: token },
-          maxBodyBytes,
-          signal,
-          timeoutMs: 60_000,
-        });
-        page = expectObject<CsrList>(res.body, 'CertificateSigningRequestList');
-      } catch (err) {
-        if (!(err instanceof ResponseTooLargeError) || limit === 1) throw err;
-        limit = Math.max(1, Math.floor(limit / 8));
-        this.#logger.info('a CSR list page was too large; asking for smaller pages', { limit });
-        continue;
-      }
-      for (const csr of Array.isArray(page.items) ? page.items : []) each(csr);
-      token = page.metadata?.continue || undefined;
-      if (token === undefined) return page.metadata.resourceVersion;
-      // Small pages were needed for big CSRs; the ones after may be small again.
-      limit = Math.min(LIST_PAGE_SIZE, limit * 2);
-    }
-  }
-
-  /** Returns the resourceVersion to resume from when the server ends the watch. */
-  async #watch(rv: string, signal: AbortSignal): Promise<string> {
-    const query = { resourceVersion: rv, allowWatchBookmarks: true, timeoutSeconds: this.#opts.watchTimeoutSeconds ?? 300 };
-    // Silence 15 s past the watch's own end means a dead connection (after a failover, a half-open socket): re-list.
-    const idleMs = (query.timeoutSeconds + 15) * 1000;
-    const stop = new AbortController();
-    this.#watchStop = stop;
-    // Room made while the list ran: re-list now (the timer fired without a watch to stop).
-    if (this.#relistWanted) throw new RelistWanted('re-listing for CSRs left out');
-    try {
-      for await (const event of this.#client.watch<ApproverCsr & { code?: number }>(
-        CSR_PATH,
-        query,
-        AbortSignal.any([signal, stop.signal]),
-        idleMs,
-      )) {
-        if (event.type === 'ERROR') {
-          if (event.object.code === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
-          throw new Error(`watch error: ${JSON.stringify(event.object).slice(0, 200)}`);
-        }
-        if (event.object?.kind !== 'CertificateSigningRequest')
-          throw new UnexpectedObjectError(
-            `CSR watch: a ${event.type} event carries a ${String(event.object?.kind).slice(0, 64)}, not a CertificateSigningRequest`,
-          );
-        rv = event.object.metadata.resourceVersion ?? rv;
-        if (event.type === 'BOOKMARK') continue;
-        const name = event.object.metadata.name;
-        if (event.type === 'DELETED') this.#delete(name, event.object);
-        else {
-          this.#ingest(event.object);
-          this.#opts.onChange(name);
-        }
-      }
-    } catch (err) {
-      if (this.#relistWanted && !signal.aborted) throw new RelistWanted('re-listing for CSRs left out');
-      if (err instanceof ApiError && err.status === 410) throw new WatchExpiredError('CSR watch expired (410 Gone)');
-      throw err;
-    } finally {
-      this.#watchStop = null;
-    }
-    if (signal.aborted) throw new Error('stopped');
-    if (this.#relistWanted) throw new RelistWanted('re-listing for CSRs left out');
-    return rv;
+      },
+      done: () => {
+        for (const csr of [...this.cache.values()]) if (!seen.has(csr.metadata.name)) this.#delete(csr.metadata.name, csr);
+        this.cache.keepLeftOutOnly(seenIds);
+        if (this.#full)
+          this.#logger.info('CSR cache fits again; ready', {
+            csrs: this.cache.size,
+            kept: size(this.cache.bytes),
+            limit: size(this.#maxBytes),
+          });
+        this.#full = false;
+        this.#resync();
+      },
+    };
   }
 }

@@ -15,6 +15,7 @@
  * the only one) and by `node revoke`.
  */
 import type { KubeClient } from '../kube/client.js';
+import { listAll } from '../kube/list.js';
 import { excerpt } from '../text.js';
 import type { Clock } from '../time/clock.js';
 
@@ -80,8 +81,11 @@ export async function kcmAutoApproval(client: KubeClient, signal?: AbortSignal):
   );
   if (grants.length === 0) return { grants, bindings: [] };
   try {
-    const roles = await listAll<ClusterRole>(client, CLUSTER_ROLES, signal);
-    const bindings = await listAll<ClusterRoleBinding>(client, CLUSTER_ROLE_BINDINGS, signal);
+    const roles = await listAll<ClusterRole>(client, CLUSTER_ROLES, { kind: 'ClusterRole', ...(signal ? { signal } : {}) });
+    const bindings = await listAll<ClusterRoleBinding>(client, CLUSTER_ROLE_BINDINGS, {
+      kind: 'ClusterRoleBinding',
+      ...(signal ? { signal } : {}),
+    });
     return { grants, bindings: grantingBindings(roles, bindings, grants) };
   } catch (err) {
     return { grants, bindings: { problem: `could not list ClusterRoles and ClusterRoleBindings: ${(err as Error).message}` } };
@@ -152,20 +156,6 @@ export function kcmAutoApprovalProblem(found: KcmAutoApproval): string | null {
       ? `; remove the grant: kubectl delete clusterrolebinding ${bindings.map((n) => excerpt(n)).join(' ')}`
       : '; no ClusterRoleBinding of a group was found to grant it (look for a binding to a user, or another authorizer)';
   return `kube-controller-manager still approves kubelet client CSRs on a name-prefix check, whatever this approver refuses or revokes: the authorizer says ${said.join(', ')}${fix}`;
-}
-
-async function listAll<T>(client: KubeClient, path: string, signal?: AbortSignal): Promise<T[]> {
-  const items: T[] = [];
-  let page: string | undefined;
-  do {
-    const res = await client.request<{ items?: T[]; metadata?: { continue?: string } }>('GET', path, {
-      query: { limit: 500, continue: page },
-      signal,
-    });
-    items.push(...(res.body.items ?? []));
-    page = res.body.metadata?.continue || undefined;
-  } while (page !== undefined);
-  return items;
 }
 
 /**

@@ -186,7 +186,7 @@ export class LeaderElector {
 }
 
 /** Resolves after `ms` on the clock, or at once when the signal aborts. */
-export function sleep(ms: number, signal: AbortSignal, clock: Clock): Promise<void> {
+function sleep(ms: number, signal: AbortSignal, clock: Clock): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
     const timer = clock.setTimeout(done, ms);

@@ -7,6 +7,7 @@
  */
 import { KubebootError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
+import { listAll } from '../kube/list.js';
 import { expectObject, objectPath } from '../kube/objects.js';
 import { KINDS, recordRef, recordsPath, type RecordObject, type RecordObjects, type RecordResource } from './kinds.js';
 
@@ -62,23 +63,7 @@ export async function patchSpec(client: KubeClient, record: RecordObject, resour
 
 /** Every record of a resource; none when the resource is not installed. */
 export async function listRecords<R extends RecordResource>(client: KubeClient, resource: R): Promise<RecordObjects[R][]> {
-  const items: RecordObjects[R][] = [];
-  let token: string | undefined;
-  do {
-    const res = await client.request<{ kind?: string; items?: RecordObjects[R][]; metadata?: { continue?: string } }>(
-      'GET',
-      recordsPath(resource),
-      { query: { limit: 500, continue: token }, accept: [404] },
-    );
-    if (res.status === 404) return [];
-    const page = expectObject<{ kind: string; items?: RecordObjects[R][]; metadata?: { continue?: string } }>(
-      res.body,
-      `${KINDS[resource]}List`,
-    );
-    items.push(...(page.items ?? []));
-    token = page.metadata?.continue || undefined;
-  } while (token !== undefined);
-  return items;
+  return listAll<RecordObjects[R]>(client, recordsPath(resource), { kind: KINDS[resource], absentIf: [404] });
 }
 
 export { recordRef };

@@ -47,8 +47,12 @@ function authorizer(allow: (groups: string[], subresource: string) => boolean, l
       return { status: { allowed: allow(sar.spec.groups, sar.spec.resourceAttributes.subresource) } };
     })
     .persist();
-  pool.intercept({ path: `${CRS}?limit=500`, method: 'GET' }).reply(200, { items: lists.roles ?? [], metadata: {} });
-  pool.intercept({ path: `${CRBS}?limit=500`, method: 'GET' }).reply(200, { items: lists.bindings ?? [], metadata: {} });
+  pool
+    .intercept({ path: `${CRS}?limit=500`, method: 'GET' })
+    .reply(200, { kind: 'ClusterRoleList', items: lists.roles ?? [], metadata: {} });
+  pool
+    .intercept({ path: `${CRBS}?limit=500`, method: 'GET' })
+    .reply(200, { kind: 'ClusterRoleBindingList', items: lists.bindings ?? [], metadata: {} });
   return { mock, asked, client: new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock) };
 }
 
