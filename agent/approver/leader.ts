@@ -12,6 +12,7 @@ import type { KubeClient } from '../kube/client.js';
 import { expectObject } from '../kube/objects.js';
 import type { Logger } from '../log.js';
 import { systemClock, type Clock } from '../time/clock.js';
+import { delay } from '../time/timer.js';
 
 export interface LeaderOptions {
   namespace: string;
@@ -94,7 +95,8 @@ export class LeaderElector {
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
       await this.step(signal);
-      await sleep(this.#opts.retryPeriodMs, signal, this.#clock);
+      // An abort ends the wait early; the loop condition then stops.
+      await delay(this.#opts.retryPeriodMs, this.#clock, { signal }).catch(() => undefined);
     }
     await this.release('stopping');
   }
@@ -183,18 +185,4 @@ export class LeaderElector {
       this.#logger.warn('could not release the lease; the next leader waits for it to expire', { error: detail });
     }
   }
-}
-
-/** Resolves after `ms` on the clock, or at once when the signal aborts. */
-function sleep(ms: number, signal: AbortSignal, clock: Clock): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const timer = clock.setTimeout(done, ms);
-    function done(): void {
-      clock.clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
