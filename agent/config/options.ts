@@ -569,7 +569,7 @@ export const COMMAND_FLAGS: readonly CommandFlagSpec[] = [
     flag: 'node',
     commands: ADMIN_COMMANDS,
     metavar: 'NAME',
-    help: 'token create, --create-token: bind the new token to this one node: kubeboot approver issues it only the kubelet identity system:node:NAME, once (a Node of that name needs kubeboot node replace NAME first)',
+    help: 'token create, --create-token: bind the new token to this one node: kubeboot approver issues it only the kubelet identity system:node:NAME, once (a live Node of that name needs kubeboot node replace NAME --old-machine-gone first)',
   },
   {
     flag: 'pool',
