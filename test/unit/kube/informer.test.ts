@@ -1,7 +1,7 @@
 // The one informer (kube/informer.ts) against a mocked API, with a store that
 // records what it is handed: what the records' stores and the CSR cache rely on.
 import t from 'tap';
-import { MockAgent } from 'undici';
+import { MockAgent, type MockPool } from 'undici';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { ABSENT_RELIST_MS, Informer, type InformerStore, type KubeObject } from '../../../agent/kube/informer.js';
 import { listAll } from '../../../agent/kube/list.js';
@@ -20,6 +20,12 @@ const list = (rv: string, items: unknown[], more?: string) => ({
 });
 const lines = (...events: unknown[]) => events.map((e) => JSON.stringify(e) + '\n').join('');
 const isWatch = (rv: string) => (path: string) => path.includes('watch=true') && path.includes(`resourceVersion=${rv}&`);
+/** A watch from `rv` that sends nothing for ten minutes: the informer sits in it until stopped. */
+const quietWatch = (pool: { intercept: MockPool['intercept'] }, rv: string) =>
+  pool
+    .intercept({ path: isWatch(rv), method: 'GET' })
+    .reply(200, '')
+    .delay(600_000);
 
 /** A store that writes down every call, and can be told to refuse an object. */
 function recordingStore(refuse?: string): { store: InformerStore<KubeObject>; calls: string[] } {
@@ -96,10 +102,7 @@ t.test('a collection it may not read is an empty store, in sync, listed again a 
   pool
     .intercept({ path: (p) => p.startsWith('/api/v1/namespaces/kubeboot/configmaps?') && !p.includes('watch'), method: 'GET' })
     .reply(200, { kind: 'ConfigMapList', metadata: { resourceVersion: '3' }, items: [item('revocations', '2')] });
-  pool
-    .intercept({ path: isWatch('3'), method: 'GET' })
-    .reply(200, '')
-    .delay(600_000);
+  quietWatch(pool, '3');
   const clock = new FakeClock();
   const { store, calls } = recordingStore();
   const stop = new AbortController();
@@ -132,10 +135,7 @@ t.test('a failing list backs off 1 s, then 2 s, on its clock, and says why it is
   for (let i = 0; i < 2; i++)
     pool.intercept({ path: `${PATH}?limit=500`, method: 'GET' }).reply(500, { kind: 'Status', message: 'etcd is down', code: 500 });
   pool.intercept({ path: `${PATH}?limit=500`, method: 'GET' }).reply(200, list('10', []));
-  pool
-    .intercept({ path: isWatch('10'), method: 'GET' })
-    .reply(200, '')
-    .delay(600_000);
+  quietWatch(pool, '10');
   const clock = new FakeClock();
   const { logger, lines: logged } = capturingLogger();
   const stop = new AbortController();
@@ -162,10 +162,7 @@ t.test("a store that refuses a watched object leaves it out of sync, with the st
   pool.intercept({ path: `${PATH}?limit=500`, method: 'GET' }).reply(200, list('10', []));
   pool.intercept({ path: isWatch('10'), method: 'GET' }).reply(200, lines({ type: 'ADDED', object: object('huge', '11') }));
   pool.intercept({ path: `${PATH}?limit=500`, method: 'GET' }).reply(200, list('20', []));
-  pool
-    .intercept({ path: isWatch('20'), method: 'GET' })
-    .reply(200, '')
-    .delay(600_000);
+  quietWatch(pool, '20');
   const clock = new FakeClock();
   const stop = new AbortController();
   const informer = new Informer(client, { path: PATH, kind: KIND, clock }, recordingStore('huge').store, capturingLogger().logger);
@@ -181,15 +178,9 @@ t.test("a store that refuses a watched object leaves it out of sync, with the st
 t.test('relist() stops the running watch and lists again', async (t) => {
   const { pool, client } = setup(t);
   pool.intercept({ path: `${PATH}?limit=500`, method: 'GET' }).reply(200, list('10', [item('a', '5')]));
-  pool
-    .intercept({ path: isWatch('10'), method: 'GET' })
-    .reply(200, '')
-    .delay(600_000);
+  quietWatch(pool, '10');
   pool.intercept({ path: `${PATH}?limit=500`, method: 'GET' }).reply(200, list('20', [item('a', '5')]));
-  pool
-    .intercept({ path: isWatch('20'), method: 'GET' })
-    .reply(200, '')
-    .delay(600_000);
+  quietWatch(pool, '20');
   const { store, calls } = recordingStore();
   const stop = new AbortController();
   const informer = new Informer(client, { path: PATH, kind: KIND }, store, capturingLogger().logger);
