@@ -6,7 +6,10 @@
 // against the control plane with the shipped manifests and the kubeconfig
 // `kubeboot approver-kubeconfig` made. The node must join unattended, for the
 // cloud-config and for `--format script`; a repository whose InRelease
-// signature is broken must be refused, visibly.
+// signature is broken must be refused, visibly. Last, a machine whose TPM
+// (a swtpm on the host's loopback) the admin enrolled joins with
+// `user-data --set tpm=…` under `approver --inventory`: the packaged unit
+// puts the quote in the CSR and rule tpm-attested passes it (issue 37).
 //
 // The image is what a cloud image is, minus the network: LANG set in
 // /etc/default/locale (stock images set it; debootstrap leaves it unset, and
@@ -19,12 +22,14 @@ import { chmodSync, copyFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
+import { identify, withTpm } from '../../agent/tpm/identify.js';
 import { approverManifests, registerNodeOnceCredentialed, startApprover } from '../support/approver.js';
 import { controlPlaneOrSkip, type ControlPlane } from '../support/controlplane.js';
 import { kubeClient } from '../support/http.js';
-import { forbid, kubeboot } from '../support/kubeboot.js';
+import { forbid, kubeboot, type Running } from '../support/kubeboot.js';
 import { applyManifests } from '../support/manifests.js';
 import { bootContainer, machineName, type Container } from '../support/nspawn.js';
+import { manufactureTpm, startSwtpm } from '../support/swtpm.js';
 import { buildPackages, buildTools, cachedDebianRoot, toolsOrSkip, version } from '../packaging/fixtures/packages.js';
 import { buildSignedRepo, serveDirectory, type Served } from '../packaging/fixtures/repo.js';
 import { waitForBootstrapFilesGone } from './fixtures/node.js';
@@ -78,22 +83,23 @@ if (toolsOrSkip(t, tools, true)) {
   if (plane) {
     // Everything in subtests: an assertion on the root between awaits would let it end early.
     const root = t;
+    let approver: Running | undefined;
+    root.teardown(async () => {
+      approver?.child.kill('SIGTERM');
+      await approver?.done;
+    });
     await t.test(
       'the cluster side as the README\'s "Cluster side" tells it: manifests, approver-kubeconfig, the approver leading',
       async (t) => {
-        const approver = startApprover(await installApproverFromDocs(t, plane, dir), ['--approve-kubelet-client']);
         // On the root: the approver serves every later subtest.
-        root.teardown(async () => {
-          approver.child.kill('SIGTERM');
-          await approver.done;
-        });
+        approver = startApprover(await installApproverFromDocs(t, plane, dir), ['--approve-kubelet-client']);
         await approver.waitForOutput(/became the leader/, 60_000);
         t.pass('the approver leads with the kubeconfig kubeboot made');
       },
     );
 
     // What the token may join: one machine's name, or a pool's prefix (bootContainer's names).
-    const userData = async (t: Test, served: Served, format: 'cloud-config' | 'script', joins: string[]) => {
+    const userData = async (t: Test, served: Served, format: 'cloud-config' | 'script', joins: string[], set: string[] = []) => {
       const out = await kubeboot(t, [
         'user-data',
         '--kubeconfig',
@@ -110,6 +116,7 @@ if (toolsOrSkip(t, tools, true)) {
         format,
         '--set',
         'listen=off',
+        ...set.flatMap((s) => ['--set', s]),
       ]);
       t.equal(out.code, 0, out.stderr);
       const token = /\b([a-z0-9]{6})\.([a-z0-9]{16})\b/.exec(out.stdout);
@@ -117,6 +124,17 @@ if (toolsOrSkip(t, tools, true)) {
       forbid(token![2]!);
       return { text: out.stdout, stderr: out.stderr, tokenId: token![1]!, secret: token![2]! };
     };
+
+    /** Who `kubeconfig` on the node authenticates as, once it works (its certificate may still be on its way). */
+    const whoamiOnceItWorks = (node: Container, kubeconfig: string) =>
+      plane.admin.waitFor(
+        `${kubeconfig} to work`,
+        async () => {
+          const who = await whoami(node, kubeconfig);
+          return who.startsWith('kubectl exited') ? undefined : who;
+        },
+        120_000,
+      );
 
     /**
      * Boots the stock image with this user-data. There is no kubelet here to
@@ -197,14 +215,7 @@ if (toolsOrSkip(t, tools, true)) {
             'KubebootApprover',
             "the kubelet credential was approved by kubeboot approver, under the token's binding",
           );
-          const proxy = await plane.admin.waitFor(
-            'kube-proxy.conf to work',
-            async () => {
-              const who = await whoami(node, '/etc/kubernetes/kube-proxy.conf');
-              return who.startsWith('kubectl exited') ? undefined : who;
-            },
-            120_000,
-          );
+          const proxy = await whoamiOnceItWorks(node, '/etc/kubernetes/kube-proxy.conf');
           t.equal(proxy, 'system:kube-proxy', 'kube-proxy.conf works');
           await waitForBootstrapFilesGone(plane, node);
           t.pass('the bootstrap token files are gone');
@@ -233,6 +244,48 @@ if (toolsOrSkip(t, tools, true)) {
       const output = await node.run(['cat', '/var/log/cloud-init-output.log']);
       t.match(output, /BADSIG|signatures were invalid|is not signed/, "apt's reason is in cloud-init-output.log");
     });
+
+    // Last, as it restarts the approver with --inventory (every later name would have to be listed).
+    await t.test(
+      '--set tpm: a machine whose TPM is enrolled joins from cloud-init with a quote in its CSR (rule tpm-attested)',
+      async (t) => {
+        const swtpm = await startSwtpm(await manufactureTpm());
+        t.teardown(async () => {
+          await swtpm.stop();
+          rmSync(swtpm.dir, { recursive: true, force: true });
+        });
+        const name = machineName();
+        const id = await withTpm({ swtpmTcp: swtpm.address }, (tpm) => identify(tpm, new Date()));
+        const enrolled = await kubeboot(t, ['node', 'enroll', name, '--tpm-ek', id.ekHash, '--tpm-ak', id.akName], {
+          KUBECONFIG: plane.adminKubeconfig,
+        });
+        t.equal(enrolled.code, 0, `node enroll: ${enrolled.stderr}`);
+        approver?.child.kill('SIGTERM');
+        await approver?.done;
+        approver = startApprover(join(dir, 'approver.yaml'), ['--inventory']);
+        await approver.waitForOutput(/became the leader/, 60_000);
+        await approver.waitForOutput(/record seen: inventories\.kubeboot\.io\/inventory/, 60_000);
+
+        // The node reaches the host's swtpm over loopback (nspawn shares the network); a real machine sets tpm=device.
+        const ud = await userData(t, good, 'cloud-config', ['--node', name], [`tpm=swtpm:${swtpm.address}`]);
+        const { node, registered } = await boot(t, ud.text, { name, tokenId: ud.tokenId });
+        const status = await cloudInitStatus(node);
+        t.same({ status: status.status, errors: status.errors }, { status: 'done', errors: [] }, 'cloud-init status: done, no error');
+        t.match(await node.run(['cat', '/etc/kubeboot/config.yaml']), `tpm: swtpm:${swtpm.address}`, 'the user-data set tpm');
+        const works = await whoamiOnceItWorks(node, '/etc/kubernetes/kubelet.conf');
+        t.equal(works, `system:node:${name}`, 'kubelet.conf works as the node');
+        await registered;
+        const csr = (await plane.admin.listCsrs()).find((c) => c.spec?.username === `system:bootstrap:${ud.tokenId}`);
+        t.match(
+          Buffer.from(csr?.spec?.request ?? '', 'base64').toString(),
+          /-----END CERTIFICATE REQUEST-----\n-----BEGIN KUBEBOOT TPM EVIDENCE-----\n/,
+          "the packaged unit's CSR carries the TPM's quote",
+        );
+        const approved = csr?.status?.conditions?.find((c: { type: string }) => c.type === 'Approved');
+        t.equal(approved?.reason, 'KubebootApprover', 'approved by kubeboot approver');
+        t.match(approved?.message, /tpm-attested/, 'with tpm-attested among the rules it passed');
+      },
+    );
   }
 }
 
