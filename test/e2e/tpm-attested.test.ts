@@ -239,8 +239,13 @@ if (plane) {
         joined.stdout + joined.stderr,
         /the approver challenges this TPM's AK \(enrolment from the EK\); answering it with credential activation/,
       );
+      // The round, from kubeboot's own log: the challenged CSR submitted → the answering CSR submitted.
+      const submitted = [...(joined.stdout + joined.stderr).matchAll(/"message":"CSR \S+ submitted[^}]*"timestamp":"([^"]+)"/g)].map((m) =>
+        Date.parse(m[1]!),
+      );
+      t.equal(submitted.length, 2, 'two CSRs: the challenged one and the answer');
       t.comment(
-        `join, whole process: ${Math.round(joinMs.enrolledAk)} ms with an admin-enrolled AK, ${Math.round(joinMs.fromEk)} ms from the EK alone (one challenge round: +${Math.round(joinMs.fromEk - joinMs.enrolledAk)} ms)`,
+        `join, whole process: ${Math.round(joinMs.enrolledAk)} ms with an admin-enrolled AK, ${Math.round(joinMs.fromEk)} ms from the EK alone; the challenge round (decision, Denied write, activation, new CSR) ${submitted[1]! - submitted[0]!} ms`,
       );
       const csrs = await plane.admin.request<{ items: KubeObject[] }>('GET', '/apis/certificates.k8s.io/v1/certificatesigningrequests');
       // kubeboot names its CSRs node-csr-…; worker-1's first one is A's.

@@ -7,6 +7,7 @@
 import t from 'tap';
 import { generateKeyPairSync, sign } from 'node:crypto';
 import { rmSync } from 'node:fs';
+import { decideBatch, RecordView } from '../../../agent/approver/batch.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
 import { decide, type Decision } from '../../../agent/approver/decide.js';
 import type { Lookups } from '../../../agent/approver/lookups.js';
@@ -314,4 +315,26 @@ t.test('tpmVerdict: evidence without the EK (kubeboot before enrolment from the 
   const verdict = tpmVerdict(parseInventoryEntry('worker-1', `tpm-ek: ${ekHashA}`) as InventoryEntry, facts, T, null);
   t.match(verdict, { kind: 'refuse', problem: /carries no EK to challenge .*\(kubeboot node enroll worker-1 --tpm-ak …\)/ });
   t.ok(makeChallenge(evidence.ekPublic!, tpmName(evidence.akPublic)).digest.match(/^[0-9a-f]{64}$/));
+});
+
+t.test('two challenges for one name in one batch are one write: the later carries the earlier, as one create', async (t) => {
+  const entry = `tpm-ek: ${ekHashA}`;
+  const io = lookups(entry, null);
+  const view = new RecordView(io.record);
+  const genuine = await quotedCsr(0);
+  const other = await quotedCsr(0);
+  const outcomes = await decideBatch([csrObject(genuine.pem), csrObject(other.pem, later(1))], policy, io, view);
+  t.same(
+    outcomes.map((o) => ('decision' in o ? o.decision.kind : o.error.message)),
+    ['challenge', 'challenge'],
+  );
+  const claims = view.claims();
+  t.equal(claims.length, 1, 'one claim on the record');
+  t.match(claims[0], { op: 'create', resource: 'tpmenrolments', name: 'worker-1' });
+  const written = claims[0] && 'object' in claims[0] ? (claims[0].object as TpmEnrolmentObject) : null;
+  t.same(
+    written?.spec?.challenges?.map((c) => c.csrUID),
+    [`uid-${csrs}`],
+    'the same AK challenged twice keeps its newest challenge only',
+  );
 });
