@@ -23,7 +23,16 @@ import { newRecord, type TpmEnrolmentObject } from '../../../agent/records/kinds
 import { CHALLENGE_TTL_SECONDS, MAX_CHALLENGES, withChallenge } from '../../../agent/records/tpm-enrolment.js';
 import { answerChallenge, challengeIn, makeChallenge } from '../../../agent/tpm/challenge.js';
 import { TPM_ALG, TPM_ST } from '../../../agent/tpm/constants.js';
-import { csrBinding, csrQualifyingData, evidencePem, quoteCsr, windowOf, type CsrEvidence } from '../../../agent/tpm/csr-evidence.js';
+import {
+  csrBinding,
+  csrQualifyingData,
+  evidencePem,
+  marshalEvidence,
+  quoteCsr,
+  unmarshalEvidence,
+  windowOf,
+  type CsrEvidence,
+} from '../../../agent/tpm/csr-evidence.js';
 import { withTpm } from '../../../agent/tpm/identify.js';
 import { attestationKeyTemplate } from '../../../agent/tpm/keys.js';
 import { marshalAttest, unmarshalAttest, type EccPublic } from '../../../agent/tpm/structures.js';
@@ -337,4 +346,18 @@ t.test('two challenges for one name in one batch are one write: the later carrie
     [`uid-${csrs}`],
     'the same AK challenged twice keeps its newest challenge only',
   );
+});
+
+t.test('evidence of version 1 (before enrolment from the EK) still reads, with no EK and no credential', async (t) => {
+  const { evidence } = await quotedCsr(0, Buffer.alloc(32, 1));
+  const v2 = marshalEvidence(evidence);
+  t.same(unmarshalEvidence(v2).credential, Buffer.alloc(32, 1), 'version 2 carries the credential');
+  const v1 = Buffer.from(marshalEvidence({ ...evidence, ekPublic: undefined, credential: undefined }).subarray(0, -4));
+  v1.writeUInt16BE(1, 4);
+  const read = unmarshalEvidence(v1);
+  t.equal(read.ekPublic, undefined);
+  t.equal(read.credential, undefined);
+  t.same(read.akPublic, evidence.akPublic);
+  const extra = Buffer.concat([v1, Buffer.alloc(4)]);
+  t.throws(() => unmarshalEvidence(extra), /bytes left over/, 'a version 1 block with the version 2 fields is refused');
 });
