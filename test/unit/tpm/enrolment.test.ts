@@ -21,7 +21,15 @@ import { bindingRecord } from '../../../agent/records/bindings.js';
 import { parseInventoryEntry, type InventoryEntry } from '../../../agent/records/inventory.js';
 import { newRecord, type TpmEnrolmentObject } from '../../../agent/records/kinds.js';
 import { CHALLENGE_TTL_SECONDS, MAX_CHALLENGES, withChallenge } from '../../../agent/records/tpm-enrolment.js';
-import { answerChallenge, challengeIn, makeChallenge } from '../../../agent/tpm/challenge.js';
+import { defaultConfig } from '../../../agent/config/defaults.js';
+import { identitiesFor } from '../../../agent/config/identities.js';
+import { type IssueContext, issueCredential } from '../../../agent/credential/issue.js';
+import { KubeClient } from '../../../agent/kube/client.js';
+import { silentLogger } from '../../../agent/log.js';
+import { answerChallenge, CHALLENGE_REASON, challengeIn, challengeMessage, makeChallenge } from '../../../agent/tpm/challenge.js';
+import { MockAgent } from 'undici';
+import { FakeClock } from '../../support/fake-time.js';
+import { memoryStore } from '../../support/memory-store.js';
 import { TPM_ALG, TPM_ST } from '../../../agent/tpm/constants.js';
 import {
   csrBinding,
@@ -29,12 +37,13 @@ import {
   evidencePem,
   marshalEvidence,
   quoteCsr,
+  csrEvidenceBlock,
   unmarshalEvidence,
   windowOf,
   type CsrEvidence,
 } from '../../../agent/tpm/csr-evidence.js';
 import { withTpm } from '../../../agent/tpm/identify.js';
-import { attestationKeyTemplate } from '../../../agent/tpm/keys.js';
+import { attestationKeyTemplate, withAttestationKey, withEndorsementKey } from '../../../agent/tpm/keys.js';
 import { marshalAttest, unmarshalAttest, type EccPublic } from '../../../agent/tpm/structures.js';
 import { ekPublicKeyHash, pcrDigest, primaryQualifiedName, tpmName } from '../../../agent/tpm/verify.js';
 import { manufactureTpm, startSwtpm, type Swtpm } from '../../support/swtpm.js';
@@ -361,3 +370,80 @@ t.test('evidence of version 1 (before enrolment from the EK) still reads, with n
   const extra = Buffer.concat([v1, Buffer.alloc(4)]);
   t.throws(() => unmarshalEvidence(extra), /bytes left over/, 'a version 1 block with the version 2 fields is refused');
 });
+
+t.test(
+  'kubeboot answers one challenge: a new CSR with a fresh key carries the credential and a quote; a second challenge is a refusal',
+  async (t) => {
+    const SERVER = 'https://api.test:6443';
+    const CSRS = '/apis/certificates.k8s.io/v1/certificatesigningrequests';
+    const kubelet = identitiesFor(defaultConfig('worker-1'))[0]!;
+    const { ekPublic, akName } = await withTpm(at(0), async (tpm) => ({
+      ekPublic: await withEndorsementKey(tpm, async (ek) => ek.public),
+      akName: await withAttestationKey(tpm, async (ak) => tpmName(ak.public)),
+    }));
+    // A known credential (32 bytes of 9), as the approver would make a random one.
+    const made = makeChallenge(ekPublic, akName, (n) => Buffer.alloc(n, 9));
+    const message = challengeMessage('kubelet-client rule tpm-attested: …', made.blob);
+    const agent = new MockAgent();
+    agent.disableNetConnect();
+    t.teardown(() => agent.close());
+    const pool = agent.get(SERVER);
+    const created: { name: string; request: string }[] = [];
+    pool
+      .intercept({ path: CSRS, method: 'POST' })
+      .reply((req) => {
+        const body = JSON.parse(String(req.body));
+        created.push({ name: body.metadata.name, request: Buffer.from(body.spec.request, 'base64').toString() });
+        return {
+          statusCode: 201,
+          data: { kind: 'CertificateSigningRequest', metadata: { name: body.metadata.name, uid: 'uid-1' }, spec: body.spec },
+        };
+      })
+      .times(3);
+    pool
+      .intercept({ path: (p) => p.startsWith(`${CSRS}?`), method: 'GET' })
+      .reply(() => ({
+        statusCode: 200,
+        data: {
+          metadata: { resourceVersion: '6' },
+          items: [
+            {
+              metadata: { name: created.at(-1)?.name, uid: 'uid-1' },
+              spec: { request: '', signerName: kubelet.signerName },
+              status: { conditions: [{ type: 'Denied', status: 'True', reason: CHALLENGE_REASON, message }] },
+            },
+          ],
+        },
+      }))
+      .times(3);
+    const cluster = { server: SERVER, caPem: '', tlsServerName: null };
+    const ctx: IssueContext = {
+      logger: silentLogger(),
+      clock: new FakeClock(new Date(T)),
+      store: memoryStore(),
+      dispatcher: agent,
+      cluster,
+      requester: new KubeClient(cluster, { kind: 'token', token: 'abcdef.0123456789abcdef' }, agent),
+      stateDir: '/var/lib/kubeboot',
+      keyAlgorithm: 'ecdsa-p256',
+      expirationSeconds: null,
+      reuseKeyPem: null,
+      waitTimeoutMs: 60_000,
+      pendingNoticeMs: 600_000,
+      tpm: at(0),
+    };
+    await t.rejects(
+      issueCredential(kubelet, ctx),
+      { name: 'CsrRejectedError', message: /was denied: KubebootTpmChallenge/ },
+      'a second challenge is a refusal',
+    );
+    t.equal(created.length, 2, 'one round: the challenged CSR and the answer, no third');
+    t.not(created[0]?.name, created[1]?.name, 'the answer is a new CSR, with a fresh key');
+    const evidenceOf = (pem: string) => unmarshalEvidence(csrEvidenceBlock(pem)!);
+    const [first, answer] = created.map((c) => evidenceOf(c.request));
+    t.equal(first?.credential, undefined, 'the first CSR carries no credential');
+    t.same(first?.ekPublic, ekPublic, 'and the EK, for the approver to challenge');
+    t.same(answer?.credential, Buffer.alloc(32, 9), 'the answer carries the credential the TPM opened');
+    t.same(tpmName(answer!.akPublic), akName, 'quoted by the same AK');
+  },
+);
