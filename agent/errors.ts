@@ -92,8 +92,11 @@ export class DeadTokenError extends BootstrapCredentialError {
 /** The CSR was denied or failed; the API's reason is part of the message. */
 export class CsrRejectedError extends KubebootError {
   override readonly name = 'CsrRejectedError';
-  constructor(message: string) {
+  /** The Denied condition's reason and message, when it was denied (a TPM credential challenge is one: tpm/challenge.ts). */
+  readonly denied: { reason: string; message: string } | undefined;
+  constructor(message: string, denied?: { reason: string; message: string }) {
     super(message, ExitCode.csrRejected);
+    this.denied = denied;
   }
 }
 

@@ -19,6 +19,7 @@
 import { dns1123SubdomainProblem } from '../config/values.js';
 import { InputError, KubebootError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
+import { enrolmentRef } from '../records/tpm-enrolment.js';
 import { INVENTORY_REF, parseInventoryEntry, tpmValueProblem, withTpmIdentity } from '../records/inventory.js';
 import { INVENTORY_NAME, newRecord } from '../records/kinds.js';
 import { createRecord, patchSpec, readRecord } from '../records/requests.js';
@@ -156,6 +157,6 @@ function describe(e: Enrolment): string {
   const then =
     e.ak !== undefined
       ? `its kubelet client CSRs, first issue and renewal, are approved only with a quote by that AK (kubeboot --tpm device on the machine; approver --inventory, rule tpm-attested)`
-      : `its AK is not enrolled: its kubelet client CSRs are refused (rule tpm-attested) until it is (kubeboot node enroll ${e.name} --tpm-ak …)`;
+      : `its AK is enrolled at its first join (kubeboot --tpm answers a credential challenge for that EK; rule tpm-attested, recorded in ${enrolmentRef(e.name)}), or now with kubeboot node enroll ${e.name} --tpm-ak …`;
   return `node ${e.name} enrolled in ${INVENTORY_REF}: ${what}; ${then}`;
 }

@@ -168,7 +168,8 @@ export async function listNodes(client: KubeClient) {
   const replacements = new Map<string, Replacement>();
   for (const r of await listRecords(client, 'nodereplacements')) replacements.set(r.metadata.name, replacementOf(r));
   const inventory = (await readRecord(client, 'inventories', INVENTORY_NAME))?.spec?.nodes ?? null;
-  return nodeRows(nodes, certs, revocations, replacements, inventory);
+  const enrolments = new Map((await listRecords(client, 'tpmenrolments')).map((r) => [r.metadata.name, r] as const));
+  return nodeRows(nodes, certs, revocations, replacements, inventory, enrolments);
 }
 
 /**

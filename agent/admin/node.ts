@@ -8,6 +8,8 @@ import type { CertificateSigningRequest, CsrCondition } from '../kube/csr-state.
 import { csrState } from '../kube/csr-state.js';
 import type { Replacement, Revocation } from '../records/bindings.js';
 import { parseInventoryEntry } from '../records/inventory.js';
+import type { TpmEnrolmentObject } from '../records/kinds.js';
+import { enrolmentOf, enrolmentRef } from '../records/tpm-enrolment.js';
 import { columns, terminalLines } from '../text.js';
 import { rfc3339 } from './token.js';
 
@@ -54,18 +56,30 @@ export interface NodeRow {
   renewedBy: Renewer;
   revoked: Revocation | null;
   replacement: Replacement | null;
-  /** Its TPM in the inventory (`kubeboot node enroll`): `tpm-ak <name>`, `tpm-ek only (AK not enrolled)`, `none`, or why the entry cannot be read. */
+  /** Its TPM in the inventory (`kubeboot node enroll`): `tpm-ak <name>` (or enrolled from its tpm-ek), `tpm-ek only (AK not enrolled yet …)`, `none`, or why the entry cannot be read. */
   attestation: string;
 }
 
-/** What the inventory says of a name's TPM, for `node list`. */
-export function attestationOf(nodes: Readonly<Record<string, string>> | null, name: string): string {
+/**
+ * What the inventory says of a name's TPM, for `node list`; for a name
+ * enrolled by its EK alone, what its TpmEnrolment says (records/tpm-enrolment.ts).
+ */
+export function attestationOf(
+  nodes: Readonly<Record<string, string>> | null,
+  name: string,
+  enrolments: ReadonlyMap<string, TpmEnrolmentObject> = new Map(),
+): string {
   const raw = nodes !== null && Object.hasOwn(nodes, name) ? nodes[name] : undefined;
   if (raw === undefined) return 'none';
   const entry = parseInventoryEntry(name, raw);
   if ('problem' in entry) return 'inventory entry broken';
   if (entry.tpmAk !== undefined) return `tpm-ak ${entry.tpmAk.slice(0, 16)}…`;
-  return entry.tpmEk !== undefined ? 'tpm-ek only (AK not enrolled: refused)' : 'none';
+  if (entry.tpmEk === undefined) return 'none';
+  const object = enrolments.get(name);
+  const enrolled = object === undefined ? null : enrolmentOf(object, entry.tpmEk);
+  if (enrolled !== null && 'problem' in enrolled) return `tpm-ek, enrolment broken (${enrolmentRef(name)})`;
+  if (enrolled?.akName != null) return `tpm-ak ${enrolled.akName.slice(0, 16)}… (enrolled from tpm-ek)`;
+  return 'tpm-ek only (AK not enrolled yet: challenged at its first join)';
 }
 
 /** The newest certificate (by notBefore) of each node. */
@@ -85,6 +99,7 @@ export function nodeRows(
   revocations: ReadonlyMap<string, Revocation>,
   replacements: ReadonlyMap<string, Replacement>,
   inventory: Readonly<Record<string, string>> | null = null,
+  enrolments: ReadonlyMap<string, TpmEnrolmentObject> = new Map(),
 ): NodeRow[] {
   const newest = newestCerts(certs);
   const registered = new Set(nodes);
@@ -101,7 +116,7 @@ export function nodeRows(
       renewedBy: cert ? renewerOf(cert.csr, cert.requester, name) : 'unknown',
       revoked: revocations.get(name) ?? null,
       replacement: replacements.get(name) ?? null,
-      attestation: attestationOf(inventory, name),
+      attestation: attestationOf(inventory, name, enrolments),
     };
   });
 }

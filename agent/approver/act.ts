@@ -13,6 +13,7 @@ import type { ApproverCsr } from './csr-facts.js';
 import { AUTHORIZED_RULE, type Decision } from './decide.js';
 import type { CsrMemory } from './memory.js';
 import type { ApproverMetrics } from './metrics.js';
+import { CHALLENGE_REASON } from '../tpm/challenge.js';
 
 /** Rules whose outcome changes without the CSR changing (a Node appears, RBAC is granted, the older CSR is issued). */
 const TRANSIENT_RULES = new Set(['node-exists', AUTHORIZED_RULE, 'one-unissued-per-node']);
@@ -63,6 +64,26 @@ export async function approve(csr: ApproverCsr, decision: Extract<Decision, { ki
   const created = Date.parse(csr.metadata.creationTimestamp ?? '');
   if (!Number.isNaN(created)) ctx.metrics.approvalLatency((ctx.clock.now().getTime() - created) / 1000);
   ctx.logger.info('approved CSR', { ...logFields(csr), policy: decision.policy });
+}
+
+/**
+ * Denies the CSR with a TPM credential challenge in its condition
+ * (tpm/challenge.ts), whatever --deny-violations says: the Denied condition
+ * is how the challenge reaches the node, which files a new CSR answering it.
+ * Reported as the rule's refusals are: a log line, the metric, an Event.
+ */
+export async function challenge(csr: ApproverCsr, decision: Extract<Decision, { kind: 'challenge' }>, ctx: ActContext): Promise<void> {
+  const write = await decideCsr(ctx.client, csr, 'Denied', decision.message, ctx.signal, CHALLENGE_REASON);
+  if (!written(csr, write, ctx)) return;
+  ctx.metrics.decision(csr.spec.signerName, 'challenged', decision.rule);
+  const fields = { ...logFields(csr), rule: decision.rule };
+  ctx.logger.info('denied CSR with a TPM credential challenge', fields);
+  try {
+    const message = `kubeboot approver challenged this CSR: ${decision.policy} rule ${decision.rule}: ${decision.problem}`;
+    await warnOnCsr(ctx.client, csr, 'TpmChallenge', message, ctx.clock.now(), ctx.signal);
+  } catch (err) {
+    ctx.logger.warn('could not record the challenge as an Event', { ...fields, error: (err as Error).message });
+  }
 }
 
 /**

@@ -9,15 +9,7 @@ import { dns1123SubdomainProblem } from '../config/values.js';
 import { ApiError, KubebootError } from '../errors.js';
 import { MAX_OBJECT_BYTES, type KubeClient } from '../kube/client.js';
 import { expectObject, objectPath } from '../kube/objects.js';
-import {
-  KINDS,
-  recordRef,
-  recordsPath,
-  type NodeClaimObject,
-  type RecordObject,
-  type RecordObjects,
-  type RecordResource,
-} from '../records/kinds.js';
+import { KINDS, recordRef, recordsPath, type RecordObject, type RecordObjects, type RecordResource } from '../records/kinds.js';
 import type { ApproverCsr } from './csr-facts.js';
 import { CSR_PATH } from './informer.js';
 import type { NodeAddress } from './rules/rule.js';
@@ -61,12 +53,19 @@ function forbidden(err: unknown, what: string): never {
  * A spend written before an approval, conditional on the record as read:
  * a status written with the resourceVersion read (binding, mark), or a
  * name's claim created (its existence is the spend) or taken over through a
- * replacement mark with the resourceVersion read.
+ * replacement mark with the resourceVersion read; or a TPM enrolment
+ * (records/tpm-enrolment.ts) created or replaced the same way, before a
+ * challenge or the approval that enrols its AK.
  */
 export type Claim =
   | { op: 'status'; resource: 'tokenbindings' | 'nodereplacements'; name: string; resourceVersion: string; status: object }
-  | { op: 'create'; resource: 'nodeclaims'; name: string; object: NodeClaimObject }
-  | { op: 'replace'; resource: 'nodeclaims'; name: string; resourceVersion: string; object: NodeClaimObject };
+  | WholeClaim<'nodeclaims'>
+  | WholeClaim<'tpmenrolments'>;
+
+/** A record written whole: created (a 409 is someone else's first), or replaced on the resourceVersion read. */
+type WholeClaim<R extends 'nodeclaims' | 'tpmenrolments'> =
+  | { op: 'create'; resource: R; name: string; object: RecordObjects[R] }
+  | { op: 'replace'; resource: R; name: string; resourceVersion: string; object: RecordObjects[R] };
 
 /** The record a claim writes, as the API server answered; null when it changed, appeared or went meanwhile (409, 404). */
 export async function writeClaim(client: KubeClient, claim: Claim, signal?: AbortSignal): Promise<RecordObject | null> {
@@ -156,8 +155,9 @@ export async function decideCsr(
   type: 'Approved' | 'Denied',
   message: string,
   signal?: AbortSignal,
+  reason: string = APPROVER_REASON,
 ): Promise<DecisionWrite> {
-  const condition = { type, status: 'True', reason: APPROVER_REASON, message };
+  const condition = { type, status: 'True', reason, message };
   const path = objectPath(CSR_PATH, csr.metadata.name);
   let metadata: Record<string, unknown> = csr.metadata;
   if (csr.metadataDropped) {

@@ -54,6 +54,21 @@ function applied(claim: Claim, before: Read): RecordObject {
 }
 
 /**
+ * Two claims of one batch on one record, as one write: statuses and TPM
+ * enrolments are written whole, so the later carries the earlier's (it was
+ * decided on the view with it applied), on the version first read, or
+ * created when the first one created it.
+ */
+function merged(before: Claim, claim: Claim, key: string): Claim {
+  if (before.op === 'status' && claim.op === 'status') return { ...claim, resourceVersion: before.resourceVersion };
+  if (before.resource === 'tpmenrolments' && claim.resource === 'tpmenrolments')
+    return before.op === 'create'
+      ? { op: 'create', resource: claim.resource, name: claim.name, object: claim.object }
+      : { op: 'replace', resource: claim.resource, name: claim.name, resourceVersion: before.resourceVersion, object: claim.object };
+  throw new Error(`two claims on ${key} in one batch`);
+}
+
+/**
  * The records as the batch's decisions see them: each read once (from the
  * informers), with the spends of the decisions before applied, and the
  * claims that write those spends, one per record.
@@ -86,12 +101,7 @@ export class RecordView {
       const key = keyOf(claim.resource, claim.name);
       this.#current.set(key, applied(claim, this.#current.get(key) ?? null));
       const before = this.#claims.get(key);
-      if (before !== undefined && (before.op !== 'status' || claim.op !== 'status')) throw new Error(`two claims on ${key} in one batch`);
-      // Statuses are written whole: the later one carries the earlier's spends, on the version first read.
-      this.#claims.set(
-        key,
-        before?.op === 'status' && claim.op === 'status' ? { ...claim, resourceVersion: before.resourceVersion } : claim,
-      );
+      this.#claims.set(key, before === undefined ? claim : merged(before, claim, key));
     }
   }
 
@@ -163,7 +173,8 @@ export async function decideBatch(csrs: readonly ApproverCsr[], policy: Approver
   const inOrder = (async () => {
     for (const p of spenders) {
       const outcome = await judged(p);
-      if ('decision' in outcome && outcome.decision.kind === 'approve') view.spend(outcome.decision.claims);
+      if ('decision' in outcome && (outcome.decision.kind === 'approve' || outcome.decision.kind === 'challenge'))
+        view.spend(outcome.decision.claims);
       outcomes.push(outcome);
     }
   })();

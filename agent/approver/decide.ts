@@ -16,12 +16,23 @@ import { applicable, AUTHORIZED_RULE, evaluate, nodeNameFor, POLICIES, readsWorl
 import { requesterKind, type ApproverPolicy, type CsrFacts, type PolicyName, type World, type WorldRead } from './rules/rule.js';
 import { requestFacts, subjectOnlyFacts, type RequestFacts } from './request.js';
 import { oversizedRequestProblem } from './retain.js';
+import { tpmBinding } from '../records/inventory.js';
+import type { TpmEnrolmentObject } from '../records/kinds.js';
+import { withChallenge, withEnrolledAk } from '../records/tpm-enrolment.js';
+import { challengeMessage, makeChallenge } from '../tpm/challenge.js';
+import { TPM_ATTESTED_RULE, tpmVerdictOf, type TpmVerdict } from './rules/tpm-attested.js';
 
 export type Decision =
   | { kind: 'ignore'; why: 'not-ours' | 'settled' }
   /** `claims`: to be written, in order, before the approval (empty but for a bootstrap token's kubelet client CSR). */
   | { kind: 'approve'; policy: PolicyName; message: string; claims: Claim[] }
-  | { kind: 'violation'; policy: PolicyName; rule: string; message: string };
+  | { kind: 'violation'; policy: PolicyName; rule: string; message: string }
+  /**
+   * A CSR that passed every rule but is from a TPM whose AK is not enrolled
+   * yet (rules/tpm-attested.ts): denied with a credential challenge in its
+   * condition's `message`, once `claims` (the challenge kept) are written.
+   */
+  | { kind: 'challenge'; policy: PolicyName; rule: string; problem: string; message: string; claims: Claim[] };
 
 export { AUTHORIZED_RULE } from './policy.js';
 
@@ -92,7 +103,37 @@ export async function prepare(
  * one after another (batch.ts), each on the records the one before spent.
  */
 export function spendsRecords(prepared: Prepared): boolean {
-  return prepared.policyName === 'kubelet-client' && requesterKind(prepared.facts) === 'bootstrap';
+  if (prepared.policyName !== 'kubelet-client') return false;
+  // TPM evidence may challenge, or enrol an AK: a TpmEnrolment written (rules/tpm-attested.ts).
+  return requesterKind(prepared.facts) === 'bootstrap' || prepared.facts.request?.tpmEvidence != null;
+}
+
+/** A record written whole: created when it was not read (or was made in this batch), else replaced on the version read. */
+function wholeClaim(name: string, object: TpmEnrolmentObject): Claim {
+  const rv = object.metadata.resourceVersion;
+  return rv
+    ? { op: 'replace', resource: 'tpmenrolments', name, resourceVersion: rv, object }
+    : { op: 'create', resource: 'tpmenrolments', name, object };
+}
+
+/** The challenge for a CSR tpm-attested challenges: made now, its digest kept in the name's TpmEnrolment before the CSR is denied with it. */
+function challenge(
+  policyName: PolicyName,
+  facts: CsrFacts,
+  nodeName: string,
+  verdict: Extract<TpmVerdict, { kind: 'challenge' }>,
+  read: TpmEnrolmentObject | null,
+): Decision {
+  const made = makeChallenge(verdict.ekPublic, verdict.akName);
+  const entry = { akName: verdict.akName.toString('hex'), digest: made.digest, csrUid: facts.uid, at: facts.created ?? '' };
+  return {
+    kind: 'challenge',
+    policy: policyName,
+    rule: TPM_ATTESTED_RULE,
+    problem: verdict.problem,
+    message: challengeMessage(`${policyName} rule ${TPM_ATTESTED_RULE}: ${verdict.problem}`, made.blob),
+    claims: [wholeClaim(nodeName, withChallenge(nodeName, read, verdict.current, verdict.ekHash, entry))],
+  };
 }
 
 /** The look-ups, the rules and the SubjectAccessReview for a prepared CSR. */
@@ -104,6 +145,10 @@ export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups:
   const node = prepared.readsNode && nodeName !== null ? await lookups.node(nodeName) : null;
   // A requester of neither kind fails before any rule that reads the records.
   const read = nodeName !== null && requesterKind(facts) !== null && reads('records') ? await readRecords(facts, nodeName, lookups) : null;
+  const inventory = nodeName !== null && reads('inventory') ? await readInventory(nodeName, lookups) : null;
+  // The enrolment record only for a name enrolled by its EK alone: no other CSR reads it.
+  const ekOnly =
+    inventory?.found === true && inventory.entry !== null && !('problem' in inventory.entry) && tpmBinding(inventory.entry) === 'ek-only';
   const world: World = {
     node,
     blocking: reads('blocking')
@@ -111,9 +156,11 @@ export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups:
       : [],
     apiServer: reads('apiServer') ? await lookups.apiServer() : null,
     records: read?.records ?? null,
-    inventory: nodeName !== null && reads('inventory') ? await readInventory(nodeName, lookups) : null,
+    inventory,
+    tpmEnrolment: nodeName !== null && ekOnly && reads('tpmEnrolment') ? await lookups.record('tpmenrolments', nodeName) : null,
   };
-  const verdict = evaluate(spec.rules, { csr: facts, nodeName, world, policy });
+  const input = { csr: facts, nodeName, world, policy };
+  const verdict = evaluate(spec.rules, input);
   if (!verdict.ok)
     return { kind: 'violation', policy: policyName, rule: verdict.rule, message: `${policyName} rule ${verdict.rule}: ${verdict.problem}` };
   if (!(await lookups.allowed(csr, subresource))) {
@@ -124,13 +171,19 @@ export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups:
       message: `${policyName} rule ${AUTHORIZED_RULE}: SubjectAccessReview denies ${facts.username} create certificatesigningrequests/${subresource} (grant it with RBAC)`,
     };
   }
+  const tpm = nodeName !== null && world.inventory != null ? tpmVerdictOf(input) : null;
+  if (tpm?.kind === 'challenge') return challenge(policyName, facts, nodeName!, tpm, world.tpmEnrolment ?? null);
+  const claims = read !== null && nodeName !== null ? claimsOf(facts, nodeName, read) : [];
+  // Last, after the name's: a lost race for the name leaves the AK enrolled, which is that TPM's AK all the same.
+  if (tpm?.kind === 'enrol' && world.tpmEnrolment != null)
+    claims.push(wholeClaim(nodeName!, withEnrolledAk(nodeName!, world.tpmEnrolment, tpm.ekHash, tpm.akName, facts.uid)));
   return {
     kind: 'approve',
     policy: policyName,
     message: `${policyName}: every rule passed (${applicable(spec.rules, facts, policy)
       .map((r) => r.name)
       .join(', ')}) and ${facts.username} may create certificatesigningrequests/${subresource}`,
-    claims: read !== null && nodeName !== null ? claimsOf(facts, nodeName, read) : [],
+    claims,
   };
 }
 

@@ -3,8 +3,8 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 
 export interface ApproverMetrics {
   readonly registry: Registry;
-  /** decision: approved, denied or left-pending; rule: the policy that passed or the rule that failed. */
-  decision(signer: string, decision: 'approved' | 'denied' | 'left-pending', rule: string): void;
+  /** decision: approved, denied, left-pending or challenged (a TPM credential challenge); rule: the policy that passed or the rule that failed (or challenged). */
+  decision(signer: string, decision: 'approved' | 'denied' | 'left-pending' | 'challenged', rule: string): void;
   /** Seconds from the CSR's creationTimestamp to its approval. */
   approvalLatency(seconds: number): void;
   leader(leading: boolean): void;

@@ -11,7 +11,7 @@
 import { KubebootError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
 import type { RecordInformers } from '../records/informer.js';
-import { approve, violation, type ActContext } from './act.js';
+import { approve, challenge, violation, type ActContext } from './act.js';
 import { getRecord, writeClaim } from './api.js';
 import { decideBatch, RecordView, type Outcome } from './batch.js';
 import { isSettled, type ApproverCsr } from './csr-facts.js';
@@ -134,6 +134,7 @@ async function act(outcomes: Outcome[], ctx: SyncContext): Promise<Retry[]> {
       const { decision } = outcome;
       try {
         if (decision.kind === 'approve') await approve(csr, decision, ctx);
+        if (decision.kind === 'challenge') await challenge(csr, decision, ctx);
         if (decision.kind === 'violation' && (await violation(csr, decision, ctx))) retries.push({ name: csr.metadata.name, error: null });
       } catch (err) {
         retries.push({ name: csr.metadata.name, error: err as Error });

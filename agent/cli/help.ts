@@ -226,7 +226,8 @@ CSRs of every signer are denied now; a certificate already issued lives to its n
 the expiry of its newest kubelet client certificate a CSR still shows ("unknown" once the CSRs are gone), who renews it,
 revoked or not, a replacement mark, its TPM enrolment. enroll: writes tpm-ek/tpm-ak into the node's entry of inventories.kubeboot.io/inventory
 (the values kubeboot tpm identify prints); with approver --inventory its kubelet client CSRs, first issue and renewal, are then approved
-only with a quote by that AK (rule tpm-attested, docs/tpm.md). Holds only once the authorizer no longer lets kube-controller-manager approve kubelet client CSRs (revoke warns).`,
+only with a quote by that AK (rule tpm-attested, docs/tpm.md); with --tpm-ek alone, the AK that answers the approver's credential challenge at
+the first join is recorded (tpmenrolments.kubeboot.io/NAME) and is that AK from then on. Holds only once the authorizer no longer lets kube-controller-manager approve kubelet client CSRs (revoke warns).`,
     options: [...LOG],
     meanings: {
       kubeconfig: 'The admin kubeconfig (default: the first file in KUBECONFIG, else ~/.kube/config)',

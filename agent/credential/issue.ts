@@ -16,7 +16,9 @@ import { whoAmI } from '../kube/whoami.js';
 import { checkIssuedCertificate, parseCertificateChain } from '../pki/certificate.js';
 import { createCsrPem } from '../pki/pkcs10.js';
 import { pemBlocks } from '../pki/pem.js';
+import { answerChallenge, CHALLENGE_REASON, challengeIn } from '../tpm/challenge.js';
 import { evidencePem, quoteCsr } from '../tpm/csr-evidence.js';
+import type { Credential } from '../tpm/structures.js';
 import { tpmLocationOf, withTpm, type TpmLocation } from '../tpm/identify.js';
 import { csrName } from '../pki/csr-name.js';
 import { generateKey, parsePrivateKey, type PrivateKey } from '../pki/keys.js';
@@ -118,51 +120,28 @@ export function requestedExpiration(identity: Pick<Identity, 'requester'>, confi
 export async function issueCredential(identity: Identity, ctx: IssueContext): Promise<Issued> {
   const log = withFields(ctx.logger, { identity: identity.name });
   const store = storeOf(ctx);
-  const key = await keyFor(identity, ctx, store);
-  const requestPem = await withTpmEvidence(
-    identity,
-    ctx,
-    await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses }),
-  );
-  const name = csrName(key.publicKeyDer, identity.subject, identity.usages);
   const waitStart = ctx.clock.monotonic();
-  let certPem: string;
-  try {
-    const csr = await retryTransient(
-      `${identity.name}: creating CSR ${name}`,
-      () =>
-        createCsr(
-          ctx.requester,
-          {
-            name,
-            requestPem,
-            signerName: identity.signerName,
-            usages: identity.usages,
-            expirationSeconds: requestedExpiration(identity, ctx.expirationSeconds),
-          },
-          (existing) => compatibility(existing, identity, key, ctx.clock.now()),
-          ctx.signal,
-        ),
-      { timeoutMs: ctx.waitTimeoutMs, logger: log, signal: ctx.signal, clock: ctx.clock },
-    );
-    ctx.onCsrSubmitted?.(identity, name);
-    log.info(`CSR ${name} submitted for ${identity.subject.commonName} (signer ${identity.signerName})`, { csr: name });
-    certPem = await waitForCertificate(ctx.requester, csr, {
-      logger: log,
-      timeoutMs: ctx.waitTimeoutMs,
-      pendingNoticeMs: ctx.pendingNoticeMs,
-      signal: ctx.signal,
-      clock: ctx.clock,
-    });
-  } catch (err) {
-    // A CSR that was denied, failed, deleted or cannot be adopted will not
-    // get better: the next attempt starts over with a fresh key and name.
-    // A timeout or an interruption keeps the key, so a restart adopts the CSR.
-    if (err instanceof CsrRejectedError || err instanceof CsrUnusableError) {
-      await store.pendingKey.clear(ctx.stateDir, identity.name);
+  // One round of credential activation at most (tpm/challenge.ts): a second challenge is a refusal.
+  let answer: Buffer | undefined;
+  let requested: { key: PrivateKey; name: string; certPem: string };
+  for (;;) {
+    // The answering CSR needs a key of its own: the challenged CSR's name (a digest of its key) is spent.
+    const key = await keyFor(identity, ctx, store, answer !== undefined);
+    try {
+      requested = { key, ...(await requestCertificate(identity, ctx, key, answer, log)) };
+      break;
+    } catch (err) {
+      const blob = answer === undefined && ctx.tpm != null ? challengeOf(err) : null;
+      if (blob === null) throw err;
+      log.info(`${identity.name}: the approver challenges this TPM's AK (enrolment from the EK); answering it with credential activation`);
+      answer = await withTpm(ctx.tpm!, (tpm) => answerChallenge(tpm, blob)).catch((cause: unknown) => {
+        throw new CsrRejectedError(
+          `${identity.name}: the TPM credential challenge the approver sent does not open with this TPM's EK and AK (${(cause as Error).message}); the next attempt files a new CSR`,
+        );
+      });
     }
-    throw err;
   }
+  const { key, name, certPem } = requested;
   const arrived = ctx.clock.monotonic();
   const waitedSeconds = (arrived - waitStart) / 1000;
   ctx.onCsrWait?.(identity, waitedSeconds);
@@ -220,6 +199,67 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
   return { csrName: name, certFile: stored.file, currentPath: stored.currentPath, notAfter, waitedSeconds, storeMillis, stored: usable };
 }
 
+/** The challenge blob a CSR was denied with (tpm/challenge.ts), or null when it was refused otherwise. */
+function challengeOf(err: unknown): Credential | null {
+  if (!(err instanceof CsrRejectedError) || err.denied?.reason !== CHALLENGE_REASON) return null;
+  return challengeIn(err.denied.message);
+}
+
+/** Files one CSR with `key` (and its TPM evidence, with `answer` to a challenge) and waits for its certificate. */
+async function requestCertificate(
+  identity: Identity,
+  ctx: IssueContext,
+  key: PrivateKey,
+  answer: Buffer | undefined,
+  log: Logger,
+): Promise<{ name: string; certPem: string }> {
+  const store = storeOf(ctx);
+  const requestPem = await withTpmEvidence(
+    identity,
+    ctx,
+    await createCsrPem({ key, subject: identity.subject, dnsNames: identity.dnsNames, ipAddresses: identity.ipAddresses }),
+    answer,
+  );
+  const name = csrName(key.publicKeyDer, identity.subject, identity.usages);
+  try {
+    const csr = await retryTransient(
+      `${identity.name}: creating CSR ${name}`,
+      () =>
+        createCsr(
+          ctx.requester,
+          {
+            name,
+            requestPem,
+            signerName: identity.signerName,
+            usages: identity.usages,
+            expirationSeconds: requestedExpiration(identity, ctx.expirationSeconds),
+          },
+          (existing) => compatibility(existing, identity, key, ctx.clock.now()),
+          ctx.signal,
+        ),
+      { timeoutMs: ctx.waitTimeoutMs, logger: log, signal: ctx.signal, clock: ctx.clock },
+    );
+    ctx.onCsrSubmitted?.(identity, name);
+    log.info(`CSR ${name} submitted for ${identity.subject.commonName} (signer ${identity.signerName})`, { csr: name });
+    const certPem = await waitForCertificate(ctx.requester, csr, {
+      logger: log,
+      timeoutMs: ctx.waitTimeoutMs,
+      pendingNoticeMs: ctx.pendingNoticeMs,
+      signal: ctx.signal,
+      clock: ctx.clock,
+    });
+    return { name, certPem };
+  } catch (err) {
+    // A CSR that was denied, failed, deleted or cannot be adopted will not
+    // get better: the next attempt starts over with a fresh key and name.
+    // A timeout or an interruption keeps the key, so a restart adopts the CSR.
+    if (err instanceof CsrRejectedError || err instanceof CsrUnusableError) {
+      await store.pendingKey.clear(ctx.stateDir, identity.name);
+    }
+    throw err;
+  }
+}
+
 /**
  * With a TPM, a kubelet client CSR (first issue and renewal alike) carries
  * a quote by the machine's AK bound to this request's subject, key and the
@@ -227,13 +267,15 @@ export async function issueCredential(identity: Identity, ctx: IssueContext): Pr
  * the approver's tpm-attested rule requires it of a TPM-enrolled name. The
  * CSR's name does not depend on it (pki/csr-name.ts), so a restart that
  * re-files the same request with a fresh quote adopts the CSR on the server.
+ * `answer`: the credential a challenge's activation opened, which this CSR
+ * carries back with a quote by the same AK.
  */
-async function withTpmEvidence(identity: Identity, ctx: IssueContext, requestPem: string): Promise<string> {
+async function withTpmEvidence(identity: Identity, ctx: IssueContext, requestPem: string, answer?: Buffer): Promise<string> {
   if (ctx.tpm == null || identity.signerName !== KUBELET_CLIENT_SIGNER) return requestPem;
   const where = ctx.tpm;
   const [block] = pemBlocks(requestPem);
   if (block === undefined) throw new KubebootError(`${identity.name}: the CSR made has no PEM block`);
-  const evidence = await withTpm(where, (tpm) => quoteCsr(tpm, block.der, ctx.clock.now()));
+  const evidence = await withTpm(where, (tpm) => quoteCsr(tpm, block.der, ctx.clock.now(), answer));
   return `${requestPem.trimEnd()}\n${evidencePem(evidence)}`;
 }
 
@@ -248,8 +290,8 @@ async function kubeconfigToWrite(identity: Identity, ctx: IssueContext, store: S
   return (await store.read(identity.kubeconfigPath)) === text ? null : { path: identity.kubeconfigPath, text };
 }
 
-/** matches kubelet: the key for an in-flight CSR is on disk before the CSR is sent, so a restart reuses it. */
-async function keyFor(identity: Identity, ctx: IssueContext, store: Store): Promise<PrivateKey> {
+/** matches kubelet: the key for an in-flight CSR is on disk before the CSR is sent, so a restart reuses it. `fresh`: never the renewal's reused key. */
+async function keyFor(identity: Identity, ctx: IssueContext, store: Store, fresh = false): Promise<PrivateKey> {
   const pending = await store.pendingKey.load(ctx.stateDir, identity.name);
   if (pending) {
     try {
@@ -258,7 +300,7 @@ async function keyFor(identity: Identity, ctx: IssueContext, store: Store): Prom
       ctx.logger.warn(`${identity.name}: pending key in ${ctx.stateDir} is unreadable; generating a new one`);
     }
   }
-  const key = ctx.reuseKeyPem ? await parsePrivateKey(ctx.reuseKeyPem) : await generateKey(ctx.keyAlgorithm);
+  const key = ctx.reuseKeyPem && !fresh ? await parsePrivateKey(ctx.reuseKeyPem) : await generateKey(ctx.keyAlgorithm);
   await store.pendingKey.save(ctx.stateDir, identity.name, key.pem);
   return key;
 }

@@ -108,7 +108,10 @@ export async function waitForCertificate(client: KubeClient, csr: CertificateSig
       case 'issued':
         return state.certPem;
       case 'denied':
-        throw new CsrRejectedError(`CSR ${name} was denied: ${state.reason}${state.message ? ` (${state.message})` : ''}`);
+        throw new CsrRejectedError(`CSR ${name} was denied: ${state.reason}${state.message ? ` (${state.message})` : ''}`, {
+          reason: state.reason,
+          message: state.message,
+        });
       case 'failed':
         throw new CsrRejectedError(`CSR ${name} failed: ${state.reason}${state.message ? ` (${state.message})` : ''}`);
       case 'pending':

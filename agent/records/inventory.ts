@@ -21,7 +21,8 @@
  *   (`ak-name`: `000b` and 64 lowercase hex digits). A name with either is
  *   TPM-bound: its kubelet client CSRs must carry a quote by that AK (the
  *   approver's rule tpm-attested, docs/tpm.md). `kubeboot node enroll`
- *   writes both.
+ *   writes both. With `tpm-ek` alone, the AK that answers a credential
+ *   challenge at the first join is recorded in records/tpm-enrolment.ts.
  *
  * Parsed per entry, strictly: an unknown or repeated field, or an address
  * that is not one, makes that node's entry a problem naming the key and the

@@ -23,6 +23,10 @@
  * - NodeRevocation `<node name>`: the node's identity is revoked (spec.reason);
  *   since metadata.creationTimestamp.
  * - Inventory `inventory`: the admin's expected nodes (records/inventory.ts).
+ * - TpmEnrolment `<node name>`: the AK enrolled for a name the inventory
+ *   knows by its TPM's EK alone, and the credential challenges sent for it
+ *   (records/tpm-enrolment.ts). The approver creates and updates it (on the
+ *   resourceVersion read); the admin deletes it to enrol the machine again.
  *
  * Pure: names, paths and shapes. The requests are the callers'.
  */
@@ -36,6 +40,7 @@ export const KINDS = {
   nodereplacements: 'NodeReplacement',
   noderevocations: 'NodeRevocation',
   inventories: 'Inventory',
+  tpmenrolments: 'TpmEnrolment',
 } as const;
 export type RecordResource = keyof typeof KINDS;
 export const RECORD_RESOURCES = Object.keys(KINDS) as RecordResource[];
@@ -97,12 +102,29 @@ export interface InventoryObject {
   spec?: { nodes?: Record<string, string> };
 }
 
+/** One challenge sent and not yet answered: the AK it is for, the digest of its credential, the CSR that asked and when (its creationTimestamp). */
+export interface ChallengeEntry {
+  akName?: string;
+  digest?: string;
+  csrUID?: string;
+  at?: string;
+}
+
+export interface TpmEnrolmentObject {
+  apiVersion?: string;
+  kind: 'TpmEnrolment';
+  metadata: RecordMeta;
+  /** ekHash: the inventory's tpm-ek it was made for; akName and csrUID: the AK enrolled and the CSR that proved it (once). */
+  spec?: { ekHash?: string; akName?: string; csrUID?: string; challenges?: ChallengeEntry[] };
+}
+
 export interface RecordObjects {
   tokenbindings: TokenBindingObject;
   nodeclaims: NodeClaimObject;
   nodereplacements: NodeReplacementObject;
   noderevocations: NodeRevocationObject;
   inventories: InventoryObject;
+  tpmenrolments: TpmEnrolmentObject;
 }
 export type RecordObject = RecordObjects[RecordResource];
 

@@ -23,22 +23,25 @@
  * Both sides read the subject and key bytes from the request's DER
  * (pki/der.ts csrLayout), so what is hashed is what the signer signs.
  *
- * The block's bytes, TPM-style big-endian: u32 magic `KBTE`, u16 version 1,
+ * The block's bytes, TPM-style big-endian: u32 magic `KBTE`, u16 version 2,
  * u64 window, TPM2B_PUBLIC of the AK, TPM2B_ATTEST, TPMT_SIGNATURE, u8 count
- * and as many TPM2B_DIGEST PCR values (SHA-256 PCRs 0-7, as quoted).
+ * and as many TPM2B_DIGEST PCR values (SHA-256 PCRs 0-7, as quoted); then
+ * (version 2) TPM2B_PUBLIC of the EK and a TPM2B credential, each empty when
+ * absent: what enrolment from the EK alone reads (tpm/challenge.ts), the EK
+ * to make a challenge for, and the credential its activation opened.
+ * Version 1 (without those two) is still read.
  */
 import { createHash } from 'node:crypto';
 import { csrLayout } from '../pki/der.js';
 import { TPM_ALG } from './constants.js';
 import type { Tpm } from './commands.js';
-import { withAttestationKey } from './keys.js';
+import { withAttestationKey, withEndorsementKey } from './keys.js';
 import {
   marshalPublic,
   marshalSignature,
   unmarshalAttest,
   unmarshalPublic,
   unmarshalSignature,
-  type Attest,
   type PcrSelection,
   type Signature,
   type TpmtPublic,
@@ -53,7 +56,9 @@ export const WINDOW_SECONDS = 300;
 export const EVIDENCE_PCRS: readonly PcrSelection[] = [{ hash: TPM_ALG.SHA256, pcrs: [0, 1, 2, 3, 4, 5, 6, 7] }];
 
 const MAGIC = 0x4b425445; // "KBTE"
-const VERSION = 1;
+const VERSION = 2;
+/** Evidence of the first release: no EK, no credential. */
+const VERSION_1 = 1;
 const LABEL = Buffer.from('kubeboot kubelet-client CSR v1\0', 'latin1');
 /** Far more than a P-256 AK's evidence needs (about 600 bytes): a larger block is refused unread. */
 const MAX_EVIDENCE_BYTES = 4096;
@@ -66,6 +71,10 @@ export interface CsrEvidence {
   signature: Signature;
   /** The quoted PCRs' values in selection order. */
   pcrValues: Buffer[];
+  /** The TPM's RSA EK, when the node sent it (version 2): enrolment from the EK makes its challenge for it. */
+  ekPublic?: TpmtPublic;
+  /** The credential a challenge's activation opened (tpm/challenge.ts), in the CSR that answers it. */
+  credential?: Buffer;
 }
 
 /** What a CSR's evidence is bound to, read from the request's DER. */
@@ -109,6 +118,10 @@ export function marshalEvidence(e: CsrEvidence): Buffer {
   marshalSignature(w, e.signature);
   w.u8(e.pcrValues.length);
   for (const v of e.pcrValues) w.sized(v);
+  const ek = e.ekPublic;
+  if (ek === undefined) w.u16(0);
+  else w.sizedOf((p) => marshalPublic(p, ek));
+  w.sized(e.credential ?? Buffer.alloc(0));
   return w.done();
 }
 
@@ -118,7 +131,8 @@ export function unmarshalEvidence(bytes: Buffer): CsrEvidence {
   const r = new Reader(bytes, EVIDENCE_PEM_TYPE);
   if (r.u32('magic') !== MAGIC) throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: magic is not KBTE`);
   const version = r.u16('version');
-  if (version !== VERSION) throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: version ${version}, not ${VERSION}`);
+  if (version !== VERSION && version !== VERSION_1)
+    throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: version ${version}, not ${VERSION_1} or ${VERSION}`);
   const window = r.u64('window');
   const akPublic = r.sizedOf('akPublic', unmarshalPublic);
   const attest = r.sized('attest', 1024);
@@ -127,8 +141,19 @@ export function unmarshalEvidence(bytes: Buffer): CsrEvidence {
   if (count > 24) throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: ${count} PCR values, more than a bank has`);
   const pcrValues: Buffer[] = [];
   for (let i = 0; i < count; i++) pcrValues.push(r.sized(`pcrValues[${i}]`, 64));
+  const evidence: CsrEvidence = { window, akPublic, attest, signature, pcrValues };
+  if (version === VERSION) {
+    const ek = r.sized('ekPublic');
+    if (ek.length > 0) {
+      const inner = new Reader(ek, `${EVIDENCE_PEM_TYPE}: ekPublic`);
+      evidence.ekPublic = unmarshalPublic(inner);
+      inner.end();
+    }
+    const credential = r.sized('credential', 64);
+    if (credential.length > 0) evidence.credential = credential;
+  }
   r.end();
-  return { window, akPublic, attest, signature, pcrValues };
+  return evidence;
 }
 
 export function evidencePem(e: CsrEvidence): string {
@@ -178,28 +203,39 @@ export function csrEvidenceBlock(pem: string): Buffer | null {
 
 /**
  * The evidence for a CSR, made with this TPM now: the AK (created from its
- * template, flushed after) quotes SHA-256 PCRs 0-7 over the CSR's binding.
+ * template, flushed after) quotes SHA-256 PCRs 0-7 over the CSR's binding,
+ * and the EK's public area goes with it (an EK-only enrolment challenges
+ * it), and `credential` when this CSR answers a challenge (tpm/challenge.ts).
  * The PCRs are read before the quote and read again if one moved between
  * the two (an extend at that moment), so the values match the quote.
  */
-export async function quoteCsr(tpm: Tpm, csrDer: Uint8Array, now: Date): Promise<CsrEvidence> {
+export async function quoteCsr(tpm: Tpm, csrDer: Uint8Array, now: Date, credential?: Buffer): Promise<CsrEvidence> {
   const window = windowOf(now);
   const nonce = csrQualifyingData(csrBinding(csrDer), window);
+  const ekPublic = await withEndorsementKey(tpm, async (ek) => ek.public);
   return withAttestationKey(tpm, async (ak) => {
     for (let attempt = 0; ; attempt++) {
       const { values } = await tpm.pcrRead(EVIDENCE_PCRS);
       const q = await tpm.quote(ak.handle, nonce, EVIDENCE_PCRS);
       const quoted = unmarshalAttest(q.attest).quote?.pcrDigest;
       if (quoted?.equals(pcrDigest(values)) === true || attempt >= 3)
-        return { window, akPublic: ak.public, attest: q.attest, signature: q.signature, pcrValues: values };
+        return {
+          window,
+          akPublic: ak.public,
+          attest: q.attest,
+          signature: q.signature,
+          pcrValues: values,
+          ekPublic,
+          ...(credential !== undefined ? { credential } : {}),
+        };
     }
   });
 }
 
 export interface CsrExpectation {
   binding: CsrBinding;
-  /** The enrolled AK's TPM name. */
-  akName: Buffer;
+  /** The enrolled AK's TPM name; null: the evidence's own AK (an enrolment from the EK decides whether to trust it). */
+  akName: Buffer | null;
   /** The CSR's metadata.creationTimestamp: the window must be its own or one either side. */
   created: Date;
 }
@@ -209,10 +245,10 @@ export interface CsrExpectation {
  * enrolled AK name: the window is fresh for the CSR's creation, and the
  * quote (verify.ts verifyQuote) is by that AK, over the qualifying data
  * recomputed from this CSR's subject, key and the window, covering SHA-256
- * PCRs 0-7 whose reported values are the quoted ones. Returns the parsed
- * attestation; refusals are EvidenceErrors naming the check.
+ * PCRs 0-7 whose reported values are the quoted ones. Returns the evidence
+ * as read; refusals are EvidenceErrors naming the check.
  */
-export function verifyCsrEvidence(bytes: Buffer, expect: CsrExpectation): Attest {
+export function verifyCsrEvidence(bytes: Buffer, expect: CsrExpectation): CsrEvidence {
   let evidence: CsrEvidence;
   try {
     evidence = unmarshalEvidence(bytes);
@@ -227,15 +263,16 @@ export function verifyCsrEvidence(bytes: Buffer, expect: CsrExpectation): Attest
       'window',
       `the quote is for the ${WINDOW_SECONDS / 60}-minute window starting ${windowStart(evidence.window)}, the CSR was created at ${expect.created.toISOString()} (a copy of older evidence, or the node's clock is off)`,
     );
-  return verifyQuote(
+  verifyQuote(
     { akPublic: evidence.akPublic, attest: evidence.attest, signature: evidence.signature },
     {
       nonce: csrQualifyingData(expect.binding, evidence.window),
-      akName: expect.akName,
+      ...(expect.akName !== null ? { akName: expect.akName } : {}),
       pcrs: EVIDENCE_PCRS,
       pcrValues: evidence.pcrValues,
     },
   );
+  return evidence;
 }
 
 function windowStart(window: bigint): string {

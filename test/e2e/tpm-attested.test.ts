@@ -5,15 +5,23 @@
 // With the same pool token, the other TPM, no TPM, or A's evidence copied
 // onto a CSR with another key are refused for worker-1, the rule named in
 // the approver's Event; so is a renewal without evidence, as the kubelet's
-// own rotateCertificates would file it.
+// own rotateCertificates would file it. Then enrolment from the EK alone:
+// worker-2 is known by machine B's EK hash only; A cannot take it (its own
+// EK; B's EK public with A's AK is challenged and A's TPM cannot open the
+// challenge; a guessed answer is challenged again), B joins through one
+// challenge round, its AK is recorded, and only that AK renews.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { pemBlocks } from '../../agent/pki/pem.js';
 import { recordsPath } from '../../agent/records/kinds.js';
-import { evidencePem, quoteCsr } from '../../agent/tpm/csr-evidence.js';
+import { performance } from 'node:perf_hooks';
+import { randomBytes } from 'node:crypto';
+import { answerChallenge, CHALLENGE_REASON, challengeIn } from '../../agent/tpm/challenge.js';
+import { evidencePem, quoteCsr, type CsrEvidence } from '../../agent/tpm/csr-evidence.js';
 import { identify, withTpm } from '../../agent/tpm/identify.js';
+import { withEndorsementKey } from '../../agent/tpm/keys.js';
 import type { KubeObject } from '../support/admin.js';
 import { approvals, craftCsrPem, csrEvents, installApprover, nodeClient, startApprover, submitCsr } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
@@ -73,6 +81,8 @@ if (plane) {
   };
   const node = await nodeLayout(join(dir, 'machine-a'), 'worker-1', { tpm: `swtpm:${a.address}` });
   let firstCsr = '';
+  /** Whole-process bootstrap times: with an admin-enrolled AK, and with the EK alone (one challenge round more). */
+  const joinMs = { enrolledAk: 0, fromEk: 0 };
 
   t.test("the admin enrolls machine A's TPM for worker-1; A joins with the pool token and a quote", async (t) => {
     const idA = await withTpm({ swtpmTcp: a.address }, (tpm) => identify(tpm, new Date()));
@@ -86,7 +96,9 @@ if (plane) {
     await approver.waitForOutput(/record seen: inventories\.kubeboot\.io\/inventory/, 30_000);
 
     await plane.writeBootstrapKubeconfig(node.bootstrapKubeconfig, token.token, { ca: 'data' });
+    const began = performance.now();
     const joined = await kubeboot(t, ['bootstrap', '--config', node.config]);
+    joinMs.enrolledAk = performance.now() - began;
     t.equal(joined.code, 0, `bootstrap exits 0\n${joined.stderr}`);
     const csrs = await plane.admin.request<{ items: KubeObject[] }>('GET', '/apis/certificates.k8s.io/v1/certificatesigningrequests');
     const mine = csrs.body.items.find((c) => c.spec.username === `system:bootstrap:${token.id}`);
@@ -163,4 +175,116 @@ if (plane) {
     const status = await kubeboot(t, ['status', '--config', node.config]);
     t.match(status.stdout, /warning: +--tpm is swtpm:.*refuses them for a TPM-enrolled name \(rule tpm-attested\)/);
   });
+
+  t.test(
+    'enrolment from the EK alone: worker-2 joins through one challenge round, its AK recorded; the other machine cannot take it',
+    async (t) => {
+      const idB = await withTpm({ swtpmTcp: b.address }, (tpm) => identify(tpm, new Date()));
+      const enrolled = await kubeboot(t, ['node', 'enroll', 'worker-2', '--tpm-ek', idB.ekHash], { KUBECONFIG: plane.adminKubeconfig });
+      t.equal(enrolled.code, 0, `node enroll exits 0\n${enrolled.stderr}`);
+      const listedBefore = await kubeboot(t, ['node', 'list'], { KUBECONFIG: plane.adminKubeconfig });
+      t.match(listedBefore.stdout, /worker-2 .* tpm-ek only \(AK not enrolled yet: challenged at its first join\)/);
+
+      const ekB = await withTpm({ swtpmTcp: b.address }, (tpm) => withEndorsementKey(tpm, async (ek) => ek.public));
+      /** A worker-2 CSR quoted by machine A's TPM, its evidence changed by `edit` (B's EK public, a made-up answer). */
+      const fromA = async (edit: (e: CsrEvidence) => CsrEvidence = (e) => e) => {
+        const pem = await craftCsrPem({ cn: 'system:node:worker-2', o: ['system:nodes'] });
+        const evidence = await withTpm({ swtpmTcp: a.address }, (tpm) => quoteCsr(tpm, pemBlocks(pem)[0]!.der, new Date()));
+        return `${pem.trimEnd()}\n${evidencePem(edit(evidence))}`;
+      };
+      const challengeOn = async (name: string) => {
+        const denied = await plane.admin.waitFor(`the challenge on ${name}`, async () =>
+          ((await csrOf(name))?.status?.conditions ?? []).find((c: KubeObject) => c.type === 'Denied'),
+        );
+        t.equal(denied.reason, CHALLENGE_REASON, `${name} is denied with a challenge`);
+        return denied.message as string;
+      };
+
+      const ownEk = await refused(
+        await submitCsr(pool, { ...KUBELET_CLIENT, cn: 'unused', name: 'a-own-ek', pem: await fromA() }),
+        'tpm-attested',
+      );
+      t.match(ownEk.message, /the evidence's EK is [0-9a-f]{12}…, not node worker-2's enrolled /, "A's own EK: refused");
+      t.same(ownEk.conditions, [], 'left pending, no challenge');
+
+      const withB = (e: CsrEvidence): CsrEvidence => ({ ...e, ekPublic: ekB });
+      const asB = await submitCsr(pool, { ...KUBELET_CLIENT, cn: 'unused', name: 'a-as-b', pem: await fromA(withB) });
+      const message = await challengeOn(asB);
+      t.ok(message.length > 500, `the API server keeps the Denied message whole (${message.length} characters)`);
+      const blob = challengeIn(message);
+      t.ok(blob, 'the message carries the challenge');
+      await t.rejects(
+        withTpm({ swtpmTcp: a.address }, (tpm) => answerChallenge(tpm, blob!)),
+        "A's TPM cannot open a challenge made for B's EK",
+      );
+      const guessed = await submitCsr(pool, {
+        ...KUBELET_CLIENT,
+        cn: 'unused',
+        name: 'a-guessed',
+        pem: await fromA((e) => ({ ...withB(e), credential: randomBytes(32) })),
+      });
+      t.match(
+        await challengeOn(guessed),
+        /the credential answered is none sent for AK/,
+        'a guessed answer is challenged again, not approved',
+      );
+
+      const nodeB = await nodeLayout(join(dir, 'machine-b'), 'worker-2', { tpm: `swtpm:${b.address}` });
+      await plane.writeBootstrapKubeconfig(nodeB.bootstrapKubeconfig, token.token, { ca: 'data' });
+      const began = performance.now();
+      const joined = await kubeboot(t, ['bootstrap', '--config', nodeB.config]);
+      joinMs.fromEk = performance.now() - began;
+      t.equal(joined.code, 0, `B joins with the pool token: bootstrap exits 0\n${joined.stderr}`);
+      t.match(
+        joined.stdout + joined.stderr,
+        /the approver challenges this TPM's AK \(enrolment from the EK\); answering it with credential activation/,
+      );
+      // The round, from kubeboot's own log: the challenged CSR submitted → the answering CSR submitted.
+      const submitted = [...(joined.stdout + joined.stderr).matchAll(/"message":"CSR \S+ submitted[^}]*"timestamp":"([^"]+)"/g)].map((m) =>
+        Date.parse(m[1]!),
+      );
+      t.equal(submitted.length, 2, 'two CSRs: the challenged one and the answer');
+      t.comment(
+        `join, whole process: ${Math.round(joinMs.enrolledAk)} ms with an admin-enrolled AK, ${Math.round(joinMs.fromEk)} ms from the EK alone; the challenge round (decision, Denied write, activation, new CSR) ${submitted[1]! - submitted[0]!} ms`,
+      );
+      const csrs = await plane.admin.request<{ items: KubeObject[] }>('GET', '/apis/certificates.k8s.io/v1/certificatesigningrequests');
+      // kubeboot names its CSRs node-csr-…; worker-1's first one is A's.
+      const ofB = csrs.body.items.filter(
+        (c) =>
+          c.spec.username === `system:bootstrap:${token.id}` &&
+          c.metadata.name.startsWith('node-csr-') &&
+          Buffer.from(c.spec.request, 'base64').toString() !== firstCsr,
+      );
+      t.same(
+        ofB.map((c) => (approvals(c).length > 0 ? 'approved' : 'challenged')).sort(),
+        ['approved', 'challenged'],
+        "B's two CSRs: the challenged one and the answer, approved",
+      );
+      const record = await plane.admin.request<KubeObject>('GET', `${recordsPath('tpmenrolments')}/worker-2`);
+      t.match(record.body.spec, { ekHash: idB.ekHash, akName: idB.akName, challenges: [] }, "B's AK is recorded, its challenges spent");
+      const listed = await kubeboot(t, ['node', 'list'], { KUBECONFIG: plane.adminKubeconfig });
+      t.match(listed.stdout, new RegExp(`worker-2 .* tpm-ak ${idB.akName.slice(0, 16)}… \\(enrolled from tpm-ek\\)`), 'node list shows it');
+
+      const renewed = await kubeboot(t, ['renew', '--config', nodeB.config]);
+      t.equal(renewed.code, 0, `B renews with a quote by the recorded AK\n${renewed.stderr}`);
+      const self = await nodeClient(plane, 'worker-2');
+      clients.push(self);
+      const otherAk = await refused(
+        await submitCsr(self, { ...KUBELET_CLIENT, cn: 'system:node:worker-2', name: 'renew-a', pem: await fromA(withB) }),
+        'tpm-attested',
+      );
+      t.match(
+        otherAk.message,
+        /ak-name: .*its AK was enrolled from its EK: tpmenrolments\.kubeboot\.io\/worker-2/,
+        'a renewal quoted by another AK is refused',
+      );
+      const late = await refused(
+        await submitCsr(pool, { ...KUBELET_CLIENT, cn: 'unused', name: 'a-late', pem: await fromA(withB) }),
+        'tpm-attested',
+      );
+      t.match(late.message, /ak-name: /, "once enrolled, B's EK with another AK is refused, not challenged: one-shot");
+      t.same(late.conditions, [], 'no challenge');
+      t.notMatch(approver.output(), 'could not decide on CSR', 'no decision failed');
+    },
+  );
 }

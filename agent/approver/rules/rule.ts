@@ -8,6 +8,7 @@
 import { dns1123SubdomainProblem } from '../../config/values.js';
 import type { Replacement, Revocation, TokenBinding } from '../../records/bindings.js';
 import type { InventoryLookup } from '../../records/inventory.js';
+import type { TpmEnrolmentObject } from '../../records/kinds.js';
 import { excerpt } from '../../text.js';
 import type { ApiServerFacts } from '../apiserver.js';
 import type { RequestFacts } from '../request.js';
@@ -81,6 +82,8 @@ export interface World {
   records: NodeRecords | null;
   /** With --inventory, for kubelet-client and kubelet-serving (null otherwise): the node's entry in `inventories.kubeboot.io/inventory`. */
   inventory?: InventoryLookup | null;
+  /** With --inventory, for kubelet-client: the name's `tpmenrolments.kubeboot.io/<n>` (records/tpm-enrolment.ts), null when there is none. */
+  tpmEnrolment?: TpmEnrolmentObject | null;
 }
 
 export interface NodeRecords {
@@ -123,7 +126,7 @@ export interface Rule {
 }
 
 /** World fields looked up per CSR only for the rules that declare them. */
-export type WorldRead = 'node' | 'blocking' | 'apiServer' | 'records' | 'inventory';
+export type WorldRead = 'node' | 'blocking' | 'apiServer' | 'records' | 'inventory' | 'tpmEnrolment';
 
 export const NODE_USER_PREFIX = 'system:node:';
 export const NODES_GROUP = 'system:nodes';

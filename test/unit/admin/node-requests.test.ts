@@ -7,7 +7,8 @@
 import t from 'tap';
 import { listNodes, replaceNode, revokeNode, unrevokeNode } from '../../../agent/admin/node-requests.js';
 import { ExitCode } from '../../../agent/errors.js';
-import { renderNodeTable, renewerOf } from '../../../agent/admin/node.js';
+import { attestationOf, renderNodeTable, renewerOf } from '../../../agent/admin/node.js';
+import { newRecord } from '../../../agent/records/kinds.js';
 import { craftCsrPem } from '../../support/approver.js';
 import { HOSTILE, RAW } from '../../support/hostile.js';
 import { mockAdmin, notFound } from '../../support/mock-admin.js';
@@ -256,6 +257,12 @@ t.test('node list: identity, newest certificate a CSR shows, who renews, revoked
     metadata: { name: 'inventory' },
     spec: { nodes: { n1: `ips: 10.0.0.1; tpm-ak: ${AK}`, n2: 'ips: 10.0.0.2', spare: `tpm-ek: ${'cd'.repeat(32)}` } },
   }));
+  on('GET', '/apis/kubeboot.io/v1alpha1/tpmenrolments', 200, () => ({
+    kind: 'TpmEnrolmentList',
+    metadata: {},
+    // For another EK than the inventory's: stale, so spare is still not enrolled.
+    items: [{ metadata: { name: 'spare' }, spec: { ekHash: 'ab'.repeat(32), akName: AK } }],
+  }));
   const rows = await listNodes(client);
   t.same(
     rows.map((r) => [r.name, r.registered, r.certificateExpires, r.renewedBy, r.revoked !== null, r.replacement?.at ?? null]),
@@ -277,9 +284,15 @@ t.test('node list: identity, newest certificate a CSR shows, who renews, revoked
       ['n1', `tpm-ak ${AK.slice(0, 16)}…`],
       ['n2', 'none'],
       ['n3', 'none'],
-      ['spare', 'tpm-ek only (AK not enrolled: refused)'],
+      ['spare', 'tpm-ek only (AK not enrolled yet: challenged at its first join)'],
     ],
     "each name's TPM enrolment from the inventory",
+  );
+  const fromEk = new Map([['spare', newRecord('tpmenrolments', 'spare', { spec: { ekHash: 'cd'.repeat(32), akName: AK } })]]);
+  t.equal(
+    attestationOf({ spare: `tpm-ek: ${'cd'.repeat(32)}` }, 'spare', fromEk),
+    `tpm-ak ${AK.slice(0, 16)}… (enrolled from tpm-ek)`,
+    'an AK enrolled from the EK (tpmenrolments.kubeboot.io) is shown as such',
   );
   const out = renderNodeTable(rows);
   t.equal(out.search(RAW), -1, 'no raw control character');

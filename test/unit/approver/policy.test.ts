@@ -526,7 +526,7 @@ t.test('the rule table marks the rules of one kind of requester and names both s
   );
 });
 
-const WORLD_READS = ['node', 'blocking', 'apiServer', 'records', 'inventory'] as const;
+const WORLD_READS = ['node', 'blocking', 'apiServer', 'records', 'inventory', 'tpmEnrolment'] as const;
 
 t.test(
   'a rule reads the Node, the CSRs standing before it, the API server, the records and the inventory only when it declares them (nothing else is looked up)',

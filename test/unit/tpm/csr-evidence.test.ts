@@ -120,10 +120,10 @@ t.test('each copy or forgery is refused, naming the check', async (t) => {
       want: /is TPM-bound .* carries no KUBEBOOT TPM EVIDENCE: only kubeboot with --tpm/,
     },
     {
-      what: 'a name enrolled by its EK alone (its AK not recorded yet)',
+      what: "a name enrolled by another TPM's EK alone (test/unit/tpm/enrolment.test.ts has the rest)",
       request: () => facts(csrPem, evidenceA),
       raw: () => `tpm-ek: ${'aa'.repeat(32)}`,
-      want: /enrolled by its TPM's EK alone .* enroll the AK too/,
+      want: /the evidence's EK is [0-9a-f]{12}…, not node worker-1's enrolled aaaaaaaaaaaa…/,
     },
     {
       what: 'a signature bit flipped',
