@@ -87,7 +87,8 @@ const noTakeover: Rule = {
     if (world.node === null) return null;
     const mark = world.records!.replacement;
     const live = `Node ${nodeName} exists: a bootstrap token never takes over a registered node's name`;
-    if (mark === null) return `${live} (once that machine is gone, kubeboot node replace ${nodeName} --old-machine-gone marks it as being replaced; a machine that may still run keeps its name, and the new one gets another)`;
+    if (mark === null)
+      return `${live} (once that machine is gone, kubeboot node replace ${nodeName} --old-machine-gone marks it as being replaced; a machine that may still run keeps its name, and the new one gets another)`;
     if (mark.claimedBy === csr.uid) return null;
     if (mark.tokenId !== tokenIdOf(csr.username))
       return `${live}; its replacement mark is for ${mark.tokenId ? `token ${show(mark.tokenId)}` : 'no token yet (kubeboot token create --node binds it)'}`;
