@@ -8,6 +8,7 @@ import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
 import { excerpt } from '../text.js';
 import type { Clock } from '../time/clock.js';
+import { quotedPcr } from '../tpm/csr-evidence.js';
 import { decideCsr, warnOnCsr, type DecisionWrite } from './api.js';
 import type { ApproverCsr } from './csr-facts.js';
 import { AUTHORIZED_RULE, type Decision } from './decide.js';
@@ -61,6 +62,8 @@ export async function approve(csr: ApproverCsr, decision: Extract<Decision, { ki
   const write = await ctx.timed('approval', () => decideCsr(ctx.client, csr, 'Approved', message, ctx.signal));
   if (!written(csr, write, ctx)) return;
   ctx.metrics.decision(csr.spec.signerName, 'approved', decision.policy);
+  const pcr7 = decision.pcrValues === undefined ? undefined : quotedPcr(decision.pcrValues, 7);
+  if (pcr7 !== undefined) ctx.metrics.tpmAttested(pcr7.toString('hex'));
   const created = Date.parse(csr.metadata.creationTimestamp ?? '');
   if (!Number.isNaN(created)) ctx.metrics.approvalLatency((ctx.clock.now().getTime() - created) / 1000);
   ctx.logger.info('approved CSR', { ...logFields(csr), policy: decision.policy });

@@ -20,12 +20,14 @@ import { tpmBinding } from '../records/inventory.js';
 import type { TpmEnrolmentObject } from '../records/kinds.js';
 import { withChallenge, withEnrolledAk } from '../records/tpm-enrolment.js';
 import { challengeMessage, makeChallenge } from '../tpm/challenge.js';
+import { pcrReport } from '../tpm/csr-evidence.js';
 import { TPM_ATTESTED_RULE, tpmVerdictOf, type TpmVerdict } from './rules/tpm-attested.js';
 
 export type Decision =
   | { kind: 'ignore'; why: 'not-ours' | 'settled' }
   /** `claims`: to be written, in order, before the approval (empty but for a bootstrap token's kubelet client CSR). */
-  | { kind: 'approve'; policy: PolicyName; message: string; claims: Claim[] }
+  /** `pcrValues`: the PCRs of the TPM quote tpm-attested verified (EVIDENCE_PCRS order), reported with the approval. */
+  | { kind: 'approve'; policy: PolicyName; message: string; claims: Claim[]; pcrValues?: readonly Buffer[] }
   | { kind: 'violation'; policy: PolicyName; rule: string; message: string }
   /**
    * A CSR that passed every rule but is from a TPM whose AK is not enrolled
@@ -177,13 +179,17 @@ export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups:
   // Last, after the name's: a lost race for the name leaves the AK enrolled, which is that TPM's AK all the same.
   if (tpm?.kind === 'enrol' && world.tpmEnrolment != null)
     claims.push(wholeClaim(nodeName!, withEnrolledAk(nodeName!, world.tpmEnrolment, tpm.ekHash, tpm.akName, facts.uid)));
+  const pcrValues = tpm?.kind === 'pass' || tpm?.kind === 'enrol' ? tpm.pcrValues : undefined;
+  // The quoted PCRs on the approval itself: where an admin reads a node's boot state, and writes a PCR policy from.
+  const quoted = pcrValues === undefined ? '' : `; its TPM quoted SHA-256 PCRs ${pcrReport(pcrValues)}`;
   return {
     kind: 'approve',
     policy: policyName,
     message: `${policyName}: every rule passed (${applicable(spec.rules, facts, policy)
       .map((r) => r.name)
-      .join(', ')}) and ${facts.username} may create certificatesigningrequests/${subresource}`,
+      .join(', ')}) and ${facts.username} may create certificatesigningrequests/${subresource}${quoted}`,
     claims,
+    ...(pcrValues === undefined ? {} : { pcrValues }),
   };
 }
 

@@ -18,7 +18,12 @@ export interface ApproverMetrics {
   csrCache(read: () => CsrCacheState): void;
   /** A pending CSR left out (undecided) because its requester is past its share, by kind of requester. */
   overflow(requester: OverflowRequester): void;
+  /** An approval on a verified TPM quote, by its PCR 7 (secure-boot state), hex. */
+  tpmAttested(pcr7: string): void;
 }
+
+/** Distinct PCR 7 values given a label of their own; later ones are counted as `other` (the label set stays bounded whatever nodes quote). */
+export const PCR7_LABELS = 32;
 
 /** Kinds of requester, so the label's values are these three whatever names requesters have. */
 export type OverflowRequester = 'node' | 'bootstrap' | 'other';
@@ -112,8 +117,20 @@ export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}
       this.set(cache().full ? 1 : 0);
     },
   });
+  const attested = new Counter({
+    name: 'kubeboot_approver_tpm_attested_total',
+    help: `Kubelet client CSRs approved on a verified TPM quote, by the quoted SHA-256 PCR 7 (secure-boot state; its first 16 hex digits, the first ${PCR7_LABELS} values seen, then other)`,
+    labelNames: ['pcr7'] as const,
+    registers: [registry],
+  });
+  const pcr7Seen = new Set<string>();
   return {
     registry,
+    tpmAttested: (pcr7) => {
+      const value = pcr7.slice(0, 16);
+      if (!pcr7Seen.has(value) && pcr7Seen.size < PCR7_LABELS) pcr7Seen.add(value);
+      attested.inc({ pcr7: pcr7Seen.has(value) ? value : 'other' });
+    },
     decision: (signer, decision, rule) => decisions.inc({ signer, decision, rule }),
     approvalLatency: (seconds) => latency.observe(Math.max(0, seconds)),
     leader: (leading) => leader.set(leading ? 1 : 0),

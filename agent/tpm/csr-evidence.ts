@@ -55,6 +55,18 @@ export const WINDOW_SECONDS = 300;
 /** The PCRs quoted and reported: SHA-256 0-7 (firmware, boot loader, secure-boot state). */
 export const EVIDENCE_PCRS: readonly PcrSelection[] = [{ hash: TPM_ALG.SHA256, pcrs: [0, 1, 2, 3, 4, 5, 6, 7] }];
 
+/** The quoted PCRs as `index=hex` (EVIDENCE_PCRS order), as the approval reports them: what a PCR policy would be written from. */
+export function pcrReport(values: readonly Buffer[]): string {
+  const indices = EVIDENCE_PCRS[0]!.pcrs;
+  return values.map((v, i) => `${indices[i]}=${v.toString('hex')}`).join(' ');
+}
+
+/** PCR `index` of the quoted values (EVIDENCE_PCRS order), or undefined when it was not quoted. */
+export function quotedPcr(values: readonly Buffer[], index: number): Buffer | undefined {
+  const at = EVIDENCE_PCRS[0]!.pcrs.indexOf(index);
+  return at < 0 ? undefined : values[at];
+}
+
 const MAGIC = 0x4b425445; // "KBTE"
 const VERSION = 2;
 /** Evidence of the first release: no EK, no credential. */

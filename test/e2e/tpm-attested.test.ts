@@ -27,7 +27,7 @@ import { approvals, craftCsrPem, csrEvents, installApprover, nodeClient, startAp
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import { forbid, kubeboot, nodeLayout } from '../support/kubeboot.js';
-import { manufactureTpm, startSwtpm, type Swtpm } from '../support/swtpm.js';
+import { manufactureTpm, startSwtpm, tpm2, type Swtpm } from '../support/swtpm.js';
 
 const KCM_BINDINGS = ['kubeboot:node-autoapprove-bootstrap', 'kubeboot:node-autoapprove-certificate-rotation'];
 const KUBELET_CLIENT = {
@@ -105,6 +105,13 @@ if (plane) {
     firstCsr = Buffer.from(mine?.spec.request ?? '', 'base64').toString();
     t.match(firstCsr, /-----END CERTIFICATE REQUEST-----\n-----BEGIN KUBEBOOT TPM EVIDENCE-----\n/, 'the CSR carries the evidence block');
     t.match(approvals(mine ?? null)[0]?.message, /tpm-attested/, 'approved with tpm-attested among the rules passed');
+    // tpm2-tools is the oracle for the PCR the approval reports (secure-boot state; swtpm's is its reset value).
+    const pcr7 = /\b7\s*:\s*0x([0-9A-Fa-f]{64})/.exec(await tpm2(a, 'tpm2_pcrread', ['sha256:7']))?.[1]?.toLowerCase();
+    t.match(
+      approvals(mine ?? null)[0]?.message,
+      new RegExp(`; its TPM quoted SHA-256 PCRs 0=[0-9a-f]{64} .*7=${pcr7}$`),
+      'the approval reports the quoted PCRs, PCR 7 as tpm2_pcrread reads it',
+    );
 
     const listed = await kubeboot(t, ['node', 'list'], { KUBECONFIG: plane.adminKubeconfig });
     t.match(listed.stdout, new RegExp(`worker-1 .* tpm-ak ${idA.akName.slice(0, 16)}…`), 'node list shows the enrolment');

@@ -27,12 +27,13 @@ export const TPM_ATTESTED_RULE = 'tpm-attested';
 
 /** What tpm-attested makes of a CSR: pass or refuse, or (a name enrolled by its EK alone) challenge it, or enrol its AK with the approval. */
 export type TpmVerdict =
-  | { kind: 'pass' }
+  /** `pcrValues`: the quoted PCRs (EVIDENCE_PCRS order) of the evidence verified, reported with the approval; absent for a name that is not TPM-bound. */
+  | { kind: 'pass'; pcrValues?: readonly Buffer[] }
   | { kind: 'refuse'; problem: string }
   /** No AK enrolled for the EK yet: the CSR is denied with a challenge for this EK and AK. `current`: the record's enrolment as read. */
   | { kind: 'challenge'; problem: string; ekPublic: TpmtPublic; akName: Buffer; ekHash: string; current: TpmEnrolment | null }
   /** The CSR answered a challenge with a quote by the AK challenged: approving it enrols that AK. */
-  | { kind: 'enrol'; akName: string; ekHash: string };
+  | { kind: 'enrol'; akName: string; ekHash: string; pcrValues: readonly Buffer[] };
 
 const PASS: TpmVerdict = { kind: 'pass' };
 const refuse = (problem: string): TpmVerdict => ({ kind: 'refuse', problem });
@@ -70,7 +71,9 @@ function verified(request: Request, created: string | undefined, akName: Buffer 
 function quotedBy(name: string, akName: string, where: string, request: Request, created: string | undefined): TpmVerdict {
   if (request.tpmEvidence == null || request.binding == null) return refuse(noEvidence(name, where));
   const evidence = verified(request, created, Buffer.from(akName, 'hex'));
-  return typeof evidence === 'string' ? refuse(`${evidence}; node ${name}'s enrolled AK is ${akName.slice(0, 12)}… (${where})`) : PASS;
+  return typeof evidence === 'string'
+    ? refuse(`${evidence}; node ${name}'s enrolled AK is ${akName.slice(0, 12)}… (${where})`)
+    : { kind: 'pass', pcrValues: evidence.pcrValues };
 }
 
 /** The standard RSA EK's encryption, which MakeCredential needs. */
@@ -121,7 +124,7 @@ export function tpmVerdict(
     record !== null &&
     answeredChallenge(record, akHex, credentialDigest(akName, credential), created ?? '') !== null
   )
-    return { kind: 'enrol', akName: akHex, ekHash };
+    return { kind: 'enrol', akName: akHex, ekHash, pcrValues: evidence.pcrValues };
   const why =
     credential === undefined
       ? `its AK ${akHex.slice(0, 12)}… is not enrolled yet`

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { createApproverMetrics } from '../../../agent/approver/metrics.js';
+import { createApproverMetrics, PCR7_LABELS } from '../../../agent/approver/metrics.js';
 
 t.test('decisions are counted by signer, decision and rule; the leader gauge follows the lease', async (t) => {
   const m = createApproverMetrics({ defaultMetrics: false });
@@ -36,4 +36,18 @@ t.test('requesters past their share: counted by kind of requester (three label v
   t.match(text, 'kubeboot_approver_requester_overflow_total{requester="node"} 0\n', 'every kind is there from the start');
   t.match(text, 'kubeboot_approver_requesters_over_share 2\n');
   t.match(text, 'kubeboot_approver_csrs_left_out 90\n');
+});
+
+t.test('TPM-attested approvals by PCR 7: its first 16 hex digits, a bounded set of values, then other', async (t) => {
+  const m = createApproverMetrics({ defaultMetrics: false });
+  const pcr7 = (n: number) => n.toString(16).padStart(4, '0').padEnd(64, 'f');
+  m.tpmAttested(pcr7(1));
+  m.tpmAttested(pcr7(1));
+  for (let n = 2; n <= PCR7_LABELS + 5; n++) m.tpmAttested(pcr7(n));
+  m.tpmAttested(pcr7(1));
+  const text = await m.registry.metrics();
+  t.match(text, `kubeboot_approver_tpm_attested_total{pcr7="${pcr7(1).slice(0, 16)}"} 3\n`, 'a value seen first keeps its label');
+  const labels = [...text.matchAll(/kubeboot_approver_tpm_attested_total\{pcr7="([^"]+)"\}/g)].map((m) => m[1]);
+  t.equal(labels.length, PCR7_LABELS + 1, `${PCR7_LABELS} values, and other`);
+  t.match(text, 'kubeboot_approver_tpm_attested_total{pcr7="other"} 5\n', 'later values are counted as other');
 });

@@ -181,6 +181,12 @@ t.test('an EK-only name: challenged, answered by its TPM, its AK enrolled once, 
     ],
     'the name is spent and the AK enrolled, on the version read',
   );
+  t.match(
+    enrolled.message,
+    `; its TPM quoted SHA-256 PCRs ${answer.evidence.pcrValues.map((v, i) => `${i}=${v.toString('hex')}`).join(' ')}`,
+    'the approval reports the PCRs 0-7 the quote covers',
+  );
+  t.same(enrolled.pcrValues, answer.evidence.pcrValues, 'and hands them to the metric');
   const after = written(enrolled, '11');
   t.match(after.spec, {
     ekHash: ekHashA,
@@ -193,6 +199,11 @@ t.test('an EK-only name: challenged, answered by its TPM, its AK enrolled once, 
   const renewed = await decide(csrObject(renewal.pem, later(60), 'system:node:worker-1'), policy, lookups(entry, after));
   t.equal(renewed.kind, 'approve', 'renewal with a quote by the enrolled AK');
   t.same(renewed.kind === 'approve' ? renewed.claims : null, [], 'nothing written at renewal');
+  t.match(
+    renewed.kind === 'approve' ? renewed.message : '',
+    / its TPM quoted SHA-256 PCRs 0=[0-9a-f]{64} .* 7=[0-9a-f]{64}$/,
+    'a renewal reports them too',
+  );
   const bare = await quotedCsr(1);
   const refused = await decide(csrObject(bare.pem, later(60), 'system:node:worker-1'), policy, lookups(`tpm-ek: ${ekHashA}`, after));
   t.match(
