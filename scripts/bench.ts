@@ -10,6 +10,7 @@
 //   - kubeboot approver: CSR created → approved p50/p99, idle RSS (scripts/bench-approver.ts)
 //   - a join storm, kube-controller-manager's csrapproving next to kubeboot approver (scripts/bench-side-by-side.ts)
 //   - time to a Ready Node: kubeboot then the real kubelet, next to the kubelet's own TLS bootstrap (scripts/bench-ready.ts)
+//   - the approver's CPU per CSR with TPM evidence to verify, next to without (scripts/bench-tpm-decide.ts)
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -21,6 +22,7 @@ import { benchIdle } from './bench-idle.js';
 import { benchReady } from './bench-ready.js';
 import { benchSideBySide } from './bench-side-by-side.js';
 import { benchStack } from './bench-stack.js';
+import { benchTpmDecide } from './bench-tpm-decide.js';
 
 const rows: [string, string][] = [];
 
@@ -140,6 +142,7 @@ try {
   rows.push(...(await benchSideBySide(plane, join(dir, 'storm'))));
   // Its own plane, serving on the host end of the node's network namespace.
   rows.push(...(await benchReady()));
+  rows.push(...(await benchTpmDecide()));
 
   rows.push([
     'cold start: node dist/kubeboot.cjs --version (median of 20)',
