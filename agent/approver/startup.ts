@@ -17,6 +17,7 @@ export interface StartupFlags {
   kubeletClient: boolean;
   unsafeApproveUnboundTokens: boolean;
   inventory: boolean;
+  tpmPcr7: readonly string[];
 }
 
 /**
@@ -51,6 +52,9 @@ export function warnFlags(flags: StartupFlags, logger: Logger): void {
     );
   if (flags.inventory && !flags.kubeletClient && !flags.kubeletServing)
     logger.warn('--inventory has no effect with --no-approve-kubelet-client and without --approve-kubelet-serving');
+  // Only names the inventory binds to a TPM are quoted; without it no PCR is ever read.
+  if (flags.tpmPcr7.length > 0 && !(flags.inventory && flags.kubeletClient))
+    logger.warn('--tpm-pcr7 has no effect without --inventory and kubelet client approval: only TPM-enrolled names quote their PCRs');
 }
 
 /**

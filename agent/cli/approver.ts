@@ -7,6 +7,7 @@ import { runApprover as run } from '../approver/run.js';
 import type { Config } from '../config/types.js';
 import { parseByteSize } from '../config/values.js';
 import type { Logger } from '../log.js';
+import { pcr7Policies } from '../tpm/pcr-policy.js';
 
 export function approverPolicy(config: Config): ApproverPolicy {
   const a = config.approver;
@@ -18,6 +19,7 @@ export function approverPolicy(config: Config): ApproverPolicy {
     serving: { enabled: a.kubeletServing, dnsSuffixes: a.servingDnsSuffixes, ipCidrs: a.servingIpCidrs },
     kubeletClient: { enabled: a.kubeletClient, unboundTokens: a.unsafeApproveUnboundTokens, protectNodes: a.protectNodes },
     inventory: a.inventory,
+    tpmPcr7: pcr7Policies(a.tpmPcr7),
   };
 }
 

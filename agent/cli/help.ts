@@ -115,6 +115,7 @@ const APPROVER = [
   'unsafe-approve-unbound-tokens',
   'protect-nodes',
   'inventory',
+  'tpm-pcr7',
   'serving-dns-suffix',
   'serving-ip-cidr',
   'deny-violations',

@@ -94,6 +94,7 @@ export function defaultConfig(nodeName: string): Config {
       unsafeApproveUnboundTokens: false,
       protectNodes: [],
       inventory: false,
+      tpmPcr7: [],
       servingDnsSuffixes: [],
       servingIpCidrs: [],
       denyViolations: false,

@@ -12,6 +12,7 @@
 import { KEY_ALGORITHMS, KUBELET_RENEWAL_MODES } from '../identity.js';
 import { defaultConfig, DEFAULT_CONFIG_FILE } from './defaults.js';
 import type { Config } from './types.js';
+import { pcr7FlagProblem } from '../tpm/pcr-policy.js';
 import {
   bootstrapTokenProblem,
   cidrProblem,
@@ -407,6 +408,13 @@ export const OPTIONS: readonly OptionSpec[] = [
     key: 'approver.inventory',
     type: 'bool',
     help: "approver: the record inventories.kubeboot.io/inventory (spec.nodes) is the authority: kubelet client CSRs (first issue and renewal) only for the node names it lists, serving IP SANs only among the addresses it lists for the node (not the Node's status.addresses); none at all while it is missing",
+  }),
+  opt('tpm-pcr7', {
+    key: 'approver.tpmPcr7',
+    type: 'strings',
+    metavar: 'PREFIX=SHA256',
+    check: pcr7FlagProblem,
+    help: "approver, with --inventory: a TPM-bound node whose name starts with PREFIX is issued only when its quote's SHA-256 PCR 7 (secure-boot state) is this value (repeatable: several values, several pools; the longest matching prefix decides, an empty one is every TPM-bound name; approvals report each node's value, docs/tpm.md)",
   }),
   opt('serving-dns-suffix', {
     key: 'approver.servingDnsSuffixes',

@@ -104,6 +104,8 @@ export interface Config {
     unsafeApproveUnboundTokens: boolean;
     protectNodes: string[];
     inventory: boolean;
+    /** --tpm-pcr7, `PREFIX=SHA256` each (tpm/pcr-policy.ts). */
+    tpmPcr7: string[];
     servingDnsSuffixes: string[];
     servingIpCidrs: string[];
     denyViolations: boolean;

@@ -6,7 +6,10 @@
 // certificate. From the apiserver's audit log: no request of
 // either program is answered 401, each switches to every new certificate
 // before the one it replaces expires, and the Node's Lease is renewed without
-// a gap as long as its duration.
+// a gap as long as its duration. The node is TPM-attested (issue 37): its
+// AK is in the inventory, the approver runs with --inventory, and every
+// kubelet client certificate, the first and each renewal, is issued on a
+// quote by that swtpm (rule tpm-attested) while the real kubelet runs on it.
 //
 // Cost: about 14 minutes of wall time (13.5 of them waiting), little CPU (one kubelet, one
 // kube-proxy, an idle plane); tap runs it beside the other files.
@@ -54,7 +57,7 @@ const iso = (ms: number) => new Date(ms).toISOString();
 
 if (await realNodeOrSkip(t)) {
   t.test(`the real kubelet and kube-proxy follow ${RENEWALS} renewals of 10-minute certificates without a 401`, async (t) => {
-    const joined = await joinRealNode(t, NAME, { plane: { signingDuration: '10m' } });
+    const joined = await joinRealNode(t, NAME, { plane: { signingDuration: '10m' }, tpm: true });
     const { plane, net, node, layout } = joined;
     await plane.admin.waitFor(
       'the Node to turn Ready',
@@ -144,6 +147,32 @@ if (await realNodeOrSkip(t)) {
       }
       t.ok(certs.length > RENEWALS, `${who} went through ${certs.length} certificates`);
     }
+
+    // Every kubelet client certificate came through rule tpm-attested: a quote in each CSR, named in each approval.
+    const kubeletCsrs = (await plane.admin.listCsrs()).filter(
+      (c) => c.spec?.signerName === 'kubernetes.io/kube-apiserver-client-kubelet' && c.status?.certificate,
+    );
+    const renewals = kubeletCsrs.filter((c) => c.spec?.username === `system:node:${NAME}`);
+    t.ok(renewals.length >= RENEWALS, `${renewals.length} kubelet client renewals were issued`);
+    t.same(
+      kubeletCsrs
+        .filter(
+          (c) =>
+            !Buffer.from(c.spec?.request ?? '', 'base64')
+              .toString()
+              .includes('-----BEGIN KUBEBOOT TPM EVIDENCE-----'),
+        )
+        .map((c) => c.metadata.name),
+      [],
+      `each of the ${kubeletCsrs.length} issued kubelet client CSRs carries the TPM's quote`,
+    );
+    t.same(
+      kubeletCsrs
+        .filter((c) => !/tpm-attested/.test(c.status?.conditions?.find((k: { type: string }) => k.type === 'Approved')?.message ?? ''))
+        .map((c) => c.metadata.name),
+      [],
+      'and each was approved with tpm-attested among the rules passed',
+    );
 
     // matches the kubelet's defaults: nodeLeaseDurationSeconds 40, renewed every 10 s.
     const leaseUpdates = requestSpans(auditEventsFrom(plane, net.nodeIp, 'kubelet/'))

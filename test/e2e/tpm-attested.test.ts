@@ -54,7 +54,8 @@ if (plane) {
   const [a, b] = tpms as [Swtpm, Swtpm];
   for (const sw of tpms) t.teardown(() => rm(sw.dir, { recursive: true, force: true }));
 
-  const approver = startApprover(config, ['--approve-kubelet-client', '--inventory', '--resync-period', '10m']);
+  const APPROVER_FLAGS = ['--approve-kubelet-client', '--inventory', '--resync-period', '10m'];
+  let approver = startApprover(config, APPROVER_FLAGS);
   t.teardown(async () => {
     approver.child.kill('SIGTERM');
     await approver.done;
@@ -294,4 +295,38 @@ if (plane) {
       t.notMatch(approver.output(), 'could not decide on CSR', 'no decision failed');
     },
   );
+  // Last: it restarts the approver with a pool policy.
+  t.test('--tpm-pcr7: a name is issued only on a quote of a PCR 7 its pool allows, the longest prefix deciding', async (t) => {
+    const pcr7A = /\b7\s*:\s*0x([0-9A-Fa-f]{64})/.exec(await tpm2(a, 'tpm2_pcrread', ['sha256:7']))?.[1]?.toLowerCase();
+    t.ok(pcr7A, "machine A's PCR 7, read by tpm2_pcrread");
+    approver.child.kill('SIGTERM');
+    await approver.done;
+    approver = startApprover(config, [...APPROVER_FLAGS, '--tpm-pcr7', `worker-1=${pcr7A}`, '--tpm-pcr7', `worker-=${'ab'.repeat(32)}`]);
+    await approver.waitForOutput(/became the leader/, 60_000);
+    await approver.waitForOutput(/record seen: inventories\.kubeboot\.io\/inventory/, 60_000);
+
+    const renewed = await kubeboot(t, ['renew', '--config', node.config]);
+    t.equal(renewed.code, 0, `worker-1 quotes the PCR 7 its own prefix allows: renewed\n${renewed.stderr}`);
+    const self = await nodeClient(plane, 'worker-2');
+    clients.push(self);
+    // Both swtpms start with PCR 7 at its reset value (zeros); B's now measures another secure-boot state.
+    await tpm2(b, 'tpm2_pcrextend', [`7:sha256=${'5b'.repeat(32)}`]);
+    const pem = await craftCsrPem({ cn: 'system:node:worker-2', o: ['system:nodes'] });
+    const evidence = await withTpm({ swtpmTcp: b.address }, (tpm) => quoteCsr(tpm, pemBlocks(pem)[0]!.der, new Date()));
+    const outside = await refused(
+      await submitCsr(self, {
+        ...KUBELET_CLIENT,
+        cn: 'system:node:worker-2',
+        name: 'b-pcr7',
+        pem: `${pem.trimEnd()}\n${evidencePem(evidence)}`,
+      }),
+      'tpm-attested',
+    );
+    t.match(
+      outside.message,
+      /node worker-2 quoted PCR 7 [0-9a-f]{64}, which --tpm-pcr7 does not allow for names "worker-\*"/,
+      "worker-2's renewal, quoted by its enrolled AK, is refused: its PCR 7 is not the pool's",
+    );
+    t.notMatch(approver.output(), 'could not decide on CSR', 'no decision failed');
+  });
 }

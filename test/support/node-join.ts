@@ -8,12 +8,16 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Test } from 'tap';
 import type { IdentityName } from '../../agent/identity.js';
+import { INVENTORY_NAME, newRecord, recordsPath } from '../../agent/records/kinds.js';
+import { identify, withTpm } from '../../agent/tpm/identify.js';
 import { installApprover, startApprover } from './approver.js';
 import { controlPlaneBinaries, onPath } from './binaries.js';
 import { withControlPlane, type ControlPlane, type StartOptions } from './controlplane.js';
 import { assertNoSecrets, handToken, kubeboot, nodeLayout, startKubeboot, type NodeLayout, type Running } from './kubeboot.js';
 import { createNodeNetwork, snapshotHost, type HostSnapshot, type NodeNetwork } from './netns.js';
+import { expectStatus } from './http.js';
 import { nodeBinaries, startRealNode, writeKubeletConfig, type RealNode, type RealNodeOptions } from './realnode.js';
+import { manufactureTpm, startSwtpm } from './swtpm.js';
 
 /**
  * The real node's binaries, or a loud skip where they cannot run: not root
@@ -83,6 +87,12 @@ export interface JoinOptions {
   sharedCertDir?: boolean;
   /** Another kubelet binary (version skew). */
   kubeletBinary?: string;
+  /**
+   * A TPM-attested node (issue 37): a swtpm on loopback whose AK the
+   * inventory holds for the node, kubeboot with `tpm: swtpm:…`, the approver
+   * with `--inventory`, so every kubelet client CSR must carry its quote.
+   */
+  tpm?: boolean;
 }
 
 export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): Promise<JoinedNode> {
@@ -107,15 +117,27 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
   });
 
   const approverConfig = await installApprover(plane, dir);
+  const swtpm = o.tpm ? await startSwtpm(await manufactureTpm()) : null;
+  if (swtpm !== null) {
+    stops.push(async () => {
+      await swtpm.stop();
+      rmSync(swtpm.dir, { recursive: true, force: true });
+    });
+    const { akName } = await withTpm({ swtpmTcp: swtpm.address }, (tpm) => identify(tpm, new Date()));
+    const inventory = newRecord('inventories', INVENTORY_NAME, { spec: { nodes: { [name]: `tpm-ak: ${akName}` } } });
+    expectStatus(await plane.admin.request('POST', recordsPath('inventories'), inventory), 'the inventory', 201);
+  }
   const approver = startApprover(approverConfig, [
     '--approve-kubelet-client',
     ...(o.servingBootstrap || o.kubebootServing ? ['--approve-kubelet-serving', '--serving-ip-cidr', `${net.nodeIp}/32`] : []),
+    ...(swtpm !== null ? ['--inventory'] : []),
   ]);
   stops.push(async () => {
     approver.child.kill('SIGTERM');
     await approver.done;
   });
   await approver.waitForOutput(/became the leader/, 60_000);
+  if (swtpm !== null) await approver.waitForOutput(/record seen: inventories\.kubeboot\.io\/inventory/, 60_000);
 
   const nodeDir = join(dir, 'n');
   const layoutDir = join(dir, 'node');
@@ -138,6 +160,7 @@ export async function joinRealNode(t: Test, name: string, o: JoinOptions = {}): 
     kubeProxy: { enabled: true },
     kubelet: { configFile: kubeletConfigFile, ...kubeletSettings },
     ...(o.kubebootServing ? { kubeletServing: { enabled: true, certDir: kubeletCertDir, ipAddresses: [net.nodeIp] } } : {}),
+    ...(swtpm !== null ? { tpm: `swtpm:${swtpm.address}` } : {}),
     ...otherSettings,
   });
   if (layout.kubeletCertDir !== kubeletCertDir || layout.kubeletKubeconfig !== nodeOptions.kubeletKubeconfig)

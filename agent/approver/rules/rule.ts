@@ -9,6 +9,7 @@ import { dns1123SubdomainProblem } from '../../config/values.js';
 import type { Replacement, Revocation, TokenBinding } from '../../records/bindings.js';
 import type { InventoryLookup } from '../../records/inventory.js';
 import type { TpmEnrolmentObject } from '../../records/kinds.js';
+import type { Pcr7Policy } from '../../tpm/pcr-policy.js';
 import { excerpt } from '../../text.js';
 import type { ApiServerFacts } from '../apiserver.js';
 import type { RequestFacts } from '../request.js';
@@ -32,6 +33,8 @@ export interface ApproverPolicy {
    * (first issue and renewal) only for listed names, serving IP SANs only among the listed addresses.
    */
   inventory?: boolean;
+  /** --tpm-pcr7: the PCR 7 values each pool's TPM-bound names may quote (tpm/pcr-policy.ts). */
+  tpmPcr7?: Pcr7Policy[];
 }
 
 export interface KubeletClientPolicy {

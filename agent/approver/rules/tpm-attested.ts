@@ -18,6 +18,7 @@ import { answeredChallenge, CHALLENGE_TTL_SECONDS, enrolmentOf, enrolmentRef, ty
 import { credentialDigest } from '../../tpm/challenge.js';
 import { TPM_ALG } from '../../tpm/constants.js';
 import { EVIDENCE_PEM_TYPE, verifyCsrEvidence, WINDOW_SECONDS, type CsrEvidence } from '../../tpm/csr-evidence.js';
+import { pcr7PolicyFor, pcr7Problem, type Pcr7Policy } from '../../tpm/pcr-policy.js';
 import type { TpmtPublic } from '../../tpm/structures.js';
 import { ekPublicKeyHash, EvidenceError, tpmName } from '../../tpm/verify.js';
 import type { Rule, RuleInput } from './rule.js';
@@ -31,7 +32,15 @@ export type TpmVerdict =
   | { kind: 'pass'; pcrValues?: readonly Buffer[] }
   | { kind: 'refuse'; problem: string }
   /** No AK enrolled for the EK yet: the CSR is denied with a challenge for this EK and AK. `current`: the record's enrolment as read. */
-  | { kind: 'challenge'; problem: string; ekPublic: TpmtPublic; akName: Buffer; ekHash: string; current: TpmEnrolment | null }
+  | {
+      kind: 'challenge';
+      problem: string;
+      ekPublic: TpmtPublic;
+      akName: Buffer;
+      ekHash: string;
+      current: TpmEnrolment | null;
+      pcrValues: readonly Buffer[];
+    }
   /** The CSR answered a challenge with a quote by the AK challenged: approving it enrols that AK. */
   | { kind: 'enrol'; akName: string; ekHash: string; pcrValues: readonly Buffer[] };
 
@@ -67,6 +76,14 @@ function verified(request: Request, created: string | undefined, akName: Buffer 
   }
 }
 
+/** A verdict that passes, enrols or challenges refused when its quoted PCR 7 is not one the name's pool allows (--tpm-pcr7). */
+function withinPcrPolicy(verdict: TpmVerdict, name: string, pcr7: Pcr7Policy | null): TpmVerdict {
+  // A machine outside the pool's boot state is not worth a challenge either.
+  if (verdict.kind === 'refuse') return verdict;
+  const problem = verdict.pcrValues === undefined ? null : pcr7Problem(name, verdict.pcrValues, pcr7);
+  return problem === null ? verdict : refuse(problem);
+}
+
 /** A quote by `akName`, the AK `where` says is enrolled. */
 function quotedBy(name: string, akName: string, where: string, request: Request, created: string | undefined): TpmVerdict {
   if (request.tpmEvidence == null || request.binding == null) return refuse(noEvidence(name, where));
@@ -81,8 +98,18 @@ function challengeableEk(ek: TpmtPublic): boolean {
   return ek.type === TPM_ALG.RSA && 'mode' in ek.symmetric && ek.symmetric.alg === TPM_ALG.AES && ek.symmetric.mode === TPM_ALG.CFB;
 }
 
-/** The verdict on one CSR of the inventory entry's name (see the header). */
+/** The verdict on one CSR of the inventory entry's name (see the header), its quote's PCR 7 within `pcr7` when given. */
 export function tpmVerdict(
+  entry: InventoryEntry,
+  request: Request,
+  created: string | undefined,
+  enrolment: TpmEnrolmentObject | null,
+  pcr7: Pcr7Policy | null = null,
+): TpmVerdict {
+  return withinPcrPolicy(quoteVerdict(entry, request, created, enrolment), entry.name, pcr7);
+}
+
+function quoteVerdict(
   entry: InventoryEntry,
   request: Request,
   created: string | undefined,
@@ -136,6 +163,7 @@ export function tpmVerdict(
     akName,
     ekHash,
     current: record,
+    pcrValues: evidence.pcrValues,
   };
 }
 
@@ -149,7 +177,16 @@ export function tpmVerdictOf(input: RuleInput): TpmVerdict | null {
   if (lookup == null || !lookup.found || lookup.entry === null || 'problem' in lookup.entry || csr.request === null) return null;
   let verdict = verdicts.get(input);
   if (verdict === undefined)
-    verdicts.set(input, (verdict = tpmVerdict(lookup.entry, csr.request, csr.created, world.tpmEnrolment ?? null)));
+    verdicts.set(
+      input,
+      (verdict = tpmVerdict(
+        lookup.entry,
+        csr.request,
+        csr.created,
+        world.tpmEnrolment ?? null,
+        pcr7PolicyFor(lookup.entry.name, input.policy.tpmPcr7),
+      )),
+    );
   return verdict;
 }
 
@@ -158,7 +195,7 @@ export const tpmAttested: Rule = {
   name: TPM_ATTESTED_RULE,
   reads: ['inventory', 'tpmEnrolment'],
   inventory: 'on',
-  summary: `when the node's entry in \`${INVENTORY_REF}\` carries \`tpm-ak\` (\`kubeboot node enroll\`), \`spec.request\` carries a \`${EVIDENCE_PEM_TYPE}\` block after the request: a quote by that AK (restricted, fixedTPM, ECDSA P-256 signing key), its signature valid, over SHA-256 of this CSR's subject, public key and a ${WINDOW_SECONDS / 60}-minute window within one of the CSR's creationTimestamp, covering SHA-256 PCRs 0-7 (docs/tpm.md). A name with only \`tpm-ek\`: the AK enrolled from that EK (\`tpmenrolments.kubeboot.io/<n>\`) as if it were \`tpm-ak\`; while none is, a CSR whose evidence carries that EK and a valid quote by its AK passes this rule and, once every other rule and the review pass too, is denied with a credential challenge for that EK and AK (condition reason \`KubebootTpmChallenge\`); the CSR that answers it (the credential, and a quote by the AK challenged, within 10 minutes) enrols that AK, once. Names without either are not checked (and an unlisted name is refused by \`inventory-listed\`)`,
+  summary: `when the node's entry in \`${INVENTORY_REF}\` carries \`tpm-ak\` (\`kubeboot node enroll\`), \`spec.request\` carries a \`${EVIDENCE_PEM_TYPE}\` block after the request: a quote by that AK (restricted, fixedTPM, ECDSA P-256 signing key), its signature valid, over SHA-256 of this CSR's subject, public key and a ${WINDOW_SECONDS / 60}-minute window within one of the CSR's creationTimestamp, covering SHA-256 PCRs 0-7 (docs/tpm.md). A name with only \`tpm-ek\`: the AK enrolled from that EK (\`tpmenrolments.kubeboot.io/<n>\`) as if it were \`tpm-ak\`; while none is, a CSR whose evidence carries that EK and a valid quote by its AK passes this rule and, once every other rule and the review pass too, is denied with a credential challenge for that EK and AK (condition reason \`KubebootTpmChallenge\`); the CSR that answers it (the credential, and a quote by the AK challenged, within 10 minutes) enrols that AK, once. With \`--tpm-pcr7 PREFIX=SHA256\`, a TPM-bound name under PREFIX (the longest that matches) must also quote one of its PCR 7 values. Names without either are not checked (and an unlisted name is refused by \`inventory-listed\`)`,
   // A challenge passes here: it is sent only to a CSR every other rule and the review pass (decide.ts).
   check: (input) => {
     const verdict = tpmVerdictOf(input);

@@ -13,6 +13,7 @@ import { decide, type Decision } from '../../../agent/approver/decide.js';
 import type { Lookups } from '../../../agent/approver/lookups.js';
 import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { tpmVerdict } from '../../../agent/approver/rules/tpm-attested.js';
+import { pcr7Policies } from '../../../agent/tpm/pcr-policy.js';
 import { requestFacts } from '../../../agent/approver/request.js';
 import { generateKey } from '../../../agent/pki/keys.js';
 import { pemBlocks } from '../../../agent/pki/pem.js';
@@ -456,5 +457,31 @@ t.test(
     t.same(first?.ekPublic, ekPublic, 'and the EK, for the approver to challenge');
     t.same(answer?.credential, Buffer.alloc(32, 9), 'the answer carries the credential the TPM opened');
     t.same(tpmName(answer!.akPublic), akName, 'quoted by the same AK');
+  },
+);
+
+t.test(
+  '--tpm-pcr7: a TPM-bound name is issued only on a quote of a PCR 7 its pool allows (the longest prefix), before any challenge',
+  async (t) => {
+    const { pem, evidence } = await quotedCsr(0);
+    const pcr7 = evidence.pcrValues[7]!.toString('hex');
+    const ak = tpmName(evidence.akPublic).toString('hex');
+    const withPolicy = (...flags: string[]): ApproverPolicy => ({ ...policy, tpmPcr7: pcr7Policies(flags) });
+    const other = 'ab'.repeat(32);
+    const renewal = () => csrObject(pem, T, 'system:node:worker-1');
+
+    const allowed = await decide(renewal(), withPolicy(`worker-=${other}`, `worker-1=${pcr7}`), lookups(`tpm-ak: ${ak}`, null));
+    t.equal(allowed.kind, 'approve', 'PCR 7 as its own prefix allows: approved');
+    const refused = await decide(renewal(), withPolicy(`worker-=${other}`, `worker-1x=${pcr7}`), lookups(`tpm-ak: ${ak}`, null));
+    t.match(
+      refused.kind === 'violation' ? refused.message : refused.kind,
+      `kubelet-client rule tpm-attested: node worker-1 quoted PCR 7 ${pcr7}, which --tpm-pcr7 does not allow for names "worker-*"`,
+      'another pool value: refused, the rule and the pool named',
+    );
+    const unbound = await decide(renewal(), withPolicy(`=${other}`), lookups('', null));
+    t.equal(unbound.kind, 'approve', 'a name with no TPM identity is never asked for PCRs');
+
+    const ekOnly = await decide(csrObject(pem), withPolicy(`worker-=${other}`), lookups(`tpm-ek: ${ekHashA}`, null));
+    t.equal(ekOnly.kind, 'violation', 'enrolment from the EK: a quote outside the policy is refused, not challenged');
   },
 );
