@@ -5,10 +5,12 @@
  * workers take batches off it and call the sync function (sync.ts), which
  * decides and acts while this process holds the lease (leader.ts); what is
  * to be looked at again goes back into the queue after its back-off. A
- * requester is in one batch at a time, and of a signer whose rules read the
- * CSRs standing before one (one-unissued-per-node) a batch holds one CSR of
- * a requester; of the others any number (a pool token's first issues:
- * batch.ts spends its names in order).
+ * requester is decided in one batch at a time, and of a signer whose rules
+ * read the CSRs standing before one (one-unissued-per-node) a batch holds one
+ * CSR of a requester, held until its decision is written; of the others any
+ * number (a pool token's first issues: batch.ts spends its names in order),
+ * and the requester's next batch is decided once this one's claims are
+ * written, while its approvals are.
  */
 import type { KubeClient } from '../kube/client.js';
 import type { Logger } from '../log.js';
@@ -148,6 +150,10 @@ export class CertificateController {
       records,
       io,
       leading: () => this.leader.isLeader(),
+      // A pool's next batch is decided on the names this one claimed while its approvals are written.
+      claimed: (names) => {
+        for (const name of names) this.#queue.release(name);
+      },
       remember: (csr) => informer.remember(csr),
       memory: this.#memory,
       metrics,

@@ -11,6 +11,8 @@
  * in groups (a CSR's requester) of which one batch at a time is in flight,
  * holding at most one key of the group's exclusive kind and nothing after it:
  * the one-blocking-CSR-per-requester rule (one-unissued-per-node relies on it).
+ * A worker may `release` keys of the other kind before `done`, once what the
+ * group's next batch must see is written: the group goes to the next batch.
  */
 import type { Clock, TimerHandle } from '../time/clock.js';
 import { nextDelay, type BackoffOptions } from '../time/backoff.js';
@@ -40,7 +42,8 @@ export class WorkQueue<K> {
   readonly #processing = new Set<K>();
   /** Group → its keys a worker has. */
   readonly #busy = new Map<string, number>();
-  readonly #groupOf = new Map<K, string>();
+  /** Key a worker has → its group, and whether it was taken as the group's exclusive kind. */
+  readonly #groupOf = new Map<K, { group: string; exclusive: boolean }>();
   /** Key → its one pending add-after: the earliest asked. */
   readonly #later = new Map<K, { due: number; timer: TimerHandle }>();
   readonly #failures = new Map<K, number>();
@@ -116,13 +119,31 @@ export class WorkQueue<K> {
   /** The worker is done with the key: added again meanwhile, it is queued again. */
   done(key: K): void {
     if (!this.#processing.delete(key)) return;
-    const group = this.#groupOf.get(key) ?? '';
+    const busy = this.#leaveGroup(key);
+    if (this.#dirty.has(key)) this.#queue(key);
+    else if (busy === 0) this.#wake();
+  }
+
+  /**
+   * The worker still has the key, but its group may go to another batch:
+   * what the next batch of the group must see is written already (a pool's
+   * names claimed; their approvals still to come). Not for a key of the
+   * exclusive kind, whose next one must see its decision written.
+   */
+  release(key: K): void {
+    if (this.#groupOf.get(key)?.exclusive !== false) return;
+    if (this.#leaveGroup(key) === 0) this.#wake();
+  }
+
+  /** The key no longer holds its group; the group's keys still held (null: it held none). */
+  #leaveGroup(key: K): number | null {
+    const group = this.#groupOf.get(key)?.group;
+    if (group === undefined) return null;
     this.#groupOf.delete(key);
     const busy = (this.#busy.get(group) ?? 1) - 1;
     if (busy > 0) this.#busy.set(group, busy);
     else this.#busy.delete(group);
-    if (this.#dirty.has(key)) this.#queue(key);
-    else if (busy === 0) this.#wake();
+    return busy;
   }
 
   /** Keys to be processed (waiting for a worker, or added again while one has them). */
@@ -170,7 +191,7 @@ export class WorkQueue<K> {
         if (placement === null) continue;
         if (addedAt !== undefined) this.#opts.waited?.((this.#opts.clock.monotonic() - addedAt) / 1000);
         this.#processing.add(key);
-        this.#groupOf.set(key, group);
+        this.#groupOf.set(key, { group, exclusive: placement.exclusive });
         batch.push(key);
         took++;
         if (placement.exclusive) break;

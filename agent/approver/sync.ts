@@ -12,7 +12,7 @@ import { KubebootError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
 import type { RecordInformers } from '../records/informer.js';
 import { approve, challenge, violation, type ActContext } from './act.js';
-import { getRecord, writeClaim } from './api.js';
+import { getRecord, writeClaim, type Claim } from './api.js';
 import { decideBatch, RecordView, type Outcome } from './batch.js';
 import { isSettled, type ApproverCsr } from './csr-facts.js';
 import type { CsrInformer } from './informer.js';
@@ -35,6 +35,8 @@ export interface SyncContext extends ActContext {
   io: Lookups;
   /** Whether this process holds the lease now. */
   leading(): boolean;
+  /** What these CSRs spend is written (their decisions still to be acted on): their requesters' next CSRs may be decided meanwhile. */
+  claimed?(names: readonly string[]): void;
 }
 
 /** A CSR to look at again after its back-off, with the error that kept it from a decision (null: a rule that may pass later). */
@@ -74,7 +76,9 @@ export async function syncCertificateRequests(names: readonly string[], ctx: Syn
   const began = ctx.clock.monotonic();
   try {
     const outcomes = await decideAndClaim(batch, ctx);
-    return outcomes === null ? [] : await act(outcomes, ctx);
+    if (outcomes === null) return [];
+    ctx.claimed?.(batch.map((csr) => csr.metadata.name));
+    return await act(outcomes, ctx);
   } catch (err) {
     const ours = signers(ctx.policy);
     return batch.filter((csr) => ours.has(csr.spec.signerName)).map((csr) => ({ name: csr.metadata.name, error: err as Error }));
@@ -110,18 +114,46 @@ async function decideAndClaim(batch: ApproverCsr[], ctx: SyncContext): Promise<O
  * CSR, which its own claims still allow.
  */
 async function claim(view: RecordView, ctx: SyncContext): Promise<string | null> {
-  for (const claim of view.claims()) {
-    const written = await ctx.timed('claim', () => writeClaim(ctx.client, claim, ctx.signal));
-    if (written !== null) {
-      ctx.records.remember(claim.resource, written);
-      continue;
-    }
-    // Changed, made or gone meanwhile: the informer may not have it yet; the next decision must.
-    const now = await ctx.timed('record', () => getRecord(ctx.client, claim.resource, claim.name, ctx.signal));
-    ctx.records.refresh(claim.resource, claim.name, now);
-    return `${claim.resource}/${claim.name}`;
+  for (const phase of claimPhases(view.claims())) {
+    const changed = await writeAll(phase, ctx);
+    if (changed !== null) return changed;
   }
   return view.changedSinceRead();
+}
+
+/**
+ * The claims in the order one decision makes them, each step written at
+ * once: the bindings (a count spent before any of its names, so a lost race
+ * for a name costs the pool one of its count, never a name twice), then the
+ * names (each create atomic on its own), then the marks. A batch of a pool's
+ * first issues is one binding write and its names side by side, not one
+ * request after another.
+ */
+function claimPhases(claims: readonly Claim[]): Claim[][] {
+  const order = (c: Claim) => (c.resource === 'tokenbindings' ? 0 : c.resource === 'nodeclaims' ? 1 : 2);
+  const phases: Claim[][] = [[], [], []];
+  for (const c of claims) phases[order(c)]!.push(c);
+  return phases.filter((p) => p.length > 0);
+}
+
+/** Writes the claims side by side; the first that met a change (read again for the next decision), or null. */
+async function writeAll(claims: readonly Claim[], ctx: SyncContext): Promise<string | null> {
+  const results = await Promise.allSettled(
+    claims.map(async (claim) => {
+      const written = await ctx.timed('claim', () => writeClaim(ctx.client, claim, ctx.signal));
+      if (written !== null) ctx.records.remember(claim.resource, written);
+      return written;
+    }),
+  );
+  const failed = results.find((r) => r.status === 'rejected');
+  if (failed !== undefined) throw failed.reason;
+  const index = results.findIndex((r) => r.status === 'fulfilled' && r.value === null);
+  if (index < 0) return null;
+  const changed = claims[index]!;
+  // Changed, made or gone meanwhile: the informer may not have it yet; the next decision must.
+  const now = await ctx.timed('record', () => getRecord(ctx.client, changed.resource, changed.name, ctx.signal));
+  ctx.records.refresh(changed.resource, changed.name, now);
+  return `${changed.resource}/${changed.name}`;
 }
 
 /** Approvals and violations of a batch whose records held, each CSR on its own: one failing is retried alone. */

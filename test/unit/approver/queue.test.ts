@@ -57,6 +57,26 @@ t.test('a batch takes at most max keys, and a group with a batch in flight is pa
   t.same(await next, ['a/3'], 'handed out once the whole batch of a is done');
 });
 
+t.test('a released batch frees its group for the next batch before done; an exclusive key is never released', async (t) => {
+  const q = queue();
+  for (const key of ['a/1', 'a/2', 'a/3', 'a/4', 'e/b1', 'e/b2']) q.add(key);
+  t.same(await q.get(2), ['a/1', 'a/2']);
+  t.same(await q.get(10), ['e/b1'], 'group a in flight');
+  q.release('a/1');
+  q.release('e/b1');
+  const next = q.get(10);
+  q.release('a/2');
+  t.same(await next, ['a/3', 'a/4'], 'group a taken once its whole batch is released, before done; group e still held');
+  q.add('a/1');
+  q.done('a/1');
+  q.done('a/2');
+  q.done('e/b1');
+  t.same(await q.get(10), ['e/b2'], 'group e at done; a/1, added again, waits while a/3 and a/4 are in flight');
+  q.done('a/3');
+  q.done('a/4');
+  t.same(await q.get(10), ['a/1']);
+});
+
 t.test('an exclusive key is only ever the one key of its group in a batch', async (t) => {
   const q = queue();
   for (const key of ['a/1', 'a/b1', 'a/b2', 'a/3']) q.add(key);

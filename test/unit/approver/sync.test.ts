@@ -12,10 +12,13 @@ import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { syncCertificateRequests, type SyncContext } from '../../../agent/approver/sync.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
-import { kubeProxyCsrOfNode } from '../../support/approver.js';
+import { bindingRecord, claimRecord } from '../../../agent/records/bindings.js';
+import type { RecordObject } from '../../../agent/records/kinds.js';
+import { craftCsrPem, kubeProxyCsrOfNode } from '../../support/approver.js';
 import { FakeClock } from '../../support/fake-time.js';
 
 const server = 'https://api.test';
+const RECORDS = '/apis/kubeboot.io/v1alpha1';
 const policy: ApproverPolicy = {
   keyAlgorithms: ['ecdsa-p256'],
   maxExpirationSeconds: 86_400,
@@ -132,3 +135,136 @@ t.test('names gone from the cache, and settled CSRs, are passed over', async (t)
   t.same(await syncCertificateRequests(['gone', 'done'], ctx), []);
   t.same(seen, { approvals: [], events: [] });
 });
+
+/** A pool token abcdef (names w*, up to 10) and its first-issue CSRs for `names`, in a batch against a mocked API server. */
+async function poolBatch(t: Test, names: string[], taken: ReadonlySet<string> = new Set()) {
+  const mock = new MockAgent();
+  mock.disableNetConnect();
+  t.teardown(() => mock.close());
+  const api = mock.get(server);
+  const log: string[] = [];
+  const made = bindingRecord('abcdef', { prefix: 'w', maxNodes: 10 }, 'secret-uid');
+  const records = new Map<string, RecordObject>([
+    ['tokenbindings/abcdef', { ...made, metadata: { ...made.metadata, resourceVersion: '7' } }],
+  ]);
+  api
+    .intercept({ path: (p) => p.startsWith('/api/v1/nodes/'), method: 'GET' })
+    .reply(404, { kind: 'Status' })
+    .persist();
+  api
+    .intercept({ path: '/apis/authorization.k8s.io/v1/subjectaccessreviews', method: 'POST' })
+    .reply(201, { status: { allowed: true } })
+    .persist();
+  api
+    .intercept({ path: `${RECORDS}/tokenbindings/abcdef/status`, method: 'PATCH' })
+    .reply<object>((req) => {
+      const body = JSON.parse(String(req.body)) as { status: { issued: { node: string }[] } };
+      log.push(`binding ${body.status.issued.map((i) => i.node).join(',')}`);
+      return { statusCode: 200, data: { ...made, metadata: { ...made.metadata, resourceVersion: '8' }, status: body.status } };
+    })
+    .persist();
+  api
+    .intercept({ path: `${RECORDS}/nodeclaims`, method: 'POST' })
+    .reply<object>((req) => {
+      const claim = JSON.parse(String(req.body)) as RecordObject;
+      log.push(`claim ${claim.metadata.name}`);
+      return taken.has(claim.metadata.name)
+        ? { statusCode: 409, data: { kind: 'Status', code: 409, reason: 'AlreadyExists' } }
+        : { statusCode: 201, data: { ...claim, metadata: { ...claim.metadata, resourceVersion: '9' } } };
+    })
+    .persist();
+  api
+    .intercept({ path: (p) => p.startsWith(`${RECORDS}/nodeclaims/`), method: 'GET' })
+    .reply<object>((req) => {
+      const name = req.path.split('/').pop()!;
+      return { statusCode: 200, data: { ...claimRecord(name, 'zzzzzz', 'uid-of-another'), metadata: { name, resourceVersion: '3' } } };
+    })
+    .persist();
+  api
+    .intercept({ path: (p) => p.startsWith(CSR_PATH) && p.endsWith('/approval'), method: 'PUT' })
+    .reply<object>((req) => {
+      const body = JSON.parse(String(req.body)) as ApproverCsr;
+      log.push(`approval ${body.metadata.name}`);
+      return { statusCode: 200, data: body };
+    })
+    .persist();
+  api
+    .intercept({ path: (p) => p.includes('/events'), method: 'POST' })
+    .reply(201, {})
+    .persist();
+  const { ctx, cache } = setup(t, 'missing');
+  const client = new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock);
+  let inFlight = 0;
+  let mostClaims = 0;
+  ctx.client = client;
+  ctx.policy = { ...policy, kubeletClient: { enabled: true, unboundTokens: false, protectNodes: [] } };
+  ctx.io = {
+    ...ctx.io,
+    node: (name) => getNode(client, name),
+    allowed: (csr, subresource) => subjectAccessReview(client, csr, subresource),
+    record: async (resource, name) => (records.get(`${resource}/${name}`) ?? null) as never,
+  };
+  ctx.records = {
+    remember: (resource, object) => void records.set(`${resource}/${object.metadata.name}`, object),
+    refresh: (resource, name, object) =>
+      void (object === null ? records.delete(`${resource}/${name}`) : records.set(`${resource}/${name}`, object)),
+  };
+  ctx.claimed = (claimed) => log.push(`claimed ${claimed.join(',')}`);
+  ctx.timed = async (call, request) => {
+    if (call !== 'claim') return request();
+    mostClaims = Math.max(mostClaims, ++inFlight);
+    try {
+      return await request();
+    } finally {
+      inFlight--;
+    }
+  };
+  for (const [i, name] of names.entries()) {
+    const pem = await craftCsrPem({ cn: `system:node:${name}`, o: ['system:nodes'] });
+    cache.set({
+      kind: 'CertificateSigningRequest',
+      metadata: { name: `csr-${name}`, uid: `uid-${i}`, resourceVersion: '5', creationTimestamp: '2026-12-01T16:00:00Z' },
+      spec: {
+        request: Buffer.from(pem).toString('base64'),
+        signerName: 'kubernetes.io/kube-apiserver-client-kubelet',
+        username: 'system:bootstrap:abcdef',
+        groups: ['system:bootstrappers', 'system:authenticated'],
+        usages: ['digital signature', 'client auth'],
+      },
+      status: {},
+    } as ApproverCsr);
+  }
+  const retries = await syncCertificateRequests(
+    names.map((n) => `csr-${n}`),
+    ctx,
+  );
+  return { log, retries, mostClaims: () => mostClaims, records };
+}
+
+t.test("a pool's first issues in one batch: its binding written once, then its names side by side, then the approvals", async (t) => {
+  const { log, retries, mostClaims } = await poolBatch(t, ['w1', 'w2', 'w3']);
+  t.same(retries, []);
+  t.equal(log[0], 'binding w1,w2,w3', 'the count is spent first, in one write');
+  t.same(log.slice(1, 4).sort(), ['claim w1', 'claim w2', 'claim w3']);
+  t.equal(mostClaims(), 3, 'the names are created at once, not one after another');
+  t.equal(log[4], 'claimed csr-w1,csr-w2,csr-w3', 'the requester is handed on once its claims are written, before any approval');
+  t.same(log.slice(5).sort(), ['approval csr-w1', 'approval csr-w2', 'approval csr-w3']);
+});
+
+t.test(
+  'a name another token spent meanwhile (409) is refused on the decision made again; the others of the batch are approved',
+  async (t) => {
+    const { log, retries } = await poolBatch(t, ['w1', 'w2', 'w3'], new Set(['w2']));
+    t.same(
+      log.filter((l) => l.startsWith('binding')),
+      ['binding w1,w2,w3'],
+      'the count lost to the race stays spent: never a name twice',
+    );
+    t.same(
+      log.filter((l) => l.startsWith('approval')).sort(),
+      ['approval csr-w1', 'approval csr-w3'],
+      'w2 is never approved; w1 and w3 on their own claims',
+    );
+    t.same(retries, [], 'token-bound is not transient: w2 is reported, not retried');
+  },
+);
