@@ -11,7 +11,6 @@
 import { decide } from '../agent/approver/decide.js';
 import type { ApproverCsr } from '../agent/approver/csr-facts.js';
 import type { Lookups } from '../agent/approver/lookups.js';
-import type { ApproverPolicy } from '../agent/approver/rules/rule.js';
 import { generateKey } from '../agent/pki/keys.js';
 import { pemBlocks } from '../agent/pki/pem.js';
 import { createCsrPem } from '../agent/pki/pkcs10.js';
@@ -19,19 +18,13 @@ import { INVENTORY_NAME, newRecord } from '../agent/records/kinds.js';
 import { evidencePem, quoteCsr } from '../agent/tpm/csr-evidence.js';
 import { identify, withTpm } from '../agent/tpm/identify.js';
 import { withSwtpm } from '../test/support/swtpm.js';
+import { INVENTORY_KUBELET_CLIENT_POLICY } from '../test/support/approver.js';
 
 const CSRS = Number(process.env.KUBEBOOT_BENCH_TPM_CSRS ?? 300);
 const ROUNDS = 5;
 const NODE = 'worker-1';
 
-const policy: ApproverPolicy = {
-  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
-  maxExpirationSeconds: 86_400,
-  keyAlgorithms: ['ecdsa-p256'],
-  serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
-  kubeletClient: { enabled: true, unboundTokens: false, protectNodes: [] },
-  inventory: true,
-};
+const policy = INVENTORY_KUBELET_CLIENT_POLICY;
 
 /** The records as the informers hold them: the inventory with `entry` for the node. */
 function lookups(entry: string): Lookups {

@@ -2,6 +2,7 @@
 // objects, node identities that submit hand-crafted CSRs, and reading the
 // decisions back (conditions and Events).
 import type { ApproverCsr } from '../../agent/approver/csr-facts.js';
+import type { ApproverPolicy } from '../../agent/approver/rules/rule.js';
 import { randomBytes, webcrypto } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -317,3 +318,13 @@ export async function kubeProxyCsrOfNode(name: string, uid = `uid-${name}`): Pro
     status: {},
   };
 }
+
+/** Kubelet client approval with --inventory and bound tokens only, as a TPM-enrolled fleet runs it (ECDSA P-256 keys). */
+export const INVENTORY_KUBELET_CLIENT_POLICY: ApproverPolicy = {
+  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
+  maxExpirationSeconds: 86_400,
+  keyAlgorithms: ['ecdsa-p256'],
+  serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
+  kubeletClient: { enabled: true, unboundTokens: false, protectNodes: [] },
+  inventory: true,
+};

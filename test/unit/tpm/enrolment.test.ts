@@ -48,17 +48,11 @@ import { attestationKeyTemplate, withAttestationKey, withEndorsementKey } from '
 import { marshalAttest, unmarshalAttest, type EccPublic } from '../../../agent/tpm/structures.js';
 import { ekPublicKeyHash, pcrDigest, primaryQualifiedName, tpmName } from '../../../agent/tpm/verify.js';
 import { manufactureTpm, startSwtpm, type Swtpm } from '../../support/swtpm.js';
+import { INVENTORY_KUBELET_CLIENT_POLICY } from '../../support/approver.js';
 
 const T = '2026-12-03T18:00:10Z';
 const later = (seconds: number) => new Date(Date.parse(T) + seconds * 1000).toISOString().replace('.000Z', 'Z');
-const policy: ApproverPolicy = {
-  kubeProxy: { commonName: 'system:kube-proxy', organizations: [] },
-  maxExpirationSeconds: 86_400,
-  keyAlgorithms: ['ecdsa-p256'],
-  serving: { enabled: false, dnsSuffixes: [], ipCidrs: [] },
-  kubeletClient: { enabled: true, unboundTokens: false, protectNodes: [] },
-  inventory: true,
-};
+const policy = INVENTORY_KUBELET_CLIENT_POLICY;
 
 const tpms: Swtpm[] = [];
 const at = (i: number) => ({ swtpmTcp: tpms[i]!.address });
