@@ -23,7 +23,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { INVENTORY_NAME, newRecord, recordsPath } from '../agent/records/kinds.js';
 import { identify, withTpm } from '../agent/tpm/identify.js';
 import type { CreateTokenOptions } from '../test/support/admin.js';
-import { installApprover, startApprover } from '../test/support/approver.js';
+import { dropKcmAutoApproval, installApprover, startApprover } from '../test/support/approver.js';
 import { startControlPlane, type ControlPlane } from '../test/support/controlplane.js';
 import { expectStatus } from '../test/support/http.js';
 import { handToken, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
@@ -33,7 +33,6 @@ import { manufactureTpm, startSwtpm, type Swtpm } from '../test/support/swtpm.js
 
 const RUNS = Number(process.env.KUBEBOOT_BENCH_READY_RUNS ?? 10);
 const ATTESTED = process.env.KUBEBOOT_BENCH_READY_TPM !== '0';
-const KCM_BINDINGS = ['kubeboot:node-autoapprove-bootstrap', 'kubeboot:node-autoapprove-certificate-rotation'];
 const POLL_MS = 50;
 const LIMIT_MS = 180_000;
 
@@ -161,8 +160,7 @@ async function attestedRuns(plane: ControlPlane, net: NodeNetwork): Promise<Reco
   const dir = mkdtempSync('/tmp/kbr-approver-');
   const tpms: Swtpm[] = [];
   const config = await installApprover(plane, dir);
-  for (const name of KCM_BINDINGS)
-    expectStatus(await plane.admin.request('DELETE', `/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/${name}`), name, 200, 404);
+  await dropKcmAutoApproval(plane);
   const approver = startApprover(config, ['--inventory', '--resync-period', '10m']);
   try {
     for (const made of await Promise.all(Array.from({ length: RUNS }, () => manufactureTpm()))) tpms.push(await startSwtpm(made));

@@ -12,14 +12,22 @@ import t from 'tap';
 import { request } from 'undici';
 import { newRecord, recordsPath } from '../../agent/records/kinds.js';
 import type { KubeObject } from '../support/admin.js';
-import { approvals, createNode, csrEvents, installApprover, nodeClient, startApprover, submitCsr } from '../support/approver.js';
+import {
+  approvals,
+  createNode,
+  csrEvents,
+  dropKcmAutoApproval,
+  installApprover,
+  nodeClient,
+  startApprover,
+  submitCsr,
+} from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import type { Running } from '../support/kubeboot.js';
 import { freePort } from '../support/processes.js';
 
 const INVENTORY = `${recordsPath('inventories')}/inventory`;
-const KCM_BINDINGS = ['kubeboot:node-autoapprove-bootstrap', 'kubeboot:node-autoapprove-certificate-rotation'];
 const KUBELET_CLIENT = {
   signer: 'kubernetes.io/kube-apiserver-client-kubelet',
   usages: ['digital signature', 'key encipherment', 'client auth'],
@@ -33,8 +41,7 @@ if (plane) {
   t.teardown(() => rm(dir, { recursive: true, force: true }));
   const config = await installApprover(plane, dir);
   // Only kubeboot approves kubelet client CSRs here, whatever RBAC the plane started with.
-  for (const name of KCM_BINDINGS)
-    expectStatus(await plane.admin.request('DELETE', `/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/${name}`), name, 200, 404);
+  await dropKcmAutoApproval(plane);
   const clients: KubeClient[] = [];
   t.teardown(() => Promise.all(clients.map((c) => c.close())));
 

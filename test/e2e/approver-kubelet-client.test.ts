@@ -22,6 +22,7 @@ import {
   createNode,
   csrEvents,
   installApprover,
+  KCM_BINDINGS,
   mayCreateCsr,
   nodeClient,
   startApprover,
@@ -33,7 +34,6 @@ import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
 import type { Running } from '../support/kubeboot.js';
 import { freePort } from '../support/processes.js';
 
-const KCM_BINDINGS = ['kubeboot:node-autoapprove-bootstrap', 'kubeboot:node-autoapprove-certificate-rotation'];
 const KUBELET_CLIENT = {
   signer: 'kubernetes.io/kube-apiserver-client-kubelet',
   // As the kubelet's bootstrap asks, with its ECDSA key.

@@ -23,13 +23,21 @@ import { evidencePem, quoteCsr, type CsrEvidence } from '../../agent/tpm/csr-evi
 import { identify, withTpm } from '../../agent/tpm/identify.js';
 import { withEndorsementKey } from '../../agent/tpm/keys.js';
 import type { KubeObject } from '../support/admin.js';
-import { approvals, craftCsrPem, csrEvents, installApprover, nodeClient, startApprover, submitCsr } from '../support/approver.js';
+import {
+  approvals,
+  craftCsrPem,
+  csrEvents,
+  dropKcmAutoApproval,
+  installApprover,
+  nodeClient,
+  startApprover,
+  submitCsr,
+} from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { expectStatus, kubeClient, type KubeClient } from '../support/http.js';
+import { kubeClient, type KubeClient } from '../support/http.js';
 import { forbid, kubeboot, nodeLayout } from '../support/kubeboot.js';
 import { manufactureTpm, startSwtpm, tpm2, type Swtpm } from '../support/swtpm.js';
 
-const KCM_BINDINGS = ['kubeboot:node-autoapprove-bootstrap', 'kubeboot:node-autoapprove-certificate-rotation'];
 const KUBELET_CLIENT = {
   signer: 'kubernetes.io/kube-apiserver-client-kubelet',
   usages: ['digital signature', 'client auth'],
@@ -47,8 +55,7 @@ if (plane) {
     await rm(dir, { recursive: true, force: true });
   });
   const config = await installApprover(plane, dir);
-  for (const name of KCM_BINDINGS)
-    expectStatus(await plane.admin.request('DELETE', `/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/${name}`), name, 200, 404);
+  await dropKcmAutoApproval(plane);
   const [madeA, madeB] = await Promise.all([manufactureTpm(), manufactureTpm()]);
   tpms.push(await startSwtpm(madeA!), await startSwtpm(madeB!));
   const [a, b] = tpms as [Swtpm, Swtpm];

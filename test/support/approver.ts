@@ -328,3 +328,12 @@ export const INVENTORY_KUBELET_CLIENT_POLICY: ApproverPolicy = {
   kubeletClient: { enabled: true, unboundTokens: false, protectNodes: [] },
   inventory: true,
 };
+
+/** The bindings through which kube-controller-manager auto-approves kubelet client CSRs, as the suite's plane grants them. */
+export const KCM_BINDINGS = ['kubeboot:node-autoapprove-bootstrap', 'kubeboot:node-autoapprove-certificate-rotation'] as const;
+
+/** Deletes them (already gone is fine): from then on only a kubeboot approver approves kubelet client CSRs. */
+export async function dropKcmAutoApproval(plane: Pick<ControlPlane, 'admin'>): Promise<void> {
+  for (const name of KCM_BINDINGS)
+    expectStatus(await plane.admin.request('DELETE', `/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/${name}`), name, 200, 404);
+}
