@@ -4,20 +4,22 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import { loadConfig, type Loaded } from '../config/load.js';
+import type { Loaded } from '../config/load.js';
 import type { Config } from '../config/types.js';
 import { createLineLogger, type Log } from '../log-lines.js';
 import { ExitCode, exitCodeOf, KubebootError } from '../errors.js';
 import { VERSION } from '../version.js';
 import { readOptional } from '../read-optional.js';
 import { fatalText } from './fatal.js';
-import { WORKER_COMMAND } from '../daemon/worker-protocol.js';
-import { commandHelpText, helpText } from './help.js';
+import { discardEarlyWorker, startFirstWorkerEarly, WORKER_COMMAND } from '../daemon/worker-start.js';
 import { ensureNodeFlags } from '../node-flags.js';
 
 async function main(argv: string[]): Promise<number> {
   // A worker of `kubeboot run` gets its configuration from the daemon, not from argv (daemon/worker.ts).
   if (argv[0] === WORKER_COMMAND && argv.length === 1) return (await import('../daemon/worker.js')).runWorkerProcess();
+  // Before anything else loads: `kubeboot run`'s first worker starts beside the daemon (daemon/worker-start.ts).
+  startFirstWorkerEarly(argv);
+  const { loadConfig } = await import('../config/load.js');
   const load = () => loadConfig({ argv, env: process.env, readFile: readOptional, hostname: os.hostname() });
   const loaded = await load();
   if (loaded.version) {
@@ -25,11 +27,11 @@ async function main(argv: string[]): Promise<number> {
     return ExitCode.ok;
   }
   if (loaded.help && loaded.command !== null) {
-    process.stdout.write(commandHelpText(loaded.command));
+    process.stdout.write((await import('./help.js')).commandHelpText(loaded.command));
     return ExitCode.ok;
   }
   if (loaded.help || loaded.command === null) {
-    process.stdout.write(helpText());
+    process.stdout.write((await import('./help.js')).helpText());
     return loaded.help ? ExitCode.ok : ExitCode.badInput;
   }
   const { config } = loaded;
@@ -136,12 +138,15 @@ function stopOnSignals(logger: Log): AbortController {
   return stop;
 }
 
-main(process.argv.slice(2)).then(
-  (code) => {
-    process.exitCode = code;
-  },
-  (err: unknown) => {
-    process.stderr.write(fatalText(err, Boolean(process.env.KUBEBOOT_DEBUG)));
-    process.exitCode = exitCodeOf(err);
-  },
-);
+main(process.argv.slice(2))
+  .then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err: unknown) => {
+      process.stderr.write(fatalText(err, Boolean(process.env.KUBEBOOT_DEBUG)));
+      process.exitCode = exitCodeOf(err);
+    },
+  )
+  // An early worker not taken holds the IPC channel that keeps this process alive.
+  .finally(discardEarlyWorker);

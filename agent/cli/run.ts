@@ -8,34 +8,14 @@
  * steps it schedules run in a worker, a child process of the same executable
  * (daemon/worker.ts).
  */
-import { fork } from 'node:child_process';
 import type { Config } from '../config/types.js';
 import { ExitCode, KubebootError } from '../errors.js';
-import { flagName, NODE_FLAGS } from '../node-flags.js';
 import type { Log } from '../log-lines.js';
 import { isLoopbackListen } from '../service/http.js';
 import { runningDaemon, takeRenewRequest, WORKER_PID_FILE } from '../daemon/control.js';
-import { Daemon, type WorkerHandle } from '../daemon/daemon.js';
-import { WORKER_COMMAND } from '../daemon/worker-protocol.js';
+import { Daemon } from '../daemon/daemon.js';
+import { startWorkerProcess, takeEarlyWorker } from '../daemon/worker-start.js';
 import { sweepTempFiles, writtenDirs } from '../store/sweep.js';
-
-/** What systemd gives the daemon alone: a worker never talks to systemd itself. */
-const DAEMON_ONLY_ENV = ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'WATCHDOG_PID'];
-
-/** Runtime flags for a daemon that only rests (node-flags.ts); a worker allocates in a burst, works and ends. */
-const RESTING_ONLY_FLAGS = new Set(NODE_FLAGS.run.map(flagName));
-
-/** A worker: this same script, with the runtime flags it was started with except the resting daemon's. */
-export function startWorkerProcess(env: NodeJS.ProcessEnv = process.env): WorkerHandle {
-  const workerEnv = { ...env };
-  for (const name of DAEMON_ONLY_ENV) delete workerEnv[name];
-  return fork(process.argv[1]!, [WORKER_COMMAND], {
-    execArgv: process.execArgv.filter((a) => !RESTING_ONLY_FLAGS.has(flagName(a))),
-    env: workerEnv,
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    serialization: 'json',
-  });
-}
 
 export async function runDaemonCommand(config: Config, logger: Log, signal: AbortSignal, reload: () => Promise<Config>): Promise<number> {
   // Two daemons on one state directory would race for the same files (and the
@@ -54,7 +34,7 @@ export async function runDaemonCommand(config: Config, logger: Log, signal: Abor
       `listen ${config.listen} is not a loopback address: /healthz, /readyz and /metrics are unauthenticated and reachable from other hosts`,
     );
   }
-  const daemon = new Daemon({ config, logger, signal, reload, startWorker: () => startWorkerProcess() });
+  const daemon = new Daemon({ config, logger, signal, reload, startWorker: () => takeEarlyWorker() ?? startWorkerProcess() });
   const onHup = (): void => void daemon.reloadAndRenew();
   const onRenewRequest = (): void => {
     void takeRenewRequest(daemon.config.stateDir).then((names) => {

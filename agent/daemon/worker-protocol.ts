@@ -20,8 +20,6 @@ import type { CaLook, KeeperMemory } from '../trust/keeper.js';
 import type { MetricEvents } from './metrics.js';
 import type { IdentityRecord } from '../renewal/record.js';
 
-/** The hidden command the daemon starts a worker with (never typed by a person). */
-export const WORKER_COMMAND = '__worker';
 
 /** What a step looks at: one identity, or the CA bundle (the CA check). */
 export type Target = IdentityName | 'ca';

@@ -11,6 +11,7 @@
  * SIGTERM, SIGINT, a `stop` message or the daemon going away stop it: the
  * abort reaches every request and wait, and credential writes are atomic.
  */
+import type { EventEmitter } from 'node:events';
 import { deleteBootstrapNow, openPass, recoverNode } from '../bootstrap/pass.js';
 import { IDENTITY_ROLES, identitiesFor, nodeIdentity } from '../config/identities.js';
 import type { Config } from '../config/types.js';
@@ -42,16 +43,21 @@ import {
 
 export type Start = Extract<ToWorker, { kind: 'start' }>;
 
-/** The first message, which every worker waits for before it reads anything. */
-function startMessage(): Promise<Start> {
+/**
+ * The first message, which every worker waits for before it reads anything;
+ * null when it is stopped first (SIGTERM to the unit's cgroup while the
+ * daemon starts: a worker forked early, worker-start.ts, has nothing to say).
+ */
+export function startMessage(signal: AbortSignal, channel: EventEmitter = process): Promise<Start | null> {
   return new Promise((resolve, reject) => {
     const onMessage = (message: ToWorker): void => {
       if (message.kind !== 'start') return;
-      process.off('message', onMessage);
+      channel.off('message', onMessage);
       resolve(message);
     };
-    process.on('message', onMessage);
-    process.once('disconnect', () => reject(new KubebootError('the daemon went away before the worker started')));
+    channel.on('message', onMessage);
+    channel.once('disconnect', () => reject(new KubebootError('the daemon went away before the worker started')));
+    signal.addEventListener('abort', () => resolve(null), { once: true });
   });
 }
 
@@ -80,7 +86,8 @@ export async function runWorkerProcess(): Promise<number> {
   process.on('SIGHUP', () => undefined);
   process.on('SIGUSR2', () => undefined);
   try {
-    const start = await startMessage();
+    const start = await startMessage(stop.signal);
+    if (start === null) return 0;
     const logger = createLogger({ level: start.config.log.level, format: start.config.log.format });
     try {
       await work(start, logger, stop.signal, halt);

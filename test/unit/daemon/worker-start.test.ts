@@ -1,0 +1,66 @@
+// The daemon's first worker, forked as `kubeboot run` begins
+// (daemon/worker-start.ts): when it is, and that one no daemon takes ends
+// without a word. The bundle (what the packages ship) is run as a process;
+// its use by a running daemon is proven in test/e2e/daemon.test.ts.
+import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import { join } from 'node:path';
+import t from 'tap';
+import { NODE_FLAGS } from '../../../agent/node-flags.js';
+import { startsWorkerEarly, WORKER_COMMAND } from '../../../agent/daemon/worker-start.js';
+import { startMessage } from '../../../agent/daemon/worker.js';
+import { EMPTY_HAND_OVER } from '../../../agent/daemon/worker-protocol.js';
+import { bundle, launcherNodeFlags } from '../../support/kubeboot.js';
+
+const RUN_FLAGS = [...NODE_FLAGS.run];
+
+t.test('only `kubeboot run` with its runtime flags forks its first worker early', async (t) => {
+  t.ok(startsWorkerEarly(['run', '--config', 'c.yaml'], RUN_FLAGS, undefined), 'run, started by the launcher');
+  t.ok(startsWorkerEarly(['run'], [], RUN_FLAGS.join(' ')), 'the flags from NODE_OPTIONS count too');
+  t.notOk(startsWorkerEarly(['run'], [], undefined), 'without them it executes itself again first: the new image forks its own');
+  t.notOk(startsWorkerEarly(['run', '--help'], RUN_FLAGS, undefined), 'help starts no daemon');
+  t.notOk(startsWorkerEarly(['bootstrap'], RUN_FLAGS, undefined), 'one-shot commands have no worker');
+  t.notOk(startsWorkerEarly([WORKER_COMMAND], RUN_FLAGS, undefined), 'a worker forks nothing');
+});
+
+/** Runs the bundle until every process holding its output has closed it (a worker inherits stderr). */
+function runToClose(args: string[], nodeFlags: string[]) {
+  const child = spawn(process.execPath, [...nodeFlags, bundle, ...args], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }>((resolve) =>
+    child.on('close', (code, signal) => resolve({ code, signal, stderr })),
+  );
+  return closed;
+}
+
+t.test('a daemon that stops before its first turn takes the early worker away: one line, its own', async (t) => {
+  const missing = join(t.testdir(), 'absent.yaml');
+  // 'close' waits for the worker too, which shares stderr: left alone it would add
+  // "the daemon went away before the worker started" once the daemon exits.
+  const { code, stderr } = await runToClose(['run', '--config', missing], launcherNodeFlags('run'));
+  t.not(code, 0, 'the daemon fails on its configuration');
+  t.same(stderr.trim().split('\n'), [stderr.trim().split('\n')[0]], 'one line on stderr: the worker forked for it said nothing');
+  t.match(stderr, /absent\.yaml/, 'the line names the file');
+});
+
+t.test('a worker stopped before the daemon starts it has nothing to do; a start message or the daemon leaving still count', async (t) => {
+  const stopped = new AbortController();
+  const channel = new EventEmitter();
+  const waiting = startMessage(stopped.signal, channel);
+  channel.emit('message', { kind: 'step', step: { id: 1, target: 'kubelet', force: false } });
+  stopped.abort();
+  t.equal(await waiting, null, 'SIGTERM before the start: no start, no error (the worker ends with 0)');
+
+  const started = startMessage(new AbortController().signal, channel);
+  const start = { kind: 'start', config: {}, records: [], handOver: EMPTY_HAND_OVER, joinFirst: true };
+  channel.emit('message', start);
+  t.same(await started, start, 'the start message is what it waits for');
+
+  const left = startMessage(new AbortController().signal, channel);
+  channel.emit('disconnect');
+  await t.rejects(left, /the daemon went away before the worker started/, 'a daemon gone before the start is an error');
+});
