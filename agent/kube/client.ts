@@ -6,10 +6,11 @@
  */
 import { readFileSync } from 'node:fs';
 import { connect as tlsConnect, type PeerCertificate } from 'node:tls';
-import { Agent, request, type Dispatcher } from 'undici';
+import type { Dispatcher } from 'undici';
 import { ApiError, KubebootError, ResponseTooLargeError, TransportError, type RequestPhase } from '../errors.js';
 import { bounded } from '../text.js';
 import { systemClock } from '../time/clock.js';
+import { Agent, requestOn } from './undici-core.js';
 import { WatchLines } from './watch-lines.js';
 
 export interface Endpoint {
@@ -153,11 +154,11 @@ export class KubeClient {
     const hasBody = options.body !== undefined;
     let res: Dispatcher.ResponseData;
     try {
-      res = await request(url, {
+      res = await requestOn(this.#dispatcher, {
+        ...target(url),
         method: method as Dispatcher.HttpMethod,
         headers: this.#headers(hasBody, options.contentType),
         body: hasBody ? JSON.stringify(options.body) : null,
-        dispatcher: this.#dispatcher,
         signal: options.signal ?? null,
         headersTimeout: options.timeoutMs ?? 30_000,
         bodyTimeout: options.timeoutMs ?? 30_000,
@@ -193,10 +194,10 @@ export class KubeClient {
     const url = this.url(path, { ...query, watch: true });
     let res: Dispatcher.ResponseData;
     try {
-      res = await request(url, {
+      res = await requestOn(this.#dispatcher, {
+        ...target(url),
         method: 'GET',
         headers: this.#headers(false),
-        dispatcher: this.#dispatcher,
         signal,
         headersTimeout: 30_000,
         // The server closes the watch after timeoutSeconds; silence longer
@@ -262,6 +263,11 @@ export function agentFor(endpoint: Endpoint, credential: ClientAuth): Agent {
     },
     keepAliveTimeout: 30_000,
   });
+}
+
+/** Where a request goes, as a dispatcher takes it. */
+function target(url: URL): { origin: string; path: string } {
+  return { origin: url.origin, path: `${url.pathname}${url.search}` };
 }
 
 function parseJson(text: string): unknown {
