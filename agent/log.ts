@@ -4,8 +4,8 @@
  * readable lines on a terminal. Secrets never reach a transport: fields with
  * secret-looking names are replaced, and token or PEM private-key text inside
  * any string is scrubbed. The lines themselves are log-lines.ts's; this is
- * winston under them, for every command but the resting daemon and the
- * approver (a line per decision in a CSR storm).
+ * winston under them, for every command but `kubeboot run` (its daemon and
+ * workers) and the approver (a line per decision in a CSR storm).
  */
 import winston from 'winston';
 import {

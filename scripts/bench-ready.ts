@@ -4,7 +4,10 @@
 // bootstrap (--bootstrap-kubeconfig). Interleaved runs, alternating which
 // goes first; each run is a new Node with a new bootstrap token, from the
 // first process started to the Ready condition seen (polled every 50 ms).
-// Both include the in-memory container runtime's start (fakecri). Needs root
+// Both start the in-memory container runtime (fakecri) at the first moment,
+// as a node starts containerd at boot: the kubelet's own bootstrap starts the
+// kubelet once its socket is there (polled every 10 ms), the kubeboot path
+// once that socket and the kubelet's kubeconfig are. Needs root
 // (namespaces, mounts), like the real-node tests.
 //
 // Then the same under the approver a TPM-attested fleet runs (`--inventory`,
@@ -28,7 +31,8 @@ import { startControlPlane, type ControlPlane } from '../test/support/controlpla
 import { expectStatus } from '../test/support/http.js';
 import { handToken, nodeLayout, startKubeboot } from '../test/support/kubeboot.js';
 import { createNodeNetwork, type NodeNetwork } from '../test/support/netns.js';
-import { startRealNode, writeKubeletConfig, type RealNode, type RealNodeOptions } from '../test/support/realnode.js';
+import { stopComponent } from '../test/support/processes.js';
+import { startRealNode, startRuntime, writeKubeletConfig, type RealNode, type RealNodeOptions } from '../test/support/realnode.js';
 import { manufactureTpm, startSwtpm, type Swtpm } from '../test/support/swtpm.js';
 
 const RUNS = Number(process.env.KUBEBOOT_BENCH_READY_RUNS ?? 10);
@@ -41,13 +45,13 @@ const quantile = (values: number[], q: number): number => {
   return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!;
 };
 
-async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined): Promise<T> {
+async function until<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, intervalMs = POLL_MS): Promise<T> {
   const end = Date.now() + LIMIT_MS;
   for (;;) {
     const v = await probe();
     if (v !== undefined) return v;
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(POLL_MS);
+    await sleep(intervalMs);
   }
 }
 
@@ -85,15 +89,20 @@ async function withKubeboot(plane: ControlPlane, net: NodeNetwork, dir: string, 
   await handToken(plane, layout, 'data', layout.bootstrapKubeconfig, how.token);
   const started = Date.now();
   const daemon = startKubeboot(['run', '--config', layout.config]);
+  // The runtime starts with kubeboot, as containerd starts at boot: the packaged
+  // units order only the kubelet and kube-proxy after kubeboot.
+  const runtime = startRuntime(nodeOptions.dir);
   let node: RealNode | undefined;
   try {
-    await until('the kubelet kubeconfig', () => (existsSync(layout.kubeletKubeconfig) ? true : undefined));
+    // Polled every 10 ms: the kubelet starts on kubeboot's READY=1, sent as this file lands.
+    await until('the kubelet kubeconfig', () => (existsSync(layout.kubeletKubeconfig) ? true : undefined), 10);
     const credentialMs = Date.now() - started;
-    node = await startRealNode(nodeOptions);
+    node = await startRealNode({ ...nodeOptions, runtime: await runtime });
     await ready(plane, name, node);
     return { readyMs: Date.now() - started, credentialMs };
   } finally {
-    await node?.stop();
+    if (node) await node.stop();
+    else await runtime.then(stopComponent, () => undefined);
     daemon.child.kill('SIGTERM');
     await daemon.done;
   }

@@ -10,7 +10,7 @@
  * again. It never sleeps on a deadline; it ends when the daemon says `stop`
  * (nothing is due soon) or goes away. The worker exists so an idle `kubeboot
  * run` holds none of the libraries a step needs (undici, @peculiar/x509,
- * winston). See docs/architecture.md.
+ * yaml). See docs/architecture.md.
  */
 import type { Config } from '../config/types.js';
 import { nodeIdentity } from '../config/identities.js';

@@ -141,8 +141,18 @@ export class ExitedEarly extends Error {
   }
 }
 
-/** Polls `probe` until true; fails early, with the log tail, if the component exits meanwhile. */
-export async function waitReady(c: Component, what: string, probe: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+/**
+ * Polls `probe` every `intervalMs` until true; fails early, with the log tail,
+ * if the component exits meanwhile. A cheap probe may poll fast where the
+ * moment matters (a benchmark's clock runs while it waits).
+ */
+export async function waitReady(
+  c: Component,
+  what: string,
+  probe: () => Promise<boolean>,
+  timeoutMs: number,
+  intervalMs = 250,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let lastError = '';
   for (;;) {
@@ -155,7 +165,7 @@ export async function waitReady(c: Component, what: string, probe: () => Promise
     if (Date.now() >= deadline) {
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError}\n--- ${c.logFile} (tail) ---\n${logTail(c)}`);
     }
-    await Promise.race([c.exit, delay(250)]);
+    await Promise.race([c.exit, delay(intervalMs)]);
   }
 }
 
