@@ -23,6 +23,7 @@
 //
 // Alone: npm run bench:approvers   (KUBEBOOT_BENCH_NODES, default 1000; KUBEBOOT_BENCH_RATE, 0 for none;
 // KUBEBOOT_BENCH_APPROVER_NODE_OPTIONS, e.g. "--cpu-prof --cpu-prof-dir=DIR", given to the approver as NODE_OPTIONS;
+// KUBEBOOT_BENCH_APPROVER_LOG_LEVEL, e.g. debug; KUBEBOOT_BENCH_APPROVER_LOG, a file the approver's output is written to at the end;
 // KUBEBOOT_BENCH_LEGS, a comma list of floor, kcm, bare, kubeboot, default all: for a quick iteration,
 // e.g. KUBEBOOT_BENCH_LEGS=bare,kubeboot KUBEBOOT_BENCH_NODES=200 KUBEBOOT_BENCH_RATE=0)
 import { execFileSync } from 'node:child_process';
@@ -42,6 +43,9 @@ const NODES = Number(process.env.KUBEBOOT_BENCH_NODES ?? 1000);
 /** CSRs a second in the paced storms (0: none). */
 const RATE = Number(process.env.KUBEBOOT_BENCH_RATE ?? 20);
 const APPROVER_NODE_OPTIONS = process.env.KUBEBOOT_BENCH_APPROVER_NODE_OPTIONS;
+/** The approver's --log-level, e.g. debug; with KUBEBOOT_BENCH_APPROVER_LOG, where its whole output is written at the end. */
+const APPROVER_LOG_LEVEL = process.env.KUBEBOOT_BENCH_APPROVER_LOG_LEVEL;
+const APPROVER_LOG = process.env.KUBEBOOT_BENCH_APPROVER_LOG;
 const LEG_NAMES = ['floor', 'kcm', 'bare', 'kubeboot'] as const;
 /** The legs run, in LEG_NAMES order whatever order they are given in. */
 const LEGS = new Set((process.env.KUBEBOOT_BENCH_LEGS ?? LEG_NAMES.join(',')).split(',').map((l) => l.trim()));
@@ -227,6 +231,8 @@ interface StormResult {
   throttled: number;
   /** The approver's warn and error lines during the storm. */
   warnings: string[];
+  /** The approver's leader transitions during the storm ('became the leader', 'stopped leading' lines). */
+  transitions: string[];
 }
 
 /**
@@ -264,9 +270,9 @@ async function storm(
     })(),
   );
   await Promise.all(requests.map((r) => r.client.close()));
-  const warnings = (approver?.output().slice(logFrom) ?? '')
-    .split('\n')
-    .filter((l) => l.includes('"level":"warn"') || l.includes('"level":"error"'));
+  const lines = (approver?.output().slice(logFrom) ?? '').split('\n');
+  const warnings = lines.filter((l) => l.includes('"level":"warn"') || l.includes('"level":"error"'));
+  const transitions = lines.filter((l) => l.includes('"became the leader"') || l.includes('"stopped leading"'));
   const metrics: [Scrape, Scrape] | undefined = before ? [before, await scrape(METRICS_PORT)] : undefined;
   return {
     kind,
@@ -276,6 +282,7 @@ async function storm(
     usage,
     throttled,
     warnings,
+    transitions,
     ...(metrics ? { metrics } : {}),
   };
 }
@@ -497,6 +504,15 @@ function approverRows(s: StormResult, watch: Watch): [string, string][] {
       ].join('; '),
     ],
     [
+      `${label}: leader transitions (lost and taken again)`,
+      s.transitions.length === 0
+        ? 'none'
+        : s.transitions
+            .map((l) => JSON.parse(l) as { message?: string; why?: string })
+            .map((l) => `${l.message ?? ''} (${l.why ?? ''})`)
+            .join('; '),
+    ],
+    [
       `${label}: warnings it logged`,
       byMessage.size === 0 ? 'none' : [...byMessage].map(([m, n]) => `${n} × ${m.slice(0, 120)}`).join('; '),
     ],
@@ -651,7 +667,10 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
         config,
         // The last --approver-listen wins over the harness's `off`.
         ['--approve-kubelet-client', '--approver-listen', `127.0.0.1:${METRICS_PORT}`],
-        APPROVER_NODE_OPTIONS ? { NODE_OPTIONS: APPROVER_NODE_OPTIONS } : {},
+        {
+          ...(APPROVER_NODE_OPTIONS ? { NODE_OPTIONS: APPROVER_NODE_OPTIONS } : {}),
+          ...(APPROVER_LOG_LEVEL ? { KUBEBOOT_LOG_LEVEL: APPROVER_LOG_LEVEL } : {}),
+        },
       );
       await approver.waitForOutput(/became the leader/, 60_000);
       idleRss = sample(approver.child.pid!).rssKiB / 1024;
@@ -694,6 +713,7 @@ export async function benchSideBySide(plane: ControlPlane, dir: string): Promise
     if (approver) {
       approver.child.kill('SIGTERM');
       await approver.done;
+      if (APPROVER_LOG) writeFileSync(APPROVER_LOG, approver.output());
     }
   }
 }

@@ -6,6 +6,17 @@
  * clock, so skew between nodes does not matter); a leader that has not
  * renewed within renewDeadline stops leading at once, before its lease can
  * expire for the others (renewDeadline < leaseDuration).
+ *
+ * The renew deadline runs from when the last successful write was sent: the
+ * others see the renewal only once it is written, so the lease is ours until
+ * at least then + leaseDuration however late the answer came. A leader
+ * renews with one PUT on the Lease as it last wrote it (client-go's fast
+ * path), reading it first only after a conflict, and its next attempt is due
+ * retryPeriod after this one began, not after a slow answer. A slow API
+ * server then costs the renew deadline one round trip, where it cost four
+ * (GET and PUT of this renewal and of the last) plus a whole retry period:
+ * a leader whose every renewal succeeded could stop leading and queue
+ * every CSR again on taking the lease back.
  */
 import { ApiError } from '../errors.js';
 import type { KubeClient } from '../kube/client.js';
@@ -52,14 +63,29 @@ export function microTime(date: Date): string {
   return date.toISOString().replace(/\.(\d{3})Z$/, '.$1000Z');
 }
 
+/** ms until the next attempt: retryPeriod after the last one began, at once when it took longer. */
+export function nextAttemptIn(began: number, now: number, retryPeriodMs: number): number {
+  return Math.max(0, began + retryPeriodMs - now);
+}
+
+/** The answer to a write, when it is a Lease with a resourceVersion to renew on; otherwise the next renewal reads it first. */
+function asLease(body: unknown): Lease | null {
+  const lease = body as Partial<Lease> | null;
+  return lease?.kind === 'Lease' && typeof lease.metadata?.resourceVersion === 'string' && typeof lease.spec === 'object'
+    ? (lease as Lease)
+    : null;
+}
+
 export class LeaderElector {
   readonly #client: KubeClient;
   readonly #opts: LeaderOptions;
   readonly #logger: Logger;
   readonly #clock: Clock;
   #leading = false;
-  /** When the last successful renewal was *sent*. */
+  /** When the last successful write of the lease (its renewal) was *sent*. */
   #renewedAt = -Infinity;
+  /** The Lease as our last successful write left it, for the next renewal's PUT; null when it must be read first. */
+  #written: Lease | null = null;
   #observed: { key: string; at: number } | null = null;
 
   constructor(client: KubeClient, opts: LeaderOptions, logger: Logger) {
@@ -83,6 +109,7 @@ export class LeaderElector {
   #setLeading(leading: boolean, why: string): void {
     if (leading === this.#leading) return;
     this.#leading = leading;
+    if (!leading) this.#written = null;
     this.#logger.info(leading ? 'became the leader' : 'stopped leading', {
       lease: `${this.#opts.namespace}/${this.#opts.name}`,
       identity: this.#opts.identity,
@@ -94,9 +121,10 @@ export class LeaderElector {
   /** Runs until the signal aborts; then releases the lease if held. */
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
+      const began = this.#clock.monotonic();
       await this.step(signal);
       // An abort ends the wait early; the loop condition then stops.
-      await delay(this.#opts.retryPeriodMs, this.#clock, { signal }).catch(() => undefined);
+      await delay(nextAttemptIn(began, this.#clock.monotonic(), this.#opts.retryPeriodMs), this.#clock, { signal }).catch(() => undefined);
     }
     await this.release('stopping');
   }
@@ -107,10 +135,10 @@ export class LeaderElector {
       if (this.#leading) await this.release("cannot do a leader's work (CSR cache or records not in sync)");
       return;
     }
-    const started = this.#clock.monotonic();
     try {
-      if (await this.#tryAcquireOrRenew(signal)) {
-        this.#renewedAt = started;
+      const sent = await this.#tryAcquireOrRenew(signal);
+      if (sent !== null) {
+        this.#renewedAt = Math.max(this.#renewedAt, sent);
         this.#setLeading(true, 'lease acquired or renewed');
       } else {
         this.#setLeading(false, 'lease held by another');
@@ -122,7 +150,16 @@ export class LeaderElector {
     this.isLeader();
   }
 
-  async #tryAcquireOrRenew(signal: AbortSignal): Promise<boolean> {
+  /** When the write that made the lease ours was sent, or null when another holds it (or won the race). */
+  async #tryAcquireOrRenew(signal: AbortSignal): Promise<number | null> {
+    const written = this.#written;
+    if (this.#leading && written !== null) {
+      const renewal = { ...written, spec: { ...written.spec, renewTime: microTime(this.#clock.now()) } };
+      const sent = await this.#write('PUT', this.path, renewal, signal);
+      if (sent !== null) return sent;
+      // Someone else wrote it since: read it, as any candidate does.
+      this.#written = null;
+    }
     const wall = this.#clock.now();
     const got = await this.#client.request('GET', this.path, { accept: [404], signal, timeoutMs: this.#opts.renewDeadlineMs });
     const mine: LeaseSpec = {
@@ -139,8 +176,7 @@ export class LeaderElector {
         metadata: { name: this.#opts.name, namespace: this.#opts.namespace },
         spec: mine,
       };
-      const created = await this.#client.request('POST', this.path.replace(/\/[^/]+$/, ''), { body: lease, accept: [409], signal });
-      return created.status !== 409;
+      return this.#write('POST', this.path.replace(/\/[^/]+$/, ''), lease, signal);
     }
     const lease = expectObject<Lease>(got.body, 'Lease', this.#opts.name);
     const spec = lease.spec ?? {};
@@ -149,18 +185,26 @@ export class LeaderElector {
     const holder = spec.holderIdentity ?? '';
     const heldByOther = holder !== '' && holder !== this.#opts.identity;
     const validForMs = (spec.leaseDurationSeconds ?? 0) * 1000;
-    if (heldByOther && this.#observed.at + validForMs > this.#clock.monotonic()) return false;
+    if (heldByOther && this.#observed.at + validForMs > this.#clock.monotonic()) return null;
     const next: LeaseSpec =
       holder === this.#opts.identity
         ? { ...spec, ...mine, acquireTime: spec.acquireTime ?? mine.acquireTime, leaseTransitions: spec.leaseTransitions ?? 0 }
         : { ...spec, ...mine, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 };
-    const updated = await this.#client.request('PUT', this.path, {
-      body: { ...lease, spec: next },
+    return this.#write('PUT', this.path, { ...lease, spec: next }, signal);
+  }
+
+  /** Writes the lease, conditional on its resourceVersion (PUT) or its absence (POST): when it was sent, or null on a conflict. */
+  async #write(method: 'PUT' | 'POST', path: string, lease: Lease, signal: AbortSignal): Promise<number | null> {
+    const sent = this.#clock.monotonic();
+    const res = await this.#client.request(method, path, {
+      body: lease,
       accept: [409],
       signal,
       timeoutMs: this.#opts.renewDeadlineMs,
     });
-    return updated.status !== 409;
+    if (res.status === 409) return null;
+    this.#written = asLease(res.body);
+    return sent;
   }
 
   /** matches client-go's ReleaseOnCancel: an empty holder lets the next candidate take over at once. */

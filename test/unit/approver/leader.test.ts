@@ -7,12 +7,13 @@ import { LeaderElector } from '../../../agent/approver/leader.js';
 import { KubeClient } from '../../../agent/kube/client.js';
 import { silentLogger } from '../../../agent/log.js';
 import { FakeClock } from '../../support/fake-time.js';
+import { until } from '../../support/until.js';
 
 const server = 'https://api.test';
 const leases = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
 const lease = `${leases}/kubeboot-approver`;
 
-function setup(t: Test, mayLead?: () => boolean) {
+function setup(t: Test, mayLead?: () => boolean, retryPeriodMs = 2_000) {
   const mock = new MockAgent();
   mock.disableNetConnect();
   t.teardown(() => mock.close());
@@ -29,7 +30,7 @@ function setup(t: Test, mayLead?: () => boolean) {
       identity: 'me',
       leaseDurationMs: 15_000,
       renewDeadlineMs: 10_000,
-      retryPeriodMs: 2_000,
+      retryPeriodMs,
       clock,
       onChange: (l) => changes.push(l),
       ...(mayLead ? { mayLead } : {}),
@@ -133,4 +134,84 @@ t.test('a replica that cannot do the work takes no lease, and a leader that stop
   t.notOk(elector.isLeader(), 'steps down');
   t.notOk(released?.spec.holderIdentity, 'and empties the holder, so a standby takes over at once');
   t.same(changes, [true, false]);
+});
+
+/**
+ * An API server holding one Lease, as slow as `answerMs` on the fake clock
+ * (each answer moves the clock), writes conditional on the resourceVersion;
+ * `asked` is what a worker would have seen at each answer.
+ */
+function slowServer(t: Test, answerMs: number, retryPeriodMs?: number) {
+  const { pool, elector, clock, changes } = setup(t, undefined, retryPeriodMs);
+  let stored: { metadata: { resourceVersion: string }; spec: object } | null = null;
+  let version = 0;
+  const requests: string[] = [];
+  const asked: boolean[] = [];
+  const answer = (method: string, body: () => [number, object]) => {
+    requests.push(method);
+    clock.advance(answerMs);
+    const [status, value] = body();
+    return { statusCode: status, data: value };
+  };
+  const written = (opts: { body?: unknown }) => {
+    const lease = JSON.parse(String(opts.body)) as NonNullable<typeof stored>;
+    lease.metadata.resourceVersion = String(++version);
+    return (stored = lease);
+  };
+  pool
+    .intercept({ path: lease, method: 'GET' })
+    .reply(() => answer('GET', () => (stored === null ? [404, { kind: 'Status', reason: 'NotFound' }] : [200, stored])))
+    .persist();
+  pool.intercept({ path: leases, method: 'POST' }).reply((opts) => answer('POST', () => [201, written(opts)]));
+  pool
+    .intercept({ path: lease, method: 'PUT' })
+    .reply((opts) =>
+      answer('PUT', () =>
+        (JSON.parse(String(opts.body)) as NonNullable<typeof stored>).metadata.resourceVersion === stored?.metadata.resourceVersion
+          ? [200, written(opts)]
+          : [409, { kind: 'Status', reason: 'Conflict' }],
+      ),
+    )
+    .persist();
+  // A worker asks whether it leads whenever the fake clock moves (each answer, each timer).
+  const watch = () => clock.setTimeout(() => (asked.push(elector.isLeader()), watch()), 500);
+  watch();
+  return { elector, clock, changes, requests, asked, bump: () => (stored!.metadata.resourceVersion = String(++version)) };
+}
+
+// Before: GET and PUT, the deadline from before the GET, the next attempt a retry period after the answer: 2.5 + 2.5 + 3 + 2.5 s
+// before the next renewal's GET is answered, past the 10 s deadline, though every renewal succeeded.
+t.test(
+  'a leader whose renewals all succeed, each answer 2.5 s late, leads throughout: the deadline runs from the write sent, one PUT a renewal, the next due a retry period after the last began',
+  async (t) => {
+    const { elector, clock, changes, requests, asked } = slowServer(t, 2_500, 3_000);
+    const stop = new AbortController();
+    const running = elector.run(stop.signal);
+    // 60 s of fake time: the answers move the clock, and each timer the loop arms (between renewals) is fired in turn.
+    while (clock.monotonic() < 60_000) {
+      await until('the elector to arm its next timer', () => clock.pending >= 2, 10_000);
+      clock.advance(clock.nextTimerIn()!);
+    }
+    t.ok(elector.isLeader(), 'still the leader');
+    t.same(changes, [true], 'never stopped leading, so never re-queued everything');
+    t.notOk(asked.slice(asked.indexOf(true)).includes(false), 'no worker saw it not leading once it led');
+    t.same(requests.slice(0, 3), ['GET', 'POST', 'PUT'], 'created, then renewed with a PUT alone');
+    t.notOk(requests.slice(2).includes('GET'), 'no read before a renewal while its writes hold');
+    t.ok(requests.length >= 18, `renewed every retry period (${requests.length} requests in 60 s)`);
+    stop.abort();
+    await running;
+  },
+);
+
+t.test('a leader whose renewal meets a conflict (the Lease written by someone else) reads it and renews on what it read', async (t) => {
+  const { elector, changes, requests, bump } = slowServer(t, 0);
+  const signal = new AbortController().signal;
+  await elector.step(signal);
+  await elector.step(signal);
+  t.same(requests, ['GET', 'POST', 'PUT']);
+  bump();
+  await elector.step(signal);
+  t.same(requests.slice(3), ['PUT', 'GET', 'PUT'], 'the PUT on the version it wrote is refused; read, then written again');
+  t.ok(elector.isLeader());
+  t.same(changes, [true]);
 });
