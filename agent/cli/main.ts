@@ -11,12 +11,15 @@ import { ExitCode, exitCodeOf, KubebootError } from '../errors.js';
 import { VERSION } from '../version.js';
 import { readOptional } from '../read-optional.js';
 import { fatalText } from './fatal.js';
-import { discardEarlyWorker, startFirstWorkerEarly, WORKER_COMMAND } from '../daemon/worker-start.js';
+import { discardEarlyWorker, ignoreDaemonSignals, startFirstWorkerEarly, WORKER_COMMAND } from '../daemon/worker-start.js';
 import { ensureNodeFlags } from '../node-flags.js';
 
 async function main(argv: string[]): Promise<number> {
   // A worker of `kubeboot run` gets its configuration from the daemon, not from argv (daemon/worker.ts).
-  if (argv[0] === WORKER_COMMAND && argv.length === 1) return (await import('../daemon/worker.js')).runWorkerProcess();
+  if (argv[0] === WORKER_COMMAND && argv.length === 1) {
+    ignoreDaemonSignals();
+    return (await import('../daemon/worker.js')).runWorkerProcess();
+  }
   // Before anything else loads: `kubeboot run`'s first worker starts beside the daemon (daemon/worker-start.ts).
   startFirstWorkerEarly(argv);
   const { loadConfig } = await import('../config/load.js');

@@ -51,22 +51,58 @@ export function startsWorkerEarly(argv: readonly string[], execArgv: readonly st
   return reexecArgv('run', { execPath: '', execArgv, argv: [] }, nodeOptions) === null;
 }
 
-let early: ChildProcess | null = null;
-
-/** `kubeboot run` begins: its first worker is forked now (see above). */
-export function startFirstWorkerEarly(argv: readonly string[]): void {
-  if (early === null && startsWorkerEarly(argv, process.execArgv, process.env.NODE_OPTIONS)) early = startWorkerProcess();
+/**
+ * In a worker, before it loads anything: SIGHUP and SIGUSR2 are meant for the
+ * daemon (`systemctl kill -s HUP`, a closed terminal reach the whole cgroup or
+ * process group), and their default action would kill the worker.
+ */
+export function ignoreDaemonSignals(): void {
+  process.on('SIGHUP', () => undefined);
+  process.on('SIGUSR2', () => undefined);
 }
 
-/** The daemon's first turn: the early worker, once; later workers are forked then. */
+/** The early worker, and whether it already ended (or failed to start) before the daemon took it. */
+let early: { child: ChildProcess; ended: boolean; onEnd: () => void } | null = null;
+
+/** How this process was started, and how a worker is forked (tests pass stand-ins). */
+export interface EarlyStart {
+  execArgv: readonly string[];
+  nodeOptions: string | undefined;
+  fork: () => ChildProcess;
+}
+
+/** `kubeboot run` begins: its first worker is forked now (see above). */
+export function startFirstWorkerEarly(
+  argv: readonly string[],
+  o: EarlyStart = { execArgv: process.execArgv, nodeOptions: process.env.NODE_OPTIONS, fork: () => startWorkerProcess() },
+): void {
+  if (early !== null || !startsWorkerEarly(argv, o.execArgv, o.nodeOptions)) return;
+  const child = o.fork();
+  // Until the daemon takes it nobody else listens: an 'error' (a spawn that failed) would be thrown, and a
+  // 'close' would be lost, leaving the daemon to wait on a process that is gone.
+  const onEnd = (): void => {
+    if (early?.child === child) early.ended = true;
+  };
+  child.once('error', onEnd).once('close', onEnd);
+  early = { child, ended: false, onEnd };
+}
+
+/** The daemon's first turn: the early worker once, if it is still there to take; else (and later) the daemon forks one. */
 export function takeEarlyWorker(): ChildProcess | null {
   const taken = early;
   early = null;
-  return taken;
+  if (taken === null) return null;
+  taken.child.off('error', taken.onEnd).off('close', taken.onEnd);
+  const { child } = taken;
+  if (taken.ended || child.exitCode !== null || child.signalCode !== null || !child.connected) {
+    child.kill('SIGKILL');
+    return null;
+  }
+  return child;
 }
 
 /** The command ends without a daemon having taken it: the early worker, which has read nothing, goes. */
 export function discardEarlyWorker(): void {
-  early?.kill('SIGKILL');
+  early?.child.kill('SIGKILL');
   early = null;
 }

@@ -81,13 +81,12 @@ export async function runWorkerProcess(): Promise<number> {
   // process.on, not once: systemd signals the whole cgroup and the daemon may also ask; a second SIGTERM must not kill mid-write.
   process.on('SIGTERM', halt);
   process.on('SIGINT', halt);
-  process.on('disconnect', halt);
-  // Meant for the daemon (`systemctl kill -s HUP` reaches the whole cgroup): their default action would kill the worker.
-  process.on('SIGHUP', () => undefined);
-  process.on('SIGUSR2', () => undefined);
+  // SIGHUP and SIGUSR2 are ignored from the first moment (cli/main.ts, worker-start.ts `ignoreDaemonSignals`).
   try {
     const start = await startMessage(stop.signal);
     if (start === null) return 0;
+    // Only now: before the start, a daemon gone is an error (startMessage), not a stop.
+    process.on('disconnect', halt);
     // log-lines.ts writes each line as it comes, the daemon's lines exactly (nothing to flush at the end):
     // winston and its stream stack cost every worker ~25 ms of start-up for the same lines.
     const logger = createLineLogger({ level: start.config.log.level, format: start.config.log.format });

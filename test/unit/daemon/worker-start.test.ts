@@ -7,7 +7,14 @@ import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import t from 'tap';
 import { NODE_FLAGS } from '../../../agent/node-flags.js';
-import { startsWorkerEarly, WORKER_COMMAND } from '../../../agent/daemon/worker-start.js';
+import {
+  discardEarlyWorker,
+  startFirstWorkerEarly,
+  startsWorkerEarly,
+  takeEarlyWorker,
+  WORKER_COMMAND,
+} from '../../../agent/daemon/worker-start.js';
+import type { ChildProcess } from 'node:child_process';
 import { startMessage } from '../../../agent/daemon/worker.js';
 import { EMPTY_HAND_OVER } from '../../../agent/daemon/worker-protocol.js';
 import { bundle, launcherNodeFlags } from '../../support/kubeboot.js';
@@ -63,4 +70,55 @@ t.test('a worker stopped before the daemon starts it has nothing to do; a start 
   const left = startMessage(new AbortController().signal, channel);
   channel.emit('disconnect');
   await t.rejects(left, /the daemon went away before the worker started/, 'a daemon gone before the start is an error');
+});
+
+/** A forked worker as the daemon sees one: connected until it ends; what it was sent to kill it. */
+function standIn(): ChildProcess & { killedWith: string[] } {
+  const child = Object.assign(new EventEmitter(), {
+    exitCode: null as number | null,
+    signalCode: null as NodeJS.Signals | null,
+    connected: true,
+    killedWith: [] as string[],
+    kill(signal: string) {
+      child.killedWith.push(signal);
+      return true;
+    },
+  });
+  return child as unknown as ChildProcess & { killedWith: string[] };
+}
+
+const forking = (child: ChildProcess) => ({ execArgv: RUN_FLAGS, nodeOptions: undefined, fork: () => child });
+
+t.test('the daemon takes a living early worker once; later workers it forks itself', async (t) => {
+  const child = standIn();
+  startFirstWorkerEarly(['run'], forking(child));
+  t.equal(takeEarlyWorker(), child, 'taken');
+  t.equal(takeEarlyWorker(), null, 'only once');
+  t.same(child.killedWith, [], 'not killed');
+});
+
+t.test('an early worker that ended before the daemon took it is not taken: the daemon forks another', async (t) => {
+  for (const end of [
+    (c: EventEmitter) => c.emit('close', 1, null),
+    // A spawn that failed: with no listener this 'error' would have been thrown in the daemon.
+    (c: EventEmitter) => c.emit('error', new Error('spawn EAGAIN')),
+  ]) {
+    const child = standIn();
+    startFirstWorkerEarly(['run'], forking(child));
+    end(child);
+    t.equal(takeEarlyWorker(), null, 'not taken');
+    t.same(child.killedWith, ['SIGKILL'], 'made sure it is gone');
+  }
+  const unseen = standIn();
+  startFirstWorkerEarly(['run'], forking(unseen));
+  Object.assign(unseen, { connected: false });
+  t.equal(takeEarlyWorker(), null, 'nor one whose channel is closed, its close event not yet seen');
+});
+
+t.test('one never taken is killed when the command ends', async (t) => {
+  const child = standIn();
+  startFirstWorkerEarly(['run'], forking(child));
+  discardEarlyWorker();
+  t.same(child.killedWith, ['SIGKILL']);
+  t.equal(takeEarlyWorker(), null);
 });
