@@ -20,7 +20,6 @@ import type { CaLook, KeeperMemory } from '../trust/keeper.js';
 import type { MetricEvents } from './metrics.js';
 import type { IdentityRecord } from '../renewal/record.js';
 
-
 /** What a step looks at: one identity, or the CA bundle (the CA check). */
 export type Target = IdentityName | 'ca';
 
