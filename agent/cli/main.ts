@@ -21,7 +21,9 @@ async function main(argv: string[]): Promise<number> {
     return (await import('../daemon/worker.js')).runWorkerProcess();
   }
   // Before anything else loads: `kubeboot run`'s first worker starts beside the daemon (daemon/worker-start.ts).
-  startFirstWorkerEarly(argv);
+  // A SIGTERM while the daemon loads its configuration is kept for it (stopOnSignals), not fatal: a daemon
+  // killed by it would leave the early worker to find its channel gone.
+  if (startFirstWorkerEarly(argv)) for (const signal of STOP_SIGNALS) process.on(signal, keepSignal);
   const { loadConfig } = await import('../config/load.js');
   const load = () => loadConfig({ argv, env: process.env, readFile: readOptional, hostname: os.hostname() });
   const loaded = await load();
@@ -136,9 +138,20 @@ function stopOnSignals(logger: Log): AbortController {
     logger.info(`received ${signal}; stopping`);
     stop.abort(new KubebootError(`interrupted by ${signal}`));
   };
-  process.once('SIGTERM', onSignal);
-  process.once('SIGINT', onSignal);
+  for (const signal of STOP_SIGNALS) {
+    process.once(signal, onSignal);
+    process.off(signal, keepSignal);
+  }
+  for (const signal of pendingSignals.splice(0)) onSignal(signal);
   return stop;
+}
+
+const STOP_SIGNALS = ['SIGTERM', 'SIGINT'] as const;
+
+/** Stop signals that came before the command's own handlers (`kubeboot run` loading its configuration). */
+const pendingSignals: NodeJS.Signals[] = [];
+function keepSignal(signal: NodeJS.Signals): void {
+  pendingSignals.push(signal);
 }
 
 main(process.argv.slice(2))

@@ -71,12 +71,12 @@ export interface EarlyStart {
   fork: () => ChildProcess;
 }
 
-/** `kubeboot run` begins: its first worker is forked now (see above). */
+/** `kubeboot run` begins: its first worker is forked now (see above). Returns whether it was. */
 export function startFirstWorkerEarly(
   argv: readonly string[],
   o: EarlyStart = { execArgv: process.execArgv, nodeOptions: process.env.NODE_OPTIONS, fork: () => startWorkerProcess() },
-): void {
-  if (early !== null || !startsWorkerEarly(argv, o.execArgv, o.nodeOptions)) return;
+): boolean {
+  if (early !== null || !startsWorkerEarly(argv, o.execArgv, o.nodeOptions)) return false;
   const child = o.fork();
   // Until the daemon takes it nobody else listens: an 'error' (a spawn that failed) would be thrown, and a
   // 'close' would be lost, leaving the daemon to wait on a process that is gone.
@@ -85,6 +85,7 @@ export function startFirstWorkerEarly(
   };
   child.once('error', onEnd).once('close', onEnd);
   early = { child, ended: false, onEnd };
+  return true;
 }
 
 /** The daemon's first turn: the early worker once, if it is still there to take; else (and later) the daemon forks one. */
