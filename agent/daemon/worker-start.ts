@@ -4,7 +4,7 @@
  *
  * A daemon always starts a worker on its first turn (every identity is due at
  * start, schedule.ts). Forked only then, the worker's own start-up (Node,
- * then undici, @peculiar/x509, winston: about 0.3 s on a small node) comes
+ * then undici, @peculiar/x509, yaml: about 0.3 s on a small node) comes
  * after the daemon's (its configuration, its modules: about 0.15 s), and a
  * first boot's kubelet waits for both. Forked as `kubeboot run` begins, before
  * the daemon loads anything, the two start side by side and the daemon's
@@ -61,8 +61,10 @@ export function ignoreDaemonSignals(): void {
   process.on('SIGUSR2', () => undefined);
 }
 
-/** The early worker, and whether it already ended (or failed to start) before the daemon took it. */
-let early: { child: ChildProcess; ended: boolean; onEnd: () => void } | null = null;
+let early: ChildProcess | null = null;
+
+/** Until the daemon takes it nobody else listens: an 'error' (a spawn that failed) would be thrown in the daemon. */
+const absorbError = (): void => undefined;
 
 /** How this process was started, and how a worker is forked (tests pass stand-ins). */
 export interface EarlyStart {
@@ -77,25 +79,19 @@ export function startFirstWorkerEarly(
   o: EarlyStart = { execArgv: process.execArgv, nodeOptions: process.env.NODE_OPTIONS, fork: () => startWorkerProcess() },
 ): boolean {
   if (early !== null || !startsWorkerEarly(argv, o.execArgv, o.nodeOptions)) return false;
-  const child = o.fork();
-  // Until the daemon takes it nobody else listens: an 'error' (a spawn that failed) would be thrown, and a
-  // 'close' would be lost, leaving the daemon to wait on a process that is gone.
-  const onEnd = (): void => {
-    if (early?.child === child) early.ended = true;
-  };
-  child.once('error', onEnd).once('close', onEnd);
-  early = { child, ended: false, onEnd };
+  early = o.fork().on('error', absorbError);
   return true;
 }
 
 /** The daemon's first turn: the early worker once, if it is still there to take; else (and later) the daemon forks one. */
 export function takeEarlyWorker(): ChildProcess | null {
-  const taken = early;
+  const child = early;
   early = null;
-  if (taken === null) return null;
-  taken.child.off('error', taken.onEnd).off('close', taken.onEnd);
-  const { child } = taken;
-  if (taken.ended || child.exitCode !== null || child.signalCode !== null || !child.connected) {
+  if (child === null) return null;
+  child.off('error', absorbError);
+  // One that ended (or failed to start) meanwhile: its 'close' went unheard, and a daemon
+  // waiting for it would wait on a process that is gone.
+  if (child.exitCode !== null || child.signalCode !== null || !child.connected) {
     child.kill('SIGKILL');
     return null;
   }
@@ -104,6 +100,6 @@ export function takeEarlyWorker(): ChildProcess | null {
 
 /** The command ends without a daemon having taken it: the early worker, which has read nothing, goes. */
 export function discardEarlyWorker(): void {
-  early?.child.kill('SIGKILL');
+  early?.kill('SIGKILL');
   early = null;
 }

@@ -99,9 +99,16 @@ t.test('the daemon takes a living early worker once; later workers it forks itse
 
 t.test('an early worker that ended before the daemon took it is not taken: the daemon forks another', async (t) => {
   for (const end of [
-    (c: EventEmitter) => c.emit('close', 1, null),
-    // A spawn that failed: with no listener this 'error' would have been thrown in the daemon.
-    (c: EventEmitter) => c.emit('error', new Error('spawn EAGAIN')),
+    // As a ChildProcess ends: exit code and channel first, then 'close'.
+    (c: EventEmitter) => {
+      Object.assign(c, { exitCode: 1, connected: false });
+      c.emit('close', 1, null);
+    },
+    // A spawn that failed (no channel): with no listener this 'error' would have been thrown in the daemon.
+    (c: EventEmitter) => {
+      Object.assign(c, { connected: false });
+      c.emit('error', new Error('spawn EAGAIN'));
+    },
   ]) {
     const child = standIn();
     startFirstWorkerEarly(['run'], forking(child));
