@@ -76,14 +76,14 @@ export async function approve(csr: ApproverCsr, decision: Extract<Decision, { ki
  * Reported as the rule's refusals are: a log line, the metric, an Event.
  */
 export async function challenge(csr: ApproverCsr, decision: Extract<Decision, { kind: 'challenge' }>, ctx: ActContext): Promise<void> {
-  const write = await decideCsr(ctx.client, csr, 'Denied', decision.message, ctx.signal, CHALLENGE_REASON);
+  const write = await ctx.timed('challenge', () => decideCsr(ctx.client, csr, 'Denied', decision.message, ctx.signal, CHALLENGE_REASON));
   if (!written(csr, write, ctx)) return;
   ctx.metrics.decision(csr.spec.signerName, 'challenged', decision.rule);
   const fields = { ...logFields(csr), rule: decision.rule };
   ctx.logger.info('denied CSR with a TPM credential challenge', fields);
   try {
     const message = `kubeboot approver challenged this CSR: ${decision.policy} rule ${decision.rule}: ${decision.problem}`;
-    await warnOnCsr(ctx.client, csr, 'TpmChallenge', message, ctx.clock.now(), ctx.signal);
+    await ctx.timed('event', () => warnOnCsr(ctx.client, csr, 'TpmChallenge', message, ctx.clock.now(), ctx.signal));
   } catch (err) {
     ctx.logger.warn('could not record the challenge as an Event', { ...fields, error: (err as Error).message });
   }
@@ -99,7 +99,8 @@ export async function violation(csr: ApproverCsr, decision: Extract<Decision, { 
   const fields = { ...logFields(csr), rule: decision.rule };
   const transient = TRANSIENT_RULES.has(decision.rule);
   if (ctx.denyViolations && !transient) {
-    if (!written(csr, await decideCsr(ctx.client, csr, 'Denied', decision.message, ctx.signal), ctx)) return false;
+    const write = await ctx.timed('denial', () => decideCsr(ctx.client, csr, 'Denied', decision.message, ctx.signal));
+    if (!written(csr, write, ctx)) return false;
     ctx.metrics.decision(csr.spec.signerName, 'denied', decision.rule);
     // The reason names what the CSR says (its subject, its names): a field, never the message.
     ctx.logger.warn('denied CSR', { ...fields, reason: decision.message });
@@ -110,7 +111,7 @@ export async function violation(csr: ApproverCsr, decision: Extract<Decision, { 
   ctx.logger.warn('left CSR pending', { ...fields, reason: decision.message });
   try {
     const message = `kubeboot approver left this CSR pending: ${decision.message}`;
-    await warnOnCsr(ctx.client, csr, 'PolicyViolation', message, ctx.clock.now(), ctx.signal);
+    await ctx.timed('event', () => warnOnCsr(ctx.client, csr, 'PolicyViolation', message, ctx.clock.now(), ctx.signal));
   } catch (err) {
     // An Event is a courtesy (client-go's recorder drops them too): its failure must not send the CSR round again.
     ctx.logger.warn('could not record the violation as an Event', { ...fields, error: (err as Error).message });

@@ -38,7 +38,7 @@ const WORKERS = 4;
 const BATCH_SIZE = 64;
 /**
  * API requests of the batches in flight at once (Node GETs, records,
- * SubjectAccessReviews, claims, approvals). More only queue inside the API
+ * SubjectAccessReviews, claims, approvals, denials, Events). More only queue inside the API
  * server on a small control plane (measured: docs/benchmarks.md).
  */
 const REQUESTS_IN_FLIGHT = 16;
@@ -261,8 +261,8 @@ export class CertificateController {
     );
     if (!report || !this.leader.isLeader()) return;
     const message = `kubeboot approver left this CSR undecided: its requester's pending CSRs are past their share of the approver's cache (--max-pending-per-requester); it is decided once older ones settle`;
-    warnOnCsr(this.#client, csr, 'RequesterOverShare', message, this.#clock.now(), this.#signal ?? undefined).catch((err: Error) =>
-      this.#logger.warn('could not record the overflow as an Event', { ...logFields(csr), error: err.message }),
-    );
+    this.#sync
+      .timed('event', () => warnOnCsr(this.#client, csr, 'RequesterOverShare', message, this.#clock.now(), this.#signal ?? undefined))
+      .catch((err: Error) => this.#logger.warn('could not record the overflow as an Event', { ...logFields(csr), error: err.message }));
   }
 }

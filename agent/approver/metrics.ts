@@ -10,7 +10,7 @@ export interface ApproverMetrics {
   leader(leading: boolean): void;
   /** Seconds a CSR waited in the queue, from the change that queued it to a worker taking it. */
   queueWait(seconds: number): void;
-  /** Seconds one API call of a decision took (its wait for a request slot included), by call: node, record, subjectaccessreview, claim, approval. */
+  /** Seconds one API call of a decision took (its wait for a request slot included), by call: node, record, subjectaccessreview, claim, approval, denial, challenge, event. */
   request(call: string, seconds: number): void;
   /** A batch decided and acted on: how many CSRs it took and how long it took. */
   batch(size: number, seconds: number): void;
@@ -58,7 +58,7 @@ export function createApproverMetrics(options: { defaultMetrics?: boolean } = {}
   });
   const requests = new Histogram({
     name: 'kubeboot_approver_request_seconds',
-    help: 'Seconds one API call of a decision took, its wait for one of the requests in flight included, by call (node, record, subjectaccessreview, claim, approval)',
+    help: 'Seconds one API call of a decision took, its wait for one of the requests in flight included, by call (node, record, subjectaccessreview, claim, approval, denial, challenge, event)',
     labelNames: ['call'] as const,
     buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
     registers: [registry],

@@ -29,6 +29,8 @@ const policy: ApproverPolicy = {
 interface Seen {
   approvals: string[];
   events: string[];
+  /** Writes that reached the API server while no ctx.timed call ran: outside the requests in flight. */
+  untimed: string[];
 }
 
 /** The API server: Node n1 present or not, /approval answering `approval`, every review allowed. */
@@ -37,7 +39,9 @@ function setup(t: Test, node: 'present' | 'missing', approval = 200) {
   mock.disableNetConnect();
   t.teardown(() => mock.close());
   const pool = mock.get(server);
-  const seen: Seen = { approvals: [], events: [] };
+  const seen: Seen = { approvals: [], events: [], untimed: [] };
+  const timed: string[] = [];
+  let running = 0;
   pool
     .intercept({ path: '/api/v1/nodes/n1', method: 'GET' })
     .reply(node === 'present' ? 200 : 404, node === 'present' ? { kind: 'Node', metadata: { name: 'n1' } } : { kind: 'Status' })
@@ -51,12 +55,18 @@ function setup(t: Test, node: 'present' | 'missing', approval = 200) {
     .reply<object>((req) => {
       const body = JSON.parse(String(req.body)) as ApproverCsr;
       seen.approvals.push(body.metadata.name);
+      if (running === 0) seen.untimed.push(`decision ${body.metadata.name}`);
       return { statusCode: approval, data: approval === 200 ? body : { kind: 'Status', code: approval } };
     })
     .persist();
   pool
     .intercept({ path: (p) => p.includes('/events'), method: 'POST' })
-    .reply<object>((req) => (seen.events.push((JSON.parse(String(req.body)) as { reason: string }).reason), { statusCode: 201, data: {} }))
+    .reply<object>((req) => {
+      const { reason } = JSON.parse(String(req.body)) as { reason: string };
+      seen.events.push(reason);
+      if (running === 0) seen.untimed.push(`event ${reason}`);
+      return { statusCode: 201, data: {} };
+    })
     .persist();
   const client = new KubeClient({ server, caPem: null }, { kind: 'anonymous' }, mock);
   const cache = new CsrCache();
@@ -84,9 +94,17 @@ function setup(t: Test, node: 'present' | 'missing', approval = 200) {
     metrics: createApproverMetrics({ defaultMetrics: false }),
     logger: silentLogger(),
     clock: new FakeClock(),
-    timed: (_call, request) => request(),
+    timed: async (call, request) => {
+      timed.push(call);
+      running++;
+      try {
+        return await request();
+      } finally {
+        running--;
+      }
+    },
   };
-  return { ctx, cache, seen, state };
+  return { ctx, cache, seen, state, timed };
 }
 
 t.test('a CSR every rule passes is approved, and nothing is left to look at again', async (t) => {
@@ -111,7 +129,7 @@ t.test('while another replica leads, nothing is asked of the API server', async 
   cache.set(await kubeProxyCsrOfNode('c1'));
   state.leading = false;
   t.same(await syncCertificateRequests(['c1'], ctx), []);
-  t.same(seen, { approvals: [], events: [] });
+  t.same(seen, { approvals: [], events: [], untimed: [] });
 });
 
 t.test('an approval the API server fails is handed back with its error; a name it cannot route is not decided again', async (t) => {
@@ -128,12 +146,35 @@ t.test('an approval the API server fails is handed back with its error; a name i
   t.same(unroutable.seen.approvals, ['c2'], 'one PUT until the CSR changes');
 });
 
+t.test('every write of a decision (approval, denial, Event) runs within the requests in flight', async (t) => {
+  const { ctx, cache, seen, timed } = setup(t, 'present');
+  // Asks for ten days: past maxExpirationSeconds, a rule that never passes later.
+  const tooLong = async (name: string) => {
+    const csr = await kubeProxyCsrOfNode(name);
+    return { ...csr, spec: { ...csr.spec, expirationSeconds: 10 * 86_400 } };
+  };
+  cache.set(await kubeProxyCsrOfNode('ok'));
+  cache.set(await tooLong('reported'));
+  t.same(await syncCertificateRequests(['ok', 'reported'], ctx), []);
+  ctx.denyViolations = true;
+  cache.set(await tooLong('denied'));
+  t.same(await syncCertificateRequests(['denied'], ctx), []);
+  t.same(seen.approvals.sort(), ['denied', 'ok'], 'the approval and the denial were written');
+  t.same(seen.events, ['PolicyViolation'], 'the violation left pending was reported');
+  t.same(seen.untimed, [], 'none of them outside a request slot');
+  t.same(
+    timed.filter((c) => ['approval', 'denial', 'event'].includes(c)).sort(),
+    ['approval', 'denial', 'event'],
+    'each timed as what it is',
+  );
+});
+
 t.test('names gone from the cache, and settled CSRs, are passed over', async (t) => {
   const { ctx, cache, seen } = setup(t, 'present');
   const settled = await kubeProxyCsrOfNode('done');
   cache.set({ ...settled, status: { conditions: [{ type: 'Approved', status: 'True' }], certificate: 'x' } });
   t.same(await syncCertificateRequests(['gone', 'done'], ctx), []);
-  t.same(seen, { approvals: [], events: [] });
+  t.same(seen, { approvals: [], events: [], untimed: [] });
 });
 
 /** A pool token abcdef (names w*, up to 10) and its first-issue CSRs for `names`, in a batch against a mocked API server. */
