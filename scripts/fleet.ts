@@ -12,9 +12,9 @@
 // approves every kubelet client CSR (the shipped RBAC grants
 // kube-controller-manager none), its requests in the priority level of
 // approver-flowschema.yaml; the 429s are counted apart for it and for the
-// nodes. `--low-only`: only the low-limit run; `--without-flowschema`: that
-// FlowSchema deleted first (the approver's user then falls to the stock
-// global-default level with the bootstrap tokens). Not a test and not part of CI.
+// nodes. `--low-only`: only the low-limit run; `--without-flowschema`: its
+// two FlowSchemas deleted first (the approver's user then falls to the stock
+// global-default level with the bootstrap tokens, its Lease too). Not a test and not part of CI.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -106,8 +106,10 @@ async function fleet(run: string, apiserverFlags: string[]): Promise<string[]> {
   const mode = values['without-flowschema'] ? `${run}, without the FlowSchema` : run;
   const plane = await startControlPlane({ name: 'fleet', audit: true, apiserverFlags });
   if (values['without-flowschema']) {
-    const res = await plane.admin.request('DELETE', '/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kubeboot-approver');
-    if (res.status !== 200) throw new Error(`deleting FlowSchema kubeboot-approver: ${res.status}`);
+    for (const name of ['kubeboot-approver', 'kubeboot-approver-leader-election']) {
+      const res = await plane.admin.request('DELETE', `/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/${name}`);
+      if (res.status !== 200) throw new Error(`deleting FlowSchema ${name}: ${res.status}`);
+    }
   }
   const dir = mkdtempSync(join(tmpdir(), 'kubeboot-fleet-'));
   try {

@@ -19,7 +19,7 @@ import {
   submitCsr,
 } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
-import { expectStatus, kubeClient } from '../support/http.js';
+import { expectStatus, type KubeResponse, kubeClient } from '../support/http.js';
 import type { Running } from '../support/kubeboot.js';
 
 const plane = await controlPlaneOrSkip(t, { name: 'approver-ha' });
@@ -143,8 +143,22 @@ if (plane) {
 
   t.test("the approver's requests get the priority level of the shipped approver-flowschema.yaml, not the nodes'", async (t) => {
     const get = async (path: string) => expectStatus(await plane.admin.request<KubeObject>('GET', path), `GET ${path}`, 200).body;
-    const flowSchema = await get('/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kubeboot-approver');
-    const level = await get('/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/kubeboot-approver');
+    const flowcontrol = '/apis/flowcontrol.apiserver.k8s.io/v1';
+    const flowSchema = await get(`${flowcontrol}/flowschemas/kubeboot-approver`);
+    const level = await get(`${flowcontrol}/prioritylevelconfigurations/kubeboot-approver`);
+    // The stock level every API server creates (a suggested object), and the shipped schema that sends the Lease there.
+    const leaderElection = await get(`${flowcontrol}/prioritylevelconfigurations/leader-election`);
+    const leaseSchemaPath = `${flowcontrol}/flowschemas/kubeboot-approver-leader-election`;
+    const leaseSchema = await get(leaseSchemaPath);
+    const dangling = async () =>
+      ((await get(leaseSchemaPath)).status?.conditions as { type: string; status: string }[] | undefined)?.find(
+        (c) => c.type === 'Dangling',
+      )?.status;
+    await plane.admin.waitFor(
+      'FlowSchema kubeboot-approver-leader-election read by the API server, its level found',
+      async () => ((await dangling()) === 'False' ? true : undefined),
+      30_000,
+    );
     const approver = kubeClient({
       server: plane.server,
       caPem: plane.caPem,
@@ -152,14 +166,35 @@ if (plane) {
     });
     const node = await nodeClient(plane, 'apf-node');
     t.teardown(() => Promise.all([approver.close(), node.close()]));
+    const classed = (res: KubeResponse<unknown>, what: string, schema: KubeObject, into: KubeObject) => {
+      t.equal(res.headers['x-kubernetes-pf-flowschema-uid'], schema.metadata.uid, `${what}: FlowSchema ${schema.metadata.name}`);
+      t.equal(res.headers['x-kubernetes-pf-prioritylevel-uid'], into.metadata.uid, `${what}: priority level ${into.metadata.name}`);
+    };
     const res = await approver.request('GET', `${CSRS}?limit=1`);
     t.equal(res.status, 200);
-    t.equal(
-      res.headers['x-kubernetes-pf-flowschema-uid'],
-      flowSchema.metadata.uid,
-      'the user kubeboot:approver: FlowSchema kubeboot-approver',
-    );
-    t.equal(res.headers['x-kubernetes-pf-prioritylevel-uid'], level.metadata.uid, 'and its PriorityLevelConfiguration');
+    classed(res, 'the user kubeboot:approver lists CSRs', flowSchema, level);
+
+    // Its Lease as leader election makes it, no approver running: create, get, update.
+    const leases = '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases';
+    expectStatus(await plane.admin.request('DELETE', `${leases}/kubeboot-approver`), 'delete the Lease', 200, 404);
+    const lease = {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { name: 'kubeboot-approver', namespace: 'kube-system' },
+    };
+    const created = await approver.request('POST', leases, lease);
+    t.equal(created.status, 201, 'the user creates the Lease');
+    classed(created, 'its Lease create', leaseSchema, leaderElection);
+    const read = await approver.request<KubeObject>('GET', `${leases}/kubeboot-approver`);
+    t.equal(read.status, 200, 'and reads it');
+    classed(read, 'its Lease get', leaseSchema, leaderElection);
+    const renewed = await approver.request('PUT', `${leases}/kubeboot-approver`, {
+      ...read.body,
+      spec: { holderIdentity: 'apf-test', leaseDurationSeconds: 1, renewTime: new Date().toISOString().replace('Z', '000Z') },
+    });
+    t.equal(renewed.status, 200, 'and renews it');
+    classed(renewed, 'its Lease update', leaseSchema, leaderElection);
+
     const fromNode = await node.request('GET', '/api/v1/nodes/apf-node');
     t.not(fromNode.headers['x-kubernetes-pf-flowschema-uid'], undefined, 'a node request is classed too');
     t.not(fromNode.headers['x-kubernetes-pf-prioritylevel-uid'], level.metadata.uid, "a node's is not in the approver's level");

@@ -131,10 +131,26 @@ if (helm && plane) {
     );
     // The comparison can fail: a changed value is a difference it names.
     t.match(differences(await template('replicas=3'), base), [/^differs: Deployment\/kube-system\/kubeboot-approver: /]);
-    t.same(differences(await template('flowSchema.enabled=false'), base).sort(), [
-      'missing from the chart: FlowSchema//kubeboot-approver',
-      'missing from the chart: PriorityLevelConfiguration//kubeboot-approver',
-    ]);
+    t.same(
+      differences(await template('flowSchema.enabled=false'), base).sort(),
+      [
+        'missing from the chart: FlowSchema//kubeboot-approver',
+        'missing from the chart: FlowSchema//kubeboot-approver-leader-election',
+        'missing from the chart: PriorityLevelConfiguration//kubeboot-approver',
+      ],
+      'flowSchema.enabled=false: no FlowSchema, no level',
+    );
+    // At 250 or less, kubeboot-approver would take the Lease requests before kubeboot-approver-leader-election.
+    await t.rejects(
+      template('flowSchema.matchingPrecedence=250'),
+      /flowSchema\.matchingPrecedence must be above 250/,
+      'flowSchema.matchingPrecedence=250: refused',
+    );
+    t.same(
+      differences(await template('flowSchema.matchingPrecedence=251'), base),
+      ['differs: FlowSchema//kubeboot-approver: .spec.matchingPrecedence: 251 in the chart, 750 expected'],
+      'flowSchema.matchingPrecedence=251: kubeboot-approver moves, its Lease schema stays',
+    );
   });
 
   t.test('helm install, helm upgrade, and the approver as the chart deploys it approves a node', async (t) => {
@@ -216,20 +232,33 @@ if (helm && plane) {
     t.equal(approved[0]?.reason, 'KubebootApprover', 'by kubeboot approver');
     await node.close();
 
-    // Its requests are classed by the chart's FlowSchema, into the chart's priority level.
-    const flowSchema = await get('/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/kubeboot-approver');
-    const level = await get('/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/kubeboot-approver');
+    // Its requests are classed by the chart's FlowSchema, into the chart's priority level; its Lease's into the stock leader-election.
+    const flowcontrol = '/apis/flowcontrol.apiserver.k8s.io/v1';
+    const flowSchema = await get(`${flowcontrol}/flowschemas/kubeboot-approver`);
+    const level = await get(`${flowcontrol}/prioritylevelconfigurations/kubeboot-approver`);
+    const leaderElection = await get(`${flowcontrol}/prioritylevelconfigurations/leader-election`);
+    // The ServiceAccount's Lease requests are the stock system-leader-election's (every kube-system ServiceAccount's), the user's the chart's.
+    const stockLeaseSchema = await get(`${flowcontrol}/flowschemas/system-leader-election`);
+    const userLeaseSchema = await get(`${flowcontrol}/flowschemas/kubeboot-approver-leader-election`);
     // The ServiceAccount (the Deployment) and the user kubeboot:approver (kubeboot-approver.service) alike.
     const asUser = await plane.mintClientCert({ commonName: 'kubeboot:approver' });
-    for (const [who, client] of [
-      ['the ServiceAccount', kubeClient({ server: plane.server, caPem: plane.caPem, token })],
-      ['the user kubeboot:approver', kubeClient({ server: plane.server, caPem: plane.caPem, ...asUser })],
+    for (const [who, client, leaseSchema] of [
+      ['the ServiceAccount', kubeClient({ server: plane.server, caPem: plane.caPem, token }), stockLeaseSchema],
+      ['the user kubeboot:approver', kubeClient({ server: plane.server, caPem: plane.caPem, ...asUser }), userLeaseSchema],
     ] as const) {
       const res = await client.request('GET', `${CSRS}?limit=1`);
+      const lease = await client.request('GET', '/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kubeboot-approver');
       await client.close();
       t.equal(res.status, 200, `${who} lists CSRs`);
       t.equal(res.headers['x-kubernetes-pf-flowschema-uid'], flowSchema.metadata.uid, `${who}: FlowSchema kubeboot-approver`);
       t.equal(res.headers['x-kubernetes-pf-prioritylevel-uid'], level.metadata.uid, `${who}: PriorityLevelConfiguration kubeboot-approver`);
+      t.equal(lease.status, 200, `${who} reads the Lease`);
+      t.equal(
+        lease.headers['x-kubernetes-pf-flowschema-uid'],
+        leaseSchema.metadata.uid,
+        `${who}'s Lease get: FlowSchema ${leaseSchema.metadata.name}`,
+      );
+      t.equal(lease.headers['x-kubernetes-pf-prioritylevel-uid'], leaderElection.metadata.uid, `${who}'s Lease get: leader-election`);
     }
     assertNoSecrets(t, running.output(), 'approver');
   });
