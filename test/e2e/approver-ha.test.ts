@@ -20,6 +20,7 @@ import {
 } from '../support/approver.js';
 import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus, type KubeResponse, kubeClient } from '../support/http.js';
+import { flowSchemaInEffect } from '../support/manifests.js';
 import type { Running } from '../support/kubeboot.js';
 
 const plane = await controlPlaneOrSkip(t, { name: 'approver-ha' });
@@ -148,17 +149,8 @@ if (plane) {
     const level = await get(`${flowcontrol}/prioritylevelconfigurations/kubeboot-approver`);
     // The stock level every API server creates (a suggested object), and the shipped schema that sends the Lease there.
     const leaderElection = await get(`${flowcontrol}/prioritylevelconfigurations/leader-election`);
-    const leaseSchemaPath = `${flowcontrol}/flowschemas/kubeboot-approver-leader-election`;
-    const leaseSchema = await get(leaseSchemaPath);
-    const dangling = async () =>
-      ((await get(leaseSchemaPath)).status?.conditions as { type: string; status: string }[] | undefined)?.find(
-        (c) => c.type === 'Dangling',
-      )?.status;
-    await plane.admin.waitFor(
-      'FlowSchema kubeboot-approver-leader-election read by the API server, its level found',
-      async () => ((await dangling()) === 'False' ? true : undefined),
-      30_000,
-    );
+    const leaseSchema = await get(`${flowcontrol}/flowschemas/kubeboot-approver-leader-election`);
+    await flowSchemaInEffect(plane.admin, 'kubeboot-approver-leader-election');
     const approver = kubeClient({
       server: plane.server,
       caPem: plane.caPem,

@@ -23,7 +23,7 @@ import { controlPlaneOrSkip } from '../support/controlplane.js';
 import { expectStatus, kubeClient } from '../support/http.js';
 import { writeKubeconfig } from '../support/kubeconfig.js';
 import { assertNoSecrets, forbid } from '../support/kubeboot.js';
-import { manifestsDir } from '../support/manifests.js';
+import { flowSchemaInEffect, manifestsDir } from '../support/manifests.js';
 import { freePort } from '../support/processes.js';
 
 const run = promisify(execFile);
@@ -240,6 +240,7 @@ if (helm && plane) {
     // The ServiceAccount's Lease requests are the stock system-leader-election's (every kube-system ServiceAccount's), the user's the chart's.
     const stockLeaseSchema = await get(`${flowcontrol}/flowschemas/system-leader-election`);
     const userLeaseSchema = await get(`${flowcontrol}/flowschemas/kubeboot-approver-leader-election`);
+    for (const name of ['kubeboot-approver', 'kubeboot-approver-leader-election']) await flowSchemaInEffect(plane.admin, name);
     // The ServiceAccount (the Deployment) and the user kubeboot:approver (kubeboot-approver.service) alike.
     const asUser = await plane.mintClientCert({ commonName: 'kubeboot:approver' });
     for (const [who, client, leaseSchema] of [

@@ -4,6 +4,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
+import type { AdminApi } from './admin.js';
 import { expectStatus, type KubeClient } from './http.js';
 
 export const manifestsDir = fileURLToPath(new URL('../../packaging/manifests/', import.meta.url));
@@ -80,4 +81,22 @@ export async function applyManifests(
     }
   }
   return applied;
+}
+
+/**
+ * Resolves once the API server's priority-and-fairness controller has read
+ * FlowSchema `name` and found its priority level (condition Dangling False):
+ * before that, a request may still be classed by the schema it replaces.
+ */
+export async function flowSchemaInEffect(admin: AdminApi, name: string): Promise<void> {
+  const path = `/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/${name}`;
+  await admin.waitFor(
+    `FlowSchema ${name} read by the API server, its level found`,
+    async () => {
+      const res = await admin.request<{ status?: { conditions?: { type: string; status: string }[] } }>('GET', path);
+      expectStatus(res, `GET ${path}`, 200);
+      return res.body.status?.conditions?.find((c) => c.type === 'Dangling')?.status === 'False' ? true : undefined;
+    },
+    30_000,
+  );
 }
