@@ -63,12 +63,16 @@ export type Claim =
   | WholeClaim<'tpmenrolments'>;
 
 /** A record written whole: created (a 409 is someone else's first), or replaced on the resourceVersion read. */
-type WholeClaim<R extends 'nodeclaims' | 'tpmenrolments'> =
+export type WholeClaim<R extends 'nodeclaims' | 'tpmenrolments' | 'tpmbeacons'> =
   | { op: 'create'; resource: R; name: string; object: RecordObjects[R] }
   | { op: 'replace'; resource: R; name: string; resourceVersion: string; object: RecordObjects[R] };
 
 /** The record a claim writes, as the API server answered; null when it changed, appeared or went meanwhile (409, 404). */
-export async function writeClaim(client: KubeClient, claim: Claim, signal?: AbortSignal): Promise<RecordObject | null> {
+export async function writeClaim(
+  client: KubeClient,
+  claim: Claim | WholeClaim<'tpmbeacons'>,
+  signal?: AbortSignal,
+): Promise<RecordObject | null> {
   const collection = recordsPath(claim.resource);
   const accept = [404, 409];
   try {

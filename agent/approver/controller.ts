@@ -20,6 +20,7 @@ import { systemClock, type Clock, type TimerHandle } from '../time/clock.js';
 import { logFields } from './act.js';
 import { warnOnCsr } from './api.js';
 import { cachedApiServerFacts, readApiServerFacts, type ApiServerFacts } from './apiserver.js';
+import { BeaconKeeper } from './beacon.js';
 import { isSettled, isUnissued, type ApproverCsr } from './csr-facts.js';
 import { CsrInformer } from './informer.js';
 import { LeaderElector, type LeaderOptions } from './leader.js';
@@ -69,6 +70,8 @@ export class CertificateController {
   /** The records decisions read (agent/records/), through their informers. */
   readonly records: RecordInformers;
   readonly leader: LeaderElector;
+  /** The freshness beacon TPM quotes bind, published while this process leads. */
+  readonly beacon: BeaconKeeper;
   readonly #queue: WorkQueue<string>;
   readonly #memory = new CsrMemory();
   readonly #client: KubeClient;
@@ -121,6 +124,7 @@ export class CertificateController {
         mayLead: () => this.informer.synced && this.records.synced,
         onChange: (leading) => {
           metrics.leader(leading);
+          this.beacon.lead(leading);
           // A new leader looks at everything: CSRs may have arrived while it waited.
           if (leading) for (const name of this.informer.cache.keys()) this.#queue.add(name);
         },
@@ -132,6 +136,7 @@ export class CertificateController {
     const apiServer = opts.apiServer ?? cachedApiServerFacts(() => readApiServerFacts(client, signal()), clock);
     const records = this.records;
     const informer = this.informer;
+    this.beacon = new BeaconKeeper({ client, records, clock, logger, timed, signal });
     const io = clusterLookups({
       client,
       records,
@@ -174,6 +179,7 @@ export class CertificateController {
     } finally {
       // Pending re-checks must not hold a stopping process open.
       this.#queue.shutDown();
+      this.beacon.stop();
       if (this.#recheckPending !== null) this.#clock.clearTimeout(this.#recheckPending);
       await Promise.all(workers);
     }
@@ -243,8 +249,9 @@ export class CertificateController {
    */
   #recordChanged(resource: RecordResource | 'configmaps', name: string, type: string, resourceVersion: string): void {
     const what = resource === 'configmaps' ? `ConfigMap kubeboot/${name}` : recordRef(resource, name);
-    // What the approver decides from, as it changes (a claim is the approval's own line).
-    if (resource !== 'nodeclaims')
+    // What the approver decides from, as it changes (a claim is the approval's own line, a beacon the keeper's).
+    if (resource === 'tpmbeacons') this.beacon.changed();
+    if (resource !== 'nodeclaims' && resource !== 'tpmbeacons')
       this.#logger.info(`record ${type === 'DELETED' ? 'removed' : 'seen'}: ${what} (resourceVersion ${resourceVersion})`);
     if (this.#recheckPending !== null || this.#signal?.aborted === true) return;
     this.#recheckPending = this.#clock.setTimeout(() => {

@@ -27,6 +27,9 @@
  *   knows by its TPM's EK alone, and the credential challenges sent for it
  *   (records/tpm-enrolment.ts). The approver creates and updates it (on the
  *   resourceVersion read); the admin deletes it to enrol the machine again.
+ * - TpmBeacon `kubeboot`: the freshness beacon every TPM quote binds
+ *   (records/tpm-beacon.ts). The approver's leader creates and rotates it;
+ *   nodes and bootstrap tokens may only get it.
  *
  * Pure: names, paths and shapes. The requests are the callers'.
  */
@@ -41,6 +44,7 @@ export const KINDS = {
   noderevocations: 'NodeRevocation',
   inventories: 'Inventory',
   tpmenrolments: 'TpmEnrolment',
+  tpmbeacons: 'TpmBeacon',
 } as const;
 export type RecordResource = keyof typeof KINDS;
 export const RECORD_RESOURCES = Object.keys(KINDS) as RecordResource[];
@@ -118,6 +122,20 @@ export interface TpmEnrolmentObject {
   spec?: { ekHash?: string; akName?: string; csrUID?: string; challenges?: ChallengeEntry[] };
 }
 
+/** One beacon: 32 random bytes, base64, and when the approver published it (RFC 3339, its clock). */
+export interface BeaconEntry {
+  value?: string;
+  published?: string;
+}
+
+export interface TpmBeaconObject {
+  apiVersion?: string;
+  kind: 'TpmBeacon';
+  metadata: RecordMeta;
+  /** Newest first: the current beacon and the one before it. */
+  spec?: { beacons?: BeaconEntry[] };
+}
+
 export interface RecordObjects {
   tokenbindings: TokenBindingObject;
   nodeclaims: NodeClaimObject;
@@ -125,6 +143,7 @@ export interface RecordObjects {
   noderevocations: NodeRevocationObject;
   inventories: InventoryObject;
   tpmenrolments: TpmEnrolmentObject;
+  tpmbeacons: TpmBeaconObject;
 }
 export type RecordObject = RecordObjects[RecordResource];
 

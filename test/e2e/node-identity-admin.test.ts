@@ -319,6 +319,7 @@ if (plane) {
         'system:certificates.k8s.io:certificatesigningrequests:nodeclient',
         'kubeboot:approver',
         'kubeboot:approver-records',
+        'kubeboot:tpm-beacon-reader',
       ];
       const roles = all.filter(
         (r) => r.metadata.name.startsWith('system:controller:') || stock.includes(r.metadata.name) || r.metadata.name.startsWith('test:'),
@@ -362,7 +363,15 @@ if (plane) {
           };
           await waitFor(`${role.metadata.name} bound`, async () => ((await review(user, probe)) ? true : undefined));
         }
-        for (const resource of ['tokenbindings', 'nodeclaims', 'nodereplacements', 'noderevocations', 'inventories'])
+        for (const resource of [
+          'tokenbindings',
+          'nodeclaims',
+          'nodereplacements',
+          'noderevocations',
+          'inventories',
+          'tpmenrolments',
+          'tpmbeacons',
+        ])
           for (const subresource of ['', 'status'])
             for (const verb of ['create', 'update', 'patch', 'delete', 'deletecollection'])
               if (await review(user, { group: 'kubeboot.io', resource, subresource, verb }))
@@ -387,13 +396,17 @@ if (plane) {
         [...findings['kubeboot:approver-records']!].sort(),
         [
           'create nodeclaims',
+          'create tpmbeacons',
+          'create tpmenrolments',
           'patch nodereplacements/status',
           'patch tokenbindings/status',
           'update nodeclaims',
           'update nodereplacements/status',
           'update tokenbindings/status',
+          'update tpmbeacons',
+          'update tpmenrolments',
         ],
-        'the approver writes claims and statuses only: never a binding, a mark, a revocation or the inventory',
+        'the approver writes claims, statuses, TPM enrolments and the beacon only: never a binding, a mark, a revocation or the inventory',
       );
     },
   );

@@ -2,7 +2,8 @@
  * What an approver under undici's MockAgent needs from "the API server" to
  * lead and decide, whatever the test is about: no Lease yet (it creates
  * one), every SubjectAccessReview allowed, and no records (agent/records/:
- * each list empty, unless the test answered it first).
+ * each list empty, unless the test answered it first) but the beacon the
+ * leader creates.
  */
 import type { Interceptable } from 'undici';
 import { KINDS, RECORD_RESOURCES, recordsPath } from '../../agent/records/kinds.js';
@@ -33,6 +34,11 @@ export function emptyRecords(pool: Interceptable): void {
   pool
     .intercept({ path: (p) => p.startsWith('/api/v1/namespaces/kubeboot/configmaps?') && !p.includes('watch=true'), method: 'GET' })
     .reply(200, { kind: 'ConfigMapList', metadata: { resourceVersion: '1' }, items: [] })
+    .persist();
+  // The leader's beacon (approver/beacon.ts): its create answered as the API server would, echoing it.
+  pool
+    .intercept({ path: recordsPath('tpmbeacons'), method: 'POST' })
+    .reply(({ body }) => ({ statusCode: 201, data: { ...JSON.parse(String(body)), metadata: { name: 'kubeboot', resourceVersion: '2' } } }))
     .persist();
   // Their watches bring nothing (answered when the test ends), so no re-list timer is armed.
   pool

@@ -154,9 +154,13 @@ t.test('on a fake clock: a CSR waiting for its Node is looked at again after 5, 
   await until('the cache to sync', () => approver.informer.synced && clock.pending === 2);
   clock.advance(clock.nextTimerIn()!);
   const leading = clock.monotonic();
-  // Armed while idle: the resync, the lease's retry period and the CSR's re-check.
+  // The new leader's first beacon is due at once: published before the clock moves on.
+  await until("the leader's first beacon armed", () => clock.nextTimerIn() === 0);
+  clock.advance(0);
+  await until('the beacon published', () => approver.beacon.rotations === 1);
+  // Armed while idle: the resync, the lease's retry period, the beacon's next rotation (5 min) and the CSR's re-check.
   for (let looks = 1; looks <= 6; looks++) {
-    await until(`look ${looks} and its re-check armed`, () => lookedAt.length === looks && clock.pending === 3);
+    await until(`look ${looks} and its re-check armed`, () => lookedAt.length === looks && clock.pending === 4);
     if (looks < 6) clock.advance(clock.nextTimerIn()!);
   }
   t.same(
