@@ -8,6 +8,7 @@
 // decision; its API calls are the same with and without evidence.
 //
 // Alone: npm run bench:tpm   (KUBEBOOT_BENCH_TPM_CSRS, default 300; 5 rounds)
+import { randomBytes } from 'node:crypto';
 import { decide } from '../agent/approver/decide.js';
 import type { ApproverCsr } from '../agent/approver/csr-facts.js';
 import type { Lookups } from '../agent/approver/lookups.js';
@@ -15,6 +16,7 @@ import { generateKey } from '../agent/pki/keys.js';
 import { pemBlocks } from '../agent/pki/pem.js';
 import { createCsrPem } from '../agent/pki/pkcs10.js';
 import { INVENTORY_NAME, newRecord } from '../agent/records/kinds.js';
+import { rotatedBeacon } from '../agent/records/tpm-beacon.js';
 import { evidencePem, quoteCsr } from '../agent/tpm/csr-evidence.js';
 import { identify, withTpm } from '../agent/tpm/identify.js';
 import { withSwtpm } from '../test/support/swtpm.js';
@@ -26,7 +28,11 @@ const NODE = 'worker-1';
 
 const policy = INVENTORY_KUBELET_CLIENT_POLICY;
 
-/** The records as the informers hold them: the inventory with `entry` for the node. */
+/** The approver's beacon the quotes bind. */
+const BEACON = randomBytes(32);
+const beaconRecord = rotatedBeacon(null, BEACON, new Date());
+
+/** The records as the informers hold them: the inventory with `entry` for the node, and the beacon. */
 function lookups(entry: string): Lookups {
   const inventory = {
     ...newRecord('inventories', INVENTORY_NAME, { spec: { nodes: { [NODE]: entry } } }),
@@ -37,8 +43,8 @@ function lookups(entry: string): Lookups {
     allowed: async () => true,
     sameRequester: () => [],
     apiServer: async () => ({ names: [], ips: [] }),
-    // biome-ignore lint/suspicious/noExplicitAny: the one record a renewal of this policy reads
-    record: async (resource) => (resource === 'inventories' ? inventory : null) as any,
+    // biome-ignore lint/suspicious/noExplicitAny: the records a renewal of this policy reads
+    record: async (resource) => (resource === 'inventories' ? inventory : resource === 'tpmbeacons' ? beaconRecord : null) as any,
     legacy: async () => null,
   };
 }
@@ -75,7 +81,7 @@ export async function benchTpmDecide(): Promise<[string, string][]> {
       const key = await generateKey('ecdsa-p256');
       const pem = await createCsrPem({ key, subject: { commonName: `system:node:${NODE}`, organizations: ['system:nodes'] } });
       const began = performance.now();
-      const evidence = await withTpm(where, (tpm) => quoteCsr(tpm, pemBlocks(pem)[0]!.der, new Date(created)));
+      const evidence = await withTpm(where, (tpm) => quoteCsr(tpm, pemBlocks(pem)[0]!.der, new Date(created), BEACON));
       quoteMs.push(performance.now() - began);
       plain.push(renewal(i, pem, created));
       attested.push(renewal(i, `${pem.trimEnd()}\n${evidencePem(evidence)}`, created));

@@ -19,6 +19,7 @@ import { oversizedRequestProblem } from './retain.js';
 import { tpmBinding } from '../records/inventory.js';
 import type { TpmEnrolmentObject } from '../records/kinds.js';
 import { withChallenge, withEnrolledAk } from '../records/tpm-enrolment.js';
+import { BEACON_NAME } from '../records/tpm-beacon.js';
 import { challengeMessage, makeChallenge } from '../tpm/challenge.js';
 import { pcrReport } from '../tpm/csr-evidence.js';
 import { TPM_ATTESTED_RULE, tpmVerdictOf, type TpmVerdict } from './rules/tpm-attested.js';
@@ -149,8 +150,10 @@ export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups:
   const read = nodeName !== null && requesterKind(facts) !== null && reads('records') ? await readRecords(facts, nodeName, lookups) : null;
   const inventory = nodeName !== null && reads('inventory') ? await readInventory(nodeName, lookups) : null;
   // The enrolment record only for a name enrolled by its EK alone: no other CSR reads it.
-  const ekOnly =
-    inventory?.found === true && inventory.entry !== null && !('problem' in inventory.entry) && tpmBinding(inventory.entry) === 'ek-only';
+  const binding =
+    inventory?.found === true && inventory.entry !== null && !('problem' in inventory.entry) ? tpmBinding(inventory.entry) : 'none';
+  const ekOnly = binding === 'ek-only';
+  const tpmBound = binding !== 'none';
   const world: World = {
     node,
     blocking: reads('blocking')
@@ -160,6 +163,8 @@ export async function judge(prepared: Prepared, policy: ApproverPolicy, lookups:
     records: read?.records ?? null,
     inventory,
     tpmEnrolment: nodeName !== null && ekOnly && reads('tpmEnrolment') ? await lookups.record('tpmenrolments', nodeName) : null,
+    // The beacon only for a TPM-bound name: no other CSR's evidence is checked.
+    tpmBeacon: tpmBound && reads('tpmBeacon') ? await lookups.record('tpmbeacons', BEACON_NAME) : null,
   };
   const input = { csr: facts, nodeName, world, policy };
   const verdict = evaluate(spec.rules, input);

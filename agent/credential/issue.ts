@@ -18,6 +18,7 @@ import { createCsrPem } from '../pki/pkcs10.js';
 import { pemBlocks } from '../pki/pem.js';
 import { answerChallenge, CHALLENGE_REASON, challengeIn } from '../tpm/challenge.js';
 import { evidencePem, quoteCsr } from '../tpm/csr-evidence.js';
+import { readTpmBeacon } from './tpm-beacon.js';
 import type { Credential } from '../tpm/structures.js';
 import { tpmLocationOf, withTpm, type TpmLocation } from '../tpm/identify.js';
 import { csrName } from '../pki/csr-name.js';
@@ -262,8 +263,9 @@ async function requestCertificate(
 
 /**
  * With a TPM, a kubelet client CSR (first issue and renewal alike) carries
- * a quote by the machine's AK bound to this request's subject, key and the
- * current window (tpm/csr-evidence.ts), as one PEM block after the request:
+ * a quote by the machine's AK bound to this request's subject, key, the
+ * current window and the approver's beacon read just before
+ * (tpm/csr-evidence.ts, credential/tpm-beacon.ts), as one PEM block after the request:
  * the approver's tpm-attested rule requires it of a TPM-enrolled name. The
  * CSR's name does not depend on it (pki/csr-name.ts), so a restart that
  * re-files the same request with a fresh quote adopts the CSR on the server.
@@ -275,7 +277,13 @@ async function withTpmEvidence(identity: Identity, ctx: IssueContext, requestPem
   const where = ctx.tpm;
   const [block] = pemBlocks(requestPem);
   if (block === undefined) throw new KubebootError(`${identity.name}: the CSR made has no PEM block`);
-  const evidence = await withTpm(where, (tpm) => quoteCsr(tpm, block.der, ctx.clock.now(), answer));
+  const beacon = await retryTransient(`${identity.name}: reading the approver's beacon`, () => readTpmBeacon(ctx.requester, ctx.signal), {
+    timeoutMs: ctx.waitTimeoutMs,
+    logger: ctx.logger,
+    signal: ctx.signal,
+    clock: ctx.clock,
+  });
+  const evidence = await withTpm(where, (tpm) => quoteCsr(tpm, block.der, ctx.clock.now(), beacon, answer));
   return `${requestPem.trimEnd()}\n${evidencePem(evidence)}`;
 }
 

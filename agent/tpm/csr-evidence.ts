@@ -8,9 +8,12 @@
  *
  * The quote's qualifying data binds the evidence to its CSR:
  *
- *   SHA-256( "kubeboot kubelet-client CSR v1\0"
+ *   SHA-256( "kubeboot kubelet-client CSR v2\0"
  *            ‖ u32 len ‖ subject Name DER ‖ u32 len ‖ SubjectPublicKeyInfo DER
- *            ‖ u64 window )
+ *            ‖ u64 window ‖ u32 len ‖ beacon )
+ *
+ * (evidence without a beacon, of kubeboot before it, hashed the v1 label
+ * and no beacon; the approver refuses it).
  *
  * - the SubjectPublicKeyInfo: a copy of the evidence with another key (a
  *   stolen disk image's, an attacker's) is refused: the key is what the
@@ -19,7 +22,12 @@
  * - the window, WINDOW_SECONDS long, numbered from the Unix epoch: the
  *   approver compares it with the CSR's metadata.creationTimestamp, which
  *   the API server sets, so an old copy is useless later, and the check stays
- *   stateless (no nonce to hand out, no round trip, no new listener).
+ *   stateless (no nonce to hand out, no round trip, no new listener);
+ * - the beacon, the approver's (records/tpm-beacon.ts), read by the node
+ *   just before it quotes: the window is the node's to choose, so root on
+ *   the node could make quotes for any future window; a beacon cannot be
+ *   known before the approver publishes it, and the approver accepts only
+ *   its current and previous one.
  * Both sides read the subject and key bytes from the request's DER
  * (pki/der.ts csrLayout), so what is hashed is what the signer signs.
  *
@@ -28,8 +36,9 @@
  * and as many TPM2B_DIGEST PCR values (SHA-256 PCRs 0-7, as quoted); then
  * (version 2) TPM2B_PUBLIC of the EK and a TPM2B credential, each empty when
  * absent: what enrolment from the EK alone reads (tpm/challenge.ts), the EK
- * to make a challenge for, and the credential its activation opened.
- * Version 1 (without those two) is still read.
+ * to make a challenge for, and the credential its activation opened; then
+ * (version 3) the TPM2B beacon, empty when the node read none. Versions 1
+ * (without the EK and credential) and 2 (without the beacon) are still read.
  */
 import { createHash } from 'node:crypto';
 import { csrLayout } from '../pki/der.js';
@@ -68,10 +77,16 @@ export function quotedPcr(values: readonly Buffer[], index: number): Buffer | un
 }
 
 const MAGIC = 0x4b425445; // "KBTE"
-const VERSION = 2;
+const VERSION = 3;
 /** Evidence of the first release: no EK, no credential. */
 const VERSION_1 = 1;
-const LABEL = Buffer.from('kubeboot kubelet-client CSR v1\0', 'latin1');
+/** Evidence with the EK and credential, no beacon. */
+const VERSION_2 = 2;
+/** The qualifying data's label without a beacon (versions 1 and 2), and with one. */
+const LABEL_V1 = Buffer.from('kubeboot kubelet-client CSR v1\0', 'latin1');
+const LABEL_V2 = Buffer.from('kubeboot kubelet-client CSR v2\0', 'latin1');
+/** A beacon is 32 bytes (records/tpm-beacon.ts); more than this is refused unread. */
+const MAX_BEACON_BYTES = 64;
 /** Far more than a P-256 AK's evidence needs (about 600 bytes): a larger block is refused unread. */
 const MAX_EVIDENCE_BYTES = 4096;
 
@@ -87,6 +102,8 @@ export interface CsrEvidence {
   ekPublic?: TpmtPublic;
   /** The credential a challenge's activation opened (tpm/challenge.ts), in the CSR that answers it. */
   credential?: Buffer;
+  /** The approver's beacon the node read before it quoted (version 3), bound into the qualifying data. */
+  beacon?: Buffer;
 }
 
 /** What a CSR's evidence is bound to, read from the request's DER. */
@@ -104,18 +121,19 @@ export function windowOf(at: Date): bigint {
   return BigInt(Math.floor(at.getTime() / 1000 / WINDOW_SECONDS));
 }
 
-/** The qualifying data a CSR's quote must carry (see the header). */
-export function csrQualifyingData(binding: CsrBinding, window: bigint): Buffer {
+/** The qualifying data a CSR's quote must carry (see the header); without a beacon, as kubeboot before it made it. */
+export function csrQualifyingData(binding: CsrBinding, window: bigint, beacon?: Buffer): Buffer {
   const w = Buffer.alloc(8);
   w.writeBigUInt64BE(window);
-  return createHash('sha256')
-    .update(LABEL)
+  const hash = createHash('sha256')
+    .update(beacon === undefined ? LABEL_V1 : LABEL_V2)
     .update(new Writer().u32(binding.subjectDer.length).done())
     .update(binding.subjectDer)
     .update(new Writer().u32(binding.publicKeyDer.length).done())
     .update(binding.publicKeyDer)
-    .update(w)
-    .digest();
+    .update(w);
+  if (beacon !== undefined) hash.update(new Writer().u32(beacon.length).done()).update(beacon);
+  return hash.digest();
 }
 
 export function marshalEvidence(e: CsrEvidence): Buffer {
@@ -134,6 +152,7 @@ export function marshalEvidence(e: CsrEvidence): Buffer {
   if (ek === undefined) w.u16(0);
   else w.sizedOf((p) => marshalPublic(p, ek));
   w.sized(e.credential ?? Buffer.alloc(0));
+  w.sized(e.beacon ?? Buffer.alloc(0));
   return w.done();
 }
 
@@ -143,8 +162,8 @@ export function unmarshalEvidence(bytes: Buffer): CsrEvidence {
   const r = new Reader(bytes, EVIDENCE_PEM_TYPE);
   if (r.u32('magic') !== MAGIC) throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: magic is not KBTE`);
   const version = r.u16('version');
-  if (version !== VERSION && version !== VERSION_1)
-    throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: version ${version}, not ${VERSION_1} or ${VERSION}`);
+  if (version !== VERSION && version !== VERSION_2 && version !== VERSION_1)
+    throw new TpmFormatError(`${EVIDENCE_PEM_TYPE}: version ${version}, not ${VERSION_1} to ${VERSION}`);
   const window = r.u64('window');
   const akPublic = r.sizedOf('akPublic', unmarshalPublic);
   const attest = r.sized('attest', 1024);
@@ -154,7 +173,7 @@ export function unmarshalEvidence(bytes: Buffer): CsrEvidence {
   const pcrValues: Buffer[] = [];
   for (let i = 0; i < count; i++) pcrValues.push(r.sized(`pcrValues[${i}]`, 64));
   const evidence: CsrEvidence = { window, akPublic, attest, signature, pcrValues };
-  if (version === VERSION) {
+  if (version >= VERSION_2) {
     const ek = r.sized('ekPublic');
     if (ek.length > 0) {
       const inner = new Reader(ek, `${EVIDENCE_PEM_TYPE}: ekPublic`);
@@ -163,6 +182,10 @@ export function unmarshalEvidence(bytes: Buffer): CsrEvidence {
     }
     const credential = r.sized('credential', 64);
     if (credential.length > 0) evidence.credential = credential;
+  }
+  if (version >= VERSION) {
+    const beacon = r.sized('beacon', MAX_BEACON_BYTES);
+    if (beacon.length > 0) evidence.beacon = beacon;
   }
   r.end();
   return evidence;
@@ -215,15 +238,16 @@ export function csrEvidenceBlock(pem: string): Buffer | null {
 
 /**
  * The evidence for a CSR, made with this TPM now: the AK (created from its
- * template, flushed after) quotes SHA-256 PCRs 0-7 over the CSR's binding,
+ * template, flushed after) quotes SHA-256 PCRs 0-7 over the CSR's binding
+ * and `beacon` (null: the node could read none; the approver refuses that),
  * and the EK's public area goes with it (an EK-only enrolment challenges
  * it), and `credential` when this CSR answers a challenge (tpm/challenge.ts).
  * The PCRs are read before the quote and read again if one moved between
  * the two (an extend at that moment), so the values match the quote.
  */
-export async function quoteCsr(tpm: Tpm, csrDer: Uint8Array, now: Date, credential?: Buffer): Promise<CsrEvidence> {
+export async function quoteCsr(tpm: Tpm, csrDer: Uint8Array, now: Date, beacon: Buffer | null, credential?: Buffer): Promise<CsrEvidence> {
   const window = windowOf(now);
-  const nonce = csrQualifyingData(csrBinding(csrDer), window);
+  const nonce = csrQualifyingData(csrBinding(csrDer), window, beacon ?? undefined);
   const ekPublic = await withEndorsementKey(tpm, async (ek) => ek.public);
   return withAttestationKey(tpm, async (ak) => {
     for (let attempt = 0; ; attempt++) {
@@ -239,6 +263,7 @@ export async function quoteCsr(tpm: Tpm, csrDer: Uint8Array, now: Date, credenti
           pcrValues: values,
           ekPublic,
           ...(credential !== undefined ? { credential } : {}),
+          ...(beacon !== null ? { beacon } : {}),
         };
     }
   });
@@ -250,13 +275,16 @@ export interface CsrExpectation {
   akName: Buffer | null;
   /** The CSR's metadata.creationTimestamp: the window must be its own or one either side. */
   created: Date;
+  /** The beacons the approver accepts now (records/tpm-beacon.ts): the evidence must bind one. */
+  beacons: readonly Buffer[];
 }
 
 /**
- * Verifies a CSR's evidence statelessly, from the CSR alone and the
- * enrolled AK name: the window is fresh for the CSR's creation, and the
- * quote (verify.ts verifyQuote) is by that AK, over the qualifying data
- * recomputed from this CSR's subject, key and the window, covering SHA-256
+ * Verifies a CSR's evidence from the CSR, the enrolled AK name and the
+ * beacons accepted now: the window is fresh for the CSR's creation, the
+ * beacon is one of those, and the quote (verify.ts verifyQuote) is by that
+ * AK, over the qualifying data recomputed from this CSR's subject, key, the
+ * window and the beacon, covering SHA-256
  * PCRs 0-7 whose reported values are the quoted ones. Returns the evidence
  * as read; refusals are EvidenceErrors naming the check.
  */
@@ -275,10 +303,22 @@ export function verifyCsrEvidence(bytes: Buffer, expect: CsrExpectation): CsrEvi
       'window',
       `the quote is for the ${WINDOW_SECONDS / 60}-minute window starting ${windowStart(evidence.window)}, the CSR was created at ${expect.created.toISOString()} (a copy of older evidence, or the node's clock is off)`,
     );
+  const beacon = evidence.beacon;
+  if (beacon === undefined)
+    throw new EvidenceError(
+      'beacon',
+      "the quote binds no beacon: kubeboot on the node predates beacons, or could not read the approver's (it logs why)",
+    );
+  if (expect.beacons.length === 0) throw new EvidenceError('beacon', 'the approver has published no beacon yet to check it against');
+  if (!expect.beacons.some((b) => b.equals(beacon)))
+    throw new EvidenceError(
+      'beacon',
+      "the quote binds a beacon that is neither the approver's current nor its previous one: made before it was published, or more than one rotation ago (a quote made ahead of time)",
+    );
   verifyQuote(
     { akPublic: evidence.akPublic, attest: evidence.attest, signature: evidence.signature },
     {
-      nonce: csrQualifyingData(expect.binding, evidence.window),
+      nonce: csrQualifyingData(expect.binding, evidence.window, beacon),
       ...(expect.akName !== null ? { akName: expect.akName } : {}),
       pcrs: EVIDENCE_PCRS,
       pcrValues: evidence.pcrValues,

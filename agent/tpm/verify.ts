@@ -45,7 +45,8 @@ export type EvidenceReason =
   | 'signature'
   | 'pcr-selection'
   | 'pcr-digest'
-  | 'window';
+  | 'window'
+  | 'beacon';
 
 /** Evidence refused; `reason` names the check, the message says what was found. */
 export class EvidenceError extends Error {

@@ -9,7 +9,9 @@
 // worker-2 is known by machine B's EK hash only; A cannot take it (its own
 // EK; B's EK public with A's AK is challenged and A's TPM cannot open the
 // challenge; a guessed answer is challenged again), B joins through one
-// challenge round, its AK is recorded, and only that AK renews.
+// challenge round, its AK is recorded, and only that AK renews. Every quote
+// binds the approver's beacon: one made ahead of time, over a beacon the
+// leader has since replaced, is refused.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -87,6 +89,19 @@ if (plane) {
     const pem = await craftCsrPem({ cn: 'system:node:worker-1', o: ['system:nodes'] });
     return evidence === undefined ? pem : `${pem.trimEnd()}\n${await evidence(pemBlocks(pem)[0]!.der)}`;
   };
+  const beaconPath = `${recordsPath('tpmbeacons')}/kubeboot`;
+  /** The approver's beacon record as the API server has it, or undefined. */
+  const beaconRecord = async () => {
+    const res = await plane.admin.request<KubeObject>('GET', beaconPath);
+    return res.status === 200 ? res.body : undefined;
+  };
+  /** The newest beacon, as a node reads it before it quotes. */
+  const beacon = async () => Buffer.from((await plane.admin.waitFor('the beacon', beaconRecord)).spec.beacons[0].value, 'base64');
+  /** A quote of `der` by `sw` now, over the current beacon. */
+  const quoteNow = async (sw: Swtpm, der: Uint8Array) => {
+    const current = await beacon();
+    return withTpm({ swtpmTcp: sw.address }, (tpm) => quoteCsr(tpm, der, new Date(), current));
+  };
   const node = await nodeLayout(join(dir, 'machine-a'), 'worker-1', { tpm: `swtpm:${a.address}` });
   let firstCsr = '';
   /** Whole-process bootstrap times: with an admin-enrolled AK, and with the EK alone (one challenge round more). */
@@ -131,7 +146,7 @@ if (plane) {
         ...KUBELET_CLIENT,
         cn: 'unused',
         name: 'other-tpm',
-        pem: await worker1Csr(async (der) => evidencePem(await withTpm({ swtpmTcp: b.address }, (tpm) => quoteCsr(tpm, der, new Date())))),
+        pem: await worker1Csr(async (der) => evidencePem(await quoteNow(b, der))),
       }),
       'tpm-attested',
     );
@@ -153,6 +168,38 @@ if (plane) {
       'tpm-attested',
     );
     t.match(copied.message, 'the TPM evidence is refused (nonce: the quote is over other qualifying data)', "A's evidence on another key");
+  });
+
+  t.test('a quote made ahead of time on machine A is refused once the leader has replaced the beacon it binds', async (t) => {
+    const published = await plane.admin.waitFor('the leader to publish the beacon', beaconRecord);
+    t.ok([1, 2].includes(published.spec.beacons.length), 'the leader publishes one beacon, or the current and the previous');
+    t.match(published.spec.beacons[0].value, /^[A-Za-z0-9+/]{43}=$/, '32 bytes of base64');
+    // Root on machine A, now: a CSR for worker-1 with its own key, quoted by A's enrolled AK, kept for later.
+    const ahead = await worker1Csr(async (der) => evidencePem(await quoteNow(a, der)));
+    // The admin deletes the record; the leader publishes a fresh beacon at once, and keeps none of the old.
+    const del = await plane.admin.request('DELETE', beaconPath);
+    t.equal(del.status, 200, 'the admin may delete the beacon record');
+    const fresh = await plane.admin.waitFor('a fresh beacon', async () => {
+      const r = await beaconRecord();
+      return r !== undefined && r.metadata.uid !== published.metadata.uid ? r : undefined;
+    });
+    t.equal(fresh.spec.beacons.length, 1, 'a record made anew holds only the new beacon');
+    t.not(fresh.spec.beacons[0].value, published.spec.beacons[0].value, 'the new beacon is not the old one');
+    const late = await refused(await submitCsr(pool, { ...KUBELET_CLIENT, cn: 'unused', name: 'made-ahead', pem: ahead }), 'tpm-attested');
+    t.match(
+      late.message,
+      /the TPM evidence is refused \(beacon: the quote binds a beacon that is neither the approver's current nor its previous one/,
+      'the quote made over the retired beacon is refused, the check named',
+    );
+    // The same machine quoting now, over the beacon it reads now, passes tpm-attested (worker-1 is spent: refused by the name's rule instead).
+    const now = await submitCsr(pool, {
+      ...KUBELET_CLIENT,
+      cn: 'unused',
+      name: 'quoted-now',
+      pem: await worker1Csr(async (der) => evidencePem(await quoteNow(a, der))),
+    });
+    const decided = await plane.admin.waitFor(`an Event on ${now}`, async () => (await csrEvents(plane, now))[0]);
+    t.notMatch(decided.message, / rule tpm-attested:/, 'a quote over the current beacon is not refused by tpm-attested');
   });
 
   t.test('renewal: kubeboot renews with a fresh quote; a renewal without evidence (the kubelet rotating itself) is refused', async (t) => {
@@ -204,7 +251,7 @@ if (plane) {
       /** A worker-2 CSR quoted by machine A's TPM, its evidence changed by `edit` (B's EK public, a made-up answer). */
       const fromA = async (edit: (e: CsrEvidence) => CsrEvidence = (e) => e) => {
         const pem = await craftCsrPem({ cn: 'system:node:worker-2', o: ['system:nodes'] });
-        const evidence = await withTpm({ swtpmTcp: a.address }, (tpm) => quoteCsr(tpm, pemBlocks(pem)[0]!.der, new Date()));
+        const evidence = await quoteNow(a, pemBlocks(pem)[0]!.der);
         return `${pem.trimEnd()}\n${evidencePem(edit(evidence))}`;
       };
       const challengeOn = async (name: string) => {
@@ -319,7 +366,7 @@ if (plane) {
     // Both swtpms start with PCR 7 at its reset value (zeros); B's now measures another secure-boot state.
     await tpm2(b, 'tpm2_pcrextend', [`7:sha256=${'5b'.repeat(32)}`]);
     const pem = await craftCsrPem({ cn: 'system:node:worker-2', o: ['system:nodes'] });
-    const evidence = await withTpm({ swtpmTcp: b.address }, (tpm) => quoteCsr(tpm, pemBlocks(pem)[0]!.der, new Date()));
+    const evidence = await quoteNow(b, pemBlocks(pem)[0]!.der);
     const outside = await refused(
       await submitCsr(self, {
         ...KUBELET_CLIENT,

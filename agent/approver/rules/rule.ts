@@ -8,7 +8,7 @@
 import { dns1123SubdomainProblem } from '../../config/values.js';
 import type { Replacement, Revocation, TokenBinding } from '../../records/bindings.js';
 import type { InventoryLookup } from '../../records/inventory.js';
-import type { TpmEnrolmentObject } from '../../records/kinds.js';
+import type { TpmBeaconObject, TpmEnrolmentObject } from '../../records/kinds.js';
 import type { Pcr7Policy } from '../../tpm/pcr-policy.js';
 import { excerpt } from '../../text.js';
 import type { ApiServerFacts } from '../apiserver.js';
@@ -87,6 +87,8 @@ export interface World {
   inventory?: InventoryLookup | null;
   /** With --inventory, for kubelet-client: the name's `tpmenrolments.kubeboot.io/<n>` (records/tpm-enrolment.ts), null when there is none. */
   tpmEnrolment?: TpmEnrolmentObject | null;
+  /** With --inventory, for a TPM-bound name's kubelet client CSR: `tpmbeacons.kubeboot.io/kubeboot` (records/tpm-beacon.ts), null when there is none. */
+  tpmBeacon?: TpmBeaconObject | null;
 }
 
 export interface NodeRecords {
@@ -129,7 +131,7 @@ export interface Rule {
 }
 
 /** World fields looked up per CSR only for the rules that declare them. */
-export type WorldRead = 'node' | 'blocking' | 'apiServer' | 'records' | 'inventory' | 'tpmEnrolment';
+export type WorldRead = 'node' | 'blocking' | 'apiServer' | 'records' | 'inventory' | 'tpmEnrolment' | 'tpmBeacon';
 
 export const NODE_USER_PREFIX = 'system:node:';
 export const NODES_GROUP = 'system:nodes';

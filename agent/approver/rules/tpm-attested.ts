@@ -3,8 +3,9 @@
  * inventory entry carries a TPM identity (`tpm-ak`, `tpm-ek`:
  * records/inventory.ts) is issued, first issue and renewal alike, only on a
  * CSR whose spec.request carries a KUBEBOOT TPM EVIDENCE block: a quote by
- * the enrolled AK over this CSR's subject, key and creation window
- * (tpm/csr-evidence.ts). Everything is recomputed from the CSR, the entry
+ * the enrolled AK over this CSR's subject, key, creation window and one of
+ * the two beacons the approver accepts now (tpm/csr-evidence.ts,
+ * records/tpm-beacon.ts). Everything is recomputed from the CSR, the entry
  * and, for a name enrolled by its EK alone, its TpmEnrolment record
  * (records/tpm-enrolment.ts): once that holds an AK, it is the enrolled AK;
  * until then a CSR whose evidence carries that EK and a valid quote is
@@ -14,6 +15,7 @@
  */
 import { INVENTORY_REF, tpmBinding, type InventoryEntry } from '../../records/inventory.js';
 import type { TpmEnrolmentObject } from '../../records/kinds.js';
+import { acceptedBeacons, BEACON_REF, ROTATE_SECONDS } from '../../records/tpm-beacon.js';
 import { answeredChallenge, CHALLENGE_TTL_SECONDS, enrolmentOf, enrolmentRef, type TpmEnrolment } from '../../records/tpm-enrolment.js';
 import { credentialDigest } from '../../tpm/challenge.js';
 import { TPM_ALG } from '../../tpm/constants.js';
@@ -49,14 +51,18 @@ const refuse = (problem: string): TpmVerdict => ({ kind: 'refuse', problem });
 
 type Request = Pick<RequestFacts, 'binding' | 'tpmEvidence'>;
 
+/** What a CSR's evidence is checked against besides itself: the beacons the approver accepts now (acceptedBeacons). */
+export type Beacons = readonly Buffer[];
+
 /** Why this CSR of a TPM-bound name is refused, or null (approved by this rule; a name with no TPM identity always is). */
 export function tpmAttestedProblem(
   entry: InventoryEntry,
   request: Request,
   created: string | undefined,
+  beacons: Beacons | { problem: string },
   enrolment: TpmEnrolmentObject | null = null,
 ): string | null {
-  const verdict = tpmVerdict(entry, request, created, enrolment);
+  const verdict = tpmVerdict(entry, request, created, beacons, enrolment);
   return verdict.kind === 'refuse' || verdict.kind === 'challenge' ? verdict.problem : null;
 }
 
@@ -65,13 +71,14 @@ function noEvidence(name: string, bound: string): string {
 }
 
 /** The evidence verified for this CSR (by `akName`, or null: its own AK), or why not. */
-function verified(request: Request, created: string | undefined, akName: Buffer | null): CsrEvidence | string {
+function verified(request: Request, created: string | undefined, beacons: Beacons, akName: Buffer | null): CsrEvidence | string {
   const at = Date.parse(created ?? '');
   if (Number.isNaN(at)) return 'the CSR has no creationTimestamp to judge its evidence window by';
   try {
-    return verifyCsrEvidence(request.tpmEvidence!, { binding: request.binding!, akName, created: new Date(at) });
+    return verifyCsrEvidence(request.tpmEvidence!, { binding: request.binding!, akName, created: new Date(at), beacons });
   } catch (err) {
-    if (err instanceof EvidenceError) return `the TPM evidence is refused (${err.message})`;
+    if (err instanceof EvidenceError)
+      return `the TPM evidence is refused (${err.message}${err.reason === 'beacon' ? `; ${BEACON_REF}` : ''})`;
     throw err;
   }
 }
@@ -85,9 +92,16 @@ function withinPcrPolicy(verdict: TpmVerdict, name: string, pcr7: Pcr7Policy | n
 }
 
 /** A quote by `akName`, the AK `where` says is enrolled. */
-function quotedBy(name: string, akName: string, where: string, request: Request, created: string | undefined): TpmVerdict {
+function quotedBy(
+  name: string,
+  akName: string,
+  where: string,
+  request: Request,
+  created: string | undefined,
+  beacons: Beacons,
+): TpmVerdict {
   if (request.tpmEvidence == null || request.binding == null) return refuse(noEvidence(name, where));
-  const evidence = verified(request, created, Buffer.from(akName, 'hex'));
+  const evidence = verified(request, created, beacons, Buffer.from(akName, 'hex'));
   return typeof evidence === 'string'
     ? refuse(`${evidence}; node ${name}'s enrolled AK is ${akName.slice(0, 12)}… (${where})`)
     : { kind: 'pass', pcrValues: evidence.pcrValues };
@@ -103,31 +117,35 @@ export function tpmVerdict(
   entry: InventoryEntry,
   request: Request,
   created: string | undefined,
+  beacons: Beacons | { problem: string },
   enrolment: TpmEnrolmentObject | null,
   pcr7: Pcr7Policy | null = null,
 ): TpmVerdict {
-  return withinPcrPolicy(quoteVerdict(entry, request, created, enrolment), entry.name, pcr7);
+  return withinPcrPolicy(quoteVerdict(entry, request, created, beacons, enrolment), entry.name, pcr7);
 }
 
 function quoteVerdict(
   entry: InventoryEntry,
   request: Request,
   created: string | undefined,
+  accepted: Beacons | { problem: string },
   enrolment: TpmEnrolmentObject | null,
 ): TpmVerdict {
   const name = entry.name;
   const binding = tpmBinding(entry);
   if (binding === 'none') return PASS;
-  if (entry.tpmAk !== undefined) return quotedBy(name, entry.tpmAk, `${INVENTORY_REF} key ${name}: tpm-ak`, request, created);
+  if ('problem' in accepted) return refuse(`${accepted.problem}: delete it and the approver's leader publishes a new one`);
+  const beacons = accepted;
+  if (entry.tpmAk !== undefined) return quotedBy(name, entry.tpmAk, `${INVENTORY_REF} key ${name}: tpm-ak`, request, created, beacons);
   const ekHash = entry.tpmEk!;
   const record = enrolment === null ? null : enrolmentOf(enrolment, ekHash);
   if (record !== null && 'problem' in record)
     return refuse(`${record.problem}: delete it and node ${name} is enrolled again from its EK (${INVENTORY_REF} key ${name}: tpm-ek)`);
   if (record?.akName != null)
-    return quotedBy(name, record.akName, `its AK was enrolled from its EK: ${enrolmentRef(name)}`, request, created);
+    return quotedBy(name, record.akName, `its AK was enrolled from its EK: ${enrolmentRef(name)}`, request, created, beacons);
   const bound = `${INVENTORY_REF} key ${name}: tpm-ek alone`;
   if (request.tpmEvidence == null || request.binding == null) return refuse(noEvidence(name, bound));
-  const evidence = verified(request, created, null);
+  const evidence = verified(request, created, beacons, null);
   if (typeof evidence === 'string') return refuse(evidence);
   const ek = evidence.ekPublic;
   if (ek === undefined)
@@ -176,26 +194,26 @@ export function tpmVerdictOf(input: RuleInput): TpmVerdict | null {
   const lookup = world.inventory;
   if (lookup == null || !lookup.found || lookup.entry === null || 'problem' in lookup.entry || csr.request === null) return null;
   let verdict = verdicts.get(input);
-  if (verdict === undefined)
-    verdicts.set(
-      input,
-      (verdict = tpmVerdict(
-        lookup.entry,
-        csr.request,
-        csr.created,
-        world.tpmEnrolment ?? null,
-        pcr7PolicyFor(lookup.entry.name, input.policy.tpmPcr7),
-      )),
+  if (verdict === undefined) {
+    verdict = tpmVerdict(
+      lookup.entry,
+      csr.request,
+      csr.created,
+      acceptedBeacons(world.tpmBeacon ?? null),
+      world.tpmEnrolment ?? null,
+      pcr7PolicyFor(lookup.entry.name, input.policy.tpmPcr7),
     );
+    verdicts.set(input, verdict);
+  }
   return verdict;
 }
 
 /** Its row in KUBELET_CLIENT_RULES (policy.ts). */
 export const tpmAttested: Rule = {
   name: TPM_ATTESTED_RULE,
-  reads: ['inventory', 'tpmEnrolment'],
+  reads: ['inventory', 'tpmEnrolment', 'tpmBeacon'],
   inventory: 'on',
-  summary: `when the node's entry in \`${INVENTORY_REF}\` carries \`tpm-ak\` (\`kubeboot node enroll\`), \`spec.request\` carries a \`${EVIDENCE_PEM_TYPE}\` block after the request: a quote by that AK (restricted, fixedTPM, ECDSA P-256 signing key), its signature valid, over SHA-256 of this CSR's subject, public key and a ${WINDOW_SECONDS / 60}-minute window within one of the CSR's creationTimestamp, covering SHA-256 PCRs 0-7 (docs/tpm.md). A name with only \`tpm-ek\`: the AK enrolled from that EK (\`tpmenrolments.kubeboot.io/<n>\`) as if it were \`tpm-ak\`; while none is, a CSR whose evidence carries that EK and a valid quote by its AK passes this rule and, once every other rule and the review pass too, is denied with a credential challenge for that EK and AK (condition reason \`KubebootTpmChallenge\`); the CSR that answers it (the credential, and a quote by the AK challenged, within 10 minutes) enrols that AK, once. With \`--tpm-pcr7 PREFIX=SHA256\`, a TPM-bound name under PREFIX (the longest that matches) must also quote one of its PCR 7 values. Names without either are not checked (and an unlisted name is refused by \`inventory-listed\`)`,
+  summary: `when the node's entry in \`${INVENTORY_REF}\` carries \`tpm-ak\` (\`kubeboot node enroll\`), \`spec.request\` carries a \`${EVIDENCE_PEM_TYPE}\` block after the request: a quote by that AK (restricted, fixedTPM, ECDSA P-256 signing key), its signature valid, over SHA-256 of this CSR's subject, public key, a ${WINDOW_SECONDS / 60}-minute window within one of the CSR's creationTimestamp and the current or previous beacon of \`${BEACON_REF}\` (published by the approver's leader every ${ROTATE_SECONDS / 60} minutes), covering SHA-256 PCRs 0-7 (docs/tpm.md). A name with only \`tpm-ek\`: the AK enrolled from that EK (\`tpmenrolments.kubeboot.io/<n>\`) as if it were \`tpm-ak\`; while none is, a CSR whose evidence carries that EK and a valid quote by its AK passes this rule and, once every other rule and the review pass too, is denied with a credential challenge for that EK and AK (condition reason \`KubebootTpmChallenge\`); the CSR that answers it (the credential, and a quote by the AK challenged, within 10 minutes) enrols that AK, once. With \`--tpm-pcr7 PREFIX=SHA256\`, a TPM-bound name under PREFIX (the longest that matches) must also quote one of its PCR 7 values. Names without either are not checked (and an unlisted name is refused by \`inventory-listed\`)`,
   // A challenge passes here: it is sent only to a CSR every other rule and the review pass (decide.ts).
   check: (input) => {
     const verdict = tpmVerdictOf(input);

@@ -1,8 +1,10 @@
 // A kubelet client CSR of a TPM-bound name is approved (rule tpm-attested)
 // only with a quote by the enrolled AK bound to that very request: its key,
-// its subject, and a window around the CSR's creation. Two real (software)
+// its subject, a window around the CSR's creation, and one of the two
+// beacons the approver accepts now. Two real (software)
 // TPMs; each refusal below starts from the genuine case that passes.
 import t from 'tap';
+import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { requestFacts, type RequestFacts } from '../../../agent/approver/request.js';
@@ -30,6 +32,11 @@ const NODES = ['system:nodes'];
 const T = new Date('2026-12-03T18:00:10Z');
 const created = (offsetSeconds = 5) => new Date(T.getTime() + offsetSeconds * 1000).toISOString();
 const base64 = (pem: string) => Buffer.from(pem).toString('base64');
+/** The approver's beacons now, newest first, and one it no longer accepts. */
+const BEACON = randomBytes(32);
+const PREVIOUS = randomBytes(32);
+const RETIRED = randomBytes(32);
+const BEACONS = [BEACON, PREVIOUS];
 
 const tpms: Swtpm[] = [];
 const ak: string[] = [];
@@ -41,8 +48,8 @@ async function csrFor(k: PrivateKey, cn: string): Promise<string> {
   return createCsrPem({ key: k, subject: { commonName: cn, organizations: NODES } });
 }
 const derOf = (pem: string) => pemBlocks(pem)[0]!.der;
-async function quoted(sw: Swtpm, pem: string, at = T): Promise<CsrEvidence> {
-  return withTpm({ swtpmTcp: sw.address }, (tpm) => quoteCsr(tpm, derOf(pem), at));
+async function quoted(sw: Swtpm, pem: string, at = T, beacon: Buffer | null = BEACON): Promise<CsrEvidence> {
+  return withTpm({ swtpmTcp: sw.address }, (tpm) => quoteCsr(tpm, derOf(pem), at, beacon));
 }
 async function facts(pem: string, evidence: CsrEvidence | null): Promise<RequestFacts> {
   return requestFacts(base64(evidence === null ? pem : `${pem.trimEnd()}\n${evidencePem(evidence)}`));
@@ -67,12 +74,21 @@ t.teardown(async () => {
 t.test('the genuine case: the enrolled TPM quotes this CSR, the approver recomputes the binding and approves', async (t) => {
   const f = await facts(csrPem, evidenceA);
   t.ok(f.signatureValid, 'the request with its evidence block still parses and verifies');
-  t.equal(tpmAttestedProblem(entry(`tpm-ak: ${ak[0]}`), f, created()), null);
-  t.equal(tpmAttestedProblem(entry(`tpm-ek: ${'aa'.repeat(32)}; tpm-ak: ${ak[0]}`), f, created()), null, 'with the EK enrolled too');
+  t.equal(tpmAttestedProblem(entry(`tpm-ak: ${ak[0]}`), f, created(), BEACONS), null);
+  t.equal(
+    tpmAttestedProblem(entry(`tpm-ek: ${'aa'.repeat(32)}; tpm-ak: ${ak[0]}`), f, created(), BEACONS),
+    null,
+    'with the EK enrolled too',
+  );
+  t.equal(
+    tpmAttestedProblem(entry(`tpm-ak: ${ak[0]}`), await facts(csrPem, await quoted(tpms[0]!, csrPem, T, PREVIOUS)), created(), BEACONS),
+    null,
+    'a quote over the previous beacon (made just before a rotation) passes',
+  );
   t.same(unmarshalEvidence(marshalEvidence(evidenceA)), evidenceA, 'the block round-trips');
   t.equal(evidenceA.pcrValues.length, 8, 'SHA-256 PCRs 0-7 are reported with the quote');
   t.equal(
-    tpmAttestedProblem(entry('ips: 10.0.0.7'), await facts(csrPem, null), created()),
+    tpmAttestedProblem(entry('ips: 10.0.0.7'), await facts(csrPem, null), created(), { problem: 'no record' }),
     null,
     'a name without TPM identity is not checked',
   );
@@ -80,7 +96,41 @@ t.test('the genuine case: the enrolled TPM quotes this CSR, the approver recompu
 
 t.test('each copy or forgery is refused, naming the check', async (t) => {
   const otherKey = await generateKey('ecdsa-p256');
-  const cases: { what: string; request: () => Promise<RequestFacts>; raw?: () => string; at?: string; want: RegExp }[] = [
+  const cases: {
+    what: string;
+    request: () => Promise<RequestFacts>;
+    raw?: () => string;
+    at?: string;
+    beacons?: readonly Buffer[] | { problem: string };
+    want: RegExp;
+  }[] = [
+    {
+      what: 'a quote made ahead of time (root on the node): it binds a beacon two rotations old',
+      request: async () => facts(csrPem, await quoted(tpms[0]!, csrPem, T, RETIRED)),
+      want: /refused \(beacon: the quote binds a beacon that is neither the approver's current nor its previous one.*; tpmbeacons\.kubeboot\.io\/kubeboot\)/,
+    },
+    {
+      what: 'a quote that binds no beacon (kubeboot before beacons, evidence version 2)',
+      request: async () => facts(csrPem, await quoted(tpms[0]!, csrPem, T, null)),
+      want: /refused \(beacon: the quote binds no beacon/,
+    },
+    {
+      what: 'the current beacon written into evidence quoted over a retired one',
+      request: async () => facts(csrPem, { ...(await quoted(tpms[0]!, csrPem, T, RETIRED)), beacon: BEACON }),
+      want: /refused \(nonce: /,
+    },
+    {
+      what: 'no beacon published yet',
+      request: () => facts(csrPem, evidenceA),
+      beacons: [],
+      want: /refused \(beacon: the approver has published no beacon yet/,
+    },
+    {
+      what: 'a beacon record that cannot be read',
+      request: () => facts(csrPem, evidenceA),
+      beacons: { problem: 'tpmbeacons.kubeboot.io/kubeboot spec.beacons does not hold one or two beacons' },
+      want: /^tpmbeacons\.kubeboot\.io\/kubeboot spec\.beacons does not hold one or two beacons: delete it and the approver's leader publishes a new one$/,
+    },
     {
       what: "evidence copied onto a CSR with another key (a stolen disk's, an attacker's)",
       request: async () => facts(await csrFor(otherKey, 'system:node:worker-1'), evidenceA),
@@ -144,7 +194,7 @@ t.test('each copy or forgery is refused, naming the check', async (t) => {
   ];
   for (const c of cases) {
     const raw = c.raw?.() ?? `tpm-ak: ${ak[0]}`;
-    const problem = tpmAttestedProblem(entry(raw), await c.request(), c.at ?? created());
+    const problem = tpmAttestedProblem(entry(raw), await c.request(), c.at ?? created(), c.beacons ?? BEACONS);
     t.match(problem, c.want, c.what);
   }
 });
@@ -161,7 +211,12 @@ t.test('the request parser takes exactly one evidence block after the request an
   for (const [what, pem] of cases) await t.rejects(requestFacts(base64(pem)), { message: /not exactly one PEM CERTIFICATE REQUEST/ }, what);
   t.same(splitCsrEvidence(`${csrPem.trimEnd()}\n${block}`), { request: csrPem.trimEnd(), evidence: marshalEvidence(evidenceA) });
   t.match(
-    tpmAttestedProblem(entry(`tpm-ak: ${ak[0]}`), { binding: csrBinding(derOf(csrPem)), tpmEvidence: Buffer.from('KBTE') }, created()),
+    tpmAttestedProblem(
+      entry(`tpm-ak: ${ak[0]}`),
+      { binding: csrBinding(derOf(csrPem)), tpmEvidence: Buffer.from('KBTE') },
+      created(),
+      BEACONS,
+    ),
     /refused \(format: /,
     'cut-short evidence bytes',
   );
@@ -170,7 +225,7 @@ t.test('the request parser takes exactly one evidence block after the request an
 t.test('approver CPU per CSR with evidence: one verification', async (t) => {
   const binding = csrBinding(derOf(csrPem));
   const bytes = marshalEvidence(evidenceA);
-  const expect = { binding, akName: Buffer.from(ak[0]!, 'hex'), created: new Date(created()) };
+  const expect = { binding, akName: Buffer.from(ak[0]!, 'hex'), created: new Date(created()), beacons: BEACONS };
   const times: number[] = [];
   for (let i = 0; i < 200; i++) {
     const start = performance.now();

@@ -5,7 +5,7 @@
 // on that AK, and only it, must quote. Through decide() with the cluster
 // look-ups faked, and two real (software) TPMs.
 import t from 'tap';
-import { generateKeyPairSync, sign } from 'node:crypto';
+import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { decideBatch, RecordView } from '../../../agent/approver/batch.js';
 import type { ApproverCsr } from '../../../agent/approver/csr-facts.js';
@@ -13,6 +13,7 @@ import { decide, type Decision } from '../../../agent/approver/decide.js';
 import type { Lookups } from '../../../agent/approver/lookups.js';
 import type { ApproverPolicy } from '../../../agent/approver/rules/rule.js';
 import { tpmVerdict } from '../../../agent/approver/rules/tpm-attested.js';
+import { rotatedBeacon } from '../../../agent/records/tpm-beacon.js';
 import { pcr7Policies } from '../../../agent/tpm/pcr-policy.js';
 import { requestFacts } from '../../../agent/approver/request.js';
 import { generateKey } from '../../../agent/pki/keys.js';
@@ -51,6 +52,8 @@ import { manufactureTpm, startSwtpm, type Swtpm } from '../../support/swtpm.js';
 import { INVENTORY_KUBELET_CLIENT_POLICY } from '../../support/approver.js';
 
 const T = '2026-12-03T18:00:10Z';
+/** The approver's beacon every quote here binds (records/tpm-beacon.ts). */
+const BEACON = randomBytes(32);
 const later = (seconds: number) => new Date(Date.parse(T) + seconds * 1000).toISOString().replace('.000Z', 'Z');
 const policy = INVENTORY_KUBELET_CLIENT_POLICY;
 
@@ -75,7 +78,7 @@ async function quotedCsr(i: number, answer?: Buffer, forge?: (der: Uint8Array) =
   const key = await generateKey('ecdsa-p256');
   const pem = await createCsrPem({ key, subject: { commonName: 'system:node:worker-1', organizations: ['system:nodes'] } });
   const der = pemBlocks(pem)[0]!.der;
-  const evidence = forge?.(der) ?? (await withTpm(at(i), (tpm) => quoteCsr(tpm, der, new Date(when), answer)));
+  const evidence = forge?.(der) ?? (await withTpm(at(i), (tpm) => quoteCsr(tpm, der, new Date(when), BEACON, answer)));
   return { pem: `${pem.trimEnd()}\n${evidencePem(evidence)}`, evidence };
 }
 
@@ -104,6 +107,7 @@ function lookups(entry: string, enrolment: TpmEnrolmentObject | null): Lookups {
       metadata: { name: 'inventory', resourceVersion: '4' },
     },
     'tpmenrolments/worker-1': enrolment,
+    'tpmbeacons/kubeboot': rotatedBeacon(null, BEACON, new Date(T)),
   };
   return {
     node: async () => null,
@@ -251,7 +255,7 @@ t.test('what does not enrol: a wrong or late answer, an answer quoted by another
         ...attest,
         type: TPM_ST.ATTEST_QUOTE,
         qualifiedSigner: primaryQualifiedName(tpmName(akPublic)),
-        extraData: csrQualifyingData(csrBinding(der), window),
+        extraData: csrQualifyingData(csrBinding(der), window, BEACON),
         quote: { pcrSelect: attest.quote!.pcrSelect, pcrDigest: pcrDigest(genuine.pcrValues) },
       });
       const sig = sign('sha256', bytes, { key: soft.privateKey, dsaEncoding: 'ieee-p1363' });
@@ -333,10 +337,10 @@ t.test('a name keeps at most MAX_CHALLENGES challenges, the oldest dropped, the 
 t.test('tpmVerdict: evidence without the EK (kubeboot before enrolment from the EK) is refused, the way out named', async (t) => {
   const key = await generateKey('ecdsa-p256');
   const pem = await createCsrPem({ key, subject: { commonName: 'system:node:worker-1', organizations: ['system:nodes'] } });
-  const evidence = await withTpm(at(0), (tpm) => quoteCsr(tpm, pemBlocks(pem)[0]!.der, new Date(T)));
+  const evidence = await withTpm(at(0), (tpm) => quoteCsr(tpm, pemBlocks(pem)[0]!.der, new Date(T), BEACON));
   const { ekPublic: _, ...v1 } = evidence;
   const facts = await requestFacts(Buffer.from(`${pem.trimEnd()}\n${evidencePem(v1)}`).toString('base64'));
-  const verdict = tpmVerdict(parseInventoryEntry('worker-1', `tpm-ek: ${ekHashA}`) as InventoryEntry, facts, T, null);
+  const verdict = tpmVerdict(parseInventoryEntry('worker-1', `tpm-ek: ${ekHashA}`) as InventoryEntry, facts, T, [BEACON], null);
   t.match(verdict, { kind: 'refuse', problem: /carries no EK to challenge .*\(kubeboot node enroll worker-1 --tpm-ak …\)/ });
   t.ok(makeChallenge(evidence.ekPublic!, tpmName(evidence.akPublic)).digest.match(/^[0-9a-f]{64}$/));
 });
@@ -363,11 +367,17 @@ t.test('two challenges for one name in one batch are one write: the later carrie
   );
 });
 
-t.test('evidence of version 1 (before enrolment from the EK) still reads, with no EK and no credential', async (t) => {
+t.test('evidence of versions 1 and 2 (before enrolment from the EK, before beacons) still reads', async (t) => {
   const { evidence } = await quotedCsr(0, Buffer.alloc(32, 1));
-  const v2 = marshalEvidence(evidence);
-  t.same(unmarshalEvidence(v2).credential, Buffer.alloc(32, 1), 'version 2 carries the credential');
-  const v1 = Buffer.from(marshalEvidence({ ...evidence, ekPublic: undefined, credential: undefined }).subarray(0, -4));
+  const v3 = unmarshalEvidence(marshalEvidence(evidence));
+  t.same(v3.credential, Buffer.alloc(32, 1), 'version 3 carries the credential');
+  t.same(v3.beacon, BEACON, 'and the beacon');
+  const v2 = Buffer.from(marshalEvidence({ ...evidence, beacon: undefined }).subarray(0, -2));
+  v2.writeUInt16BE(2, 4);
+  const read2 = unmarshalEvidence(v2);
+  t.equal(read2.beacon, undefined, 'version 2: no beacon');
+  t.same(read2.ekPublic, evidence.ekPublic, 'version 2: the EK');
+  const v1 = Buffer.from(marshalEvidence({ ...evidence, ekPublic: undefined, credential: undefined, beacon: undefined }).subarray(0, -6));
   v1.writeUInt16BE(1, 4);
   const read = unmarshalEvidence(v1);
   t.equal(read.ekPublic, undefined);
@@ -405,6 +415,10 @@ t.test(
           data: { kind: 'CertificateSigningRequest', metadata: { name: body.metadata.name, uid: 'uid-1' }, spec: body.spec },
         };
       })
+      .times(3);
+    pool
+      .intercept({ path: '/apis/kubeboot.io/v1alpha1/tpmbeacons/kubeboot', method: 'GET' })
+      .reply(200, rotatedBeacon(null, BEACON, new Date(T)))
       .times(3);
     pool
       .intercept({ path: (p) => p.startsWith(`${CSRS}?`), method: 'GET' })
@@ -451,6 +465,7 @@ t.test(
     t.same(first?.ekPublic, ekPublic, 'and the EK, for the approver to challenge');
     t.same(answer?.credential, Buffer.alloc(32, 9), 'the answer carries the credential the TPM opened');
     t.same(tpmName(answer!.akPublic), akName, 'quoted by the same AK');
+    t.same([first?.beacon, answer?.beacon], [BEACON, BEACON], 'each quote binds the beacon the node read before it');
   },
 );
 
