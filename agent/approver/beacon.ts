@@ -38,6 +38,8 @@ export class BeaconKeeper {
   #leading = false;
   /** A write in flight: its own echo from the watch must not start another. */
   #writing = false;
+  /** The turn running, awaited by stop(): no request of it outlives the process's client. */
+  #turning: Promise<void> = Promise.resolve();
   /** Rotations written: a test's and an operator's evidence that the leader keeps it fresh. */
   rotations = 0;
 
@@ -61,9 +63,11 @@ export class BeaconKeeper {
     if (this.#leading && !this.#writing) this.#schedule(0);
   }
 
-  stop(): void {
+  /** Stops, once the turn running (a request in flight, not aborted: see #write) has ended. */
+  async stop(): Promise<void> {
     this.#leading = false;
     this.#cancel();
+    await this.#turning;
   }
 
   #cancel(): void {
@@ -76,12 +80,13 @@ export class BeaconKeeper {
     if (!this.#leading || this.#o.signal()?.aborted === true) return;
     this.#timer = this.#o.clock.setTimeout(() => {
       this.#timer = null;
-      void this.#turn();
+      this.#turning = this.#turn();
     }, ms);
   }
 
   /** One look: write a rotation when due, then wait until the next is. */
   async #turn(): Promise<void> {
+    if (!this.#leading || this.#o.signal()?.aborted === true) return;
     const { records, clock } = this.#o;
     const record = records.get('tpmbeacons', BEACON_NAME);
     const due = rotationDueIn(record, clock.now());
@@ -94,7 +99,7 @@ export class BeaconKeeper {
         records.refresh(
           'tpmbeacons',
           BEACON_NAME,
-          await this.#o.timed('record', () => getRecord(this.#o.client, 'tpmbeacons', BEACON_NAME, this.#o.signal())),
+          await this.#o.timed('record', () => getRecord(this.#o.client, 'tpmbeacons', BEACON_NAME)),
         );
         return this.#schedule(0);
       }
@@ -115,7 +120,7 @@ export class BeaconKeeper {
   }
 
   async #write(record: TpmBeaconObject | null): Promise<TpmBeaconObject | null> {
-    const { client, clock, timed, signal } = this.#o;
+    const { client, clock, timed } = this.#o;
     const next = rotatedBeacon(record, (this.#o.random ?? (() => randomBytes(BEACON_BYTES)))(), clock.now());
     const claim =
       record === null || record.metadata.resourceVersion === undefined
@@ -127,6 +132,8 @@ export class BeaconKeeper {
             resourceVersion: record.metadata.resourceVersion,
             object: next,
           } as const);
-    return (await timed('record', () => writeClaim(client, claim, signal()))) as TpmBeaconObject | null;
+    // Not aborted by the stop signal: stop() waits for it instead. Node 24.22.3 aborts the whole
+    // process (std::bad_alloc in Http2Stream::RstStream) when a stream is reset as the approver stops.
+    return (await timed('record', () => writeClaim(client, claim))) as TpmBeaconObject | null;
   }
 }

@@ -179,7 +179,7 @@ export class CertificateController {
     } finally {
       // Pending re-checks must not hold a stopping process open.
       this.#queue.shutDown();
-      this.beacon.stop();
+      await this.beacon.stop();
       if (this.#recheckPending !== null) this.#clock.clearTimeout(this.#recheckPending);
       await Promise.all(workers);
     }

@@ -45,7 +45,7 @@ if (plane) {
       ((await plane.admin.request<KubeObject>('GET', leasePath)).body.spec?.holderIdentity as string | undefined) ?? '';
     const first = await plane.admin.waitFor('a leader', async () => ((await holder()) !== '' ? holder() : undefined), 60_000);
     const leaderIndex = identities.indexOf(first);
-    t.not(leaderIndex, -1, 'one of the two holds the lease');
+    t.not(leaderIndex, -1, `one of the two holds the lease (${first} of ${identities.join(', ')})`);
     const [leader, standby] = [approvers[leaderIndex]!, approvers[1 - leaderIndex]!];
     const [leaderId, standbyId] = [identities[leaderIndex]!, identities[1 - leaderIndex]!];
 

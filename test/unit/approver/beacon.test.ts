@@ -113,7 +113,7 @@ t.test('deleted: republished at once; a write that lost a race is read again, th
   await until('the rotation after the conflict', () => api.writes.length === 3);
   t.same(acceptedBeacons(api.stored), [Buffer.alloc(32, 4), Buffer.alloc(32, 9)], 'the one read kept behind the new');
   t.same(acceptedBeacons(records.get()), acceptedBeacons(api.stored));
-  k.stop();
+  await k.stop();
 });
 
 t.test('a failed write is retried; the beacons published stay as they are meanwhile', async (t) => {
@@ -132,5 +132,46 @@ t.test('a failed write is retried; the beacons published stay as they are meanwh
     lines.every((l) => !/[A-Za-z0-9+/]{43}=/.test(l.message)),
     'no beacon value is logged',
   );
-  k.stop();
+  await k.stop();
 });
+
+t.test(
+  'stopping waits for a write in flight instead of aborting it (an HTTP/2 reset as the process stops aborts Node 24.22.3)',
+  async (t) => {
+    const clock = new FakeClock(new Date('2026-12-04T13:00:00Z'));
+    let answer: (() => void) | undefined;
+    let signalled: unknown = 'unset';
+    const client = {
+      request: (_m: string, _p: string, opts: { body?: TpmBeaconObject; signal?: AbortSignal }) => {
+        signalled = opts.signal;
+        return new Promise((resolve) => {
+          answer = () => resolve({ status: 201, body: { ...opts.body, metadata: { name: 'kubeboot', resourceVersion: '1' } } });
+        });
+      },
+    } as unknown as KubeClient;
+    const stopping = new AbortController();
+    const k = new BeaconKeeper({
+      client,
+      // biome-ignore lint/suspicious/noExplicitAny: no record yet
+      records: { get: () => null, remember: () => {}, refresh: () => {} } as any,
+      clock,
+      logger: capturingLogger().logger,
+      timed: (_call, request) => request(),
+      signal: () => stopping.signal,
+    });
+    k.lead(true);
+    await clock.tick(0);
+    await until('the write in flight', () => answer !== undefined);
+    t.equal(signalled, undefined, 'the write carries no abort signal');
+    stopping.abort();
+    let stopped = false;
+    const stop = k.stop().then(() => (stopped = true));
+    await clock.tick(0);
+    t.notOk(stopped, 'stop() waits while the write is in flight');
+    answer!();
+    await stop;
+    t.ok(stopped);
+    t.equal(k.rotations, 1, 'the write that was in flight is counted');
+    t.equal(clock.pending, 0, 'and nothing is scheduled after it');
+  },
+);
