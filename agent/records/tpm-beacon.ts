@@ -27,8 +27,11 @@ const KEPT = 2;
 export const BEACON_BYTES = 32;
 const BASE64_32 = /^[A-Za-z0-9+/]{43}=$/;
 
+/** The beacons a quote may bind now, newest first (none when there is no record), or why the record cannot be read. */
+export type AcceptedBeacons = readonly Buffer[] | { problem: string };
+
 /** The beacons a quote may bind now, newest first: none when there is no record, or a problem when it cannot be read. */
-export function acceptedBeacons(record: TpmBeaconObject | null): Buffer[] | { problem: string } {
+export function acceptedBeacons(record: TpmBeaconObject | null): AcceptedBeacons {
   if (record === null) return [];
   const entries = record.spec?.beacons;
   if (!Array.isArray(entries) || entries.length === 0 || entries.length > KEPT)

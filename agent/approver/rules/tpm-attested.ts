@@ -15,7 +15,7 @@
  */
 import { INVENTORY_REF, tpmBinding, type InventoryEntry } from '../../records/inventory.js';
 import type { TpmEnrolmentObject } from '../../records/kinds.js';
-import { acceptedBeacons, BEACON_REF, ROTATE_SECONDS } from '../../records/tpm-beacon.js';
+import { acceptedBeacons, BEACON_REF, ROTATE_SECONDS, type AcceptedBeacons } from '../../records/tpm-beacon.js';
 import { answeredChallenge, CHALLENGE_TTL_SECONDS, enrolmentOf, enrolmentRef, type TpmEnrolment } from '../../records/tpm-enrolment.js';
 import { credentialDigest } from '../../tpm/challenge.js';
 import { TPM_ALG } from '../../tpm/constants.js';
@@ -52,14 +52,14 @@ const refuse = (problem: string): TpmVerdict => ({ kind: 'refuse', problem });
 type Request = Pick<RequestFacts, 'binding' | 'tpmEvidence'>;
 
 /** What a CSR's evidence is checked against besides itself: the beacons the approver accepts now (acceptedBeacons). */
-export type Beacons = readonly Buffer[];
+type Beacons = readonly Buffer[];
 
 /** Why this CSR of a TPM-bound name is refused, or null (approved by this rule; a name with no TPM identity always is). */
 export function tpmAttestedProblem(
   entry: InventoryEntry,
   request: Request,
   created: string | undefined,
-  beacons: Beacons | { problem: string },
+  beacons: AcceptedBeacons,
   enrolment: TpmEnrolmentObject | null = null,
 ): string | null {
   const verdict = tpmVerdict(entry, request, created, beacons, enrolment);
@@ -117,7 +117,7 @@ export function tpmVerdict(
   entry: InventoryEntry,
   request: Request,
   created: string | undefined,
-  beacons: Beacons | { problem: string },
+  beacons: AcceptedBeacons,
   enrolment: TpmEnrolmentObject | null,
   pcr7: Pcr7Policy | null = null,
 ): TpmVerdict {
@@ -128,7 +128,7 @@ function quoteVerdict(
   entry: InventoryEntry,
   request: Request,
   created: string | undefined,
-  accepted: Beacons | { problem: string },
+  accepted: AcceptedBeacons,
   enrolment: TpmEnrolmentObject | null,
 ): TpmVerdict {
   const name = entry.name;
